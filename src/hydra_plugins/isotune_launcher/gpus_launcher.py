@@ -1,0 +1,291 @@
+"""Hydra launcher ``gpus``: run a sweep's jobs in parallel on one machine, one job per GPU.
+
+    python train.py -m hydra/launcher=gpus task=rte,mrpc norm=none,isobn seed=1,2,3
+    python train.py -m hydra/launcher=gpus hydra.launcher.gpus=[0,2] ...   # only GPUs 0 and 2
+
+It starts ``n_jobs`` worker processes (spawn, so no CUDA state is inherited); each worker first
+claims one GPU slot through :mod:`isotune.gpu_slots` and sets ``CUDA_VISIBLE_DEVICES`` (and
+``ISOTUNE_GPU_SLOT``) before anything can initialise CUDA, then runs jobs one after another. Jobs
+beyond ``n_jobs`` queue, so two running jobs never share a GPU whatever their durations. A job that
+raises is recorded as FAILED; a worker that dies (``os._exit``, killed for memory) fails only the
+job it was running and is replaced, and the other jobs go on. Workers are reused, so a job must
+release what it opened (e.g. ``wandb.finish()``)."""
+
+import logging
+import multiprocessing
+import signal
+import traceback
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.context import SpawnContext, SpawnProcess
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import (
+    JobReturn,
+    JobStatus,
+    configure_log,
+    filter_overrides,
+    run_job,
+    setup_globals,
+)
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
+
+from isotune import gpu_slots
+from isotune.errors import IsotuneError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GpusLauncherConf:
+    _target_: str = "hydra_plugins.isotune_launcher.gpus_launcher.GpusLauncher"
+    # GPU ids to spread the jobs over, as CUDA_VISIBLE_DEVICES takes them (indices or UUIDs);
+    # null: the visible ones (CUDA_VISIBLE_DEVICES when set, else every GPU).
+    gpus: list[str] | None = None
+    # Jobs running at once; null: one per GPU slot. At most the number of slots.
+    n_jobs: int | None = None
+    # Jobs running at once on a machine without GPUs; each then sees no GPU.
+    cpu_jobs: int = 1
+    # Where the slot lock files live. Point concurrent sweeps at one shared directory
+    # (e.g. /tmp/isotune-gpu-slots) to make them share the machine's GPUs too.
+    slot_dir: str = f"${{hydra.sweep.dir}}/{gpu_slots.SWEEP_SLOT_DIR}"
+
+
+ConfigStore.instance().store(
+    group="hydra/launcher", name="gpus", node=GpusLauncherConf, provider="isotune"
+)
+
+
+class JobFailedError(RuntimeError):
+    """A job raised in its worker; the message carries the worker's traceback."""
+
+
+class WorkerCrashedError(RuntimeError):
+    """A worker process died while running a job, so the job returned nothing."""
+
+
+@dataclass
+class _JobContext:
+    """What every worker needs to run any job of the sweep; sent once, at worker start."""
+
+    hydra_context: HydraContext
+    config: DictConfig
+    task_function: TaskFunction
+    singleton_state: dict[Any, Any]
+    task_source_file: str | None  # cloudpickle renames it "<dynamic-code>"; tracebacks need it
+
+    def restore_task_source_file(self) -> None:
+        code = getattr(self.task_function, "__code__", None)
+        if code is not None and self.task_source_file is not None:
+            self.task_function.__code__ = code.replace(co_filename=self.task_source_file)
+
+
+@dataclass
+class _Worker:
+    process: SpawnProcess
+    conn: Connection
+    job_index: int  # position in the launched batch of the job it is running
+
+
+class GpusLauncher(Launcher):
+    def __init__(
+        self,
+        gpus: Sequence[str] | None = None,
+        n_jobs: int | None = None,
+        cpu_jobs: int = 1,
+        slot_dir: str = "",
+    ) -> None:
+        self.gpus = None if gpus is None else list(gpus)
+        self.n_jobs = n_jobs
+        self.cpu_jobs = cpu_jobs
+        self.slot_dir = slot_dir
+        self.config: DictConfig | None = None
+        self.task_function: TaskFunction | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        setup_globals()
+        assert self.config is not None
+        assert self.hydra_context is not None
+        assert self.task_function is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+
+        slots = gpu_slots.slot_ids(self.gpus, self.cpu_jobs)
+        n_jobs = self._jobs_at_once(slots)
+        log.info(
+            f"Launching {len(job_overrides)} jobs on slots {slots}, {n_jobs} at a time "
+            f"(slot locks in {self.slot_dir})"
+        )
+        for index, overrides in enumerate(job_overrides):
+            log.info(f"\t#{initial_job_idx + index} : {' '.join(filter_overrides(overrides))}")
+
+        code = getattr(self.task_function, "__code__", None)
+        context = _JobContext(
+            self.hydra_context,
+            self.config,
+            self.task_function,
+            Singleton.get_state(),
+            task_source_file=None if code is None else code.co_filename,
+        )
+        pool = _SlotPool(cloudpickle.dumps(context), Path(self.slot_dir), slots)
+        jobs = [(initial_job_idx + index, list(o)) for index, o in enumerate(job_overrides)]
+        return pool.run(jobs, n_workers=min(n_jobs, len(jobs)))
+
+    def _jobs_at_once(self, slots: list[str]) -> int:
+        n_jobs = len(slots) if self.n_jobs is None else self.n_jobs
+        if not 1 <= n_jobs <= len(slots):
+            raise IsotuneError(
+                f"hydra.launcher.n_jobs={n_jobs} but there are {len(slots)} slots {slots}: "
+                "set n_jobs between 1 and the number of slots, or list more hydra.launcher.gpus "
+                "(hydra.launcher.cpu_jobs on a machine without GPUs)."
+            )
+        return n_jobs
+
+
+class _SlotPool:
+    """Worker processes that each hold one slot; a dead worker fails its job and is replaced."""
+
+    def __init__(self, context_payload: bytes, slot_dir: Path, slots: list[str]) -> None:
+        self.context_payload = context_payload
+        self.slot_dir = slot_dir
+        self.slots = slots
+        self.spawn: SpawnContext = multiprocessing.get_context("spawn")
+
+    def run(self, jobs: list[tuple[int, list[str]]], n_workers: int) -> list[JobReturn]:
+        pending = deque(range(len(jobs)))
+        returns: list[JobReturn] = [JobReturn()] * len(jobs)
+        busy = [self._start_worker(jobs, pending.popleft()) for _ in range(n_workers)]
+        try:
+            while busy:
+                ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy]))
+                for worker in [w for w in busy if {w.conn, w.process.sentinel} & ready]:
+                    job_num, overrides = jobs[worker.job_index]
+                    job_return = _receive(worker.conn)
+                    if job_return is None:
+                        worker.process.join()
+                        job_return = _crashed_return(job_num, overrides, worker.process)
+                        log.error(str(job_return._return_value))
+                    returns[worker.job_index] = job_return
+                    log.info(f"#{job_num} {job_return.status.name}; {len(pending)} jobs queued")
+                    if not worker.process.is_alive():
+                        busy.remove(worker)
+                        if pending:
+                            busy.append(self._start_worker(jobs, pending.popleft()))
+                    elif pending:
+                        worker.job_index = pending.popleft()
+                        worker.conn.send(jobs[worker.job_index])
+                    else:
+                        worker.conn.send(None)
+                        worker.process.join()
+                        busy.remove(worker)
+        finally:
+            for worker in busy:
+                worker.process.terminate()
+                worker.process.join()
+        failed = [
+            (num, o)
+            for (num, o), r in zip(jobs, returns, strict=True)
+            if r.status != JobStatus.COMPLETED
+        ]
+        if failed:
+            listed = "; ".join(f"#{num} {' '.join(o)}" for num, o in failed)
+            log.error(f"{len(failed)} of {len(jobs)} jobs failed: {listed}")
+        return returns
+
+    def _start_worker(self, jobs: list[tuple[int, list[str]]], job_index: int) -> _Worker:
+        parent_conn, child_conn = self.spawn.Pipe()
+        process = self.spawn.Process(
+            target=_serve_jobs,
+            args=(child_conn, self.slot_dir, self.slots, self.context_payload),
+            name=f"gpus-launcher-worker-{job_index}",
+        )
+        process.start()
+        child_conn.close()  # so that a dead worker reads as end-of-file here
+        parent_conn.send(jobs[job_index])
+        return _Worker(process, parent_conn, job_index)
+
+
+def _receive(conn: Connection) -> JobReturn | None:
+    """The job's return, or None when the worker died before sending it."""
+    if not conn.poll():
+        return None
+    try:
+        return cloudpickle.loads(conn.recv_bytes())
+    except EOFError:
+        return None
+
+
+def _crashed_return(job_num: int, overrides: list[str], process: SpawnProcess) -> JobReturn:
+    code = process.exitcode
+    how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
+    job_return = JobReturn(overrides=overrides, status=JobStatus.FAILED)
+    job_return.return_value = WorkerCrashedError(
+        f"Job #{job_num} ({' '.join(overrides)}) died with its worker process "
+        f"(pid {process.pid}, {how}) before returning; see the job's log and stderr. "
+        "The other jobs went on."
+    )
+    return job_return
+
+
+def _serve_jobs(conn: Connection, slot_dir: Path, slots: list[str], context_payload: bytes) -> None:
+    """Worker main: claim a slot first (before anything can touch CUDA), then run jobs until told
+    to stop."""
+    gpu_slots.claim_process_slot(slot_dir, slots)
+    context: _JobContext = cloudpickle.loads(context_payload)
+    context.restore_task_source_file()
+    try:
+        while (job := conn.recv()) is not None:
+            conn.send_bytes(_portable(_execute_job(context, *job)))
+    except EOFError:  # the launcher is gone
+        return
+
+
+def _execute_job(context: _JobContext, job_num: int, overrides: list[str]) -> JobReturn:
+    setup_globals()
+    Singleton.set_state(context.singleton_state)
+    sweep_config = context.hydra_context.config_loader.load_sweep_config(context.config, overrides)
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.id = job_num
+        sweep_config.hydra.job.num = job_num
+    HydraConfig.instance().set_config(sweep_config)
+    return run_job(
+        hydra_context=context.hydra_context,
+        task_function=context.task_function,
+        config=sweep_config,
+        job_dir_key="hydra.sweep.dir",
+        job_subdir_key="hydra.sweep.subdir",
+    )
+
+
+def _portable(job_return: JobReturn) -> bytes:
+    """Pickle a job's return for the launcher. A job's exception travels as text with its
+    traceback (the traceback itself can't be pickled, nor can every exception be rebuilt); a return
+    value that can't be pickled travels as its repr."""
+    if job_return.status == JobStatus.FAILED:
+        error = job_return._return_value
+        job_return.return_value = JobFailedError("".join(traceback.format_exception(error)))
+    try:
+        return cloudpickle.dumps(job_return)
+    except Exception as error:
+        log.warning(f"Job return value can't be pickled ({error}); returning its repr instead")
+        job_return.return_value = repr(job_return._return_value)
+        return cloudpickle.dumps(job_return)

@@ -1,0 +1,154 @@
+"""Pin each sweep worker process to one GPU by holding an exclusive lock on that GPU's slot file.
+
+Why a lock and not ``job.num % n_gpus``: a worker pool hands jobs to whichever worker is free, so
+arithmetic on job numbers puts two running jobs on one GPU as soon as job durations differ. A
+worker that locks ``<slot_dir>/<gpu>.lock`` once, at its start, owns that GPU for its whole life;
+the operating system drops the lock when the process dies, so a crashed worker never leaks its GPU.
+The lock of the current process is kept in this importable module (not in a ``__main__`` script),
+so every job a worker runs sees the same slot.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from isotune.errors import IsotuneError
+
+SLOT_ENV_VAR = "ISOTUNE_GPU_SLOT"
+SWEEP_SLOT_DIR = ".slots"  # the launcher's default slot_dir, inside the sweep directory
+CPU_SLOT_PREFIX = "cpu"
+
+log = logging.getLogger(__name__)
+
+
+class NoFreeSlotError(IsotuneError):
+    """Every slot is locked by another process."""
+
+
+@dataclass
+class SlotLock:
+    """An exclusive lock on one slot; closing its file releases it."""
+
+    slot_id: str
+    path: Path
+    file: IO[str]
+
+    def release(self) -> None:
+        self.file.close()
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may use, found without initialising CUDA.
+
+    ``CUDA_VISIBLE_DEVICES`` wins when set (its ids are kept verbatim, so UUIDs work; like CUDA,
+    the list ends at the first negative id, so ``-1`` means no GPU). Otherwise
+    ``torch.cuda.device_count()``, which asks NVML and leaves CUDA uninitialised.
+    """
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        ids = (gpu.strip() for gpu in listed.split(","))
+        return list(itertools.takewhile(lambda gpu: gpu and not gpu.startswith("-"), ids))
+    import torch
+
+    return [str(index) for index in range(torch.cuda.device_count())]
+
+
+def slot_ids(gpus: Sequence[object] | None, cpu_jobs: int) -> list[str]:
+    """One slot per GPU (``gpus``, or the visible ones when None); ``cpu0..`` when there is none."""
+    ids = visible_gpus() if gpus is None else [str(gpu) for gpu in gpus]
+    if len(set(ids)) != len(ids):
+        raise IsotuneError(f"GPU list {ids} names a GPU twice; list each GPU id once.")
+    return ids or [f"{CPU_SLOT_PREFIX}{index}" for index in range(cpu_jobs)]
+
+
+def is_cpu_slot(slot_id: str) -> bool:
+    return slot_id.startswith(CPU_SLOT_PREFIX)
+
+
+def pinned_environment(slot_id: str) -> dict[str, str]:
+    """Environment that confines a process to its slot: one GPU, or none for a CPU slot."""
+    return {"CUDA_VISIBLE_DEVICES": "" if is_cpu_slot(slot_id) else slot_id, SLOT_ENV_VAR: slot_id}
+
+
+def try_lock(slot_dir: Path, slot_id: str) -> SlotLock | None:
+    """Lock one slot without waiting; None when another process (or open file) holds it."""
+    path = Path(slot_dir) / f"{slot_id.replace('/', '_')}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    file = open(path, "a+")  # noqa: SIM115 -- the open file IS the lock, held beyond this call
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        file.close()
+        return None
+    file.truncate(0)
+    file.write(f"{os.getpid()}\n")  # who holds the slot, for a human looking at the sweep dir
+    file.flush()
+    return SlotLock(slot_id, path, file)
+
+
+def acquire_slot(
+    slot_dir: Path, slot_ids: Sequence[str], timeout_s: float | None = 0.0, poll_s: float = 0.2
+) -> SlotLock:
+    """Lock the first free slot, polling until ``timeout_s`` (None: wait as long as it takes)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    announced_wait = False
+    while True:
+        for slot_id in slot_ids:
+            lock = try_lock(slot_dir, slot_id)
+            if lock is not None:
+                return lock
+        if deadline is not None and time.monotonic() >= deadline:
+            raise NoFreeSlotError(
+                f"All slots {list(slot_ids)} in {slot_dir} are locked by other processes; "
+                "wait for them to finish or run fewer jobs at once."
+            )
+        if not announced_wait:
+            log.info("All slots %s in %s are busy; waiting for one", list(slot_ids), slot_dir)
+            announced_wait = True
+        time.sleep(poll_s)
+
+
+def held_slots(slot_dir: Path) -> list[str]:
+    """Slots of ``slot_dir`` locked right now, i.e. whose worker process is alive."""
+    held = []
+    for path in sorted(Path(slot_dir).glob("*.lock")):
+        lock = try_lock(path.parent, path.stem)
+        if lock is None:
+            held.append(path.stem)
+        else:
+            lock.release()
+    return held
+
+
+_process_slot: SlotLock | None = None
+
+
+def claim_process_slot(
+    slot_dir: Path, slot_ids: Sequence[str], timeout_s: float | None = None
+) -> str:
+    """Claim one slot for the rest of this process's life and pin the environment to it.
+
+    Call it before anything initialises CUDA: CUDA reads ``CUDA_VISIBLE_DEVICES`` only once.
+    Claiming again returns the slot already held, so a worker never moves to another GPU.
+    """
+    global _process_slot
+    if _process_slot is not None:
+        return _process_slot.slot_id
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        raise IsotuneError(
+            f"CUDA is already initialised in process {os.getpid()}, so CUDA_VISIBLE_DEVICES can no "
+            "longer pin it to a GPU; claim the slot before anything touches CUDA."
+        )
+    _process_slot = acquire_slot(slot_dir, slot_ids, timeout_s=timeout_s)
+    os.environ.update(pinned_environment(_process_slot.slot_id))
+    return _process_slot.slot_id

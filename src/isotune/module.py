@@ -1,0 +1,191 @@
+"""The fine-tuning model: encoder -> sentence vector -> norm -> dropout -> linear head.
+
+The sentence vector is the object of study: :meth:`GLUEClassifier.sentence_vector` gives it before
+the norm, and ``self.norm`` turns it into the classifier's input, so isotropy callbacks can look at
+both sides of the normalisation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+from torchmetrics import MeanMetric
+from transformers import get_linear_schedule_with_warmup
+
+from isotune.encoders import load_encoder
+from isotune.errors import IsotuneError, NonFiniteLossError
+from isotune.metrics import build_metrics, compute_scores, predictions
+from isotune.norms import build_norm
+from isotune.tasks import TaskSpec
+
+log = logging.getLogger(__name__)
+
+POOLINGS = ("pooler", "cls", "mean")
+ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class GLUEClassifier(L.LightningModule):
+    """Fine-tunes a Hugging Face encoder on one GLUE task with a normalised sentence vector.
+
+    Args mirror the config groups (``task``, ``model``, ``norm``, ``optim``) as plain mappings,
+    so a checkpoint's hyperparameters rebuild the same model.
+    """
+
+    def __init__(
+        self,
+        task: Mapping,
+        model: Mapping,
+        norm: Mapping,
+        optim: Mapping,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.task = TaskSpec.from_config(task)
+        self.pooling = model["pooling"]
+        if self.pooling not in POOLINGS:
+            raise IsotuneError(
+                f"Unknown pooling {self.pooling!r}; use model.pooling=one of {list(POOLINGS)}."
+            )
+        self.encoder = load_encoder(model["name_or_path"])
+        self.encoder.train()  # from_pretrained returns eval mode; Lightning keeps modes as found
+        config = self.encoder.config
+        if self.pooling == "pooler" and getattr(self.encoder, "pooler", None) is None:
+            raise IsotuneError(
+                f"{model['name_or_path']} has no pooler layer; use model.pooling=cls or mean."
+            )
+        norm_options = dict(norm)
+        self.norm = build_norm(norm_options.pop("name"), config.hidden_size, **norm_options)
+        dropout = model.get("dropout")
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+        self.head = nn.Linear(config.hidden_size, self.task.num_labels)
+        nn.init.normal_(self.head.weight, std=config.initializer_range)
+        nn.init.zeros_(self.head.bias)
+        self.optim = dict(optim)
+        self.val_metrics = nn.ModuleDict(
+            {
+                split: build_metrics(self.task.metrics, self.task.num_labels)
+                for split in self.task.eval_splits
+            }
+        )
+        self.val_losses = nn.ModuleDict({split: MeanMetric() for split in self.task.eval_splits})
+        # Dev scores of the primary split after each epoch; saved in checkpoints, read by results.
+        self.history: list[dict[str, float]] = []
+
+    # -- the model ------------------------------------------------------------------------------
+    def sentence_vector(self, batch: Mapping[str, Tensor]) -> Tensor:
+        """The pooled sentence vector (n x d), before the normalisation."""
+        inputs = {key: batch[key] for key in ENCODER_INPUTS if key in batch}
+        output = self.encoder(**inputs)
+        if self.pooling == "pooler":
+            return output.pooler_output
+        hidden = output.last_hidden_state
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+
+    def forward(self, batch: Mapping[str, Tensor]) -> Tensor:
+        """Logits (n x num_labels; one score per example for regression)."""
+        return self.head(self.dropout(self.norm(self.sentence_vector(batch))))
+
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        if self.task.is_regression:
+            return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+        return F.cross_entropy(logits.float(), labels)
+
+    # -- training -------------------------------------------------------------------------------
+    def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Tensor:
+        loss = self.loss(self(batch), batch["labels"])
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(
+                f"The training loss became {loss.item()} at step {self.global_step} "
+                f"(epoch {self.current_epoch}). Stopped instead of training on garbage. Try a "
+                "lower optim.lr, gradient clipping (trainer.gradient_clip_val) or full precision."
+            )
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True)
+        self.log("train/lr", self.lr_schedulers().get_last_lr()[0], on_step=True)
+        return loss
+
+    def configure_optimizers(self):
+        """AdamW without weight decay on biases and normalisation weights; linear warmup/decay."""
+        no_decay_modules = (nn.LayerNorm, nn.modules.batchnorm._BatchNorm)
+        no_decay = {
+            id(parameter)
+            for module in self.modules()
+            if isinstance(module, no_decay_modules)
+            for parameter in module.parameters(recurse=False)
+        }
+        no_decay |= {id(p) for name, p in self.named_parameters() if name.endswith("bias")}
+        parameters = [p for p in self.parameters() if p.requires_grad]
+        groups = [
+            {
+                "params": [p for p in parameters if id(p) not in no_decay],
+                "weight_decay": self.optim["weight_decay"],
+            },
+            {"params": [p for p in parameters if id(p) in no_decay], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(
+            groups,
+            lr=self.optim["lr"],
+            eps=self.optim["adam_eps"],
+            betas=tuple(self.optim["betas"]),
+        )
+        total_steps = self.trainer.estimated_stepping_batches
+        if not math.isfinite(total_steps):
+            raise IsotuneError(
+                "Set trainer.max_epochs or trainer.max_steps: the schedule needs an end."
+            )
+        scheduler = get_linear_schedule_with_warmup(
+            optimizer, math.ceil(self.optim["warmup_ratio"] * total_steps), int(total_steps)
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def validation_step(self, batch: Mapping[str, Tensor], batch_idx: int, dataloader_idx: int = 0):
+        split = self.task.eval_splits[dataloader_idx]
+        logits = self(batch)
+        self.val_losses[split].update(self.loss(logits, batch["labels"]), weight=len(logits))
+        self.val_metrics[split].update(predictions(logits), batch["labels"])
+
+    def on_validation_epoch_end(self) -> None:
+        for split in self.task.eval_splits:
+            scores = compute_scores(self.val_metrics[split])
+            scores["loss"] = float(self.val_losses[split].compute())
+            self.val_metrics[split].reset()
+            self.val_losses[split].reset()
+            prefix = self.task.log_prefix(split)
+            self.log_dict({f"{prefix}/{name}": value for name, value in scores.items()})
+            if split == self.task.primary_split and not self.trainer.sanity_checking:
+                self._record_epoch(scores)
+
+    def _record_epoch(self, scores: dict[str, float]) -> None:
+        self.history.append({"epoch": self.current_epoch + 1, "step": self.global_step, **scores})
+        primary = self.task.primary_metric
+        best = max(entry[primary] for entry in self.history)
+        self.log(f"val/{primary}_best", best, prog_bar=True)
+
+    def best_epoch(self) -> dict[str, float] | None:
+        """The history entry with the best primary dev metric (the earliest one on ties)."""
+        if not self.history:
+            return None
+        return max(self.history, key=lambda entry: entry[self.task.primary_metric])
+
+    def predict_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> tuple[Tensor, Tensor]:
+        """(example index, predicted class id or score) for leaderboard-format test predictions."""
+        return batch["idx"], predictions(self(batch))
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["isotune_history"] = self.history
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.history = list(checkpoint.get("isotune_history", []))

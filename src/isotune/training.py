@@ -1,0 +1,139 @@
+"""One fine-tuning run from a composed config: data, model, trainer, fit, results.json.
+
+``train.py`` is only the Hydra entry point; everything a run does is here, top to bottom.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from isotune.data import GLUEDataModule
+from isotune.encoders import load_tokenizer
+from isotune.module import GLUEClassifier
+from isotune.results import RunRecord
+from isotune.tasks import TaskSpec
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fine-tune and evaluate as ``cfg`` says; return (and write) the run's results.
+
+    Whatever happens, ``<output_dir>/results.json`` ends ``completed`` or ``failed`` with the
+    error, and the error is re-raised for the caller to report.
+    """
+    output_dir = Path(cfg.paths.output_dir)
+    record = RunRecord(
+        output_dir,
+        task=cfg.task.name,
+        model=cfg.model.name,
+        model_name_or_path=cfg.model.name_or_path,
+        norm=cfg.norm.name,
+        seed=cfg.seed,
+        primary_metric=cfg.task.primary_metric,
+        overrides=_overrides(),
+    )
+    trainer = model = None
+    try:
+        L.seed_everything(cfg.seed, workers=True)
+        task = TaskSpec.from_config(cfg.task)
+        datamodule = GLUEDataModule(
+            task,
+            load_tokenizer(cfg.model.name_or_path),
+            glue_dir=cfg.paths.glue_dir,
+            seed=cfg.seed,
+            **cfg.data,
+        )
+        model = GLUEClassifier(
+            task=_plain(cfg.task),
+            model=_plain(cfg.model),
+            norm=_plain(cfg.norm),
+            optim=_plain(cfg.optim),
+        )
+        trainer: L.Trainer = instantiate(
+            cfg.trainer,
+            callbacks=_instantiate_all(cfg.get("callbacks")),
+            logger=_instantiate_all(cfg.get("logger")) or False,
+        )
+        for logger in trainer.loggers:
+            logger.log_hyperparams(_plain(cfg))
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+        outcome = _outcome(model, trainer)  # before predicting reloads the best checkpoint
+        if cfg.write_test_predictions:
+            write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
+    except BaseException as error:
+        record.finish("failed", error, **_outcome(model, trainer))
+        raise
+    results = record.finish("completed", **outcome)
+    log.info(
+        "Best dev %s: %s (epoch %s)", task.primary_metric, results["best"], results["best_epoch"]
+    )
+    return results
+
+
+def _outcome(model: GLUEClassifier | None, trainer: L.Trainer | None) -> dict[str, Any]:
+    """Best-epoch and final dev metrics, per-epoch history and step count, as far as they exist."""
+    history = model.history if model is not None else []
+    best = model.best_epoch() if model is not None else None
+    return {
+        "best_epoch": best["epoch"] if best else None,
+        "best": _metrics_only(best) if best else {},
+        "final": _metrics_only(history[-1]) if history else {},
+        "history": history,
+        "steps": trainer.global_step if trainer is not None else 0,
+        "best_checkpoint": _best_checkpoint(trainer),
+    }
+
+
+def _metrics_only(entry: dict[str, float]) -> dict[str, float]:
+    return {key: value for key, value in entry.items() if key not in ("epoch", "step")}
+
+
+def _best_checkpoint(trainer: L.Trainer | None) -> str | None:
+    callback = getattr(trainer, "checkpoint_callback", None) if trainer else None
+    return (callback.best_model_path or None) if callback is not None else None
+
+
+def write_test_predictions(
+    trainer: L.Trainer, model: GLUEClassifier, datamodule: GLUEDataModule, folder: Path
+) -> Path:
+    """Predict the test split with the best checkpoint; write ``<TASK>.tsv`` as GLUE expects."""
+    checkpoint = _best_checkpoint(trainer)
+    batches = trainer.predict(model, datamodule=datamodule, ckpt_path=checkpoint)
+    indices = torch.cat([idx for idx, _ in batches]).tolist()
+    predicted = torch.cat([prediction for _, prediction in batches]).tolist()
+    task = datamodule.task
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{task.glue_dir}.tsv"
+    rows = sorted(zip(indices, predicted, strict=True))
+    lines = [f"{index}\t{task.decode_label(prediction)}" for index, prediction in rows]
+    path.write_text("index\tprediction\n" + "\n".join(lines) + "\n")
+    log.info("Test predictions (%d) written to %s", len(lines), path)
+    return path
+
+
+def _instantiate_all(group: DictConfig | None) -> list:
+    """Instantiate every non-null entry of a ``{name: {_target_: ...}}`` config group."""
+    if not group:
+        return []
+    return [instantiate(entry) for entry in group.values() if entry is not None]
+
+
+def _plain(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def _overrides() -> list[str]:
+    """The command-line overrides of this job (empty outside a Hydra app)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return list(HydraConfig.get().overrides.task)

@@ -1,0 +1,273 @@
+"""Tables, failed/missing runs and reruns, from fake sweep directories: each expected number is
+computed here independently with `statistics`."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import types
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from isotune import aggregate, gpu_slots, rerun
+
+# Dev accuracy per (norm, task, seed) of the fake sweep; None: the job failed or never finished.
+SCORES = {
+    ("none", "rte", 1): 0.70,
+    ("none", "rte", 2): 0.66,
+    ("none", "rte", 3): 0.71,
+    ("none", "mrpc", 1): 0.80,
+    ("none", "mrpc", 3): 0.84,  # seed 2 is missing: no job directory at all
+    ("isobn", "rte", 1): 0.72,
+    ("isobn", "rte", 2): 0.75,
+    ("isobn", "rte", 3): None,  # failed
+    ("isobn", "mrpc", 1): 0.83,
+    ("isobn", "mrpc", 2): 0.86,
+    ("isobn", "mrpc", 3): None,  # killed: results.json still says running
+}
+PRETRAINED_IW = 0.01
+
+
+def write_run(job_dir: Path, overrides: list[str], result: dict) -> None:
+    """A job directory as a training run leaves it: Hydra's record and results.json."""
+    (job_dir / ".hydra").mkdir(parents=True)
+    (job_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (job_dir / "results.json").write_text(json.dumps({**result, "overrides": overrides}))
+
+
+def completed(model, norm, task, seed, score, finished_at="2026-11-30T09:00:00") -> dict:
+    return {
+        "status": "completed",
+        "error": None,
+        "task": task,
+        "model": model,
+        "norm": norm,
+        "seed": seed,
+        "primary_metric": "accuracy",
+        "best_epoch": 2,
+        "best": {"accuracy": score, "loss": 0.5},
+        "final": {"accuracy": score - 0.01, "loss": 0.6},
+        "isotropy": {
+            "pretrained": {"iso/cls/iw": PRETRAINED_IW},
+            "best": {"iso/cls/iw": score / 10},  # any value that differs by seed
+        },
+        "finished_at": finished_at,
+    }
+
+
+@pytest.fixture
+def sweep_dir(tmp_path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("")
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    multirun = {
+        "hydra": {
+            "sweeper": {
+                "_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                "params": {"seed": "1,2,3"},
+            },
+            "overrides": {"task": ["task=rte,mrpc", "norm=none,isobn"]},
+            "runtime": {"cwd": str(project)},
+            "job": {"name": "train"},
+        }
+    }
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump(multirun))
+    for job_num, ((norm, task, seed), score) in enumerate(SCORES.items()):
+        overrides = [f"seed={seed}", f"task={task}", f"norm={norm}"]
+        if score is not None:
+            result = completed("minilm", norm, task, seed, score)
+        elif task == "rte":
+            result = {"status": "failed", "error": "NonFiniteLossError: loss became nan at step 12"}
+        else:
+            result = {"status": "running", "error": None}
+        write_run(sweep / str(job_num), overrides, result)
+    # A run outside the sweep's jobs, of another model with one task only: no average for it.
+    write_run(sweep / "extra", ["model=bert"], completed("bert", "none", "rte", 1, 0.6))
+    return sweep
+
+
+def scores_of(norm: str, task: str) -> list[float]:
+    return [100 * v for (n, t, _), v in SCORES.items() if (n, t) == (norm, task) and v is not None]
+
+
+def test_results_table_has_median_std_n_and_delta(sweep_dir, capsys):
+    assert aggregate.main([str(sweep_dir)]) == 0
+    table = pd.read_csv(sweep_dir / "results_table.csv")
+    rows = {(r.model, r.norm, r.task): r for r in table.itertuples(index=False)}
+    for norm in ("none", "isobn"):
+        for task in ("rte", "mrpc"):
+            row = rows["minilm", norm, task]
+            assert row.median == pytest.approx(statistics.median(scores_of(norm, task)), abs=1e-4)
+            assert row.std == pytest.approx(statistics.stdev(scores_of(norm, task)), abs=1e-4)
+            assert row.n == len(scores_of(norm, task))
+            baseline = statistics.median(scores_of("none", task))
+            assert row.delta_vs_none == pytest.approx(row.median - baseline, abs=1e-4)
+    for norm in ("none", "isobn"):
+        expected_avg = statistics.mean(
+            statistics.median(scores_of(norm, t)) for t in ("rte", "mrpc")
+        )
+        assert rows["minilm", norm, "avg"].median == pytest.approx(expected_avg, abs=1e-4)
+    assert ("bert", "none", "avg") not in rows  # bert lacks mrpc
+    assert rows["bert", "none", "rte"].n == 1
+
+    markdown = (sweep_dir / "results_table.md").read_text()
+    assert markdown in capsys.readouterr().out
+
+    def cell(norm: str, task: str) -> str:
+        values = scores_of(norm, task)
+        spread = statistics.stdev(values)
+        return f"{statistics.median(values):.2f} ± {spread:.2f} (n={len(values)})"
+
+    avg = statistics.mean(statistics.median(scores_of("none", t)) for t in ("mrpc", "rte"))
+    assert (
+        f"| minilm | none | {cell('none', 'mrpc')} | {cell('none', 'rte')} | {avg:.2f} |"
+        in markdown
+    )
+    header = "| model | norm | mrpc | rte | avg |"  # GLUE order: mrpc before rte
+    assert header in markdown
+    delta = statistics.median(scores_of("isobn", "mrpc")) - statistics.median(
+        scores_of("none", "mrpc")
+    )
+    assert f"| minilm | isobn | {delta:+.2f} |" in markdown
+    assert "| bert | none | – | 60.00 (n=1) | – |" in markdown
+
+
+def test_failed_and_missing_runs_are_listed(sweep_dir):
+    result = aggregate.aggregate(sweep_dir)
+    assert {run.job_dir.name: run.result["status"] for run in result.failed} == {
+        "7": "failed",
+        "10": "running",
+    }
+    assert [job.overrides for job in result.missing] == [("seed=2", "task=mrpc", "norm=none")]
+    report = result.report()
+    assert f"- {sweep_dir / '7'}: NonFiniteLossError: loss became nan at step 12" in report
+    assert f"- {sweep_dir / '10'}: never finished" in report
+    assert f"- {sweep_dir}: seed=2 task=mrpc norm=none" in report
+
+
+def test_a_failed_run_replaced_by_a_completed_one_is_not_listed(sweep_dir):
+    overrides = ["seed=3", "task=rte", "norm=isobn"]
+    write_run(sweep_dir / "rerun-0", overrides, completed("minilm", "isobn", "rte", 3, 0.7))
+    result = aggregate.aggregate(sweep_dir)
+    assert [run.job_dir.name for run in result.failed] == ["10"]
+    rte = result.summary.set_index(["model", "norm", "task"]).loc[("minilm", "isobn", "rte")]
+    assert rte["n"] == 3
+
+
+def test_duplicate_runs_keep_the_latest(sweep_dir):
+    late = completed("minilm", "none", "rte", 1, 0.50, finished_at="2026-12-01T09:00:00")
+    write_run(sweep_dir / "again", ["seed=1", "task=rte", "norm=none"], late)
+    result = aggregate.aggregate(sweep_dir)
+    rte = result.summary.set_index(["model", "norm", "task"]).loc[("minilm", "none", "rte")]
+    assert rte["median"] == pytest.approx(statistics.median([50.0, 66.0, 71.0]))
+    assert "Duplicate runs" in result.report() and str(sweep_dir / "again") in result.report()
+
+
+def test_isotropy_table_compares_pretrained_and_finetuned(sweep_dir):
+    aggregate.main([str(sweep_dir)])
+    table = pd.read_csv(sweep_dir / "isotropy_table.csv")
+    row = table[(table.model == "minilm") & (table.norm == "isobn") & (table.task == "rte")]
+    assert row.measure.tolist() == ["iso/cls/iw"]
+    assert row.pretrained.item() == pytest.approx(PRETRAINED_IW)
+    expected = statistics.median(s / 1000 for s in scores_of("isobn", "rte"))  # percent → /10
+    assert row.finetuned.item() == pytest.approx(expected)
+    assert row.n.item() == 2
+    assert (
+        "| minilm | isobn | rte | iso/cls/iw | 0.01 |"
+        in (sweep_dir / "isotropy_table.md").read_text()
+    )
+
+
+def test_a_directory_without_results_is_a_clear_error(tmp_path, capsys):
+    assert aggregate.main([str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert f"No results.json and no multirun.yaml below {tmp_path}" in error
+
+
+def test_tables_go_to_wandb_when_online(sweep_dir, monkeypatch):
+    logged = {}
+
+    class FakeRun:
+        def log(self, data):
+            logged.update(data)
+
+        def finish(self):
+            logged["finished"] = True
+
+    def init(**kwargs):
+        logged["init"] = kwargs
+        return FakeRun()
+
+    fake = types.SimpleNamespace(init=init, Table=lambda dataframe: dataframe)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", "not-a-real-key")
+    assert aggregate.main([str(sweep_dir), "--wandb", "--wandb-project", "p"]) == 0
+    assert logged["init"]["job_type"] == "aggregate" and logged["init"]["project"] == "p"
+    assert len(logged["results_table"]) == len(pd.read_csv(sweep_dir / "results_table.csv"))
+    assert logged["finished"]
+
+    logged.clear()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert aggregate.main([str(sweep_dir), "--wandb"]) == 0
+    assert logged == {}
+
+
+def test_rerun_dry_run_prints_only_failed_and_missing_jobs(sweep_dir, capsys):
+    (sweep_dir / "rerun-4").mkdir()  # an earlier rerun: the next one takes rerun-5
+    assert rerun.main([str(sweep_dir), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    script = sweep_dir.parent / "project" / "train.py"
+    expected = [
+        (["seed=3", "task=mrpc", "norm=isobn"], sweep_dir / "10"),  # paths in sorted order
+        (["seed=3", "task=rte", "norm=isobn"], sweep_dir / "7"),
+        (["seed=2", "task=mrpc", "norm=none"], sweep_dir / "rerun-5"),
+    ]
+    commands = [line for line in out.splitlines() if line.startswith("cd ")]
+    assert commands == [
+        f"cd {script.parent} && {sys.executable} {script} {' '.join(o)} hydra.run.dir={d}"
+        for o, d in expected
+    ]
+    assert "# failed: NonFiniteLossError: loss became nan at step 12" in out
+    assert not (sweep_dir / "rerun-5").exists()  # dry run: nothing ran
+
+
+def test_rerun_runs_the_commands_and_then_nothing_is_left(sweep_dir, capsys):
+    fake_train = sweep_dir.parent / "fake_train.py"
+    fake_train.write_text(
+        "import json, sys, pathlib\n"
+        "overrides = [a for a in sys.argv[1:] if not a.startswith('hydra.run.dir=')]\n"
+        "run_dir = pathlib.Path(sys.argv[-1].split('=', 1)[1])\n"
+        "run_dir.mkdir(parents=True, exist_ok=True)\n"
+        "values = dict(o.split('=') for o in overrides)\n"
+        "result = dict(status='completed', model='minilm', norm=values['norm'],\n"
+        "    task=values['task'], seed=int(values['seed']), primary_metric='accuracy',\n"
+        "    best={'accuracy': 0.5}, overrides=overrides)\n"
+        "(run_dir / 'results.json').write_text(json.dumps(result))\n"
+    )
+    assert rerun.main([str(sweep_dir), "--script", str(fake_train)]) == 0
+    assert "Reran 3 jobs, 0 failed again." in capsys.readouterr().out
+    result = aggregate.aggregate(sweep_dir)
+    assert result.failed == [] and result.missing == []
+    assert rerun.main([str(sweep_dir)]) == 0
+    assert "Nothing to rerun" in capsys.readouterr().out
+
+
+def test_rerun_refuses_while_the_sweep_still_runs(sweep_dir, capsys):
+    lock = gpu_slots.acquire_slot(sweep_dir / gpu_slots.SWEEP_SLOT_DIR, ["0"])
+    try:
+        assert rerun.main([str(sweep_dir), "--dry-run"]) == 2
+    finally:
+        lock.release()
+    assert "is still running (its workers hold GPU slots ['0'])" in capsys.readouterr().err
+
+
+def test_rerun_needs_a_sweep_directory(tmp_path, capsys):
+    assert rerun.main([str(tmp_path), "--dry-run"]) == 2
+    assert "is not a Hydra multirun directory (no multirun.yaml)" in capsys.readouterr().err

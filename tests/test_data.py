@@ -1,0 +1,129 @@
+"""Reading official GLUE TSVs, clear errors for bad data, and the length-grouped batch sampler."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from isotune.data import GLUEDataModule, LengthGroupedBatchSampler, load_split
+from isotune.encoders import load_tokenizer
+from isotune.errors import IsotuneError
+from tests.test_metrics import load_task
+
+SHARED_GLUE = os.environ.get("GLUE_DIR")
+
+
+def test_reads_fixture_tasks_with_header_bom_and_headerless_rows(glue_dir):
+    rte = load_split(load_task("rte"), "train", glue_dir)
+    assert len(rte) == 64 and set(rte[0]) == {"sentence1", "sentence2", "label", "idx"}
+    assert {ex["label"] for ex in rte} == {0, 1}
+    mrpc = load_split(load_task("mrpc"), "validation", glue_dir)  # file starts with a BOM
+    assert len(mrpc) == 24 and mrpc[0]["label"] in (0, 1)
+    cola = load_split(load_task("cola"), "train", glue_dir)  # no header row
+    assert len(cola) == 64 and cola[0]["label"] == 1
+    stsb = load_split(load_task("stsb"), "validation", glue_dir)
+    assert {ex["label"] for ex in stsb} == {4.5, 0.5}
+    test = load_split(load_task("rte"), "test", glue_dir)
+    assert [ex["idx"] for ex in test] == list(range(10)) and {ex["label"] for ex in test} == {-1}
+
+
+@pytest.mark.skipif(not SHARED_GLUE, reason="GLUE_DIR is not set (the real GLUE files)")
+@pytest.mark.parametrize(
+    ("name", "split", "rows"),
+    [
+        ("cola", "validation", 1043),
+        ("sst2", "validation", 872),
+        ("mrpc", "train", 3668),
+        ("stsb", "validation", 1500),
+        ("qnli", "validation", 5463),
+        ("rte", "train", 2490),
+        ("wnli", "validation", 71),
+        ("rte", "test", 3000),
+    ],
+)
+def test_reads_every_official_file_present(name, split, rows):
+    task = load_task(name)
+    examples = load_split(task, split, SHARED_GLUE)
+    assert len(examples) == rows
+    assert all(all(ex[field] for field in task.text_fields) for ex in examples)
+
+
+def test_unknown_label_names_value_file_and_line(tmp_path, glue_dir):
+    folder = tmp_path / "RTE"
+    folder.mkdir()
+    lines = (Path(glue_dir) / "RTE" / "dev.tsv").read_text().splitlines()
+    lines[3] = lines[3].rsplit("\t", 1)[0] + "\tcontradiction"
+    (folder / "dev.tsv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(IsotuneError, match=r"dev.tsv, line 4: label 'contradiction'.*entailment"):
+        load_split(load_task("rte"), "validation", tmp_path)
+
+
+def test_missing_task_files_name_the_path_and_the_fix(tmp_path):
+    with pytest.raises(IsotuneError, match=r"GLUE_DIR=.* has no QQP/train.tsv.*official GLUE"):
+        load_split(load_task("qqp"), "train", tmp_path)
+
+
+def test_too_few_columns_is_reported(tmp_path):
+    (tmp_path / "RTE").mkdir()
+    (tmp_path / "RTE" / "dev.tsv").write_text("index\tsentence1\n0\tonly one column\n")
+    with pytest.raises(IsotuneError, match="2 columns"):
+        load_split(load_task("rte"), "validation", tmp_path)
+
+
+def test_sampler_covers_each_example_once_with_similar_lengths():
+    lengths = torch.randint(5, 200, (1000,)).tolist()
+    sampler = LengthGroupedBatchSampler(
+        lengths, batch_size=16, shuffle=True, drop_last=False, seed=3
+    )
+    batches = list(sampler)
+    assert sorted(i for batch in batches for i in batch) == list(range(1000))
+    assert len(sampler) == len(batches)
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches)
+    random_spread = 0
+    order = torch.randperm(1000, generator=torch.Generator().manual_seed(0)).tolist()
+    for start in range(0, 1000, 16):
+        chunk = [lengths[i] for i in order[start : start + 16]]
+        random_spread += max(chunk) - min(chunk)
+    assert spread < random_spread / 5  # far less padding than random batches
+
+
+def test_sampler_order_is_random_per_epoch_and_reproducible():
+    lengths = list(range(100))
+    sampler = LengthGroupedBatchSampler(lengths, batch_size=8, shuffle=True, drop_last=True, seed=0)
+    first = list(sampler)
+    assert list(sampler) == first
+    sampler.set_epoch(1)
+    assert list(sampler) != first
+    assert all(len(batch) == 8 for batch in first) and len(first) == 12
+
+
+def test_sampler_shards_batches_across_processes():
+    lengths = list(range(100))
+    shards = [
+        list(
+            LengthGroupedBatchSampler(
+                lengths, 8, shuffle=True, drop_last=True, num_replicas=2, rank=r
+            )
+        )
+        for r in range(2)
+    ]
+    assert len(shards[0]) == len(shards[1]) == 6
+    flat = [i for shard in shards for batch in shard for i in batch]
+    assert len(flat) == len(set(flat)) == 96
+
+
+def test_datamodule_pads_dynamically_and_passes_token_types(glue_dir, tiny_bert):
+    datamodule = GLUEDataModule(
+        load_task("rte"), load_tokenizer(str(tiny_bert)), glue_dir=glue_dir, batch_size=8
+    )
+    datamodule.setup("fit")
+    batch = next(iter(datamodule.train_dataloader()))
+    assert set(batch) >= {"input_ids", "attention_mask", "token_type_ids", "labels", "idx"}
+    assert batch["input_ids"].shape[0] == 8
+    assert batch["attention_mask"][:, -1].any()  # padded only to the longest in the batch
+    assert (batch["token_type_ids"] == 1).any()  # segment B is marked for sentence pairs
+    lengths = [len(f["input_ids"]) for f in datamodule.dataset("train").features]
+    assert batch["input_ids"].shape[1] <= max(lengths)

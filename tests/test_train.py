@@ -1,0 +1,169 @@
+"""Training end to end with tiny random models on GLUE-format fixtures: results, resume, faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from isotune.errors import IsotuneError, NonFiniteLossError
+from isotune.module import GLUEClassifier
+from isotune.training import train
+from tests.conftest import ROOT
+
+EXPECTED_OUTPUTS = [
+    "results.json",
+    "checkpoints/last.ckpt",
+    "checkpoints/best.ckpt",
+    "csv/metrics.csv",
+]
+
+
+def read_results(folder: Path) -> dict:
+    return json.loads((folder / "results.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("task", "norm", "metrics"),
+    [
+        ("rte", "isobn", {"accuracy", "loss"}),
+        ("mrpc", "batchnorm", {"f1", "accuracy", "combined_score", "loss"}),
+        ("stsb", "none", {"pearson", "spearmanr", "combined_score", "loss"}),
+        ("cola", "isobn", {"matthews_correlation", "loss"}),
+    ],
+)
+def test_tiny_bert_trains_and_records_results(train_config, tmp_path, task, norm, metrics):
+    cfg = train_config(f"task={task}", f"norm={norm}", "write_test_predictions=true")
+    results = train(cfg)
+    assert results == read_results(tmp_path)
+    assert results["status"] == "completed" and results["error"] is None
+    assert (results["task"], results["norm"], results["seed"], results["model"]) == (
+        task,
+        norm,
+        1,
+        "minilm",
+    )
+    assert set(results["best"]) == metrics and set(results["final"]) == metrics
+    assert [entry["epoch"] for entry in results["history"]] == [1, 2]
+    best = max(results["history"], key=lambda entry: entry[results["primary_metric"]])
+    assert results["best_epoch"] == best["epoch"]
+    assert results["steps"] == 2 * (64 // 8) and results["wall_time_s"] > 0
+    for name in EXPECTED_OUTPUTS:
+        assert (tmp_path / name).is_file(), name
+    predictions = (tmp_path / "predictions" / f"{cfg.task.glue_dir}.tsv").read_text().splitlines()
+    assert predictions[0] == "index\tprediction" and len(predictions) == 11
+
+
+def test_tiny_bert_learns_the_fixture_signal(train_config, tmp_path):
+    results = train(
+        train_config("task=rte", "norm=isobn", "trainer.max_epochs=10", "optim.lr=3e-3")
+    )
+    # The label is a polar word in sentence 2; chance is 0.5 on the 24 balanced dev examples.
+    assert results["best"]["accuracy"] >= 0.75
+    assert results["history"][-1]["loss"] < results["history"][0]["loss"]
+
+
+def test_tiny_roberta_trains_with_fresh_pooler(train_config, tiny_roberta, tmp_path):
+    cfg = train_config(
+        "model=roberta",
+        f"model.name_or_path={tiny_roberta}",
+        "model.pooling=pooler",
+        "norm=isobn",
+        "task=mrpc",
+    )
+    results = train(cfg)
+    assert results["status"] == "completed" and results["model"] == "roberta"
+    assert set(results["best"]) >= {"f1", "accuracy"}
+
+
+def test_isobn_statistics_are_saved_and_resume_continues_at_the_right_step(train_config, tmp_path):
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    train(train_config("norm=isobn", "trainer.max_epochs=1", output_dir=first_dir))
+    checkpoint = torch.load(first_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert checkpoint["global_step"] == 8
+    stats = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("norm.")}
+    assert stats["norm.num_batches_tracked"].item() == 8 and stats["norm.run_cov"].abs().sum() > 0
+
+    model = GLUEClassifier.load_from_checkpoint(first_dir / "checkpoints" / "last.ckpt")
+    assert torch.equal(model.norm.run_cov, stats["norm.run_cov"])
+
+    cfg = train_config(
+        "norm=isobn",
+        "trainer.max_epochs=2",
+        f"ckpt_path={first_dir}/checkpoints/last.ckpt",
+        output_dir=second_dir,
+    )
+    results = train(cfg)
+    assert results["steps"] == 16
+    assert [entry["epoch"] for entry in results["history"]] == [1, 2]  # history carried over
+    resumed = torch.load(second_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert resumed["state_dict"]["norm.num_batches_tracked"].item() == 16
+
+
+def test_nan_loss_stops_the_run_with_a_failed_status(train_config, tmp_path, monkeypatch):
+    def nan_loss(self, logits, labels):
+        return logits.sum() * float("nan")
+
+    monkeypatch.setattr(GLUEClassifier, "loss", nan_loss)
+    with pytest.raises(NonFiniteLossError, match="loss became nan at step 0"):
+        train(train_config())
+    results = read_results(tmp_path)
+    assert results["status"] == "failed"
+    assert results["error"].startswith("NonFiniteLossError: The training loss became nan")
+
+
+def test_model_not_available_offline_is_one_clear_error(train_config, tmp_path):
+    with pytest.raises(
+        IsotuneError,
+        match=r"Model 'no-such-org/no-such-model' is not available.*model.name_or_path=DIR",
+    ):
+        train(train_config("model.name_or_path=no-such-org/no-such-model"))
+    assert read_results(tmp_path)["status"] == "failed"
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "train.py", *args],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_cli_reports_a_missing_model_without_a_traceback(tmp_path, glue_dir):
+    result = run_cli(
+        "model=roberta", "task=mrpc", f"paths.glue_dir={glue_dir}", f"hydra.run.dir={tmp_path}/run"
+    )
+    assert result.returncode == 1
+    output = result.stdout + result.stderr
+    assert "Model 'roberta-base' is not available" in output and "model=minilm" in output
+    assert "Traceback" not in output
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.skipif(
+    not os.environ.get("GLUE_DIR"), reason="GLUE_DIR is not set (the real GLUE files)"
+)
+def test_packaged_minilm_on_real_rte(tmp_path):
+    result = run_cli(
+        "norm=isobn",
+        "debug=limit",
+        "trainer.limit_train_batches=3",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+        f"hydra.run.dir={tmp_path}/run",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert (
+        results["status"] == "completed" and results["model"] == "minilm" and results["steps"] == 3
+    )
+    assert 0.0 <= results["best"]["accuracy"] <= 1.0
+    assert f"Output directory: {tmp_path}/run" in result.stdout + result.stderr
