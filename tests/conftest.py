@@ -196,6 +196,7 @@ def train_config(tmp_path, tiny_bert, glue_dir):
             "data.batch_size=8",
             "data.eval_batch_size=16",
             "optim.lr=1e-3",
+            "callbacks.isotropy.figures=false",
             "seed=1",
         ]
         return compose_train_config(base + list(overrides), output_dir or tmp_path)

@@ -15,7 +15,6 @@ The table functions need only pandas; Hydra is imported only to expand a sweep's
 from __future__ import annotations
 
 import argparse
-import netrc
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -23,12 +22,12 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pandas as pd
 
 from isotune.errors import IsotuneError
 from isotune.results import RESULTS_FILE, read_results
+from isotune.wandb_logging import wandb_online
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 NORM_ORDER = ("none", "batchnorm", "isobn")
@@ -441,22 +440,6 @@ def write_tables(result: Aggregate, directory: Path) -> list[Path]:
     for name, text in outputs.items():
         (Path(directory) / name).write_text(text)
     return [Path(directory) / name for name in outputs]
-
-
-def wandb_online() -> tuple[bool, str]:
-    """Whether a W&B upload can happen without an interactive login prompt, and why not."""
-    mode = os.environ.get("WANDB_MODE", "online")
-    if mode in ("offline", "disabled", "dryrun"):
-        return False, f"WANDB_MODE={mode}"
-    if os.environ.get("WANDB_API_KEY"):
-        return True, ""
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
-    try:
-        if netrc.netrc().authenticators(host):
-            return True, ""
-    except (OSError, netrc.NetrcParseError):
-        pass
-    return False, "no WANDB_API_KEY and no `wandb login` credentials"
 
 
 def log_to_wandb(result: Aggregate, directory: Path, project: str) -> None:

@@ -78,17 +78,24 @@ class GLUEClassifier(L.LightningModule):
         self.history: list[dict[str, float]] = []
 
     # -- the model ------------------------------------------------------------------------------
-    def sentence_vector(self, batch: Mapping[str, Tensor]) -> Tensor:
-        """The pooled sentence vector (n x d), before the normalisation."""
+    def encode(self, batch: Mapping[str, Tensor], output_hidden_states: bool = False):
+        """The encoder's output for a batch (with every layer's states when asked)."""
         inputs = {key: batch[key] for key in ENCODER_INPUTS if key in batch}
-        output = self.encoder(**inputs)
+        return self.encoder(**inputs, output_hidden_states=output_hidden_states)
+
+    def pool(self, output, attention_mask: Tensor) -> Tensor:
+        """The sentence vector (n x d) from an encoder output, before the normalisation."""
         if self.pooling == "pooler":
             return output.pooler_output
         hidden = output.last_hidden_state
         if self.pooling == "cls":
             return hidden[:, 0]
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+
+    def sentence_vector(self, batch: Mapping[str, Tensor]) -> Tensor:
+        """The pooled sentence vector (n x d), before the normalisation."""
+        return self.pool(self.encode(batch), batch["attention_mask"])
 
     def forward(self, batch: Mapping[str, Tensor]) -> Tensor:
         """Logits (n x num_labels; one score per example for regression)."""

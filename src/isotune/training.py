@@ -16,9 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
+from isotune.isotropy_callback import IsotropyMonitor
 from isotune.module import GLUEClassifier
 from isotune.results import RunRecord
 from isotune.tasks import TaskSpec
+from isotune.wandb_logging import finish_wandb_runs
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +71,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if cfg.write_test_predictions:
             write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
     except BaseException as error:
-        record.finish("failed", error, **_outcome(model, trainer))
+        results = record.finish("failed", error, **_outcome(model, trainer))
+        finish_wandb_runs(trainer.loggers if trainer else [], results)
         raise
     results = record.finish("completed", **outcome)
+    finish_wandb_runs(trainer.loggers, results)
     log.info(
         "Best dev %s: %s (epoch %s)", task.primary_metric, results["best"], results["best_epoch"]
     )
@@ -79,14 +83,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _outcome(model: GLUEClassifier | None, trainer: L.Trainer | None) -> dict[str, Any]:
-    """Best-epoch and final dev metrics, per-epoch history and step count, as far as they exist."""
+    """Best-epoch and final dev metrics, isotropy, history and step count, as far as they exist."""
     history = model.history if model is not None else []
     best = model.best_epoch() if model is not None else None
+    callbacks = trainer.callbacks if trainer is not None else []
+    monitor = next((c for c in callbacks if isinstance(c, IsotropyMonitor)), None)
     return {
         "best_epoch": best["epoch"] if best else None,
         "best": _metrics_only(best) if best else {},
         "final": _metrics_only(history[-1]) if history else {},
         "history": history,
+        "isotropy": monitor.summary(best["epoch"] if best else None) if monitor else {},
         "steps": trainer.global_step if trainer is not None else 0,
         "best_checkpoint": _best_checkpoint(trainer),
     }

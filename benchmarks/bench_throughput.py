@@ -1,0 +1,236 @@
+"""Train-step throughput on MiniLM / RTE at batch 16: norm=none vs batchnorm vs isobn, and ours vs
+a plain Hugging Face ``Trainer`` fine-tuning the same model on the same data.
+
+Timings on a shared machine are noisy, so every configuration runs in each of ``--rounds``
+interleaved rounds and the table reports medians and ratios from this one run.
+
+    GLUE_DIR=../shared/data/glue python benchmarks/bench_throughput.py --steps 40 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+from omegaconf import OmegaConf
+from transformers import (
+    AutoModelForSequenceClassification,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+
+from isotune.data import GLUEDataModule, load_split
+from isotune.encoders import load_tokenizer, resolve_model_path
+from isotune.module import GLUEClassifier
+from isotune.tasks import TaskSpec
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+NORMS = ("none", "batchnorm", "isobn")
+
+
+def conf(path: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONF / path), resolve=True)
+
+
+class StepClock:
+    """Seconds and examples of the optimizer steps after ``warmup`` (data loading excluded)."""
+
+    def __init__(self, warmup: int):
+        self.warmup = warmup
+        self.steps = 0
+        self.seconds = 0.0
+        self.examples = 0
+        self.tokens = 0
+        self._start = 0.0
+
+    def start(self) -> None:
+        self._start = time.perf_counter()
+
+    def stop(self, examples: int, padded_length: int) -> None:
+        if self.steps >= self.warmup:
+            self.seconds += time.perf_counter() - self._start
+            self.examples += examples
+            self.tokens += examples * padded_length
+        self.steps += 1
+
+    def result(self) -> dict[str, float]:
+        return {
+            "examples_per_s": self.examples / self.seconds,
+            "padded_length": self.tokens / self.examples,
+        }
+
+
+class LightningClock(L.Callback):
+    def __init__(self, clock: StepClock):
+        self.clock = clock
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.clock.start()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.clock.stop(*batch["input_ids"].shape)
+
+
+class HFClock(TrainerCallback):
+    """Times each HF step; the batch shape is read by the collator wrapper below."""
+
+    def __init__(self, clock: StepClock):
+        self.clock = clock
+        self.shape = (0, 0)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.clock.start()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.clock.stop(*self.shape)
+
+
+def run_ours(norm: str, args, glue_dir: str) -> dict[str, float]:
+    task = TaskSpec.from_config(conf("task/rte.yaml"))
+    model_cfg = conf("model/minilm.yaml")
+    datamodule = GLUEDataModule(
+        task,
+        load_tokenizer(model_cfg["name_or_path"]),
+        glue_dir=glue_dir,
+        max_length=args.max_length,
+        batch_size=args.batch_size,
+        seed=0,
+    )
+    optim = conf("train.yaml")["optim"]
+    model = GLUEClassifier(
+        task=conf("task/rte.yaml"), model=model_cfg, norm=conf(f"norm/{norm}.yaml"), optim=optim
+    )
+    clock = StepClock(args.warmup)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=args.warmup + args.steps,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        gradient_clip_val=1.0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[LightningClock(clock)],
+    )
+    trainer.fit(model, datamodule=datamodule)
+    return clock.result()
+
+
+def run_hf_trainer(args, glue_dir: str, pad_to_max_length: bool) -> dict[str, float]:
+    task = TaskSpec.from_config(conf("task/rte.yaml"))
+    path = resolve_model_path(conf("model/minilm.yaml")["name_or_path"])
+    tokenizer = load_tokenizer(path)
+    examples = load_split(task, "train", glue_dir)
+    padding = "max_length" if pad_to_max_length else False
+    encoded = tokenizer(
+        [ex["sentence1"] for ex in examples],
+        [ex["sentence2"] for ex in examples],
+        truncation=True,
+        max_length=args.max_length,
+        padding=padding,
+    )
+    dataset = [
+        {**{key: values[i] for key, values in encoded.items()}, "labels": ex["label"]}
+        for i, ex in enumerate(examples)
+    ]
+    clock = StepClock(args.warmup)
+    timer = HFClock(clock)
+    pad = DataCollatorWithPadding(tokenizer)
+
+    def collate(features):
+        batch = pad(features)
+        timer.shape = tuple(batch["input_ids"].shape)
+        return batch
+
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    with tempfile.TemporaryDirectory() as output_dir:
+        training_args = TrainingArguments(
+            output_dir=output_dir,
+            per_device_train_batch_size=args.batch_size,
+            max_steps=args.warmup + args.steps,
+            learning_rate=5e-5,
+            warmup_steps=round(0.06 * (args.warmup + args.steps)),
+            max_grad_norm=1.0,
+            dataloader_drop_last=True,
+            save_strategy="no",
+            logging_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            seed=0,
+            disable_tqdm=True,
+        )
+        Trainer(
+            model=model,
+            args=training_args,
+            train_dataset=dataset,
+            data_collator=collate,
+            callbacks=[timer],
+        ).train()
+    return clock.result()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per configuration")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-length", type=int, default=128)
+    args = parser.parse_args()
+    glue_dir = os.environ.get("GLUE_DIR")
+    if not glue_dir:
+        raise SystemExit("Set GLUE_DIR to the GLUE data (for example ../shared/data/glue).")
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    configs = {
+        f"ours, norm={norm}": (lambda norm=norm: run_ours(norm, args, glue_dir)) for norm in NORMS
+    }
+    configs["HF Trainer, dynamic padding"] = lambda: run_hf_trainer(args, glue_dir, False)
+    configs["HF Trainer, padded to max_length"] = lambda: run_hf_trainer(args, glue_dir, True)
+    measured: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
+    for round_ in range(args.rounds):
+        for name, run in configs.items():
+            measured[name].append(run())
+            print(
+                f"round {round_ + 1} {name}: {measured[name][-1]['examples_per_s']:.1f} ex/s",
+                flush=True,
+            )
+
+    speed = {
+        name: statistics.median(r["examples_per_s"] for r in runs)
+        for name, runs in measured.items()
+    }
+    none, trainer = speed["ours, norm=none"], speed["HF Trainer, dynamic padding"]
+    print(
+        f"\nMiniLM on RTE, batch {args.batch_size}, max length {args.max_length}, "
+        f"{args.steps} timed steps x {args.rounds} rounds, "
+        f"torch threads {torch.get_num_threads()}\n"
+    )
+    print("| configuration | examples/s | mean padded length | vs ours none | vs HF Trainer |")
+    print("|---|---|---|---|---|")
+    for name, runs in measured.items():
+        length = statistics.median(r["padded_length"] for r in runs)
+        print(
+            f"| {name} | {speed[name]:.1f} | {length:.1f} | {speed[name] / none:.3f} | "
+            f"{speed[name] / trainer:.3f} |"
+        )
+    isobn_cost = 100 * (1 - speed["ours, norm=isobn"] / none)
+    print(f"\nIsoBN cost over none: {isobn_cost:+.1f}% (target <= 3%)")
+    print(f"ours (none) / HF Trainer: {none / trainer:.2f}x (target >= 1)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,423 @@
+"""Isotropy measures of a point cloud of embeddings (N points x d dimensions).
+
+These are the measures of ``shared/docs/geometry.md``, used to test how fine-tuning changes the
+geometry of an encoder's embedding space: IsoBN's per-dimension statistics, the partition-function
+isotropy I(W), the average cosine, IsoScore and IsoScore*, the covariance spectrum, and local
+(per-cluster) isotropy. They need only torch, so they run inside a training callback or a
+notebook alike, on any device; results come back as Python floats or CPU tensors.
+
+Conventions:
+- Everything is computed in float64 from a detached copy of the input, except ``isoscore_star``,
+  which keeps the autograd graph so that it can serve as a regulariser.
+- Bad input (not 2-D, fewer than 2 points or 2 dimensions, NaN or inf) raises ValueError. A
+  measure that is undefined for valid input (IsoScore of a cloud without variance, the average
+  cosine of fewer than two non-zero vectors) is NaN, so that logging never crashes on it.
+- ``measure_all`` computes the covariance and its eigendecompositions once and shares them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "IsoBNStats",
+    "LocalIsotropy",
+    "PartitionIsotropy",
+    "Spectrum",
+    "average_cosine",
+    "isobn_stats",
+    "isoscore",
+    "isoscore_star",
+    "local_isotropy",
+    "measure_all",
+    "partition_isotropy",
+    "spectrum",
+]
+
+KMEANS_MAX_ITER = 100  # Lloyd iterations at most; they usually stop earlier, when no label changes
+_SELF_PRODUCT_BLOCKS = 4
+
+
+def _validated(X: Tensor) -> Tensor:
+    """``X`` as a floating tensor, after checking that it is a finite (points, dims) matrix."""
+    X = torch.as_tensor(X)
+    if not X.is_floating_point():
+        X = X.to(torch.float64)
+    shape = tuple(X.shape)
+    if X.ndim != 2:
+        raise ValueError(f"expected a 2-D (points, dims) tensor, got shape {shape}")
+    if shape[0] < 2 or shape[1] < 2:
+        raise ValueError(f"need at least 2 points and 2 dimensions, got shape {shape}")
+    if not torch.isfinite(X).all():
+        raise ValueError(f"the point cloud of shape {shape} contains NaN or inf values")
+    return X
+
+
+def _self_product(x: Tensor) -> Tensor:
+    """x^T x, computed block row by block row from the diagonal rightwards and mirrored: torch
+    exposes no BLAS syrk, and skipping the lower blocks saves 3/8 of the flops of a full matmul."""
+    dim = x.shape[1]
+    block = -(-dim // _SELF_PRODUCT_BLOCKS)
+    product = x.new_empty(dim, dim)
+    for start in range(0, dim, block):
+        stop = min(start + block, dim)
+        upper = x[:, start:stop].mT @ x[:, start:]
+        product[start:stop, start:] = upper
+        product[start:, start:stop] = upper.mT
+    return product
+
+
+class _Cloud:
+    """A validated point cloud, mean-centred in float64, with second moments computed once on
+    demand, so that the measures evaluated together by ``measure_all`` share them."""
+
+    def __init__(self, X: Tensor):
+        self.data = _validated(X).detach()
+        self.n, self.dim = self.data.shape
+        self.centred = self.data.to(torch.float64, copy=True)
+        self.mean = self.centred.mean(dim=0)
+        self.centred -= self.mean  # in place on our own copy: one pass fewer over N x d
+
+    @cached_property
+    def scatter(self) -> Tensor:
+        """Xc^T Xc of the mean-centred points: (N - 1) times the covariance."""
+        return _self_product(self.centred)
+
+    @cached_property
+    def variances(self) -> Tensor:
+        """Covariance eigenvalues (ddof 1), descending; rounding negatives are clipped to 0."""
+        return torch.linalg.eigvalsh(self.scatter / (self.n - 1)).flip(0).clamp(min=0)
+
+
+@dataclass(frozen=True)
+class IsoBNStats:
+    """Per-dimension spread and inter-dimension correlation, the statistics behind IsoBN."""
+
+    std: Tensor  # (d,) per-dimension standard deviation, for histograms
+    corr_abs: Tensor  # |Pearson rho_ij| for each pair i < j of non-constant dims, for histograms
+    std_mean: float
+    std_std: float
+    std_min: float
+    std_max: float
+    std_cv: float  # coefficient of variation std_std / std_mean
+    corr_abs_mean: float
+    n_constant_dims: int
+
+
+def isobn_stats(X: Tensor) -> IsoBNStats:
+    """Per-dimension standard deviations and mean |Pearson correlation| between dimensions.
+
+    Zhou, Lin & Ren, "IsoBN" (AAAI 2021) motivate IsoBN with these two statistics of [CLS]
+    vectors: a few dimensions have a much larger std, and dimensions are highly correlated.
+    std_i = sqrt(mean_n (x_ni - mean_i)^2) is the biased (ddof 0) std that IsoBN itself tracks;
+    rho_ij = cov_ij / (std_i std_j), and the mean of |rho_ij| over i != j equals that over i < j.
+    A constant dimension (exactly equal values) has std 0 and no defined correlation: it is
+    excluded from the correlations and counted in ``n_constant_dims``. With fewer than two
+    non-constant dimensions ``corr_abs_mean`` is NaN.
+    """
+    return _isobn_stats(_Cloud(X))
+
+
+def _isobn_stats(cloud: _Cloud) -> IsoBNStats:
+    constant = cloud.data.amax(dim=0) == cloud.data.amin(dim=0)
+    std = (cloud.scatter.diagonal() / cloud.n).sqrt().masked_fill(constant, 0.0)
+    varying = (~constant).nonzero().squeeze(1)
+    scatter = cloud.scatter[varying][:, varying]
+    scale = scatter.diagonal().sqrt()
+    corr = (scatter / torch.outer(scale, scale)).clamp(-1.0, 1.0)
+    rows, cols = torch.triu_indices(len(varying), len(varying), offset=1, device=corr.device)
+    corr_abs = corr[rows, cols].abs()
+    std_mean, std_std = std.mean(), std.std(correction=0)
+    return IsoBNStats(
+        std=std.cpu(),
+        corr_abs=corr_abs.cpu(),
+        std_mean=std_mean.item(),
+        std_std=std_std.item(),
+        std_min=std.min().item(),
+        std_max=std.max().item(),
+        std_cv=(std_std / std_mean).item(),
+        corr_abs_mean=corr_abs.mean().item() if len(corr_abs) else math.nan,
+        n_constant_dims=int(constant.sum()),
+    )
+
+
+@dataclass(frozen=True)
+class PartitionIsotropy:
+    """I(W) in (0, 1] (1 = isotropic) and its natural log, readable when I(W) is tiny."""
+
+    iw: float
+    log_iw: float
+
+
+def partition_isotropy(X: Tensor) -> PartitionIsotropy:
+    """Partition-function isotropy I(W) = min_u Z(u) / max_u Z(u), Z(u) = sum_i exp(u^T x_i).
+
+    Mu & Viswanath, "All-but-the-top" (ICLR 2018); the main measure of Rajaee & Pilehvar
+    (Findings of EMNLP 2021). As in the authors' code, u ranges over the eigenvectors of X^T X of
+    the points as given (not mean-centred), found by a symmetric eigensolver. An eigenvector's sign
+    is arbitrary and Z(u) != Z(-u), so both u and -u are evaluated: the value does not depend on
+    the solver's sign convention. log Z is a float64 log-sum-exp, so vectors of large norm cannot
+    overflow; log I = min log Z - max log Z.
+    """
+    return _partition_isotropy(_Cloud(X))
+
+
+def _partition_isotropy(cloud: _Cloud) -> PartitionIsotropy:
+    second_moment = cloud.scatter + cloud.n * torch.outer(cloud.mean, cloud.mean)  # X^T X
+    directions = torch.linalg.eigh(second_moment).eigenvectors
+    centred_projections = cloud.centred @ directions  # u^T x_i = u^T (x_i - mean) + u^T mean
+    shift = cloud.mean @ directions
+    log_z_plus = centred_projections.logsumexp(dim=0) + shift
+    log_z_minus = (-centred_projections).logsumexp(dim=0) - shift
+    log_z = torch.cat([log_z_plus, log_z_minus])
+    log_iw = (log_z.min() - log_z.max()).item()
+    return PartitionIsotropy(iw=math.exp(log_iw), log_iw=log_iw)
+
+
+def average_cosine(X: Tensor) -> float:
+    """Mean cosine similarity over all pairs of distinct points; near 0 is isotropic.
+
+    Ethayarajh (EMNLP 2019) estimates it from sampled pairs; the exact all-pairs mean follows from
+    the sum s of the unit vectors, because |s|^2 = sum_ij cos_ij includes the N self-pairs:
+    (|s|^2 - N) / (N (N - 1)), in O(N d). Zero vectors have no direction: they are excluded (N
+    counts the non-zero points), and with fewer than two non-zero points the result is NaN.
+    """
+    return _average_cosine(_Cloud(X))
+
+
+def _average_cosine(cloud: _Cloud) -> float:
+    norms = torch.linalg.vector_norm(cloud.data, dim=1, dtype=torch.float64)
+    nonzero = norms > 0
+    count = int(nonzero.sum())
+    if count < 2:
+        return math.nan
+    weights = nonzero / norms.where(nonzero, 1.0)
+    unit_sum = cloud.centred.mT @ weights + cloud.mean * weights.sum()  # x_i = centred_i + mean
+    return ((unit_sum @ unit_sum - count) / (count * (count - 1))).item()
+
+
+def _isoscore_from_variances(variances: Tensor) -> Tensor:
+    """IsoScore of the principal-component variance vector (Rudman et al. 2022, Algorithm 1)."""
+    d = variances.numel()
+    normalised = variances * math.sqrt(d) / torch.linalg.vector_norm(variances)
+    defect = torch.linalg.vector_norm(normalised - 1) / math.sqrt(2 * (d - math.sqrt(d)))
+    k = (d - defect**2 * (d - math.sqrt(d))) ** 2 / d
+    return (k - 1) / (d - 1)
+
+
+def isoscore(X: Tensor) -> float:
+    """IsoScore in [0, 1]: the fraction of dimensions the cloud uses uniformly (1 = isotropic).
+
+    Rudman, Gillman, Rayne & Eickhoff, "IsoScore" (Findings of ACL 2022): the variances v of the
+    mean-centred cloud along its principal components (covariance eigenvalues, ddof 1) are scaled
+    to length sqrt(d); the isotropy defect delta = |v - 1| / sqrt(2 (d - sqrt d)) gives
+    k = (d - delta^2 (d - sqrt d))^2 / d dimensions uniformly used, and
+    IsoScore = (k - 1) / (d - 1). Unlike the average cosine and I(W) it is invariant to
+    translation, rotation and scale. NaN for a cloud without variance.
+    """
+    return _isoscore_from_variances(_Cloud(X).variances).item()
+
+
+def isoscore_star(X: Tensor, C0: Tensor | None = None, zeta: float = 0.2) -> Tensor:
+    """Differentiable IsoScore* of a (mini-)batch: IsoScore of the shrunk covariance
+    (1 - zeta) C + zeta C0, with C the batch covariance (ddof 1).
+
+    Rudman & Eickhoff, "Stable Anisotropic Regularization" (ICLR 2024): shrinkage stabilises
+    IsoScore on mini-batches with fewer points than dimensions, and the I-STAR regulariser adds
+    lambda (1 - IsoScore*) to the loss. That paper takes C0 from a larger sample of the model's
+    representations, and its package suggests the identity when none is at hand. Our default C0
+    is the identity scaled to C's mean variance (the Ledoit-Wolf target), which keeps IsoScore*
+    scale-invariant like IsoScore; zeta = 0.2 is our default, not the paper's prescription.
+    zeta = 0 gives IsoScore. Returns a 0-d tensor in X's dtype (float64 for integers) that
+    carries gradients.
+    """
+    X = _validated(X)
+    if not 0.0 <= zeta <= 1.0:
+        raise ValueError(f"zeta must lie in [0, 1], got {zeta}")
+    n, d = X.shape
+    points = X.to(torch.float64)
+    centred = points - points.mean(dim=0)
+    covariance = centred.mT @ centred / (n - 1)
+    if C0 is None:
+        C0 = covariance.diagonal().mean() * torch.eye(d, dtype=torch.float64, device=X.device)
+    elif tuple(C0.shape) != (d, d):
+        raise ValueError(f"C0 must have shape ({d}, {d}) to match X, got {tuple(C0.shape)}")
+    shrunk = (1 - zeta) * covariance + zeta * C0.to(device=X.device, dtype=torch.float64)
+    score = _isoscore_from_variances(torch.linalg.eigvalsh(shrunk).clamp(min=0))
+    return score.to(X.dtype)
+
+
+@dataclass(frozen=True)
+class Spectrum:
+    """The covariance spectrum and three summaries of how many directions carry the variance."""
+
+    variances: Tensor  # (d,) covariance eigenvalues, descending
+    explained_variance_ratio: Tensor  # (d,) variances / total variance
+    effective_rank: float
+    participation_ratio: float
+    n_dominant: int
+    dominant_factor: float
+
+
+def spectrum(X: Tensor, factor: float = 10.0) -> Spectrum:
+    """Explained-variance ratios p of the mean-centred covariance (ddof 1) and their summaries.
+
+    Effective rank = exp(-sum p log p) (Roy & Vetterli 2007); participation ratio =
+    (sum lambda)^2 / sum lambda^2. Both equal d for an isotropic cloud and 1 for a rank-one cloud.
+    Rajaee & Pilehvar (2021) find that fine-tuning multiplies the elongated directions; we count
+    as dominant the components whose variance exceeds ``factor`` times the mean eigenvalue.
+    """
+    return _spectrum(_Cloud(X), factor)
+
+
+def _spectrum(cloud: _Cloud, factor: float) -> Spectrum:
+    variances = cloud.variances
+    ratio = variances / variances.sum()
+    entropy = -torch.special.xlogy(ratio, ratio).sum()
+    return Spectrum(
+        variances=variances.cpu(),
+        explained_variance_ratio=ratio.cpu(),
+        effective_rank=entropy.exp().item(),
+        participation_ratio=(variances.sum() ** 2 / (variances**2).sum()).item(),
+        n_dominant=int((variances > factor * variances.mean()).sum()),
+        dominant_factor=factor,
+    )
+
+
+def _cluster_means(points: Tensor, labels: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Mean of each of the k clusters (0 for an empty one) and the cluster sizes."""
+    sizes = torch.bincount(labels, minlength=k)
+    sums = points.new_zeros(k, points.shape[1]).index_add_(0, labels, points)
+    return sums / sizes.clamp(min=1).unsqueeze(1), sizes
+
+
+def _kmeans(points: Tensor, k: int, seed: int, max_iter: int) -> Tensor:
+    """Cluster labels from k-means++ seeding (a seeded torch.Generator) and Lloyd iterations that
+    stop when no label changes. An emptied cluster keeps its previous centre."""
+    generator = torch.Generator().manual_seed(seed)
+    squared_norms = points.square().sum(dim=1)
+
+    def squared_distances(centres: Tensor) -> Tensor:
+        cross = points @ centres.T
+        return (squared_norms[:, None] - 2 * cross + centres.square().sum(dim=1)).clamp(min=0)
+
+    centres = points[torch.randint(len(points), (1,), generator=generator)]
+    nearest = squared_distances(centres).squeeze(1)
+    for _ in range(1, k):
+        weights = nearest.cpu() if nearest.sum() > 0 else torch.ones(len(points))
+        chosen = points[torch.multinomial(weights, 1, generator=generator).to(points.device)]
+        centres = torch.cat([centres, chosen])
+        nearest = torch.minimum(nearest, squared_distances(chosen).squeeze(1))
+    labels = squared_distances(centres).argmin(dim=1)
+    for _ in range(max_iter):
+        means, sizes = _cluster_means(points, labels, k)
+        centres = torch.where(sizes.unsqueeze(1) > 0, means, centres)
+        new_labels = squared_distances(centres).argmin(dim=1)
+        if torch.equal(new_labels, labels):
+            break
+        labels = new_labels
+    return labels
+
+
+def _centre_clusters(cloud: _Cloud, k: int, seed: int, max_iter: int) -> tuple[Tensor, Tensor]:
+    """The points, each minus the mean of its k-means cluster, and the cluster labels. k-means
+    runs on the globally centred points: the same clusters, with smaller numbers."""
+    if not 1 <= k <= cloud.n:
+        raise ValueError(f"k must lie in [1, {cloud.n}] for {cloud.n} points, got {k}")
+    labels = _kmeans(cloud.centred, k, seed, max_iter)
+    means, _ = _cluster_means(cloud.centred, labels, k)
+    return cloud.centred - means[labels], labels
+
+
+@dataclass(frozen=True)
+class LocalIsotropy:
+    """k-means labels and sizes, ``measure_all`` of each centred cluster and of their union."""
+
+    labels: Tensor  # (N,) cluster of each point
+    cluster_sizes: Tensor  # (k,)
+    per_cluster: dict[int, dict[str, float]]  # clusters with fewer than 2 points are left out
+    pooled: dict[str, float]
+
+
+def local_isotropy(
+    X: Tensor,
+    k: int = 27,
+    seed: int = 0,
+    max_iter: int = KMEANS_MAX_ITER,
+    dominant_factor: float = 10.0,
+) -> LocalIsotropy:
+    """Isotropy within k-means clusters, each centred on its own mean.
+
+    Cai, Huang, Bian & Church, "Isotropy in the Contextual Embedding Space: Clusters and Manifolds"
+    (ICLR 2021): contextual embeddings form clusters, and a cloud that is anisotropic globally can
+    be nearly isotropic inside each centred cluster. Clusters come from a seeded, deterministic
+    torch k-means (k-means++ seeding, Lloyd iterations, see ``_kmeans``); the default k = 27 is
+    that of Rajaee & Pilehvar's cluster-based demo. Each cluster of at least 2 points is measured
+    separately, and ``pooled`` measures the union of the centred clusters. Measuring every
+    cluster costs k eigendecompositions of d x d matrices.
+    """
+    cloud = _Cloud(X)
+    centred, labels = _centre_clusters(cloud, k, seed, max_iter)
+    sizes = torch.bincount(labels, minlength=k)
+    per_cluster = {
+        cluster: measure_all(centred[labels == cluster], dominant_factor=dominant_factor)
+        for cluster in range(k)
+        if sizes[cluster] >= 2
+    }
+    return LocalIsotropy(
+        labels=labels.cpu(),
+        cluster_sizes=sizes.cpu(),
+        per_cluster=per_cluster,
+        pooled=measure_all(centred, dominant_factor=dominant_factor),
+    )
+
+
+def measure_all(
+    X: Tensor,
+    prefix: str = "",
+    *,
+    dominant_factor: float = 10.0,
+    local_k: int | None = None,
+    seed: int = 0,
+) -> dict[str, float]:
+    """All the scalar measures in one flat ``{prefix + name: value}`` dict, ready to log.
+
+    Names: std_mean, std_std, std_min, std_max, std_cv, corr_abs_mean, n_constant_dims (IsoBN
+    statistics); iw, log_iw (I(W)); avg_cosine; isoscore; effective_rank, participation_ratio,
+    n_dominant, top1_var_ratio, top10_var_ratio (share of variance of the top 1 and top 10
+    principal components). With ``local_k`` the same names, prefixed ``local_``, are added for the
+    union of the centred k-means clusters (see ``local_isotropy``). The covariance and its
+    eigendecompositions are computed once for all measures.
+    """
+    cloud = _Cloud(X)
+    stats = _isobn_stats(cloud)
+    partition = _partition_isotropy(cloud)
+    spec = _spectrum(cloud, dominant_factor)
+    measures = {
+        "std_mean": stats.std_mean,
+        "std_std": stats.std_std,
+        "std_min": stats.std_min,
+        "std_max": stats.std_max,
+        "std_cv": stats.std_cv,
+        "corr_abs_mean": stats.corr_abs_mean,
+        "n_constant_dims": float(stats.n_constant_dims),
+        "iw": partition.iw,
+        "log_iw": partition.log_iw,
+        "avg_cosine": _average_cosine(cloud),
+        "isoscore": _isoscore_from_variances(cloud.variances).item(),
+        "effective_rank": spec.effective_rank,
+        "participation_ratio": spec.participation_ratio,
+        "n_dominant": float(spec.n_dominant),
+        "top1_var_ratio": spec.explained_variance_ratio[0].item(),
+        "top10_var_ratio": spec.explained_variance_ratio[:10].sum().item(),
+    }
+    if local_k is not None:
+        centred, _ = _centre_clusters(cloud, local_k, seed, KMEANS_MAX_ITER)
+        pooled = measure_all(centred, "local_", dominant_factor=dominant_factor)
+        measures.update(pooled)
+    return {prefix + name: value for name, value in measures.items()}

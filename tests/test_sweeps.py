@@ -1,0 +1,125 @@
+"""Sweeps end to end: W&B offline runs, the IsoBN experiment and SLURM configs, and a real
+multirun of tiny models on the gpus launcher (CPU slots) followed by aggregation."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from isotune.training import train
+from isotune.wandb_logging import run_group
+from tests.conftest import ROOT, compose_train_config
+
+
+@pytest.fixture
+def no_wandb_credentials(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login either
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def test_wandb_runs_offline_one_run_per_job_grouped_over_seeds(
+    train_config, tmp_path, no_wandb_credentials
+):
+    groups = []
+    for seed in (1, 2):
+        cfg = train_config(
+            "logger=wandb", "norm=isobn", f"seed={seed}", output_dir=tmp_path / f"s{seed}"
+        )
+        groups.append(run_group("minilm", "rte", "isobn", list(cfg.hydra.overrides.task)))
+        train(cfg)
+    assert groups[0] == groups[1] and "seed" not in groups[0]
+    for seed in (1, 2):
+        runs = list((tmp_path / f"s{seed}" / "wandb").glob("offline-run-*/run-*.wandb"))
+        assert len(runs) == 1, "each job logs into its own run"
+        record = runs[0].read_bytes()  # protobuf records: strings are stored verbatim
+        for expected in (
+            groups[0].encode(),
+            f"{groups[0]}-seed{seed}".encode(),  # the run's name
+            b"iso/post_norm/iw",
+            b"iso/pre_norm/isoscore",
+            b"val/accuracy",
+            b"best/accuracy",
+        ):
+            assert expected in record, expected
+
+
+def test_run_group_leaves_out_the_seed_and_keeps_other_overrides():
+    overrides = ["task=rte", "seed=3", "optim.lr=1e-4", "hydra.sweep.dir=x", "norm=isobn"]
+    assert run_group("bert", "rte", "isobn", overrides) == "bert-rte-isobn-optim.lr=1e-4"
+    assert run_group("bert", "rte", "isobn", ["seed=1"]) == run_group("bert", "rte", "isobn", [])
+
+
+def test_isobn_glue_experiment_is_the_papers_protocol(tmp_path):
+    cfg = compose_train_config(["experiment=isobn_glue"], tmp_path)
+    assert cfg.hydra.mode.name == "MULTIRUN"
+    params = {key: value.split(",") for key, value in cfg.hydra.sweeper.params.items()}
+    assert params["task"] == ["cola", "sst2", "mrpc", "qqp", "mnli", "qnli", "rte"]
+    assert params["norm"] == ["none", "isobn"] and params["seed"] == ["1", "2", "3", "4", "5"]
+    assert len(list(itertools.product(*params.values()))) == 70
+    assert cfg.model.name_or_path == "bert-base-cased"
+    assert (cfg.trainer.max_epochs, cfg.data.max_length, cfg.data.batch_size) == (10, 256, 16)
+    assert (cfg.optim.lr, cfg.optim.adam_eps, cfg.optim.warmup_ratio) == (5e-5, 1e-6, 0.06)
+    assert cfg.callbacks.early_stopping is None
+
+
+def test_slurm_launcher_composes_with_one_gpu_per_job(tmp_path):
+    cfg = compose_train_config(["hydra/launcher=slurm", "trainer=gpu"], tmp_path)
+    launcher = cfg.hydra.launcher
+    assert (
+        launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    )
+    assert (launcher.gpus_per_node, launcher.tasks_per_node, cfg.trainer.devices) == (1, 1, 1)
+    assert launcher.array_parallelism > 1
+
+
+def test_gpus_launcher_composes(tmp_path):
+    cfg = compose_train_config(["hydra/launcher=gpus", "hydra.launcher.cpu_jobs=2"], tmp_path)
+    assert cfg.hydra.launcher.cpu_jobs == 2
+
+
+def test_real_multirun_then_aggregate(tmp_path, tiny_bert, glue_dir):
+    sweep = tmp_path / "sweep"
+    command = [
+        sys.executable, "train.py", "-m",
+        "hydra/launcher=gpus", "hydra.launcher.cpu_jobs=2",
+        "task=rte,mrpc", "seed=1,2", "norm=none,batchnorm,isobn",
+        f"model.name_or_path={tiny_bert}", "model.pooling=cls", f"paths.glue_dir={glue_dir}",
+        "trainer=cpu", "debug=limit", "trainer.max_epochs=1", "logger=none",
+        "callbacks.isotropy.figures=false",
+        "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
+        "data.batch_size=8", f"hydra.sweep.dir={sweep}",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads(path.read_text()) for path in sweep.glob("*/results.json")]
+    assert len(results) == 12 and all(r["status"] == "completed" for r in results)
+
+    table = subprocess.run(
+        [sys.executable, "-m", "isotune.aggregate", str(sweep)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    summary = pd.read_csv(sweep / "results_table.csv")
+    for (task, norm), group in itertools.groupby(
+        sorted(results, key=lambda r: (r["task"], r["norm"])), key=lambda r: (r["task"], r["norm"])
+    ):
+        scores = [100 * r["best"][r["primary_metric"]] for r in group]
+        row = summary[(summary.task == task) & (summary.norm == norm)].iloc[0]
+        assert row["median"] == pytest.approx(statistics.median(scores), abs=0.01)
+        assert row["std"] == pytest.approx(statistics.stdev(scores), abs=0.01)
+        assert row["n"] == 2
+    markdown = (sweep / "results_table.md").read_text()
+    assert "rte" in markdown and "mrpc" in markdown and "isobn" in markdown
+    isotropy = pd.read_csv(sweep / "isotropy_table.csv")
+    assert not isotropy.empty
+    assert "Failed or unfinished runs (0)" in table.stdout
