@@ -10,14 +10,11 @@ without the measurement, the measurement's time, and their ratio (target: at mos
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import tempfile
 import time
-import warnings
 
 import lightning as L
-from bench_throughput import conf
+from bench_throughput import conf, quiet_offline_glue_dir
 
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
@@ -42,11 +39,7 @@ def main() -> None:
     parser.add_argument("--probe-size", type=int, default=1000)
     parser.add_argument("--limit-train-batches", type=float, default=1.0)
     args = parser.parse_args()
-    glue_dir = os.environ.get("GLUE_DIR")
-    if not glue_dir:
-        raise SystemExit("Set GLUE_DIR to the GLUE data (for example ../shared/data/glue).")
-    logging.disable(logging.WARNING)
-    warnings.filterwarnings("ignore")
+    glue_dir = quiet_offline_glue_dir()
 
     task_cfg, model_cfg = conf("task/rte.yaml"), conf("model/minilm.yaml")
     datamodule = GLUEDataModule(

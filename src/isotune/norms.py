@@ -93,10 +93,10 @@ class IsoBN(nn.Module):
     def scale(self) -> Tensor:
         """The per-dimension factor ``c * a`` applied to the input (ones before any statistics)."""
         cov, std = self.statistics()
-        std_outer = std[:, None] * std[None, :]
         # A dimension with zero std (constant so far) has no defined correlation: count it as 0.
-        rho = torch.where(std_outer > 0, cov / std_outer, torch.zeros_like(cov)).clamp(-1.0, 1.0)
-        a = (rho.pow(2).mean(dim=1) * std + self.eps).pow(-self.beta)
+        inv_std = torch.where(std > 0, std.reciprocal(), torch.zeros_like(std))
+        rho = (cov * inv_std[:, None] * inv_std[None, :]).clamp_(-1.0, 1.0)
+        a = (rho.square_().mean(dim=1) * std + self.eps).pow(-self.beta)
         variances = cov.diagonal()
         c = torch.sqrt(variances.sum() / ((variances * a.pow(2)).sum() + self.eps))
         return torch.where(self.num_batches_tracked > 0, c * a, torch.ones_like(a))
