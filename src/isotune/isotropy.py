@@ -240,7 +240,7 @@ def isoscore_star(X: Tensor, C0: Tensor | None = None, zeta: float = 0.2) -> Ten
     if not 0.0 <= zeta <= 1.0:
         raise ValueError(f"zeta must lie in [0, 1], got {zeta}")
     n, d = X.shape
-    points = X.to(torch.float64)
+    points = X.to(torch.float64)  # not _Cloud, which detaches: gradients must reach X
     centred = points - points.mean(dim=0)
     covariance = centred.mT @ centred / (n - 1)
     if C0 is None:
