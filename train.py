@@ -5,33 +5,21 @@ python train.py model=roberta norm=isobn task=mrpc seed=3
 python train.py -m task=rte,mrpc norm=none,isobn seed=1,2,3
 """
 
-import logging
-import sys
-
 import hydra
 from dotenv import load_dotenv
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from isotune.errors import IsotuneError
+from isotune.cli import user_errors_reported
 from isotune.training import train
 
-log = logging.getLogger("train")
 load_dotenv()  # .env (see .env.example): GLUE_DIR, HF_HUB_OFFLINE, WANDB_*
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    try:
-        results = train(cfg)
-    except IsotuneError as error:
-        log.error("%s", error)  # a problem the user can fix: one message, no traceback
-        if HydraConfig.get().mode == RunMode.RUN:
-            sys.exit(1)
-        raise  # in a sweep: the job is marked failed, the other jobs go on
-    log.info("Output directory: %s", cfg.paths.output_dir)
-    return results["best"].get(cfg.task.primary_metric)
+    """Returns the best dev primary metric, for sweepers that optimise it."""
+    with user_errors_reported(cfg):
+        return train(cfg)["best"].get(cfg.task.primary_metric)
 
 
 if __name__ == "__main__":

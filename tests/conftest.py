@@ -163,11 +163,11 @@ def tiny_roberta(tmp_path_factory) -> Path:
     return folder
 
 
-def compose_train_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
-    """The composed ``conf/train.yaml`` as ``python train.py <overrides>`` would see it."""
+def compose_config(name: str, overrides: list[str], output_dir: Path | None = None) -> DictConfig:
+    """The composed ``conf/<name>.yaml`` as ``python <name>.py <overrides>`` would see it."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+        cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
     if output_dir is not None:
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)
@@ -179,26 +179,36 @@ def compose_train_config(overrides: list[str], output_dir: Path | None = None) -
     return cfg
 
 
+def compose_train_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
+    return compose_config("train", overrides, output_dir)
+
+
+def tiny_run_overrides(tiny_bert: Path, glue_dir: Path) -> list[str]:
+    """A fast tiny-BERT run on the fixtures: CPU, two epochs, no progress bar or figures."""
+    return [
+        f"model.name_or_path={tiny_bert}",
+        "model.pooling=cls",
+        f"paths.glue_dir={glue_dir}",
+        "trainer=cpu",
+        "trainer.max_epochs=2",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+        "data.batch_size=8",
+        "data.eval_batch_size=16",
+        "optim.lr=1e-3",
+        "callbacks.isotropy.figures=false",
+        "seed=1",
+    ]
+
+
 @pytest.fixture
 def train_config(tmp_path, tiny_bert, glue_dir):
     """Compose a fast tiny-BERT run writing into ``tmp_path``; extra overrides as arguments."""
 
     def make(*overrides: str, output_dir: Path | None = None) -> DictConfig:
-        base = [
-            f"model.name_or_path={tiny_bert}",
-            "model.pooling=cls",
-            f"paths.glue_dir={glue_dir}",
-            "trainer=cpu",
-            "trainer.max_epochs=2",
-            "trainer.num_sanity_val_steps=0",
-            "trainer.enable_progress_bar=false",
-            "trainer.enable_model_summary=false",
-            "data.batch_size=8",
-            "data.eval_batch_size=16",
-            "optim.lr=1e-3",
-            "callbacks.isotropy.figures=false",
-            "seed=1",
-        ]
-        return compose_train_config(base + list(overrides), output_dir or tmp_path)
+        return compose_train_config(
+            tiny_run_overrides(tiny_bert, glue_dir) + list(overrides), output_dir or tmp_path
+        )
 
     return make

@@ -13,28 +13,21 @@ from isotune.encoders import load_tokenizer
 from isotune.isotropy import measure_all
 from isotune.isotropy_callback import IsotropyMonitor
 from isotune.training import train
+from tests.conftest import compose_train_config, tiny_run_overrides
 
 
 @pytest.fixture(scope="module")
 def isobn_run(tmp_path_factory, tiny_bert, glue_dir):
     """One tiny-BERT IsoBN run with token-level layers and figures on."""
-    from tests.conftest import compose_train_config
-
     folder = tmp_path_factory.mktemp("iso-run")
     cfg = compose_train_config(
         [
-            f"model.name_or_path={tiny_bert}",
-            "model.pooling=cls",
-            f"paths.glue_dir={glue_dir}",
+            *tiny_run_overrides(tiny_bert, glue_dir),
             "norm=isobn",
-            "trainer=cpu",
-            "trainer.max_epochs=2",
-            "trainer.enable_progress_bar=false",
-            "data.batch_size=8",
+            "callbacks.isotropy.figures=true",
             "callbacks.isotropy.probe_size=20",
             "callbacks.isotropy.token_layers=[0,-1]",
             "callbacks.isotropy.local_k=2",
-            "seed=1",
         ],
         folder,
     )

@@ -33,6 +33,7 @@ __all__ = [
     "isobn_stats",
     "isoscore",
     "isoscore_star",
+    "kmeans",
     "local_isotropy",
     "measure_all",
     "partition_isotropy",
@@ -296,7 +297,7 @@ def _cluster_means(points: Tensor, labels: Tensor, k: int) -> tuple[Tensor, Tens
     return sums / sizes.clamp(min=1).unsqueeze(1), sizes
 
 
-def _kmeans(points: Tensor, k: int, seed: int, max_iter: int) -> Tensor:
+def kmeans(points: Tensor, k: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> Tensor:
     """Cluster labels from k-means++ seeding (a seeded torch.Generator) and Lloyd iterations that
     stop when no label changes. An emptied cluster keeps its previous centre."""
     generator = torch.Generator().manual_seed(seed)
@@ -329,7 +330,7 @@ def _centre_clusters(cloud: _Cloud, k: int, seed: int, max_iter: int) -> tuple[T
     runs on the globally centred points: the same clusters, with smaller numbers."""
     if not 1 <= k <= cloud.n:
         raise ValueError(f"k must lie in [1, {cloud.n}] for {cloud.n} points, got {k}")
-    labels = _kmeans(cloud.centred, k, seed, max_iter)
+    labels = kmeans(cloud.centred, k, seed, max_iter)
     means, _ = _cluster_means(cloud.centred, labels, k)
     return cloud.centred - means[labels], labels
 
@@ -356,7 +357,7 @@ def local_isotropy(
     Cai, Huang, Bian & Church, "Isotropy in the Contextual Embedding Space: Clusters and Manifolds"
     (ICLR 2021): contextual embeddings form clusters, and a cloud that is anisotropic globally can
     be nearly isotropic inside each centred cluster. Clusters come from a seeded, deterministic
-    torch k-means (k-means++ seeding, Lloyd iterations, see ``_kmeans``); the default k = 27 is
+    torch k-means (k-means++ seeding, Lloyd iterations, see ``kmeans``); the default k = 27 is
     that of Rajaee & Pilehvar's cluster-based demo. Each cluster of at least 2 points is measured
     separately, and ``pooled`` measures the union of the centred clusters. Measuring every
     cluster costs k eigendecompositions of d x d matrices.

@@ -1,0 +1,24 @@
+"""Compare a fine-tuned checkpoint's embedding space with its pre-trained encoder's (T1-T5).
+
+python analyze.py ckpt_path=logs/runs/<run>/checkpoints/best.ckpt
+python analyze.py ckpt_path=... data.dev_examples=null logger=wandb
+"""
+
+import hydra
+from dotenv import load_dotenv
+from omegaconf import DictConfig
+
+from isotune.analysis import analyze
+from isotune.cli import user_errors_reported
+
+load_dotenv()  # .env (see .env.example): GLUE_DIR, HF_HUB_OFFLINE, WANDB_*
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="analyze")
+def main(cfg: DictConfig) -> None:
+    with user_errors_reported(cfg):
+        analyze(cfg)
+
+
+if __name__ == "__main__":
+    main()

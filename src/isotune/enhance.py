@@ -1,0 +1,77 @@
+"""Isotropy enhancement: post-process an embedding space so that no direction dominates it.
+
+The four methods that Rajaee & Pilehvar (Findings of EMNLP 2021) apply to pre-trained and
+fine-tuned representations, to ask whether the dominant directions are noise (removing them is
+harmless) or task knowledge (removing them hurts):
+
+- ``zero_mean``: subtract the global mean;
+- ``cluster_zero_mean``: subtract each k-means cluster's own mean;
+- ``all_but_the_top`` (Mu & Viswanath, ICLR 2018): centre, then remove the projections on the top
+  D principal components;
+- ``cluster_based`` (Rajaee & Pilehvar, ACL 2021): per k-means cluster, centre and remove that
+  cluster's top principal components.
+
+Pure torch and unsupervised: each takes an (N, d) tensor and returns the transformed points with
+the same shape and dtype, computed in float64. The clustered methods take the labels from
+:func:`cluster_labels`, so one clustering can serve several methods.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from isotune.isotropy import kmeans
+
+__all__ = [
+    "all_but_the_top",
+    "cluster_based",
+    "cluster_labels",
+    "cluster_zero_mean",
+    "zero_mean",
+]
+
+
+def zero_mean(X: Tensor) -> Tensor:
+    """The points minus their mean."""
+    points = X.double()
+    return (points - points.mean(dim=0)).to(X.dtype)
+
+
+def all_but_the_top(X: Tensor, n_components: int) -> Tensor:
+    """Centre the points, then remove their projections on the top ``n_components`` principal
+    components (all of them when the cloud has fewer: the points become zero)."""
+    if n_components < 0:
+        raise ValueError(f"n_components must be >= 0, got {n_components}")
+    points = X.double()
+    centred = points - points.mean(dim=0)
+    top = torch.linalg.svd(centred, full_matrices=False).Vh[:n_components]  # (D, d), orthonormal
+    return (centred - (centred @ top.T) @ top).to(X.dtype)
+
+
+def cluster_labels(X: Tensor, n_clusters: int, seed: int = 0) -> Tensor:
+    """k-means cluster of each point: the seeded k-means of :mod:`isotune.isotropy` (k-means++
+    seeding, Lloyd iterations), so enhancement and local isotropy see the same clusters."""
+    if not 1 <= n_clusters <= len(X):
+        raise ValueError(f"n_clusters must lie in [1, {len(X)}] for {len(X)} points")
+    return kmeans(zero_mean(X.double()), n_clusters, seed)
+
+
+def cluster_zero_mean(X: Tensor, labels: Tensor) -> Tensor:
+    """Each point minus the mean of its cluster (``labels``: one cluster id per point)."""
+    return _per_cluster(X, labels, zero_mean)
+
+
+def cluster_based(X: Tensor, labels: Tensor, n_components: int) -> Tensor:
+    """All-but-the-top inside each cluster: centre it, remove its own top principal components."""
+    return _per_cluster(X, labels, lambda points: all_but_the_top(points, n_components))
+
+
+def _per_cluster(X: Tensor, labels: Tensor, transform) -> Tensor:
+    if labels.shape != (len(X),):
+        raise ValueError(f"need one label per point: {len(X)} points, labels {labels.shape}")
+    result = torch.empty_like(X)
+    for cluster in labels.unique():
+        members = labels == cluster
+        result[members] = transform(X[members])
+    return result

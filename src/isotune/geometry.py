@@ -1,0 +1,252 @@
+"""An encoder's embedding space layer by layer, and what its local structure encodes.
+
+Rajaee & Pilehvar (Findings of EMNLP 2021) compare the geometry of a pre-trained encoder with that
+of its fine-tuned self: isotropy per layer, for tokens and for sentences, and the local structure
+of the token space (do tokens cluster by type and by frequency?). This module provides the pieces:
+
+- :func:`sample_tokens`: a seeded sample of the non-special tokens of some examples, each labelled
+  with its type (punctuation, stop word, sub-word, other);
+- :func:`collect_layer_vectors`: in one no-grad pass of a :class:`~isotune.module.GLUEClassifier`,
+  the sampled tokens' vectors and the sentence vectors (the model's pooling) of every layer, plus
+  the sentence vector before and after the norm;
+- :func:`token_counts` and :func:`frequency_buckets`: token frequency on training text;
+- :func:`separability`: how well k-means clusters and a linear probe recover a labelling;
+- :func:`probe_predictions`: the same linear probe, trained on one set of vectors and applied to
+  another (e.g. a task probe on sentence vectors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.model_selection import StratifiedKFold, cross_val_score
+from threadpoolctl import threadpool_limits
+from torch import Tensor
+from transformers import PreTrainedTokenizerBase
+from transformers.modeling_outputs import BaseModelOutput
+
+from isotune.enhance import cluster_labels
+from isotune.module import GLUEClassifier
+
+TOKEN_TYPES = ("punctuation", "stop_word", "sub_word", "other")
+PROBE_MAX_ITER = 2000  # lbfgs iterations: raw (unscaled) embeddings converge more slowly
+
+
+def token_type(word: str, continues_word: bool) -> int:
+    """Index in TOKEN_TYPES of a token: ``sub_word`` if it continues a word (WordPiece ``##``
+    pieces, BPE pieces that do not start a word), else by its word: ``punctuation`` (no letter or
+    digit), ``stop_word`` (scikit-learn's English list, case-insensitive) or ``other``."""
+    if continues_word:
+        return TOKEN_TYPES.index("sub_word")
+    if not any(character.isalnum() for character in word):
+        return TOKEN_TYPES.index("punctuation")
+    if word.lower() in ENGLISH_STOP_WORDS:
+        return TOKEN_TYPES.index("stop_word")
+    return TOKEN_TYPES.index("other")
+
+
+@dataclass(frozen=True)
+class TokenSample:
+    """Token positions (sorted by example, then position) and what they hold."""
+
+    example: Tensor  # (n,) index of the example
+    position: Tensor  # (n,) position in the example's input_ids
+    token_id: Tensor  # (n,)
+    token_type: Tensor  # (n,) index into TOKEN_TYPES
+
+    def __len__(self) -> int:
+        return len(self.example)
+
+
+def sample_tokens(
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Sequence[Mapping],
+    text_fields: Sequence[str],
+    max_length: int,
+    max_tokens: int,
+    seed: int = 0,
+) -> TokenSample:
+    """A seeded sample of at most ``max_tokens`` non-special tokens of ``examples``.
+
+    The examples are tokenized exactly as :class:`~isotune.data.TokenizedDataset` does, so the
+    positions index its ``input_ids``; the fast tokenizer's word ids tell special tokens (no word)
+    and sub-words (not the first token of their word) apart, for any tokenizer family.
+    """
+    texts = [[example[name] for example in examples] for name in text_fields]
+    encoding = tokenizer(*texts, truncation=True, max_length=max_length)
+    rows = []
+    for index, token_ids in enumerate(encoding["input_ids"]):
+        previous = None
+        sequences = encoding.sequence_ids(index)
+        for position, word in enumerate(encoding.word_ids(index)):
+            if word is None:  # special token
+                previous = None
+                continue
+            sequence = sequences[position]
+            continues = previous == (sequence, word)
+            span = encoding.word_to_chars(index, word, sequence_index=sequence)
+            text = texts[sequence][index][span.start : span.end]
+            rows.append((index, position, token_ids[position], token_type(text, continues)))
+            previous = (sequence, word)
+    table = torch.tensor(rows, dtype=torch.long).reshape(-1, 4)
+    if len(table) > max_tokens:
+        generator = torch.Generator().manual_seed(seed)
+        table = table[torch.randperm(len(table), generator=generator)[:max_tokens].sort().values]
+    return TokenSample(*table.T.contiguous())
+
+
+@dataclass(frozen=True)
+class LayerVectors:
+    """One model's vectors of a set of examples (layer 0 = the embeddings)."""
+
+    tokens: list[Tensor]  # per layer: the sampled tokens' vectors (empty without a sample)
+    sentences: list[Tensor]  # per layer: the model's pooling of it (pooler: that layer's [CLS])
+    pooled: Tensor  # the model's sentence vector before the norm (pooler: the pooler output)
+    classifier_input: Tensor  # the pooled vector after the norm: what the head sees
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.sentences)
+
+
+def layer_sentence_vectors(
+    module: GLUEClassifier, hidden: Tensor, attention_mask: Tensor
+) -> Tensor:
+    """The model's pooling applied to one layer's hidden states. ``pooler`` pooling has no
+    per-layer equivalent (its dense layer was trained on the last layer only), so it gives each
+    layer's [CLS] state, the pooler's input."""
+    if module.pooling == "pooler":
+        return hidden[:, 0]
+    return module.pool(BaseModelOutput(last_hidden_state=hidden), attention_mask)
+
+
+@torch.no_grad()
+def collect_layer_vectors(
+    module: GLUEClassifier, batches: Iterable[Mapping[str, Tensor]], sample: TokenSample | None
+) -> LayerVectors:
+    """Every layer's token and sentence vectors for consecutive batches of examples.
+
+    ``batches`` must yield the examples in order (example 0 first), as ``sample`` indexes them.
+    The module runs in eval mode (no dropout, running norm statistics); vectors come back as
+    float32 on the CPU.
+    """
+    module.eval()
+    tokens: list[list[Tensor]] = []
+    sentences: list[list[Tensor]] = []
+    pooled, classifier_input = [], []
+    offset = 0
+    for batch in batches:
+        batch = {key: value.to(module.device) for key, value in batch.items()}
+        mask = batch["attention_mask"]
+        output = module.encode(batch, output_hidden_states=True)
+        size = len(mask)
+        if not sentences:
+            tokens = [[] for _ in output.hidden_states]
+            sentences = [[] for _ in output.hidden_states]
+        if sample is not None:
+            low, high = torch.searchsorted(sample.example, torch.tensor([offset, offset + size]))
+            rows = (sample.example[low:high] - offset).to(module.device)
+            columns = sample.position[low:high].to(module.device)
+        for layer, hidden in enumerate(output.hidden_states):
+            sentences[layer].append(layer_sentence_vectors(module, hidden, mask).float().cpu())
+            if sample is not None:
+                tokens[layer].append(hidden[rows, columns].float().cpu())
+        vector = module.pool(output, mask)
+        pooled.append(vector.float().cpu())
+        classifier_input.append(module.norm(vector).float().cpu())
+        offset += size
+    return LayerVectors(
+        tokens=[torch.cat(parts) for parts in tokens] if sample is not None else [],
+        sentences=[torch.cat(parts) for parts in sentences],
+        pooled=torch.cat(pooled),
+        classifier_input=torch.cat(classifier_input),
+    )
+
+
+def token_counts(token_ids: Iterable[Sequence[int]], vocab_size: int) -> Tensor:
+    """How often each token id occurs in some tokenized text (e.g. the training split)."""
+    flat = [torch.as_tensor(ids, dtype=torch.long) for ids in token_ids]
+    return torch.bincount(torch.cat(flat), minlength=vocab_size)
+
+
+def frequency_buckets(counts: Tensor, n_buckets: int) -> Tensor:
+    """Bucket of each token by its frequency ``counts``: 0 = rarest, at most ``n_buckets - 1``.
+
+    The edges are quantiles of ``counts`` itself, so the buckets hold about equally many of these
+    tokens (a chance level of 1 / n_buckets); a count equal to an edge goes below it, and equal
+    counts share a bucket, so ties can leave fewer buckets.
+    """
+    values = counts.double()
+    levels = torch.linspace(0, 1, n_buckets + 1, dtype=torch.float64)[1:-1]
+    edges = torch.quantile(values, levels).unique()
+    return torch.bucketize(values, edges)
+
+
+def _linear_probe(regression: bool, seed: int) -> BaseEstimator:
+    """Ridge regression for a score, else logistic regression. Features are used as they are (no
+    standardisation), so the probe sees the geometry that the measures describe."""
+    if regression:
+        return Ridge(alpha=1.0)
+    return LogisticRegression(max_iter=PROBE_MAX_ITER, random_state=seed)
+
+
+def probe_predictions(
+    train_X: Tensor, train_y: Tensor, test_X: Tensor, regression: bool, seed: int = 0
+) -> Tensor:
+    """Predictions on ``test_X`` of a linear probe fitted on (``train_X``, ``train_y``): class ids,
+    or scores when ``regression``."""
+    probe = _linear_probe(regression, seed)
+    with threadpool_limits(1, user_api="blas"):  # small problems: extra BLAS threads only spin
+        probe.fit(train_X.double().numpy(), train_y.numpy())
+        predicted = probe.predict(test_X.double().numpy())
+    return torch.as_tensor(predicted, dtype=torch.float32 if regression else torch.long)
+
+
+def cluster_purity(X: Tensor, labels: Tensor, n_clusters: int, seed: int = 0) -> float:
+    """Share of points whose label is the most common one of their k-means cluster."""
+    clusters = cluster_labels(X, min(n_clusters, len(X)), seed)
+    n_labels = int(labels.max()) + 1
+    table = torch.zeros(int(clusters.max()) + 1, n_labels, dtype=torch.long)
+    table.index_put_((clusters.cpu(), labels.cpu()), torch.ones_like(labels.cpu()), accumulate=True)
+    return table.amax(dim=1).sum().item() / len(labels)
+
+
+def probe_accuracy(X: Tensor, labels: Tensor, folds: int = 3, seed: int = 0) -> float:
+    """Cross-validated accuracy of a logistic-regression probe predicting ``labels`` from ``X``.
+
+    Labels with fewer than ``folds`` points cannot be stratified and are left out; NaN when fewer
+    than two labels remain.
+    """
+    values, sizes = labels.unique(return_counts=True)
+    frequent = values[sizes >= folds]
+    if len(frequent) < 2:
+        return float("nan")
+    kept = torch.isin(labels, frequent)
+    splits = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    with threadpool_limits(1, user_api="blas"):
+        scores = cross_val_score(
+            _linear_probe(regression=False, seed=seed),
+            X[kept].double().numpy(),
+            labels[kept].numpy(),
+            cv=splits,
+        )
+    return float(np.mean(scores))
+
+
+def separability(
+    X: Tensor, labels: Tensor, n_clusters: int, folds: int = 3, seed: int = 0
+) -> dict[str, float]:
+    """How strongly ``labels`` structure the space ``X``: k-means cluster purity, cross-validated
+    probe accuracy, and the share of the most common label (the chance level of both)."""
+    return {
+        "purity": cluster_purity(X, labels, n_clusters, seed),
+        "probe_accuracy": probe_accuracy(X, labels, folds, seed),
+        "majority": labels.bincount().max().item() / len(labels),
+        "n_classes": float(len(labels.unique())),
+    }
