@@ -104,15 +104,13 @@ def _texts() -> list[str]:
     return [sentence(rng, POSITIVE + NEGATIVE) for _ in range(200)]
 
 
-@pytest.fixture(scope="session")
-def tiny_bert(tmp_path_factory) -> Path:
-    """A randomly initialised 2-layer BERT (hidden 32) and a WordPiece tokenizer, saved to disk."""
+def make_wordpiece_tokenizer(tokens: list[str]):
+    """A lower-casing BERT WordPiece tokenizer whose vocabulary is BERT's specials + ``tokens``."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertTokenizerFast
 
-    folder = tmp_path_factory.mktemp("tiny-bert")
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = {token: i for i, token in enumerate([*specials, *WORDS, "."])}
+    vocab = {token: i for i, token in enumerate([*specials, *tokens])}
     wordpiece = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
     wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -121,9 +119,19 @@ def tiny_bert(tmp_path_factory) -> Path:
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
     )
-    BertTokenizerFast(tokenizer_object=wordpiece).save_pretrained(folder)
+    return BertTokenizerFast(tokenizer_object=wordpiece)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer BERT (hidden 32) and a WordPiece tokenizer, saved to disk."""
+    from transformers import BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = make_wordpiece_tokenizer([*WORDS, "."])
+    tokenizer.save_pretrained(folder)
     config = BertConfig(
-        vocab_size=len(vocab),
+        vocab_size=len(tokenizer),
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=2,

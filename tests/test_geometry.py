@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 from omegaconf import OmegaConf
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 from transformers import BertTokenizerFast, DataCollatorWithPadding
 
 from isotune.data import TokenizedDataset
@@ -26,7 +25,7 @@ from isotune.geometry import (
 )
 from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
-from tests.conftest import CONF_DIR
+from tests.conftest import CONF_DIR, make_wordpiece_tokenizer
 
 PUNCTUATION, STOP_WORD, SUB_WORD, OTHER = range(len(TOKEN_TYPES))
 EXAMPLES = [
@@ -42,18 +41,8 @@ def rte() -> TaskSpec:
 
 def wordpiece_tokenizer() -> BertTokenizerFast:
     """WordPiece with a ``##s`` piece, so plurals are split into a word and a sub-word."""
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     words = ["the", "a", "cat", "dog", "##s", "sat", "ran", "home", "mat", "it", "was", "very"]
-    vocab = {token: i for i, token in enumerate([*specials, *words, "good", "day", ".", ",", "!"])}
-    wordpiece = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
-    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    wordpiece.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
-    )
-    return BertTokenizerFast(tokenizer_object=wordpiece)
+    return make_wordpiece_tokenizer([*words, "good", "day", ".", ",", "!"])
 
 
 def typed_tokens(tokenizer, examples=EXAMPLES, max_tokens=1000) -> list[tuple[str, str]]:
