@@ -167,3 +167,22 @@ def test_packaged_minilm_on_real_rte(tmp_path):
     )
     assert 0.0 <= results["best"]["accuracy"] <= 1.0
     assert f"Output directory: {tmp_path}/run" in result.stdout + result.stderr
+
+
+def test_validate_alone_reports_scores_without_adding_an_epoch(train_config, tmp_path):
+    import lightning as L
+
+    from isotune.data import GLUEDataModule
+    from isotune.encoders import load_tokenizer
+
+    cfg = train_config("trainer.max_epochs=1")
+    train(cfg)
+    model = GLUEClassifier.load_from_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    assert len(model.history) == 1
+    datamodule = GLUEDataModule(
+        model.task, load_tokenizer(cfg.model.name_or_path), glue_dir=cfg.paths.glue_dir
+    )
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    scores = trainer.validate(model, datamodule=datamodule, verbose=False)
+    assert scores[0]["val/accuracy"] == pytest.approx(model.history[0]["accuracy"])
+    assert len(model.history) == 1

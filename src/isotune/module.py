@@ -171,7 +171,8 @@ class GLUEClassifier(L.LightningModule):
             self.val_losses[split].reset()
             prefix = self.task.log_prefix(split)
             self.log_dict({f"{prefix}/{name}": value for name, value in scores.items()})
-            if split == self.task.primary_split and not self.trainer.sanity_checking:
+            fitting = self.trainer.state.fn == "fit" and not self.trainer.sanity_checking
+            if split == self.task.primary_split and fitting:  # not for trainer.validate()
                 self._record_epoch(scores)
 
     def _record_epoch(self, scores: dict[str, float]) -> None:
