@@ -111,3 +111,11 @@ def test_unknown_option_names_the_value_and_the_choices(tmp_path):
 
     with pytest.raises(MissingConfigException, match=r"task/qnl"):
         compose_train_config(["task=qnl"], tmp_path)
+
+
+def test_wandb_job_type_is_train_or_analyze(tmp_path):
+    from tests.conftest import compose_config
+
+    assert compose_train_config(["logger=wandb"], tmp_path).logger.wandb.job_type == "train"
+    analyze = compose_config("analyze", ["logger=wandb", "ckpt_path=x.ckpt"], tmp_path)
+    assert analyze.logger.wandb.job_type == "analyze"

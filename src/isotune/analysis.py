@@ -33,8 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
-from hydra.utils import instantiate
-from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import Tensor
 from torch.utils.data import DataLoader
@@ -65,6 +64,7 @@ from isotune.isotropy import measure_all, spectrum
 from isotune.metrics import build_metrics, compute_scores, predictions
 from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
+from isotune.training import instantiate_all
 
 log = logging.getLogger(__name__)
 
@@ -746,7 +746,7 @@ def log_to_loggers(
 ) -> None:
     """Log per-layer measures (step = layer), the enhancement results and, to W&B, the tables,
     figures, report and verdicts; then close the loggers."""
-    loggers = instantiate_loggers(cfg)
+    loggers = instantiate_all(cfg.get("logger"))
     if not loggers:
         return
     layers, local = tables["isotropy_by_layer"], tables["local_structure"]
@@ -784,15 +784,3 @@ def log_to_loggers(
             run.finish()
         else:
             logger.finalize("success")
-
-
-def instantiate_loggers(cfg: DictConfig) -> list[Logger]:
-    """The loggers of the ``logger`` group; a logger with a job type gets ``analyze``."""
-    loggers = []
-    for entry in (cfg.get("logger") or {}).values():
-        if entry is None:
-            continue
-        if "job_type" in entry:
-            entry.job_type = "analyze"
-        loggers.append(instantiate(entry))
-    return loggers

@@ -61,8 +61,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         )
         trainer: L.Trainer = instantiate(
             cfg.trainer,
-            callbacks=_instantiate_all(cfg.get("callbacks")),
-            logger=_instantiate_all(cfg.get("logger")) or False,
+            callbacks=instantiate_all(cfg.get("callbacks")),
+            logger=instantiate_all(cfg.get("logger")) or False,
         )
         for logger in trainer.loggers:
             logger.log_hyperparams(_plain(cfg))
@@ -126,7 +126,7 @@ def write_test_predictions(
     return path
 
 
-def _instantiate_all(group: DictConfig | None) -> list:
+def instantiate_all(group: DictConfig | None) -> list:
     """Instantiate every non-null entry of a ``{name: {_target_: ...}}`` config group."""
     if not group:
         return []
