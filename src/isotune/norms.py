@@ -2,16 +2,22 @@
 
 IsoBN (Zhou, Lin & Ren, AAAI 2021) rescales each dimension of the sentence vector so that dimensions
 with a large standard deviation, or strongly correlated with many others, stop dominating the
-classifier's input. This module follows the authors' released code exactly (see
-``shared/docs/isobn.md``); each of its quirks is a switch whose default reproduces it.
+classifier's input. This module follows the authors' released code (``INK-USC/IsoBN`` on GitHub):
+each of its quirks is a switch whose default reproduces it, and the cases where it returned NaN or
+zeros have the edge rules listed in :class:`IsoBN`.
 """
 
 from __future__ import annotations
+
+import logging
+import math
 
 import torch
 from torch import Tensor, nn
 
 __all__ = ["NORMS", "IsoBN", "build_norm"]
+
+log = logging.getLogger(__name__)
 
 
 class IsoBN(nn.Module):
@@ -27,11 +33,23 @@ class IsoBN(nn.Module):
 
     so the total variance of the running covariance is preserved. No centring, no affine.
 
-    The statistics are float32 buffers (saved in checkpoints, unlike the released code) and are
-    computed outside autocast, so mixed precision does not degrade them. A batch of one example
-    carries no variance and leaves the statistics untouched; before any statistics exist the
-    layer is the identity (the released code returned NaN there).
+    The statistics are float32 buffers (saved in checkpoints, unlike the released code), computed
+    outside autocast and kept float32 when the module is cast (``.half()``, ``bf16-true``), so
+    reduced precision does not degrade them; the output has the input's dtype. Edge rules (the
+    released code returned NaN or zeros in each case):
+
+    - a dimension with no recorded variance (zero running std, e.g. constant so far) passes
+      through unchanged (factor 1) and is left out of the means and sums above (over ``j`` and in
+      ``c``); so before any statistics, or after constant batches only, the layer is the identity;
+    - a batch of one example carries no variance and leaves the statistics untouched;
+    - a batch with a NaN or inf leaves the statistics untouched and is counted in
+      ``num_batches_skipped``; a warning names the count when the layer leaves training mode
+      (checked there, not per step, to avoid a host-device sync on every step);
+    - ``eps`` must be positive and ``beta`` non-negative (ValueError); non-floating input is a
+      TypeError, since scaling integers would silently truncate.
     """
+
+    STATISTICS = ("run_cov", "run_std")
 
     def __init__(
         self,
@@ -46,14 +64,23 @@ class IsoBN(nn.Module):
             raise ValueError(f"IsoBN needs num_features >= 1, got {num_features}.")
         if not 0.0 < momentum <= 1.0:
             raise ValueError(f"IsoBN momentum must be in (0, 1], got {momentum}.")
+        if not 0.0 < eps < math.inf:
+            raise ValueError(f"IsoBN eps must be a positive finite number, got {eps}.")
+        if not 0.0 <= beta < math.inf:
+            raise ValueError(f"IsoBN beta must be a non-negative finite number, got {beta}.")
         self.num_features = num_features
         self.momentum = momentum
         self.eps = eps
         self.beta = beta
         self.bias_correction = bias_correction
-        self.register_buffer("run_cov", torch.zeros(num_features, num_features))
-        self.register_buffer("run_std", torch.zeros(num_features))
+        # Explicit dtypes: Lightning's bf16-true init context changes the default dtype.
+        self.register_buffer(
+            "run_cov", torch.zeros(num_features, num_features, dtype=torch.float32)
+        )
+        self.register_buffer("run_std", torch.zeros(num_features, dtype=torch.float32))
         self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+        self.register_buffer("num_batches_skipped", torch.tensor(0, dtype=torch.long))
+        self._reported_skips = 0
 
     def extra_repr(self) -> str:
         return (
@@ -61,11 +88,44 @@ class IsoBN(nn.Module):
             f"bias_correction={self.bias_correction}"
         )
 
+    def _apply(self, fn, recurse=True):
+        """Follow device moves, but keep the statistics' float32 values under dtype casts."""
+        originals = {name: self._buffers[name] for name in self.STATISTICS}
+        super()._apply(fn, recurse)
+        for name, original in originals.items():
+            moved = self._buffers[name]
+            if moved.dtype != torch.float32:
+                self._buffers[name] = original.to(moved.device)
+        return self
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Checkpoints written before the skip counter existed skipped nothing.
+        state_dict.setdefault(f"{prefix}num_batches_skipped", torch.tensor(0, dtype=torch.long))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def train(self, mode: bool = True):
+        """Leaving training mode reports newly skipped batches: one sync per phase, not per step."""
+        if self.training and not mode:
+            self._report_skipped_batches()
+        return super().train(mode)
+
+    def _report_skipped_batches(self) -> None:
+        skipped = int(self.num_batches_skipped)
+        if skipped > self._reported_skips:
+            log.warning(
+                "IsoBN has skipped %d training batch(es) with NaN or inf values so far; its "
+                "running statistics ignore them.",
+                skipped,
+            )
+        self._reported_skips = skipped
+
     def forward(self, h: Tensor) -> Tensor:
         if h.dim() != 2 or h.shape[1] != self.num_features:
             raise ValueError(
                 f"IsoBN expects a batch of shape (n, {self.num_features}), got {tuple(h.shape)}."
             )
+        if not h.is_floating_point():
+            raise TypeError(f"IsoBN expects floating-point input, got {h.dtype}; use h.float().")
         with torch.no_grad(), torch.autocast(device_type=h.device.type, enabled=False):
             if self.training and h.shape[0] > 1:
                 self._update_statistics(h.detach().float())
@@ -73,12 +133,16 @@ class IsoBN(nn.Module):
         return h * scale.to(h.dtype)
 
     def _update_statistics(self, z: Tensor) -> None:
+        finite = torch.isfinite(z).all()
         centred = z - z.mean(dim=0)
         batch_std = centred.pow(2).mean(dim=0).sqrt()
         batch_cov = centred.T @ centred / z.shape[0]
-        self.run_cov.lerp_(batch_cov, self.momentum)
-        self.run_std.lerp_(batch_std, self.momentum)
-        self.num_batches_tracked += 1
+        # A non-finite batch is replaced by the current statistics, making the update a no-op;
+        # torch.where, not an `if` on the flag: no host-device sync on every training step.
+        self.run_cov.lerp_(torch.where(finite, batch_cov, self.run_cov), self.momentum)
+        self.run_std.lerp_(torch.where(finite, batch_std, self.run_std), self.momentum)
+        self.num_batches_tracked += finite
+        self.num_batches_skipped += ~finite
 
     def statistics(self) -> tuple[Tensor, Tensor]:
         """Running (covariance, std), divided by ``1 - (1 - m)^t`` when bias correction is on."""
@@ -93,13 +157,17 @@ class IsoBN(nn.Module):
     def scale(self) -> Tensor:
         """The per-dimension factor ``c * a`` applied to the input (ones before any statistics)."""
         cov, std = self.statistics()
-        # A dimension with zero std (constant so far) has no defined correlation: count it as 0.
-        inv_std = torch.where(std > 0, std.reciprocal(), torch.zeros_like(std))
-        rho = (cov * inv_std[:, None] * inv_std[None, :]).clamp_(-1.0, 1.0)
-        a = (rho.square_().mean(dim=1) * std + self.eps).pow(-self.beta)
         variances = cov.diagonal()
-        c = torch.sqrt(variances.sum() / ((variances * a.pow(2)).sum() + self.eps))
-        return torch.where(self.num_batches_tracked > 0, c * a, torch.ones_like(a))
+        # Without recorded variance a dimension has no defined correlation and no share of the
+        # total variance: it is left out of every sum and mean below, and gets the factor 1.
+        varying = (std > 0) & (variances > 0)
+        inv_std = torch.where(varying, std.reciprocal(), torch.zeros_like(std))
+        rho = (cov * inv_std[:, None] * inv_std[None, :]).clamp_(-1.0, 1.0)
+        mean_rho2 = rho.square_().sum(dim=1) / varying.sum().clamp_min(1)
+        a = (mean_rho2 * std + self.eps).pow(-self.beta)
+        kept = torch.where(varying, variances, torch.zeros_like(variances))
+        c = torch.sqrt(kept.sum() / ((kept * a.pow(2)).sum() + self.eps))
+        return torch.where(varying, c * a, torch.ones_like(a))
 
 
 NORMS: dict[str, type[nn.Module]] = {
