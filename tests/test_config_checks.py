@@ -1,0 +1,119 @@
+"""Bad config values stop a run with one message naming each key, value and valid range."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from isotune.config_checks import check_train_config
+from isotune.errors import IsotuneError
+from isotune.training import train
+from tests.conftest import CONF_DIR, compose_train_config
+from tests.test_train import run_cli
+
+NOT_A_MODEL = "/no/such/model-folder"  # loading it would fail: a failure must come before that
+
+
+def problems(*overrides: str) -> list[str]:
+    """The problem lines reported for ``python train.py <overrides>``."""
+    with pytest.raises(IsotuneError) as raised:
+        check_train_config(compose_train_config(list(overrides)))
+    header, *lines = str(raised.value).splitlines()
+    assert header.startswith("Invalid config values; set each on the command line (key=value)")
+    return lines
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["norm=isobn"],
+        ["norm=batchnorm"],
+        ["experiment=isobn_glue"],
+        *([f"debug={path.stem}"] for path in sorted((CONF_DIR / "debug").glob("*.yaml"))),
+        # the edges of each range are valid
+        ["seed=0", "data.num_workers=0", "optim.weight_decay=0", "optim.warmup_ratio=1"],
+        ["optim.betas=[0,0.5]", "trainer.max_epochs=-1"],
+        ["norm=isobn", "norm.momentum=1", "norm.beta=0", "trainer.max_epochs=null"],
+    ],
+)
+def test_shipped_configs_and_range_edges_pass(overrides):
+    check_train_config(compose_train_config(overrides))
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("seed=abc", "seed='abc': must be an integer"),
+        ("seed=1.5", "seed=1.5: must be an integer"),
+        ("seed=true", "seed=True: must be an integer"),
+        ("data.batch_size=abc", "data.batch_size='abc': must be an integer >= 1"),
+        ("data.batch_size=0", "data.batch_size=0: must be an integer >= 1"),
+        ("data.eval_batch_size=-8", "data.eval_batch_size=-8: must be an integer >= 1"),
+        ("data.max_length=0", "data.max_length=0: must be an integer >= 1"),
+        ("data.num_workers=-1", "data.num_workers=-1: must be an integer >= 0"),
+        ("data.drop_last=yes_please", "data.drop_last='yes_please': must be true or false"),
+        ("optim.lr=-1", "optim.lr=-1: must be a finite number > 0"),
+        ("optim.lr=inf", "optim.lr=inf: must be a finite number > 0"),
+        ("optim.weight_decay=-0.01", "optim.weight_decay=-0.01: must be a finite number >= 0"),
+        ("optim.adam_eps=0", "optim.adam_eps=0: must be a finite number > 0"),
+        ("optim.betas=[0.9,1.0]", "optim.betas=[0.9, 1.0]: must be two numbers in [0, 1)"),
+        ("optim.betas=[0.9]", "optim.betas=[0.9]: must be two numbers in [0, 1)"),
+        ("optim.warmup_ratio=1.5", "optim.warmup_ratio=1.5: must be a number in [0, 1]"),
+        ("trainer.max_epochs=0", "trainer.max_epochs=0: must be an integer >= 1, or -1 or null"),
+    ],
+)
+def test_each_bad_value_is_named_with_its_valid_range(override, line):
+    (reported,) = problems(override)
+    assert reported.strip().startswith(line)
+
+
+@pytest.mark.parametrize(
+    ("norm", "override", "line"),
+    [
+        ("isobn", "norm.momentum=0", "norm.momentum=0: must be a number in (0, 1]"),
+        ("batchnorm", "norm.momentum=1.5", "norm.momentum=1.5: must be a number in (0, 1]"),
+        ("isobn", "norm.eps=-1e-3", "norm.eps=-0.001: must be a finite number > 0"),
+        ("isobn", "norm.beta=-0.5", "norm.beta=-0.5: must be a finite number >= 0"),
+        ("isobn", "norm.bias_correction=2", "norm.bias_correction=2: must be true or false"),
+    ],
+)
+def test_norm_options_are_checked_where_the_norm_has_them(norm, override, line):
+    assert [reported.strip() for reported in problems(f"norm={norm}", override)] == [line]
+
+
+def test_every_problem_is_reported_at_once_one_line_each():
+    reported = problems("seed=abc", "data.batch_size=0", "optim.lr=-1")
+    assert reported == [
+        "  seed='abc': must be an integer",
+        "  data.batch_size=0: must be an integer >= 1",
+        "  optim.lr=-1: must be a finite number > 0",
+    ]
+
+
+def test_a_bad_value_fails_the_run_before_the_model_loads(train_config, tmp_path):
+    with pytest.raises(IsotuneError, match=r"data.batch_size='abc': must be an integer >= 1"):
+        train(train_config("data.batch_size=abc", f"model.name_or_path={NOT_A_MODEL}"))
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["status"] == "failed"
+    assert results["error"].startswith("IsotuneError: Invalid config values")
+    assert "data.batch_size='abc': must be an integer >= 1" in results["error"]
+    assert results["steps"] == 0 and results["history"] == []
+
+
+def test_cli_reports_bad_values_without_a_traceback(tmp_path, glue_dir):
+    result = run_cli(
+        "seed=abc",
+        "optim.lr=-1",
+        f"model.name_or_path={NOT_A_MODEL}",
+        f"paths.glue_dir={glue_dir}",
+        f"hydra.run.dir={tmp_path}/run",
+    )
+    assert result.returncode == 1
+    output = result.stdout + result.stderr
+    assert "seed='abc': must be an integer" in output
+    assert "optim.lr=-1: must be a finite number > 0" in output
+    assert "Traceback" not in output and "does not exist" not in output  # no model loaded
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["status"] == "failed" and "optim.lr=-1" in results["error"]
