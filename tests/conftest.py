@@ -180,7 +180,6 @@ def compose_config(name: str, overrides: list[str], output_dir: Path | None = No
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)
             cfg.paths.log_dir = str(output_dir)
-            cfg.paths.root_dir = str(ROOT)
             cfg.hydra.runtime.output_dir = str(output_dir)
             cfg.hydra.job.num = 0
     HydraConfig().set_config(cfg)

@@ -7,6 +7,7 @@ import json
 import statistics
 import sys
 import types
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +31,8 @@ SCORES = {
     ("isobn", "mrpc", 3): None,  # killed: results.json still says running
 }
 PRETRAINED_IW = 0.01
+LAST_UPDATE = "2026-11-30T09:00:00+00:00"  # of the killed job's results.json
+CHECKED_AT = datetime(2026, 11, 30, 11, 35, tzinfo=UTC)  # 2h35m later
 
 
 def write_run(job_dir: Path, overrides: list[str], result: dict) -> None:
@@ -59,13 +62,9 @@ def completed(model, norm, task, seed, score, finished_at="2026-11-30T09:00:00")
     }
 
 
-@pytest.fixture
-def sweep_dir(tmp_path) -> Path:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "train.py").write_text("")
-    sweep = tmp_path / "sweep"
-    sweep.mkdir()
+def write_sweep_config(sweep: Path, project: Path) -> None:
+    """The multirun.yaml of ``-m task=rte,mrpc norm=none,isobn`` with seed=1,2,3 in params."""
+    sweep.mkdir(parents=True)
     multirun = {
         "hydra": {
             "sweeper": {
@@ -78,15 +77,29 @@ def sweep_dir(tmp_path) -> Path:
         }
     }
     (sweep / "multirun.yaml").write_text(yaml.safe_dump(multirun))
-    for job_num, ((norm, task, seed), score) in enumerate(SCORES.items()):
+
+
+def job_number(seed: int, task: str, norm: str) -> int:
+    """Hydra's numbering: the cartesian product of seed (params first), task, norm, in order."""
+    return (seed - 1) * 4 + ("rte", "mrpc").index(task) * 2 + ("none", "isobn").index(norm)
+
+
+@pytest.fixture
+def sweep_dir(tmp_path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("")
+    sweep = tmp_path / "sweep"
+    write_sweep_config(sweep, project)
+    for (norm, task, seed), score in SCORES.items():
         overrides = [f"seed={seed}", f"task={task}", f"norm={norm}"]
         if score is not None:
             result = completed("minilm", norm, task, seed, score)
         elif task == "rte":
             result = {"status": "failed", "error": "NonFiniteLossError: loss became nan at step 12"}
         else:
-            result = {"status": "running", "error": None}
-        write_run(sweep / str(job_num), overrides, result)
+            result = {"status": "running", "error": None, "updated_at": LAST_UPDATE}
+        write_run(sweep / str(job_number(seed, task, norm)), overrides, result)
     # A run outside the sweep's jobs, of another model with one task only: no average for it.
     write_run(sweep / "extra", ["model=bert"], completed("bert", "none", "rte", 1, 0.6))
     return sweep
@@ -139,25 +152,75 @@ def test_results_table_has_median_std_n_and_delta(sweep_dir, capsys):
 
 
 def test_failed_and_missing_runs_are_listed(sweep_dir):
-    result = aggregate.aggregate(sweep_dir)
-    assert {run.job_dir.name: run.result["status"] for run in result.failed} == {
-        "7": "failed",
-        "10": "running",
+    result = aggregate.aggregate(sweep_dir, now=CHECKED_AT)
+    assert {run.job_dir.name: run.status for run in result.unfinished} == {
+        "9": "failed",
+        "11": "running",
     }
-    assert [job.overrides for job in result.missing] == [("seed=2", "task=mrpc", "norm=none")]
+    assert [(job.number, job.overrides) for job in result.missing] == [
+        (job_number(2, "mrpc", "none"), ("seed=2", "task=mrpc", "norm=none"))
+    ]
     report = result.report()
-    assert f"- {sweep_dir / '7'}: NonFiniteLossError: loss became nan at step 12" in report
-    assert f"- {sweep_dir / '10'}: never finished" in report
-    assert f"- {sweep_dir}: seed=2 task=mrpc norm=none" in report
+    assert f"- {sweep_dir / '9'}: failed: NonFiniteLossError: loss became nan at step 12" in report
+    assert f"- {sweep_dir / '11'}: running, last update 2h35m ago ({LAST_UPDATE}): " in report
+    assert f"- {sweep_dir} #6: seed=2 task=mrpc norm=none" in report
+
+
+@pytest.mark.parametrize("content", ["null", "[1, 2]", "{not json"])
+def test_an_unreadable_results_json_is_listed_as_failed_and_rerun(sweep_dir, content, capsys):
+    (sweep_dir / "0" / "results.json").write_text(content)
+    assert aggregate.main([str(sweep_dir)]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if "/0: " in line]
+    assert len(listed) == 1
+    assert listed[0].startswith(f"- {sweep_dir / '0'}: failed: unreadable results.json: ")
+    if content != "{not json":
+        assert listed[0].endswith(f"not a JSON object but {content}")
+    reruns, _ = rerun.plan_reruns(sweep_dir)
+    assert f"hydra.run.dir={sweep_dir / '0'}" in [command.argv[-1] for command in reruns]
 
 
 def test_a_failed_run_replaced_by_a_completed_one_is_not_listed(sweep_dir):
     overrides = ["seed=3", "task=rte", "norm=isobn"]
     write_run(sweep_dir / "rerun-0", overrides, completed("minilm", "isobn", "rte", 3, 0.7))
     result = aggregate.aggregate(sweep_dir)
-    assert [run.job_dir.name for run in result.failed] == ["10"]
+    assert [run.job_dir.name for run in result.unfinished] == ["11"]
     rte = result.summary.set_index(["model", "norm", "task"]).loc[("minilm", "isobn", "rte")]
     assert rte["n"] == 3
+
+
+def test_only_a_completed_run_of_the_same_job_hides_a_failed_one(tmp_path, sweep_dir):
+    # An older sweep with the same overrides, where job 7's twin completed: another job.
+    older = tmp_path / "older-sweep"
+    write_sweep_config(older, tmp_path / "project")
+    twin = ["seed=3", "task=rte", "norm=isobn"]
+    write_run(older / "9", twin, completed("minilm", "isobn", "rte", 3, 0.7))
+    # Two single runs (no sweep) with the same overrides: two jobs.
+    write_run(tmp_path / "runs" / "a", ["task=rte"], completed("minilm", "none", "rte", 42, 0.6))
+    write_run(tmp_path / "runs" / "b", ["task=rte"], {"status": "failed", "error": "E: x"})
+    result = aggregate.aggregate(tmp_path)
+    assert [str(run.job_dir.relative_to(tmp_path)) for run in result.unfinished] == [
+        "runs/b",
+        "sweep/11",
+        "sweep/9",
+    ]
+    assert {(job.sweep.dir.name, job.number) for job in result.missing} >= {
+        ("sweep", 6),
+        ("older-sweep", 0),
+    }
+    assert ("older-sweep", 9) not in {(job.sweep.dir.name, job.number) for job in result.missing}
+
+
+def test_an_interrupted_run_is_listed_and_rerun_in_place(sweep_dir, capsys):
+    overrides = ["seed=3", "task=rte", "norm=isobn"]
+    (sweep_dir / "9" / "results.json").write_text(
+        json.dumps({"status": "interrupted", "error": None, "overrides": overrides})
+    )
+    result = aggregate.aggregate(sweep_dir)
+    assert f"- {sweep_dir / '9'}: interrupted (Ctrl-C) before it finished" in result.report()
+    assert rerun.main([str(sweep_dir), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    (command,) = rerun_commands(sweep_dir, [(overrides, sweep_dir / "9")])
+    assert f"# interrupted (Ctrl-C) before it finished\n{command}\n" in out
 
 
 def test_duplicate_runs_keep_the_latest(sweep_dir):
@@ -219,23 +282,54 @@ def test_tables_go_to_wandb_when_online(sweep_dir, monkeypatch):
     assert logged == {}
 
 
+def rerun_commands(sweep_dir: Path, jobs: list[tuple[list[str], Path]]) -> list[str]:
+    script = sweep_dir.parent / "project" / "train.py"
+    return [
+        f"cd {script.parent} && {sys.executable} {script} {' '.join(o)} hydra.run.dir={d}"
+        for o, d in jobs
+    ]
+
+
 def test_rerun_dry_run_prints_only_failed_and_missing_jobs(sweep_dir, capsys):
     (sweep_dir / "rerun-4").mkdir()  # an earlier rerun: the next one takes rerun-5
     assert rerun.main([str(sweep_dir), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    script = sweep_dir.parent / "project" / "train.py"
-    expected = [
-        (["seed=3", "task=mrpc", "norm=isobn"], sweep_dir / "10"),  # paths in sorted order
-        (["seed=3", "task=rte", "norm=isobn"], sweep_dir / "7"),
-        (["seed=2", "task=mrpc", "norm=none"], sweep_dir / "rerun-5"),
-    ]
     commands = [line for line in out.splitlines() if line.startswith("cd ")]
-    assert commands == [
-        f"cd {script.parent} && {sys.executable} {script} {' '.join(o)} hydra.run.dir={d}"
-        for o, d in expected
-    ]
+    assert commands == rerun_commands(
+        sweep_dir,
+        [
+            (["seed=3", "task=rte", "norm=isobn"], sweep_dir / "9"),
+            (["seed=2", "task=mrpc", "norm=none"], sweep_dir / "rerun-5"),
+        ],
+    )
     assert "# failed: NonFiniteLossError: loss became nan at step 12" in out
+    assert f"# left alone (--include-running reruns it): {sweep_dir / '11'}: running" in out
     assert not (sweep_dir / "rerun-5").exists()  # dry run: nothing ran
+
+    assert rerun.main([str(sweep_dir), "--dry-run", "--include-running"]) == 0
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cd ")]
+    assert (
+        commands[0]
+        == rerun_commands(sweep_dir, [(["seed=3", "task=mrpc", "norm=isobn"], sweep_dir / "11")])[0]
+    )  # paths in sorted order: 11 before 9
+    assert len(commands) == 3
+
+
+def test_a_failed_rerun_of_a_missing_job_counts_as_that_job_and_reruns_in_place(sweep_dir):
+    overrides = ["seed=2", "task=mrpc", "norm=none"]  # the missing job, #6
+    write_run(sweep_dir / "rerun-0", overrides, {"status": "failed", "error": "E: again"})
+    result = aggregate.aggregate(sweep_dir)
+    assert result.missing == []
+    assert aggregate.job_id(result.unfinished[-1], result.sweeps) == (sweep_dir, 6)
+    reruns, left_alone = rerun.plan_reruns(sweep_dir)
+    assert [command.shell() for command in reruns] == rerun_commands(
+        sweep_dir,
+        [
+            (["seed=3", "task=rte", "norm=isobn"], sweep_dir / "9"),
+            (overrides, sweep_dir / "rerun-0"),
+        ],
+    )
+    assert [run.job_dir.name for run in left_alone] == ["11"]
 
 
 def test_rerun_runs_the_commands_and_then_nothing_is_left(sweep_dir, capsys):
@@ -251,12 +345,26 @@ def test_rerun_runs_the_commands_and_then_nothing_is_left(sweep_dir, capsys):
         "    best={'accuracy': 0.5}, overrides=overrides)\n"
         "(run_dir / 'results.json').write_text(json.dumps(result))\n"
     )
-    assert rerun.main([str(sweep_dir), "--script", str(fake_train)]) == 0
+    assert rerun.main([str(sweep_dir), "--script", str(fake_train), "--include-running"]) == 0
     assert "Reran 3 jobs, 0 failed again." in capsys.readouterr().out
     result = aggregate.aggregate(sweep_dir)
-    assert result.failed == [] and result.missing == []
+    assert result.unfinished == [] and result.missing == []
     assert rerun.main([str(sweep_dir)]) == 0
     assert "Nothing to rerun" in capsys.readouterr().out
+
+
+def test_rerun_finds_the_script_next_to_its_config_when_the_sweep_ran_elsewhere(
+    tmp_path, sweep_dir
+):
+    config = yaml.safe_load((sweep_dir / "multirun.yaml").read_text())
+    config["hydra"]["runtime"]["cwd"] = str(tmp_path)  # python project/train.py -m ... from here
+    config["hydra"]["runtime"]["config_sources"] = [
+        {"path": "hydra.conf", "schema": "pkg", "provider": "hydra"},
+        {"path": str(tmp_path / "project" / "conf"), "schema": "file", "provider": "main"},
+    ]
+    (sweep_dir / "multirun.yaml").write_text(yaml.safe_dump(config))
+    script = rerun.training_script(aggregate.Sweep.load(sweep_dir))
+    assert script == tmp_path / "project" / "train.py"
 
 
 def test_rerun_refuses_while_the_sweep_still_runs(sweep_dir, capsys):

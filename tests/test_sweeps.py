@@ -1,18 +1,22 @@
-"""Sweeps end to end: W&B offline runs, the IsoBN experiment and SLURM configs, and a real
-multirun of tiny models on the gpus launcher (CPU slots) followed by aggregation."""
+"""Sweeps end to end: W&B offline runs, the IsoBN experiment and SLURM configs, and real
+multiruns of tiny models, started as a user types them (basic launcher, and the gpus launcher on
+CPU slots followed by aggregation)."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from isotune.aggregate import find_sweeps, job_id, load_runs
 from isotune.training import train
 from isotune.wandb_logging import run_group
 from tests.conftest import ROOT, compose_train_config
@@ -86,27 +90,62 @@ def test_gpus_launcher_composes(tmp_path):
     assert cfg.hydra.launcher.cpu_jobs == 2
 
 
-def test_real_multirun_then_aggregate(tmp_path, tiny_bert, glue_dir):
-    sweep = tmp_path / "sweep"
-    command = [
-        sys.executable, "train.py", "-m",
-        "hydra/launcher=gpus", "hydra.launcher.cpu_jobs=2",
-        "task=rte,mrpc", "seed=1,2", "norm=none,batchnorm,isobn",
+OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def tiny_sweep_overrides(tiny_bert, glue_dir) -> list[str]:
+    """What every job of a tiny test sweep shares: tiny BERT, fixtures, one short epoch."""
+    return [
         f"model.name_or_path={tiny_bert}", "model.pooling=cls", f"paths.glue_dir={glue_dir}",
         "trainer=cpu", "debug=limit", "trainer.max_epochs=1", "logger=none",
         "callbacks.isotropy.figures=false",
         "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
-        "data.batch_size=8", f"hydra.sweep.dir={sweep}",
+        "data.batch_size=8",
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def multirun(working_dir: Path, overrides: list[str]) -> Path:
+    """``python train.py -m <overrides>`` run from ``working_dir`` as a user types it (no
+    hydra.sweep.dir); the one sweep folder it made."""
+    command = [sys.executable, str(ROOT / "train.py"), "-m", *overrides]
+    done = subprocess.run(
+        command, cwd=working_dir, env=OFFLINE, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
+    (sweep,) = (working_dir / "logs" / "multirun").iterdir()
+    return sweep
+
+
+def test_multirun_lands_under_logs_multirun_of_the_working_directory(tmp_path, tiny_bert, glue_dir):
+    sweep = multirun(tmp_path, ["seed=1,2", *tiny_sweep_overrides(tiny_bert, glue_dir)])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-\d{6}", sweep.name)
+    assert sorted(path.name for path in sweep.iterdir()) == ["0", "1", "multirun.yaml"]
+    for job_number, seed in ((0, 1), (1, 2)):
+        results = json.loads((sweep / str(job_number) / "results.json").read_text())
+        assert (results["status"], results["seed"]) == ("completed", seed)
+        assert results["output_dir"] == str(sweep / str(job_number))
+    # isotune.aggregate numbers a sweep's jobs as Hydra does.
+    runs, sweeps = load_runs(sweep), find_sweeps(sweep)
+    assert [job_id(run, sweeps) for run in runs] == [(sweep, 0), (sweep, 1)]
+
+
+def test_real_multirun_then_aggregate(tmp_path, tiny_bert, glue_dir):
+    sweep = multirun(
+        tmp_path,
+        [
+            "hydra/launcher=gpus", "hydra.launcher.cpu_jobs=2",
+            "task=rte,mrpc", "seed=1,2", "norm=none,batchnorm,isobn",
+            *tiny_sweep_overrides(tiny_bert, glue_dir),
+        ],
+    )  # fmt: skip
     results = [json.loads(path.read_text()) for path in sweep.glob("*/results.json")]
     assert len(results) == 12 and all(r["status"] == "completed" for r in results)
+    runs, sweeps = load_runs(sweep), find_sweeps(sweep)
+    assert all(job_id(run, sweeps) == (sweep, int(run.job_dir.name)) for run in runs)
 
     table = subprocess.run(
         [sys.executable, "-m", "isotune.aggregate", str(sweep)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, env=OFFLINE, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert table.returncode == 0, table.stderr
     summary = pd.read_csv(sweep / "results_table.csv")

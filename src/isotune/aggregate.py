@@ -3,9 +3,11 @@
 Every run writes a ``results.json``; this module reads all of them below a directory and reports,
 per model x norm x GLUE task, the median and std over seeds of the best-epoch dev primary metric
 (as the IsoBN paper does: small GLUE tasks are seed-sensitive), the change against ``norm=none``,
-and the isotropy of the embeddings before and after fine-tuning. A multirun cannot be resumed, so
-for a Hydra sweep directory (one holding ``multirun.yaml``) it also lists the jobs that never left
-a ``results.json``; :mod:`isotune.rerun` reruns those and the failed ones.
+and the isotropy of the embeddings before and after fine-tuning. It lists the runs that did not
+complete (failed, interrupted, or still ``running``: alive, or killed if its last update is old)
+and, for a Hydra sweep directory (one holding ``multirun.yaml``), the jobs that never left a
+``results.json``; :mod:`isotune.rerun` reruns those. A job is its sweep and job number (a run
+outside a sweep: its folder), so a completed run stands in only for a failed run of the same job.
 
 The table functions need only pandas; Hydra is imported only to expand a sweep's overrides.
 
@@ -19,6 +21,7 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -62,14 +65,23 @@ class Run:
         return self.path.parent
 
     @property
-    def completed(self) -> bool:
-        return self.result.get("status") == "completed"
+    def status(self) -> str | None:
+        return self.result.get("status")
 
     @property
-    def error(self) -> str:
-        if self.result.get("status") == "running":
-            return "never finished: still running, or killed before it could record its end"
-        return str(self.result.get("error"))
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+    def describe(self, now: datetime) -> str:
+        """How an unfinished run stands; a ``running`` one with the age of its last update."""
+        if self.status == "running":
+            return (
+                f"running, last update {_age(self.result.get('updated_at'), now)}: still running, "
+                "or killed (a live job rewrites results.json at every epoch end)"
+            )
+        if self.status == "interrupted":
+            return "interrupted (Ctrl-C) before it finished"
+        return f"{self.status}: {self.result.get('error')}"
 
     @cached_property
     def overrides(self) -> tuple[str, ...]:
@@ -118,9 +130,17 @@ class Sweep:
         """Only the basic sweeper's jobs are a cartesian product known in advance."""
         return self.sweeper.endswith(".BasicSweeper")
 
+    def job_number(self, overrides: Sequence[str]) -> int | None:
+        """The number of the job with these overrides (in any order), None if none has them."""
+        if not self.enumerable:
+            return None
+        wanted = set(overrides)
+        return next((n for n, job in enumerate(self.expected_jobs) if set(job) == wanted), None)
+
+    @cached_property
     def expected_jobs(self) -> list[tuple[str, ...]]:
-        """The overrides of every job, expanded from the sweep's overrides as Hydra's basic
-        sweeper does (its ``params`` first, then the command line)."""
+        """The overrides of every job in job-number order, expanded from the sweep's overrides
+        as Hydra's basic sweeper does (its ``params`` first, then the command line)."""
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
         from hydra.errors import HydraException
@@ -144,6 +164,7 @@ class MissingJob:
     """A job a sweep expected that left no results.json (its process died, or never started)."""
 
     sweep: Sweep
+    number: int
     overrides: tuple[str, ...]
 
 
@@ -155,25 +176,34 @@ def find_sweeps(directory: Path) -> list[Sweep]:
     return [Sweep.load(path.parent) for path in sorted(Path(directory).rglob(SWEEP_FILE))]
 
 
-def failed_runs(runs: Sequence[Run]) -> list[Run]:
-    """Runs that did not complete (failed, or never finished), unless a completed run with the
-    same overrides has since replaced them."""
-    done = {run.overrides for run in runs if run.completed and run.overrides}
-    return [r for r in runs if not r.completed and (not r.overrides or r.overrides not in done)]
+def job_id(run: Run, sweeps: Sequence[Sweep]) -> tuple[Path, int] | tuple[Path]:
+    """Which job a run is: (sweep directory, job number) when the innermost sweep around it has
+    a job with its overrides, whatever the folder (a ``rerun-<n>`` of a missing job counts as that
+    job); else (its own folder,)."""
+    sweeps_around = [sweep for sweep in sweeps if run.path.is_relative_to(sweep.dir)]
+    sweep = max(sweeps_around, key=lambda sweep: len(sweep.dir.parts), default=None)
+    number = sweep.job_number(run.overrides) if sweep is not None else None
+    return (run.job_dir,) if number is None else (sweep.dir, number)
 
 
-def missing_jobs(sweeps: Iterable[Sweep], runs: Sequence[Run]) -> list[MissingJob]:
+def unfinished_runs(runs: Sequence[Run], sweeps: Sequence[Sweep]) -> list[Run]:
+    """Runs that did not complete (failed, interrupted, or still marked running), unless a
+    completed run of the same job has since replaced them."""
+    done = {job_id(run, sweeps) for run in runs if run.completed}
+    return [run for run in runs if not run.completed and job_id(run, sweeps) not in done]
+
+
+def missing_jobs(sweeps: Sequence[Sweep], runs: Sequence[Run]) -> list[MissingJob]:
     """Jobs of enumerable sweeps with no results.json at all; a job that left one, completed or
-    not, is accounted for by the tables or by :func:`failed_runs`."""
-    missing = []
-    for sweep in sweeps:
-        if not sweep.enumerable:
-            continue
-        recorded = [set(run.overrides) for run in runs if run.path.is_relative_to(sweep.dir)]
-        for job in sweep.expected_jobs():
-            if not any(set(job) <= overrides for overrides in recorded):
-                missing.append(MissingJob(sweep, job))
-    return missing
+    not, is accounted for by the tables or by :func:`unfinished_runs`."""
+    recorded = {job_id(run, sweeps) for run in runs}
+    return [
+        MissingJob(sweep, number, job)
+        for sweep in sweeps
+        if sweep.enumerable
+        for number, job in enumerate(sweep.expected_jobs)
+        if (sweep.dir, number) not in recorded
+    ]
 
 
 def latest_completed_runs(runs: Sequence[Run]) -> tuple[list[Run], list[list[Run]]]:
@@ -344,23 +374,31 @@ def isotropy_markdown(summary: pd.DataFrame) -> str:
 
 
 def status_markdown(
-    failed: Sequence[Run],
+    unfinished: Sequence[Run],
     missing: Sequence[MissingJob],
     sweeps: Sequence[Sweep],
     duplicates: Sequence[Sequence[Run]],
+    now: datetime,
 ) -> str:
-    """Failed and missing jobs (rerun them with ``python -m isotune.rerun <sweep_dir>``)."""
-    lines = [f"## Failed or unfinished runs ({len(failed)})", ""]
-    lines += [f"- {run.job_dir}: {run.error}" for run in failed] or ["None."]
+    """Unfinished and missing jobs (rerun them with ``python -m isotune.rerun <sweep_dir>``)."""
+    lines = [f"## Failed or unfinished runs ({len(unfinished)})", ""]
+    lines += [f"- {run.job_dir}: {run.describe(now)}" for run in unfinished] or ["None."]
     lines += ["", f"## Missing runs ({len(missing)})", ""]
-    lines += [f"- {job.sweep.dir}: {' '.join(job.overrides)}" for job in missing] or ["None."]
+    missing_lines = [
+        f"- {job.sweep.dir} #{job.number}: {' '.join(job.overrides)}" for job in missing
+    ]
+    lines += missing_lines or ["None."]
     lines += [
         f"- {sweep.dir}: unknown, its sweeper {sweep.sweeper} has no fixed list of jobs"
         for sweep in sweeps
         if not sweep.enumerable
     ]
-    if (failed or missing) and sweeps:
-        lines += ["", "Rerun them (add --dry-run to see the commands first):"]
+    if (unfinished or missing) and sweeps:
+        lines += [
+            "",
+            "Rerun them (--dry-run shows the commands first; runs still marked running, which "
+            "may be alive, only with --include-running):",
+        ]
         lines += [f"    python -m isotune.rerun {sweep.dir}" for sweep in sweeps]
     if duplicates:
         lines += ["", "## Duplicate runs (the table keeps the latest of each)", ""]
@@ -374,6 +412,18 @@ def status_markdown(
             for group in duplicates
         ]
     return "\n".join(lines) + "\n"
+
+
+def _age(timestamp: str | None, now: datetime) -> str:
+    """``3h05m ago (<timestamp>)``; a timestamp without UTC offset is this machine's time."""
+    try:
+        then = datetime.fromisoformat(str(timestamp))
+    except ValueError:
+        return f"unknown (updated_at {timestamp!r})"
+    if then.tzinfo is None:
+        then = then.astimezone()
+    minutes = max(0, int((now - then).total_seconds()) // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m ago ({timestamp})"
 
 
 def _read_yaml(path: Path) -> Any:
@@ -393,20 +443,24 @@ class Aggregate:
 
     summary: pd.DataFrame
     isotropy: pd.DataFrame
-    failed: list[Run]
+    unfinished: list[Run]
     missing: list[MissingJob]
     sweeps: list[Sweep]
     duplicates: list[list[Run]]
+    checked_at: datetime  # the age of running runs is counted to this time
 
     def report(self) -> str:
-        """The results tables and the failed/missing/duplicate runs, as Markdown."""
+        """The results tables and the unfinished/missing/duplicate runs, as Markdown."""
         tables = results_markdown(self.summary) if len(self.summary) else "No completed runs.\n"
-        status = status_markdown(self.failed, self.missing, self.sweeps, self.duplicates)
+        status = status_markdown(
+            self.unfinished, self.missing, self.sweeps, self.duplicates, self.checked_at
+        )
         return f"{tables}\n{status}"
 
 
-def aggregate(directory: Path) -> Aggregate:
-    """Read every run below ``directory`` (and its sweeps' multirun.yaml) into tables."""
+def aggregate(directory: Path, now: datetime | None = None) -> Aggregate:
+    """Read every run below ``directory`` (and its sweeps' multirun.yaml) into tables; ``now``
+    (default: the current time, with its UTC offset) dates the age of running runs."""
     directory = Path(directory)
     if not directory.is_dir():
         raise IsotuneError(f"{directory} is not a directory; pass a run or sweep output directory.")
@@ -422,10 +476,11 @@ def aggregate(directory: Path) -> Aggregate:
     return Aggregate(
         summary=pd.DataFrame(columns=SUMMARY_COLUMNS) if scores.empty else summarize_scores(scores),
         isotropy=summarize_isotropy(isotropy),
-        failed=failed_runs(runs),
+        unfinished=unfinished_runs(runs, sweeps),
         missing=missing_jobs(sweeps, runs),
         sweeps=sweeps,
         duplicates=duplicates,
+        checked_at=now or datetime.now().astimezone(),
     )
 
 

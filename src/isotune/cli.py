@@ -1,11 +1,14 @@
-"""What the Hydra entry points (train.py, analyze.py) share: user errors without a traceback."""
+"""What the Hydra entry points (train.py, analyze.py) share: user errors without a traceback, and
+after Ctrl-C the run folder and the command that resumes (or restarts) the run."""
 
 from __future__ import annotations
 
 import logging
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -15,13 +18,16 @@ from isotune.errors import IsotuneError
 
 log = logging.getLogger("isotune")
 
+INTERRUPTED_EXIT_CODE = 130  # the shell's code for a process stopped by SIGINT (Ctrl-C)
+
 
 @contextmanager
 def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
     """Turn an :class:`IsotuneError` into one log message, and print the output directory.
 
     A single run then exits with status 1; in a sweep the error is re-raised so that the job is
-    marked failed while the other jobs go on.
+    marked failed while the other jobs go on. Ctrl-C stops the run (and a sweep) with status 130
+    after printing how to resume it.
     """
     try:
         yield
@@ -30,4 +36,28 @@ def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
         if HydraConfig.get().mode == RunMode.RUN:
             sys.exit(1)
         raise
+    except KeyboardInterrupt:
+        log.warning("Interrupted. Output directory: %s\n%s", cfg.paths.output_dir, resume_hint(cfg))
+        sys.exit(INTERRUPTED_EXIT_CODE)
     log.info("Output directory: %s", cfg.paths.output_dir)
+
+
+def resume_hint(cfg: DictConfig) -> str:
+    """The command that continues the run: from ``checkpoints/last.ckpt`` (saved at every epoch
+    end) if the run wrote one, else the same command again."""
+    hydra = HydraConfig.get()
+    overrides = list(hydra.overrides.task)
+    if hydra.mode == RunMode.MULTIRUN:
+        overrides.append("hydra.mode=RUN")  # this job alone, even from a preset that sweeps
+    checkpoint = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    if not checkpoint.is_file():
+        return f"No checkpoint was saved yet; start it again: {_command(overrides)}"
+    overrides = [o for o in overrides if not o.startswith("ckpt_path=")]
+    return (
+        "Resume it from the end of its last full epoch: "
+        f"{_command([*overrides, f'ckpt_path={checkpoint}'])}"
+    )
+
+
+def _command(overrides: list[str]) -> str:
+    return shlex.join(["python", sys.argv[0], *overrides])

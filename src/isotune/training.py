@@ -14,6 +14,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from isotune.config_checks import check_train_config
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
 from isotune.isotropy_callback import IsotropyMonitor
@@ -28,8 +29,9 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fine-tune and evaluate as ``cfg`` says; return (and write) the run's results.
 
-    Whatever happens, ``<output_dir>/results.json`` ends ``completed`` or ``failed`` with the
-    error, and the error is re-raised for the caller to report.
+    ``<output_dir>/results.json`` is rewritten at every epoch end and ends ``completed``,
+    ``failed`` with the error, or ``interrupted`` (Ctrl-C, re-raised as ``KeyboardInterrupt``);
+    an error is re-raised for the caller to report.
     """
     output_dir = Path(cfg.paths.output_dir)
     record = RunRecord(
@@ -44,6 +46,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     )
     trainer = model = None
     try:
+        check_train_config(cfg)  # before any model loads: bad values fail in seconds
         L.seed_everything(cfg.seed, workers=True)
         task = TaskSpec.from_config(cfg.task)
         datamodule = GLUEDataModule(
@@ -61,7 +64,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         )
         trainer: L.Trainer = instantiate(
             cfg.trainer,
-            callbacks=instantiate_all(cfg.get("callbacks")),
+            callbacks=[*instantiate_all(cfg.get("callbacks")), RecordEveryEpoch(record)],
             logger=instantiate_all(cfg.get("logger")) or False,
         )
         for logger in trainer.loggers:
@@ -71,8 +74,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if cfg.write_test_predictions:
             write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
     except BaseException as error:
-        results = record.finish("failed", error, **_outcome(model, trainer))
+        interrupted = _interrupted(error, trainer)
+        results = record.finish(
+            "interrupted" if interrupted else "failed",
+            None if interrupted else error,
+            **_outcome(model, trainer),
+        )
         finish_wandb_runs(trainer.loggers if trainer else [], results)
+        if interrupted:
+            raise KeyboardInterrupt from error  # Lightning turns Ctrl-C inside fit into SystemExit
         raise
     results = record.finish("completed", **outcome)
     finish_wandb_runs(trainer.loggers, results)
@@ -99,13 +109,35 @@ def _outcome(model: GLUEClassifier | None, trainer: L.Trainer | None) -> dict[st
     }
 
 
+class RecordEveryEpoch(L.Callback):
+    """Rewrites results.json at every epoch end with the results so far, so that a job killed
+    without a chance to record its end (SIGKILL) is told from a slow one by ``updated_at``."""
+
+    def __init__(self, record: RunRecord) -> None:
+        self.record = record
+
+    def on_train_epoch_end(self, trainer: L.Trainer, module: GLUEClassifier) -> None:
+        self.record.update(**_outcome(module, trainer))
+
+
+def _interrupted(error: BaseException, trainer: L.Trainer | None) -> bool:
+    """Ctrl-C: a ``KeyboardInterrupt``, or the plain ``SystemExit`` Lightning raises after catching
+    one inside ``fit`` (it marks the trainer interrupted then, as for any error; its
+    ``SIGTERMException`` is a ``SystemExit`` subclass and no Ctrl-C, hence the exact type)."""
+    if isinstance(error, KeyboardInterrupt):
+        return True
+    return type(error) is SystemExit and trainer is not None and trainer.interrupted
+
+
 def _metrics_only(entry: dict[str, float]) -> dict[str, float]:
     return {key: value for key, value in entry.items() if key not in ("epoch", "step")}
 
 
 def _best_checkpoint(trainer: L.Trainer | None) -> str | None:
-    callback = getattr(trainer, "checkpoint_callback", None) if trainer else None
-    return (callback.best_model_path or None) if callback is not None else None
+    """The path of the monitored checkpoint (best.ckpt), not of the every-epoch last.ckpt."""
+    callbacks = trainer.checkpoint_callbacks if trainer is not None else []
+    monitored = [callback for callback in callbacks if callback.monitor is not None]
+    return (monitored[0].best_model_path or None) if monitored else None
 
 
 def write_test_predictions(

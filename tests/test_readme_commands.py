@@ -1,0 +1,379 @@
+"""README.md's commands work as written.
+
+The commands are read from README.md, never listed here, so one added later is tested too: every
+``python train.py``, ``python analyze.py`` and ``python -m isotune.*`` command of its code blocks
+and of its opening lines (Run:, Analyse:). Each runs once, as a real subprocess, from one temporary
+working directory shared by the module, with only size overrides appended (``debug=limit``, a small
+isotropy probe, small analysis samples) and the tiny test encoder in place of a model that is not
+available offline. Multirun jobs use the tiny encoder whatever the model: they test the sweep
+machinery, and the packaged MiniLM already runs in the README's single run. Nothing else is added:
+no ``hydra.run.dir``, ``hydra.sweep.dir`` or ``+key=``. Placeholders such as
+``logs/runs/<run>/checkpoints/best.ckpt`` are filled with what the README's training commands left
+in that directory. Multiruns are cut to two jobs; ``experiment=`` presets and SLURM commands are
+composed into their job lists, not run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+
+from isotune.encoders import resolve_model_path
+from tests.conftest import ROOT, compose_config
+
+README = ROOT / "README.md"
+SCRIPTS = ("train.py", "analyze.py")
+PACKAGE = "isotune"  # python -m isotune.<module>
+MULTIRUN_FLAGS = ("-m", "--multirun")
+COMPOSE_ONLY = ("experiment=", "hydra/launcher=slurm")  # presets: too big to run; SLURM: no cluster
+ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+PLACEHOLDER = re.compile(r"<[^<>=/\s]+>")
+ELLIPSIS = "..."
+
+TRAIN_SIZE = {
+    "debug": "limit",
+    "callbacks.isotropy.probe_size": "32",
+    "callbacks.isotropy.figures": "false",
+}
+ANALYZE_SIZE = {
+    "data.dev_examples": "32",
+    "data.train_examples": "32",
+    "data.frequency_examples": "64",
+    "tokens.max_tokens": "300",
+    "local.max_points": "200",
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    """One README command: its line as written, environment prefixes, target and arguments."""
+
+    line: str
+    env: tuple[tuple[str, str], ...]
+    target: str  # "train.py", "analyze.py" or a module such as "isotune.aggregate"
+    args: tuple[str, ...]
+
+    @property
+    def multirun(self) -> bool:
+        return any(arg in MULTIRUN_FLAGS for arg in self.args)
+
+    @property
+    def overrides(self) -> list[str]:
+        return [arg for arg in self.args if arg not in MULTIRUN_FLAGS]
+
+    @property
+    def compose_only(self) -> bool:
+        return self.target == "train.py" and any(
+            arg.startswith(prefix) for arg in self.args for prefix in COMPOSE_ONLY
+        )
+
+    @property
+    def has_placeholder(self) -> bool:
+        return any(PLACEHOLDER.search(arg) or ELLIPSIS in arg for arg in self.args)
+
+
+def readme_command_lines(markdown: str) -> list[str]:
+    """The inline code of the opening lines (up to the first ``---``) and every line of the fenced
+    code blocks, with backslash-continued lines joined."""
+    lines = markdown.splitlines()
+    opening = lines[: lines.index("---")] if "---" in lines else []
+    found = [span for line in opening for span in re.findall(r"`([^`]+)`", line)]
+    in_block, continued = False, False
+    for line in lines:
+        if line.startswith("```"):
+            in_block = not in_block
+        elif in_block and continued:
+            found[-1] = found[-1][:-1] + line
+        elif in_block:
+            found.append(line)
+        continued = in_block and line.endswith("\\")
+    return found
+
+
+def parse_commands(line: str) -> Iterator[Command]:
+    """The isotune commands of a shell line; ``cd``, ``pip``, ``wandb`` and the rest are skipped."""
+    if not re.search(r"\bpython3?\s", line):
+        return
+    tokens = shlex.split(line, comments=True)
+    written = re.sub(r"\s+#.*$", "", line).strip()
+    while tokens:
+        cut = tokens.index("&&") if "&&" in tokens else len(tokens)
+        segment, tokens = tokens[:cut], tokens[cut + 1 :]
+        env = []
+        while segment and ENV_ASSIGNMENT.match(segment[0]):
+            name, _, value = segment.pop(0).partition("=")
+            env.append((name, value))
+        if len(segment) < 2 or segment[0] not in ("python", "python3"):
+            continue
+        if segment[1] in SCRIPTS:
+            yield Command(written, tuple(env), segment[1], tuple(segment[2:]))
+        elif segment[1] == "-m" and len(segment) > 2 and segment[2].split(".")[0] == PACKAGE:
+            yield Command(written, tuple(env), segment[2], tuple(segment[3:]))
+
+
+COMMANDS = [
+    command for line in readme_command_lines(README.read_text()) for command in parse_commands(line)
+]
+# The training commands whose run folders fill the placeholders of later ones, in README order.
+PRODUCERS = [
+    c for c in COMMANDS if c.target == "train.py" and not (c.compose_only or c.has_placeholder)
+]
+
+
+def cut_sweeps(args: list[str], first_list_keeps: int) -> list[str]:
+    """Every swept list cut to its first value, except the first one, which keeps
+    ``first_list_keeps`` values: 1 gives the sweep's first job, 2 a sweep of two jobs."""
+    cut, keep = [], first_list_keeps
+    for arg in args:
+        override = None if arg in MULTIRUN_FLAGS else OverridesParser.create().parse_override(arg)
+        if override is not None and override.is_sweep_override():
+            values = list(override.sweep_string_iterator())[:keep]
+            arg, keep = f"{override.get_key_element()}={','.join(values)}", 1
+        cut.append(arg)
+    return cut
+
+
+def sizes_not_given(sizes: dict[str, str], overrides: list[str]) -> list[str]:
+    """``key=value`` for each size knob the command does not set itself."""
+    given = {override.split("=", 1)[0] for override in overrides}
+    return [f"{key}={value}" for key, value in sizes.items() if key not in given]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished command: its arguments with placeholders filled, the whole command line that ran,
+    its result and the run folders it created under logs/."""
+
+    command: Command
+    args: list[str]
+    argv: list[str]
+    cwd: Path
+    process: subprocess.CompletedProcess
+    created: list[Path]
+
+    def report(self, what: str) -> str:
+        output = (self.process.stdout + self.process.stderr)[-4000:]
+        return (
+            f"README command `{self.command.line}`: {what}\n"
+            f"ran: {shlex.join(self.argv)}\nin: {self.cwd}\nexit code {self.process.returncode}, "
+            f"output ends:\n{output}"
+        )
+
+    def created_under(self, kind: str) -> Path:
+        """The one folder this command created in ``logs/<kind>/``."""
+        folders = [path for path in self.created if path.parent.name == kind]
+        assert len(folders) == 1, self.report(f"expected one new folder in logs/{kind}/")
+        return folders[0]
+
+
+class Workdir:
+    """The module's working directory; runs each README command at most once, so the commands that
+    fill a placeholder reuse the training runs already there."""
+
+    def __init__(self, root: Path, glue_dir: Path, tiny_encoder: Path):
+        self.root = root
+        self.glue_dir = glue_dir
+        self.tiny_encoder = tiny_encoder
+        self.outcomes: dict[Command, Outcome] = {}
+
+    def run(self, command: Command) -> Outcome:
+        if command not in self.outcomes:
+            self.outcomes[command] = self._run(command)
+        return self.outcomes[command]
+
+    def _run(self, command: Command) -> Outcome:
+        args = [self.fill(command, arg) for arg in command.args]
+        if command.target == "train.py":
+            args = cut_sweeps(args, 2)
+            argv = [sys.executable, str(ROOT / command.target), *args, *self.train_sizes(args)]
+        elif command.target == "analyze.py":
+            argv = [
+                sys.executable,
+                str(ROOT / command.target),
+                *args,
+                *sizes_not_given(ANALYZE_SIZE, args),
+            ]
+        else:
+            argv = [sys.executable, "-m", command.target, *args]
+        # GLUE_DIR as the README sets it, pointed at the data: its value is relative to the repo.
+        env = {**os.environ, **dict(command.env), "GLUE_DIR": str(self.glue_dir)}
+        before = set(self.root.glob("logs/*/*"))
+        process = subprocess.run(
+            argv, cwd=self.root, env=env, capture_output=True, text=True, timeout=600
+        )
+        created = sorted(set(self.root.glob("logs/*/*")) - before)
+        return Outcome(command, args, argv, self.root, process, created)
+
+    def train_sizes(self, args: list[str]) -> list[str]:
+        """The tiny-run overrides of a training command, decided on its (first job's) config."""
+        cfg = compose_config(
+            "train", [arg for arg in cut_sweeps(args, 1) if arg not in MULTIRUN_FLAGS]
+        )
+        sizes = dict(TRAIN_SIZE)
+        if cfg.callbacks.get("isotropy") is None:
+            sizes = {key: value for key, value in sizes.items() if ".isotropy." not in key}
+        multirun = any(arg in MULTIRUN_FLAGS for arg in args)
+        if multirun or not Path(resolve_model_path(cfg.model.name_or_path)).is_dir():
+            sizes["model.name_or_path"] = str(self.tiny_encoder)
+        return sizes_not_given(sizes, args)
+
+    def fill(self, command: Command, arg: str) -> str:
+        """``arg`` with each ``<name>`` replaced by a folder that the README's training commands
+        left where the placeholder points (``logs/runs/<run>/checkpoints/best.ckpt``)."""
+        while match := PLACEHOLDER.search(arg):
+            prefix = arg[: match.start()].rpartition("=")[2]
+            suffix = arg[match.end() :]
+            arg = arg[: match.start()] + self.produced(command, prefix, suffix) + suffix
+        if ELLIPSIS in arg:
+            pytest.fail(f"README command `{command.line}`: placeholder {ELLIPSIS!r} in {arg!r}")
+        return arg
+
+    def produced(self, command: Command, prefix: str, suffix: str) -> str:
+        """The name of the first folder in ``prefix`` with ``suffix`` inside, running the README's
+        training commands in order until one leaves such a folder."""
+        for producer in [None, *PRODUCERS]:
+            if producer is not None:
+                self.run(producer)
+            found = sorted((self.root / prefix).glob(f"*{suffix}"))
+            if found:
+                return found[0].relative_to(self.root / prefix).parts[0]
+        pytest.fail(
+            f"README command `{command.line}`: none of the README's training commands left a "
+            f"folder {prefix}<...>{suffix} in {self.root} to fill its placeholder."
+        )
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, request, tiny_bert) -> Workdir:
+    """Real GLUE data when GLUE_DIR is set, else the fixtures."""
+    glue = os.environ.get("GLUE_DIR")
+    glue_dir = Path(glue).resolve() if glue else request.getfixturevalue("glue_dir")
+    return Workdir(tmp_path_factory.mktemp("readme"), glue_dir, tiny_bert)
+
+
+def read_status(run_dir: Path) -> str:
+    return json.loads((run_dir / "results.json").read_text())["status"]
+
+
+def check_train(outcome: Outcome) -> None:
+    if not outcome.command.multirun:
+        run = outcome.created_under("runs")
+        assert read_status(run) == "completed", outcome.report(f"{run} did not complete")
+        return
+    sweep = outcome.created_under("multirun")
+    jobs = sorted(path.name for path in sweep.iterdir() if path.is_dir() and path.name.isdigit())
+    assert jobs == ["0", "1"], outcome.report(f"job folders of {sweep}: {jobs}")
+    statuses = [read_status(sweep / job) for job in jobs]
+    assert statuses == ["completed", "completed"], outcome.report(f"job statuses {statuses}")
+
+
+def check_analyze(outcome: Outcome) -> None:
+    report = outcome.created_under("analyze") / "report.md"
+    assert report.is_file(), outcome.report(f"no {report}")
+
+
+def check_aggregate(outcome: Outcome) -> None:
+    table = outcome.cwd / outcome.args[0] / "results_table.md"
+    assert table.is_file(), outcome.report(f"no {table}")
+
+
+def check_rerun(outcome: Outcome) -> None:
+    # The README's sweeps completed every job, so there is nothing to run again.
+    assert "Nothing to rerun" in outcome.process.stdout, outcome.report("expected nothing to rerun")
+
+
+CHECKS: dict[str, Callable[[Outcome], None]] = {
+    "train.py": check_train,
+    "analyze.py": check_analyze,
+    "isotune.aggregate": check_aggregate,
+    "isotune.rerun": check_rerun,
+}
+
+
+@pytest.mark.parametrize(
+    "command", [c for c in COMMANDS if not c.compose_only], ids=lambda c: c.line
+)
+def test_readme_command_runs_as_written(command: Command, workdir: Workdir):
+    assert command.target in CHECKS, f"`{command.line}`: say in CHECKS what it must leave behind"
+    outcome = workdir.run(command)
+    assert outcome.process.returncode == 0, outcome.report("failed")
+    CHECKS[command.target](outcome)
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.compose_only], ids=lambda c: c.line)
+def test_readme_preset_composes_into_its_sweep(command: Command):
+    assert not command.has_placeholder, f"`{command.line}`: a command composed here has no runs"
+    overrides = command.overrides
+    cfg = compose_config("train", cut_sweeps(overrides, 1))
+    sweeping = command.multirun or cfg.hydra.mode == RunMode.MULTIRUN
+    params = (cfg.hydra.sweeper.get("params") or {}) if sweeping else {}
+    arguments = [f"{key}={value}" for key, value in params.items()]
+    parser = OverridesParser.create()
+    hydra_overrides = [o for o in overrides if parser.parse_override(o).is_hydra_override()]
+    parsed = parser.parse_overrides(arguments + [o for o in overrides if o not in hydra_overrides])
+    jobs = [tuple(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    # As Hydra's basic sweeper: a later override of a key replaces an earlier one.
+    values = {
+        o.key_or_group: len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
+        for o in parsed
+    }
+    assert len(jobs) == math.prod(values.values()), f"`{command.line}`: {len(jobs)} jobs, {values}"
+    assert len(set(jobs)) == len(jobs), f"`{command.line}`: a job repeats in {jobs}"
+    # Every option the sweep names composes: the jobs that differ from the first in one key
+    # between them hold every value.
+    for job in jobs:
+        if sum(a != b for a, b in zip(job, jobs[0], strict=True)) <= 1:
+            compose_config("train", [*hydra_overrides, *job])
+
+
+def test_commands_are_read_from_opening_lines_and_code_blocks():
+    markdown = "\n".join(
+        [
+            "Set up: `pip install -e .`",
+            "Run: `GLUE_DIR=../data python train.py` (minutes)",
+            "---",
+            "Prose `python train.py model=bert` is not a command to run.",
+            "```bash",
+            "cd somewhere && python train.py -m task=rte,mrpc   # two jobs",
+            "python analyze.py \\",
+            "  ckpt_path=logs/runs/<run>/checkpoints/best.ckpt",
+            "python -m isotune.aggregate logs/multirun/<sweep>",
+            "wandb sync logs/runs/*/wandb/offline-run-*",
+            "python -m pytest",
+            "```",
+        ]
+    )
+    commands = [c for line in readme_command_lines(markdown) for c in parse_commands(line)]
+    assert [(c.env, c.target, c.args) for c in commands] == [
+        ((("GLUE_DIR", "../data"),), "train.py", ()),
+        ((), "train.py", ("-m", "task=rte,mrpc")),
+        ((), "analyze.py", ("ckpt_path=logs/runs/<run>/checkpoints/best.ckpt",)),
+        ((), "isotune.aggregate", ("logs/multirun/<sweep>",)),
+    ]
+    assert commands[1].line == "cd somewhere && python train.py -m task=rte,mrpc"
+    assert commands[2].has_placeholder and not commands[1].has_placeholder
+
+
+def test_a_sweep_is_cut_to_two_jobs():
+    args = ["-m", "task=rte,mrpc,stsb", "norm=none,isobn", "seed=range(1,6)", "hydra/launcher=gpus"]
+    assert cut_sweeps(args, 2) == [
+        "-m",
+        "task=rte,mrpc",
+        "norm=none",
+        "seed=1",
+        "hydra/launcher=gpus",
+    ]
+    assert cut_sweeps(args, 1) == ["-m", "task=rte", "norm=none", "seed=1", "hydra/launcher=gpus"]

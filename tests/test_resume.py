@@ -1,0 +1,90 @@
+"""last.ckpt is the last epoch, and a run resumed from it repeats the uninterrupted run exactly."""
+
+from __future__ import annotations
+
+import random
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from omegaconf import open_dict
+
+from isotune.rng_state import capture_rng_state, restore_rng_state
+from isotune.training import train
+
+RUN = ("norm=isobn", "debug=limit", "trainer.max_epochs=3", "seed=7")
+
+
+class Killed(RuntimeError):
+    """Stands for a job killed between two epochs."""
+
+
+class KillAtEpochStart(L.Callback):
+    """Stops the run as epoch ``epoch`` (0-based) starts, after the last epoch's checkpoints."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            raise Killed(f"killed at the start of epoch {self.epoch}")
+
+
+def load(path) -> dict:
+    return torch.load(path, weights_only=False)
+
+
+def isotropy_history(checkpoint: dict) -> dict:
+    return checkpoint["callbacks"]["IsotropyMonitor"]["history"]
+
+
+def test_last_checkpoint_is_written_after_every_epoch(train_config, tmp_path):
+    results = train(train_config(*RUN))
+    assert results["steps"] == 12 and len(results["history"]) == 3
+    last = load(tmp_path / "checkpoints" / "last.ckpt")
+    assert last["global_step"] == 12 and last["epoch"] == 2
+    assert [entry["epoch"] for entry in last["isotune_history"]] == [1, 2, 3]
+    best = load(tmp_path / "checkpoints" / "best.ckpt")
+    assert results["best_checkpoint"] == str(tmp_path / "checkpoints" / "best.ckpt")
+    assert best["global_step"] == 4 * results["best_epoch"]
+
+
+def test_resume_after_a_non_improving_epoch_repeats_the_uninterrupted_run(train_config, tmp_path):
+    full_dir, killed_dir, resumed_dir = tmp_path / "full", tmp_path / "killed", tmp_path / "resumed"
+    full = train(train_config(*RUN, output_dir=full_dir))
+    primary = full["primary_metric"]
+    scores = [entry[primary] for entry in full["history"]]
+    assert scores[1] <= scores[0], "the interruption must follow an epoch that did not improve"
+
+    killed_cfg = train_config(*RUN, output_dir=killed_dir)
+    with open_dict(killed_cfg):
+        killed_cfg.callbacks.kill = {"_target_": f"{__name__}.KillAtEpochStart", "epoch": 2}
+    with pytest.raises(Killed):
+        train(killed_cfg)
+    interrupted = load(killed_dir / "checkpoints" / "last.ckpt")
+    assert interrupted["global_step"] == 8  # epoch 2 did not improve, last.ckpt still holds it
+
+    resumed = train(
+        train_config(*RUN, f"ckpt_path={killed_dir}/checkpoints/last.ckpt", output_dir=resumed_dir)
+    )
+    assert resumed["steps"] == full["steps"] == 12
+    assert resumed["history"] == full["history"]
+    assert resumed["isotropy"]["per_epoch"] == full["isotropy"]["per_epoch"]
+    expected, actual = (
+        load(full_dir / "checkpoints/last.ckpt"),
+        load(resumed_dir / "checkpoints/last.ckpt"),
+    )
+    assert isotropy_history(actual) == isotropy_history(expected)
+    for name, tensor in expected["state_dict"].items():
+        assert torch.equal(actual["state_dict"][name], tensor), name
+
+
+def test_rng_state_round_trip_restores_every_generator():
+    state = capture_rng_state()
+    first = (random.random(), np.random.rand(), torch.rand(3))
+    restore_rng_state(state)
+    again = (random.random(), np.random.rand(), torch.rand(3))
+    assert first[:2] == again[:2] and torch.equal(first[2], again[2])
+    # Plain Python values and tensors only: loadable with torch.load(weights_only=True).
+    assert isinstance(state["numpy"][1], list)

@@ -1,0 +1,130 @@
+"""results.json through a run's life: rewritten at every epoch end (so that the age of a killed
+job's file tells it from a slow one), and Ctrl-C recorded as ``interrupted`` with the command that
+resumes the run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from isotune import training
+from isotune.cli import INTERRUPTED_EXIT_CODE, user_errors_reported
+from isotune.module import GLUEClassifier
+from isotune.training import train
+
+STEPS_PER_EPOCH = 64 // 8  # fixture training examples / data.batch_size of the tiny run
+
+
+def read_results(folder: Path) -> dict:
+    return json.loads((folder / "results.json").read_text())
+
+
+def epochs(results: dict) -> list[int]:
+    return [entry["epoch"] for entry in results.get("history", [])]
+
+
+@pytest.fixture
+def sigint_restored():
+    """Lightning ignores SIGINT once it has caught a KeyboardInterrupt; give Ctrl-C back."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, handler)
+
+
+def test_results_json_is_rewritten_at_every_epoch_end(train_config, tmp_path, monkeypatch):
+    snapshots = []  # results.json as each epoch starts
+    monkeypatch.setattr(
+        GLUEClassifier,
+        "on_train_epoch_start",
+        lambda self: snapshots.append(read_results(tmp_path)),
+    )
+    final = train(train_config("trainer.max_epochs=3"))
+
+    start, after_one, after_two = snapshots
+    assert start["status"] == "running" and epochs(start) == [] and "steps" not in start
+    assert start["updated_at"] == start["started_at"]
+    for done, snapshot in ((1, after_one), (2, after_two)):
+        assert snapshot["status"] == "running"
+        assert epochs(snapshot) == list(range(1, done + 1))
+        assert snapshot["steps"] == done * STEPS_PER_EPOCH
+        assert snapshot["history"] == final["history"][:done]
+        best = max(snapshot["history"], key=lambda entry: entry["accuracy"])
+        assert snapshot["best_epoch"] == best["epoch"]
+        assert snapshot["best"]["accuracy"] == best["accuracy"]
+        per_epoch = snapshot["isotropy"]["per_epoch"]
+        assert sorted(per_epoch) == [str(e) for e in range(done + 1)]  # epoch 0: pre-trained
+        assert per_epoch == {e: final["isotropy"]["per_epoch"][e] for e in per_epoch}
+    assert start["updated_at"] <= after_one["updated_at"] <= after_two["updated_at"]
+    assert after_two["updated_at"] <= final["updated_at"] == read_results(tmp_path)["updated_at"]
+    assert final["status"] == "completed" and epochs(final) == [1, 2, 3]
+
+
+def interrupted_by_the_cli(cfg, caplog, monkeypatch) -> tuple[int, list[str]]:
+    """Run as ``python train.py`` would (train.py's main); its exit code and Ctrl-C message."""
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    with (
+        pytest.raises(SystemExit) as stopped,
+        caplog.at_level(logging.WARNING, "isotune"),
+        user_errors_reported(cfg),
+    ):
+        train(cfg)
+    messages = [r.getMessage() for r in caplog.records if r.name == "isotune"]
+    return stopped.value.code, messages
+
+
+def test_ctrl_c_during_fit_is_recorded_and_the_console_says_how_to_resume(
+    train_config, tmp_path, monkeypatch, caplog, sigint_restored
+):
+    def ctrl_c_in_the_second_epoch(self, batch, batch_idx):
+        if self.current_epoch == 1 and batch_idx == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(GLUEClassifier, "on_train_batch_start", ctrl_c_in_the_second_epoch)
+    cfg = train_config()
+    exit_code, messages = interrupted_by_the_cli(cfg, caplog, monkeypatch)
+
+    assert exit_code == INTERRUPTED_EXIT_CODE
+    results = read_results(tmp_path)
+    assert results["status"] == "interrupted" and results["error"] is None
+    assert epochs(results) == [1] and results["steps"] == STEPS_PER_EPOCH + 2
+    checkpoint = tmp_path / "checkpoints" / "last.ckpt"
+    assert torch.load(checkpoint, weights_only=False)["global_step"] == STEPS_PER_EPOCH
+    resume = shlex.join(
+        ["python", "train.py", *cfg.hydra.overrides.task, f"ckpt_path={checkpoint}"]
+    )
+    assert messages == [
+        f"Interrupted. Output directory: {tmp_path}\n"
+        f"Resume it from the end of its last full epoch: {resume}"
+    ]
+
+    monkeypatch.undo()  # no more Ctrl-C: the printed command finishes the run
+    resumed = train(train_config(f"ckpt_path={checkpoint}", output_dir=tmp_path / "resumed"))
+    assert resumed["status"] == "completed" and epochs(resumed) == [1, 2]
+    assert resumed["steps"] == 2 * STEPS_PER_EPOCH
+
+
+def test_ctrl_c_before_fit_is_recorded_and_the_console_says_how_to_start_again(
+    train_config, tmp_path, monkeypatch, caplog
+):
+    def ctrl_c(name_or_path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "load_tokenizer", ctrl_c)
+    cfg = train_config()
+    exit_code, messages = interrupted_by_the_cli(cfg, caplog, monkeypatch)
+
+    assert exit_code == INTERRUPTED_EXIT_CODE
+    results = read_results(tmp_path)
+    assert (results["status"], results["error"], results["steps"]) == ("interrupted", None, 0)
+    again = shlex.join(["python", "train.py", *cfg.hydra.overrides.task])
+    assert messages == [
+        f"Interrupted. Output directory: {tmp_path}\n"
+        f"No checkpoint was saved yet; start it again: {again}"
+    ]
