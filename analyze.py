@@ -8,7 +8,7 @@ import hydra
 from dotenv import load_dotenv
 from omegaconf import DictConfig
 
-from isotune.analysis import analyze
+from isotune.analysis.run import analyze
 from isotune.cli import user_errors_reported
 
 load_dotenv()  # .env (see .env.example): GLUE_DIR, HF_HUB_OFFLINE, WANDB_*

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from isotune import aggregate, gpu_slots, rerun
+from isotune.sweeps import aggregate, gpu_slots, rerun
 
 # Dev accuracy per (norm, task, seed) of the fake sweep; None: the job failed or never finished.
 SCORES = {

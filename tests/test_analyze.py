@@ -14,7 +14,7 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from isotune.analysis import FIGURES, METHODS, TABLES, analyze
+from isotune.analysis.run import FIGURES, METHODS, TABLES, analyze
 from isotune.errors import IsotuneError
 from isotune.training import train
 from tests.conftest import ROOT, compose_config, compose_train_config, tiny_run_overrides

@@ -10,9 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import BertTokenizerFast, DataCollatorWithPadding
 
-from isotune.data import TokenizedDataset
-from isotune.encoders import load_tokenizer
-from isotune.geometry import (
+from isotune.analysis.geometry import (
     TOKEN_TYPES,
     collect_layer_vectors,
     frequency_buckets,
@@ -23,6 +21,8 @@ from isotune.geometry import (
     token_counts,
     token_type,
 )
+from isotune.data import TokenizedDataset
+from isotune.encoders import load_tokenizer
 from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
 from tests.conftest import CONF_DIR, make_wordpiece_tokenizer

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from hydra_plugins.isotune_launcher.gpus_launcher import GpusLauncher
-from isotune import gpu_slots
 from isotune.errors import IsotuneError
+from isotune.sweeps import gpu_slots
 
 SRC_DIR = Path(__file__).resolve().parents[1] / "src"
 
@@ -43,7 +43,7 @@ def test_a_slot_held_by_another_process_is_skipped(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys; from isotune import gpu_slots;"
+            "import sys; from isotune.sweeps import gpu_slots;"
             f"print(gpu_slots.claim_process_slot({str(tmp_path)!r}, ['0', '1']), flush=True);"
             "sys.stdin.read()",
         ],

@@ -11,7 +11,7 @@ from transformers import AutoModel
 
 from isotune.encoders import load_tokenizer
 from isotune.isotropy import measure_all
-from isotune.isotropy_callback import IsotropyMonitor
+from isotune.isotropy.callback import IsotropyMonitor
 from isotune.training import train
 from tests.conftest import compose_train_config, tiny_run_overrides
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from isotune.aggregate import find_sweeps, job_id, load_runs
+from isotune.sweeps.aggregate import find_sweeps, job_id, load_runs
 from isotune.training import train
 from isotune.wandb_logging import run_group
 from tests.conftest import ROOT, compose_train_config
@@ -124,7 +124,7 @@ def test_multirun_lands_under_logs_multirun_of_the_working_directory(tmp_path, t
         results = json.loads((sweep / str(job_number) / "results.json").read_text())
         assert (results["status"], results["seed"]) == ("completed", seed)
         assert results["output_dir"] == str(sweep / str(job_number))
-    # isotune.aggregate numbers a sweep's jobs as Hydra does.
+    # isotune.sweeps.aggregate numbers a sweep's jobs as Hydra does.
     runs, sweeps = load_runs(sweep), find_sweeps(sweep)
     assert [job_id(run, sweeps) for run in runs] == [(sweep, 0), (sweep, 1)]
 

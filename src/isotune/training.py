@@ -17,7 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from isotune.config_checks import check_train_config
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
-from isotune.isotropy_callback import IsotropyMonitor
+from isotune.instantiate import instantiate_all
+from isotune.isotropy.callback import IsotropyMonitor
 from isotune.module import GLUEClassifier
 from isotune.results import RunRecord
 from isotune.tasks import TaskSpec
@@ -156,13 +157,6 @@ def write_test_predictions(
     path.write_text("index\tprediction\n" + "\n".join(lines) + "\n")
     log.info("Test predictions (%d) written to %s", len(lines), path)
     return path
-
-
-def instantiate_all(group: DictConfig | None) -> list:
-    """Instantiate every non-null entry of a ``{name: {_target_: ...}}`` config group."""
-    if not group:
-        return []
-    return [instantiate(entry) for entry in group.values() if entry is not None]
 
 
 def _plain(cfg: DictConfig) -> dict:

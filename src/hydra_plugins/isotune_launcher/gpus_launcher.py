@@ -4,7 +4,7 @@
     python train.py -m hydra/launcher=gpus hydra.launcher.gpus=[0,2] ...   # only GPUs 0 and 2
 
 It starts ``n_jobs`` worker processes (spawn, so no CUDA state is inherited); each worker first
-claims one GPU slot through :mod:`isotune.gpu_slots` and sets ``CUDA_VISIBLE_DEVICES`` (and
+claims one GPU slot through :mod:`isotune.sweeps.gpu_slots` and sets ``CUDA_VISIBLE_DEVICES`` (and
 ``ISOTUNE_GPU_SLOT``) before anything can initialise CUDA, then runs jobs one after another. Jobs
 beyond ``n_jobs`` queue, so two running jobs never share a GPU whatever their durations. A job that
 raises is recorded as FAILED; a worker that dies (``os._exit``, killed for memory) fails only the
@@ -39,8 +39,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from isotune import gpu_slots
 from isotune.errors import IsotuneError
+from isotune.sweeps import gpu_slots
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """How fine-tuning changed the geometry of an encoder: one checkpoint against its pre-trained self.
 
-Tests the statements T1-T5 of ``shared/docs/geometry.md`` (Rajaee & Pilehvar, "How Does
+Tests the statements T1-T5 (``docs/analysis.md``) of Rajaee & Pilehvar, "How Does
 Fine-tuning Affect the Geometry of Embedding Space", Findings of EMNLP 2021) on one fine-tuned
 checkpoint. ``analyze.py`` is only the Hydra entry point; everything an analysis does is here, top
 to bottom:
@@ -39,7 +39,16 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
-from isotune.aggregate import markdown_table
+from isotune.analysis.geometry import (
+    TOKEN_TYPES,
+    LayerVectors,
+    collect_layer_vectors,
+    frequency_buckets,
+    probe_predictions,
+    sample_tokens,
+    separability,
+    token_counts,
+)
 from isotune.data import Example, TokenizedDataset, check_max_length, load_split
 from isotune.encoders import load_tokenizer
 from isotune.enhance import (
@@ -50,21 +59,12 @@ from isotune.enhance import (
     zero_mean,
 )
 from isotune.errors import IsotuneError
-from isotune.geometry import (
-    TOKEN_TYPES,
-    LayerVectors,
-    collect_layer_vectors,
-    frequency_buckets,
-    probe_predictions,
-    sample_tokens,
-    separability,
-    token_counts,
-)
+from isotune.instantiate import instantiate_all
 from isotune.isotropy import measure_all, spectrum
 from isotune.metrics import build_metrics, compute_scores, predictions
 from isotune.module import GLUEClassifier
+from isotune.reporting import markdown_table
 from isotune.tasks import TaskSpec
-from isotune.training import instantiate_all
 
 log = logging.getLogger(__name__)
 

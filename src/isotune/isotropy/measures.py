@@ -1,6 +1,6 @@
 """Isotropy measures of a point cloud of embeddings (N points x d dimensions).
 
-These are the measures of ``shared/docs/geometry.md``, used to test how fine-tuning changes the
+These are the measures documented in ``docs/isotropy.md``, used to test how fine-tuning changes the
 geometry of an encoder's embedding space: IsoBN's per-dimension statistics, the partition-function
 isotropy I(W), the average cosine, IsoScore and IsoScore*, the covariance spectrum, and local
 (per-cluster) isotropy. They need only torch, so they run inside a training callback or a

@@ -22,7 +22,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 
 from isotune.isotropy import measure_all
-from isotune.isotropy_figures import save_geometry_figure
+from isotune.isotropy.figures import save_geometry_figure
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,38 @@
+"""The isotropy family: measures of an embedding cloud (torch only), and the per-epoch callback
+and figures that apply them during training (``isotune.isotropy.callback``, ``.figures``).
+
+The measures are re-exported here, so ``from isotune.isotropy import measure_all`` works without
+importing Lightning. Formulas, sources and caveats: ``docs/isotropy.md``.
+"""
+
+from isotune.isotropy.measures import (
+    IsoBNStats,
+    LocalIsotropy,
+    PartitionIsotropy,
+    Spectrum,
+    average_cosine,
+    isobn_stats,
+    isoscore,
+    isoscore_star,
+    kmeans,
+    local_isotropy,
+    measure_all,
+    partition_isotropy,
+    spectrum,
+)
+
+__all__ = [
+    "IsoBNStats",
+    "LocalIsotropy",
+    "PartitionIsotropy",
+    "Spectrum",
+    "average_cosine",
+    "isobn_stats",
+    "isoscore",
+    "isoscore_star",
+    "kmeans",
+    "local_isotropy",
+    "measure_all",
+    "partition_isotropy",
+    "spectrum",
+]
