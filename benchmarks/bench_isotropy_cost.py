@@ -18,7 +18,7 @@ from bench_throughput import conf, quiet_offline_glue_dir
 
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
-from isotune.isotropy_callback import IsotropyMonitor
+from isotune.isotropy.callback import IsotropyMonitor
 from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
 
