@@ -1,0 +1,260 @@
+"""Paired statistics across seeds, checked against answers worked out by hand (the arithmetic is in
+the comments) or restated independently (sign flips enumerated, SciPy's own exact Wilcoxon)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from isotune.sweeps.statistics import (
+    holm,
+    paired_comparison,
+    seed_count_caveat,
+    signed_rank_p,
+    smallest_wilcoxon_p,
+    spearman,
+)
+
+# t_{0.975, 4} from a table of Student's t: the 95% interval of 5 pairs
+T_975_4DF = 2.7764451051977987
+BASELINE = {0: 0.80, 1: 0.82, 2: 0.81, 3: 0.79, 4: 0.83}
+
+
+def shifted(scores: dict[int, float], differences: list[float]) -> dict[int, float]:
+    return {seed: scores[seed] + d for seed, d in zip(sorted(scores), differences, strict=True)}
+
+
+def t_test_p_4df(t: float) -> float:
+    """Two-sided p of Student's t with 4 degrees of freedom in closed form: with
+    s = t / sqrt(4 + t^2), the CDF is 1/2 + 3s/4 - s^3/4, so p = 1 - s (3 - s^2) / 2."""
+    s = abs(t) / math.sqrt(4 + t * t)
+    return 1 - s * (3 - s * s) / 2
+
+
+def brute_force_signed_rank_p(ranks: list[float], positive: list[bool]) -> float:
+    """Share of the 2^n sign assignments whose T+ is at least as far from sum(ranks)/2."""
+    centre = sum(ranks) / 2
+    observed = abs(sum(r for r, plus in zip(ranks, positive, strict=True) if plus) - centre)
+    flips = list(itertools.product([False, True], repeat=len(ranks)))
+    as_extreme = sum(
+        abs(sum(r for r, plus in zip(ranks, signs, strict=True) if plus) - centre)
+        >= observed - 1e-12
+        for signs in flips
+    )
+    return as_extreme / len(flips)
+
+
+def assert_no_nan(comparison) -> None:
+    for name, value in dataclasses.asdict(comparison).items():
+        values = value if isinstance(value, tuple) else (value,)
+        assert not any(isinstance(v, float) and math.isnan(v) for v in values), name
+
+
+def test_better_on_every_seed_by_varied_margins():
+    comparison = paired_comparison(BASELINE, shifted(BASELINE, [0.01, 0.02, 0.03, 0.04, 0.05]))
+    assert comparison.n == 5 and comparison.seeds == (0, 1, 2, 3, 4)
+    assert comparison.differences == (0.01, 0.02, 0.03, 0.04, 0.05)
+    assert comparison.median_difference == pytest.approx(0.03)
+    assert comparison.mean_difference == pytest.approx(0.03)
+    # s^2 = (0.02^2 + 0.01^2 + 0 + 0.01^2 + 0.02^2) / 4 = 2.5e-4; s / sqrt(5) = sqrt(5e-5)
+    standard_error = math.sqrt(5e-5)
+    low, high = comparison.t_interval
+    assert low == pytest.approx(0.03 - T_975_4DF * standard_error)  # 0.010368
+    assert high == pytest.approx(0.03 + T_975_4DF * standard_error)  # 0.049632
+    assert comparison.excludes_zero is True
+    # t = 0.03 / sqrt(5e-5) = 3 sqrt(2); s = 3 sqrt(2) / sqrt(22) = 3 / sqrt(11);
+    # p = 1 - (3 / sqrt(11)) (3 - 9/11) / 2 = 1 - 36 / (11 sqrt(11)) = 0.0132356
+    assert comparison.ttest_p == pytest.approx(t_test_p_4df(3 * math.sqrt(2)), rel=1e-9)
+    assert comparison.ttest_p == pytest.approx(1 - 36 / (11 * math.sqrt(11)), rel=1e-9)
+    # all five signs positive: only all-plus and all-minus are that extreme, 2 / 2^5
+    assert comparison.wilcoxon_p == 0.0625 and comparison.wilcoxon_n == 5
+    assert comparison.bootstrap_interval is None  # 5 pairs: below the bootstrap's minimum
+    assert comparison.unpaired_seeds == () and comparison.note == ""
+
+
+def test_equal_on_every_seed_is_degenerate_stated_and_never_nan():
+    comparison = paired_comparison(BASELINE, dict(BASELINE))
+    assert comparison.differences == (0.0,) * 5
+    assert comparison.median_difference == 0.0 and comparison.mean_difference == 0.0
+    assert comparison.t_interval == (0.0, 0.0) and comparison.excludes_zero is False
+    assert comparison.ttest_p is None and comparison.wilcoxon_p is None
+    assert comparison.wilcoxon_n == 0 and comparison.bootstrap_interval is None
+    assert "interval is the point [0, 0]" in comparison.note
+    assert "no pair to rank" in comparison.note
+    assert_no_nan(comparison)
+
+
+def test_the_same_gain_on_every_seed_is_a_point_interval_off_zero():
+    comparison = paired_comparison(BASELINE, shifted(BASELINE, [0.01] * 5))
+    assert comparison.t_interval == (0.01, 0.01) and comparison.excludes_zero is True
+    assert comparison.ttest_p is None and "t-test is undefined" in comparison.note
+    # five tied positive differences: still only all-plus and all-minus are as extreme
+    assert comparison.wilcoxon_p == 0.0625
+    assert_no_nan(comparison)
+
+
+def test_differences_straddling_zero_give_an_interval_that_contains_it():
+    comparison = paired_comparison(BASELINE, shifted(BASELINE, [0.02, -0.01, 0.04, -0.03, 0.05]))
+    # mean 0.014; deviations 6, -24, 26, -44, 36 (1e-3): s^2 = 4520e-6 / 4 = 1130e-6
+    standard_error = math.sqrt(1130e-6 / 5)
+    low, high = comparison.t_interval
+    assert low == pytest.approx(0.014 - T_975_4DF * standard_error)  # -0.0277
+    assert high == pytest.approx(0.014 + T_975_4DF * standard_error)  # 0.0557
+    assert low < 0 < high and comparison.excludes_zero is False
+    assert comparison.ttest_p == pytest.approx(t_test_p_4df(0.014 / standard_error), rel=1e-9)
+    # ranks of |d|: 0.01 -> 1 (-), 0.02 -> 2 (+), 0.03 -> 3 (-), 0.04 -> 4 (+), 0.05 -> 5 (+);
+    # T+ = 11, 3.5 from the centre 7.5: the subsets of {1..5} summing to <= 4 are {}, {1}, {2},
+    # {3}, {4}, {1,2}, {1,3} (7), as many sum to >= 11, so p = 14 / 32
+    assert comparison.wilcoxon_p == 14 / 32
+
+
+def test_a_missing_seed_pairs_only_the_seeds_both_have():
+    other = shifted(BASELINE, [0.01, 0.02, 0.03, 0.04, 0.05])
+    del other[4]
+    other[7] = 0.9
+    comparison = paired_comparison(BASELINE, other)
+    assert comparison.n == 4 and comparison.seeds == (0, 1, 2, 3)
+    assert comparison.differences == (0.01, 0.02, 0.03, 0.04)
+    assert comparison.unpaired_seeds == (4, 7)
+    assert "Seeds without a pair, left out: 4, 7." in comparison.note
+    assert comparison.wilcoxon_p == 2 / 2**4
+
+
+def test_ties_and_zeros_have_an_exact_p_given_the_ties():
+    baseline = {0: 0.80, 1: 0.82, 2: 0.80, 3: 0.86, 4: 0.81, 5: 0.90}
+    other = {0: 0.82, 1: 0.84, 2: 0.81, 3: 0.85, 4: 0.84, 5: 0.90}
+    assert other[0] - baseline[0] != other[1] - baseline[1]  # a tie that float noise would break
+    comparison = paired_comparison(baseline, other)
+    assert comparison.differences == (0.02, 0.02, 0.01, -0.01, 0.03, 0.0)
+    # the zero is dropped; midranks of |d| = 0.02, 0.02, 0.01, 0.01, 0.03 are 3.5, 3.5, 1.5, 1.5, 5
+    # and T+ = 13.5, 6 from the centre 7.5: the sign sets leaving out at most 1.5 of the rank sum
+    # ({}, either 1.5) and their mirror images are as extreme, so p = 6 / 32
+    assert comparison.wilcoxon_n == 5
+    assert comparison.wilcoxon_p == 6 / 32
+    assert comparison.wilcoxon_p == brute_force_signed_rank_p(
+        [3.5, 3.5, 1.5, 1.5, 5.0], [True, True, True, False, True]
+    )
+    assert "1 zero difference(s) left out of the Wilcoxon test, which uses 5 pair(s)" in (
+        comparison.note
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_signed_rank_p_agrees_with_independent_computations(seed):
+    rng = np.random.default_rng(seed)
+    steps = rng.integers(1, 4, size=9) * rng.choice([-1, 1], size=9)  # GLUE-like: ties
+    ranks = stats.rankdata(np.abs(steps)).tolist()
+    assert signed_rank_p(steps) == pytest.approx(
+        brute_force_signed_rank_p(ranks, (steps > 0).tolist()), abs=1e-12
+    )
+    distinct = rng.normal(size=9)  # no ties: SciPy's exact distribution applies
+    exact = stats.wilcoxon(distinct, method="exact").pvalue
+    assert signed_rank_p(distinct) == pytest.approx(exact, abs=1e-12)
+
+
+def test_one_pair_and_no_pair_are_stated():
+    one = paired_comparison({0: 0.8, 1: 0.7}, {0: 0.81})
+    assert one.n == 1 and one.mean_difference == pytest.approx(0.01)
+    assert one.t_interval is None and one.excludes_zero is None and one.ttest_p is None
+    assert one.wilcoxon_p == 1.0  # one sign: both outcomes as extreme
+    assert "One pair: no spread" in one.note
+    none = paired_comparison({0: 0.8}, {1: 0.81})
+    assert none.n == 0 and none.mean_difference is None and none.median_difference is None
+    assert none.wilcoxon_p is None and none.unpaired_seeds == (0, 1)
+    assert "nothing to compare" in none.note
+    assert_no_nan(one)
+    assert_no_nan(none)
+
+
+def test_bootstrap_interval_from_ten_pairs_seeded():
+    differences = [0.01, -0.01, 0.02, 0.03, 0.0, 0.01, 0.04, -0.02, 0.02, 0.01, 0.03, 0.02]
+    baseline = {seed: 0.8 for seed in range(12)}
+    other = shifted(baseline, differences)
+    comparison = paired_comparison(baseline, other, seed=3)
+    low, high = comparison.bootstrap_interval
+    assert min(differences) < low < comparison.mean_difference < high < max(differences)
+    t_low, t_high = comparison.t_interval
+    assert 0.5 < (high - low) / (t_high - t_low) < 1.1  # the same spread, resampled
+    assert paired_comparison(baseline, other, seed=3).bootstrap_interval == (low, high)
+    constant = paired_comparison(baseline, shifted(baseline, [0.01] * 12))
+    assert constant.bootstrap_interval == (0.01, 0.01)
+    five = paired_comparison(BASELINE, shifted(BASELINE, differences[:5]))
+    assert five.bootstrap_interval is None and five.t_interval is not None
+
+
+def test_non_finite_score_is_refused():
+    with pytest.raises(ValueError, match=r"seeds \[1\]"):
+        paired_comparison({0: 0.8, 1: 0.8}, {0: 0.81, 1: math.nan})
+
+
+def test_holm_on_a_hand_worked_example():
+    adjusted, comparisons = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005, "e": None})
+    # sorted: d 0.005, a 0.01, c 0.03, b 0.04; times 4, 3, 2, 1: 0.02, 0.03, 0.06, 0.04;
+    # running maximum: 0.02, 0.03, 0.06, 0.06
+    assert comparisons == 4
+    assert adjusted == pytest.approx({"d": 0.02, "a": 0.03, "c": 0.06, "b": 0.06, "e": None})
+
+
+def test_holm_caps_at_one_and_counts_nothing_without_p():
+    assert holm({"x": 0.6, "y": 0.7}) == ({"x": 1.0, "y": 1.0}, 2)
+    assert holm({"x": None}) == ({"x": None}, 0)
+    assert holm({}) == ({}, 0)
+
+
+def test_spearman_monotone_relation_is_one_with_an_exact_p():
+    correlation = spearman([1, 2, 3, 4, 5], [1, 4, 9, 16, 25])
+    # only the identity of the 5! = 120 orderings (and its reverse, rho = -1) reach |rho| = 1
+    assert correlation.rho == pytest.approx(1.0) and correlation.p == pytest.approx(2 / 120)
+    assert correlation.n == 5
+    assert spearman([1, 2, 3, 4, 5], [5, 3, 2, 1, 0]).rho == pytest.approx(-1.0)
+
+
+def test_spearman_exact_p_of_a_partial_relation():
+    correlation = spearman([1, 2, 3, 4], [10, 20, 40, 30])
+    # rho = 1 - 6 * 2 / (4 * 15) = 0.8; |rho| >= 0.8 for the identity and the 3 adjacent swaps
+    # (sum d^2 = 2) and their 4 reverses: 8 of 24 orderings
+    assert correlation.rho == pytest.approx(0.8) and correlation.p == pytest.approx(8 / 24)
+
+
+def test_spearman_above_eight_points_uses_the_t_approximation():
+    y = [2, 1, 4, 3, 6, 5, 8, 7, 10, 9]
+    correlation = spearman(range(10), y)
+    # every rank off by 1: rho = 1 - 6 * 10 / (10 * 99) = 1 - 2/33
+    rho = 1 - 2 / 33
+    t = rho * math.sqrt(8 / (1 - rho**2))
+    assert correlation.rho == pytest.approx(rho)
+    assert correlation.p == pytest.approx(2 * stats.t.sf(t, 8))
+    assert correlation.note == "p from the t approximation."
+
+
+def test_spearman_degenerate_input_is_none_with_a_note():
+    assert spearman([1, 2, 3, 4], [0.5, 0.5, 0.5, 0.5]) == (
+        None,
+        None,
+        4,
+        "y constant: rho undefined.",
+    )
+    assert spearman([1, 2], [3, 4]).rho is None
+    with pytest.raises(ValueError, match="one length"):
+        spearman([1, 2, 3], [1, 2])
+
+
+def test_smallest_wilcoxon_p_and_the_sentence_under_the_table():
+    assert smallest_wilcoxon_p(5) == 0.0625
+    assert smallest_wilcoxon_p(6) == 0.03125
+    assert smallest_wilcoxon_p(1) == 1.0
+    assert smallest_wilcoxon_p(5) == signed_rank_p([0.01, 0.02, 0.03, 0.04, 0.05])
+    with pytest.raises(ValueError):
+        smallest_wilcoxon_p(0)
+    assert seed_count_caveat(5) == (
+        "With 5 pairs the smallest two-sided Wilcoxon p is 0.0625, so "
+        "'not significant' there is not 'no effect'."
+    )
+    assert seed_count_caveat(6).startswith(
+        "With 6 pairs the smallest two-sided Wilcoxon p is 0.03125"
+    )
