@@ -21,7 +21,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from omegaconf import OmegaConf
+import yaml
 from transformers import (
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
@@ -33,15 +33,18 @@ from transformers import (
 from isotune.data import GLUEDataModule, load_split
 from isotune.encoders import load_tokenizer, resolve_model_path
 from isotune.module import GLUEClassifier
+from isotune.norms import NORMS as NORM_REGISTRY
 from isotune.norms import IsoBN
 from isotune.tasks import TaskSpec
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-NORMS = ("none", "batchnorm", "isobn")
+NORMS = tuple(NORM_REGISTRY)  # every registered norm, the baseline none first
 
 
 def conf(path: str) -> dict:
-    return OmegaConf.to_container(OmegaConf.load(CONF / path), resolve=True)
+    """A file of conf/ as plain data. PyYAML, not OmegaConf: gpu_check.py imports this module on
+    machines without Hydra (tests/test_gpu_check.py checks that both read every config alike)."""
+    return yaml.safe_load((CONF / path).read_text())
 
 
 def quiet_offline_glue_dir() -> str:

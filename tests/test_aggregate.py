@@ -1,10 +1,11 @@
 """Tables, failed/missing runs and reruns, from fake sweep directories: each expected number is
-computed here independently with `statistics`."""
+computed here independently with `statistics`; Hydra's job numbering from a real multirun."""
 
 from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 import sys
 import types
 from datetime import UTC, datetime
@@ -14,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from isotune.sweeps import aggregate, gpu_slots, rerun
+from isotune.sweeps import aggregate, gpu_slots, rerun, runs
 
 # Dev accuracy per (norm, task, seed) of the fake sweep; None: the job failed or never finished.
 SCORES = {
@@ -210,6 +211,47 @@ def test_only_a_completed_run_of_the_same_job_hides_a_failed_one(tmp_path, sweep
     assert ("older-sweep", 9) not in {(job.sweep.dir.name, job.number) for job in result.missing}
 
 
+HYDRA_APP = """import hydra
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="app")
+def main(cfg) -> None:
+    pass
+
+
+main()
+"""
+HYDRA_APP_CONFIG = {
+    "a": 0,
+    "b": "x",
+    "c": 0,
+    "hydra": {"sweeper": {"params": {"a": "1,2", "b": "x,y"}}},
+}
+
+
+def test_basic_sweep_jobs_number_jobs_as_a_real_multirun(tmp_path):
+    # The one call into Hydra's private API: a real multirun of a bare Hydra app must number its
+    # jobs as basic_sweep_jobs does (params first; a command line value replaces a param's in
+    # place; range sweeps; appended keys), read back both from its arguments and multirun.yaml.
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "app.yaml").write_text(yaml.safe_dump(HYDRA_APP_CONFIG))
+    (tmp_path / "app.py").write_text(HYDRA_APP)
+    command = [sys.executable, "app.py", "-m", "c=range(0,2)", "a=5,6", "+e=7"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (sweep,) = [path.parent for path in tmp_path.rglob("multirun.yaml")]
+    hydra_jobs = [
+        tuple(yaml.safe_load((sweep / str(n) / ".hydra" / "overrides.yaml").read_text()))
+        for n in range(len(list(sweep.glob("*/.hydra"))))
+    ]
+    expected = [
+        (f"a={a}", f"b={b}", f"c={c}", "+e=7") for a in (5, 6) for b in ("x", "y") for c in (0, 1)
+    ]
+    assert hydra_jobs == expected
+    assert runs.basic_sweep_jobs(["a=1,2", "b=x,y", *command[3:]]) == expected
+    assert runs.Sweep.load(sweep).expected_jobs == expected
+
+
 def test_an_interrupted_run_is_listed_and_rerun_in_place(sweep_dir, capsys):
     overrides = ["seed=3", "task=rte", "norm=isobn"]
     (sweep_dir / "9" / "results.json").write_text(
@@ -320,7 +362,7 @@ def test_a_failed_rerun_of_a_missing_job_counts_as_that_job_and_reruns_in_place(
     write_run(sweep_dir / "rerun-0", overrides, {"status": "failed", "error": "E: again"})
     result = aggregate.aggregate(sweep_dir)
     assert result.missing == []
-    assert aggregate.job_id(result.unfinished[-1], result.sweeps) == (sweep_dir, 6)
+    assert runs.job_id(result.unfinished[-1], result.sweeps) == (sweep_dir, 6)
     reruns, left_alone = rerun.plan_reruns(sweep_dir)
     assert [command.shell() for command in reruns] == rerun_commands(
         sweep_dir,
@@ -363,7 +405,7 @@ def test_rerun_finds_the_script_next_to_its_config_when_the_sweep_ran_elsewhere(
         {"path": str(tmp_path / "project" / "conf"), "schema": "file", "provider": "main"},
     ]
     (sweep_dir / "multirun.yaml").write_text(yaml.safe_dump(config))
-    script = rerun.training_script(aggregate.Sweep.load(sweep_dir))
+    script = rerun.training_script(runs.Sweep.load(sweep_dir))
     assert script == tmp_path / "project" / "train.py"
 
 

@@ -14,10 +14,24 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from isotune.analysis.run import FIGURES, METHODS, TABLES, analyze
+from isotune.analysis.experiments import (
+    METHODS,
+    SETTINGS,
+    isotropy_by_layer,
+    local_structure,
+    sentence_view,
+)
+from isotune.analysis.figures import FIGURES
+from isotune.analysis.geometry import LayerVectors
+from isotune.analysis.report import TABLES
+from isotune.analysis.run import analyze
+from isotune.analysis.verdicts import judge
 from isotune.errors import IsotuneError
+from isotune.isotropy import measure_all
+from isotune.isotropy.vectors import POST_NORM, PRE_NORM
+from isotune.tasks import TaskSpec
 from isotune.training import train
-from tests.conftest import ROOT, compose_config, compose_train_config, tiny_run_overrides
+from tests.conftest import CONF_DIR, ROOT, compose_config, compose_train_config, tiny_run_overrides
 
 NUM_HIDDEN_LAYERS = 2  # the tiny BERT of conftest
 SMALL = [
@@ -112,6 +126,76 @@ def test_enhancement_keeps_the_checkpoints_metric_and_raises_isotropy(analysis, 
         # IsoScore ignores translation; whether ABTT raises it depends on the spectrum (see
         # test_enhance), which a randomly initialised model does not fix.
         assert table.loc[(setting, "zero_mean"), "isoscore"] == pytest.approx(before.isoscore)
+
+
+def test_outputs_name_the_sentence_views_pre_norm_and_post_norm(analysis):
+    folder, summary = analysis
+    enhancement = pd.read_csv(folder / "enhancement.csv")
+    views = enhancement.groupby("setting").view.unique().map(list).to_dict()
+    assert views == {
+        "finetuned_head": [POST_NORM],
+        "pretrained_probe": [PRE_NORM],
+        "finetuned_probe": [POST_NORM],
+    }
+    assert "| setting | view | method |" in (folder / "enhancement.md").read_text()
+    # cls pooling: the verdicts read the last layer's `sentence` view, the pre_norm vector itself
+    assert summary["sentence_view"] == "sentence"
+    assert summary["verdicts"]["T1"]["evidence"].startswith("tokens: log I(W) ")
+    assert "; sentence: log I(W) " in summary["verdicts"]["T1"]["evidence"]
+    report = (folder / "report.md").read_text()
+    assert f"- `pretrained_probe`: linear probe on the pre-trained `{PRE_NORM}` vectors" in report
+    for name in ("pooled", "classifier_input", "classifier input"):  # the analysis's old names
+        for output in ("report.md", "analysis.json", *(f"{table}.csv" for table in TABLES)):
+            assert name not in (folder / output).read_text()
+
+
+def test_pooler_pooling_measures_and_judges_the_pre_norm_view():
+    generator = torch.Generator().manual_seed(0)
+
+    def layer_vectors(scale: float) -> LayerVectors:
+        def points(n: int) -> torch.Tensor:
+            return torch.randn(n, 6, generator=generator) * torch.linspace(1, scale, 6)
+
+        layers = range(NUM_HIDDEN_LAYERS + 1)
+        return LayerVectors(
+            tokens=[points(40) for _ in layers],
+            sentences=[points(20) for _ in layers],
+            pre_norm=points(20),
+            post_norm=points(20),
+        )
+
+    vectors = {"pretrained": layer_vectors(1.0), "finetuned": layer_vectors(30.0)}
+    layers = isotropy_by_layer(vectors, "pooler", dominant_factor=10.0, seed=0)
+    pre_norm = layers[layers.view == PRE_NORM]  # the pooler output: last layer only
+    assert pre_norm[["model", "layer", "n"]].values.tolist() == [
+        ["pretrained", NUM_HIDDEN_LAYERS, 20],
+        ["finetuned", NUM_HIDDEN_LAYERS, 20],
+    ]
+    expected = [measure_all(v.pre_norm)["log_iw"] for v in vectors.values()]
+    assert pre_norm.log_iw.tolist() == pytest.approx(expected)
+    assert sentence_view("pooler") == PRE_NORM and sentence_view("mean") == "sentence"
+
+    token_type = torch.arange(40) % 2
+    local = local_structure(
+        vectors,
+        {"token_type": token_type, "frequency": token_type},
+        OmegaConf.create({"max_points": 40, "n_clusters": 2, "folds": 2}),
+        seed=0,
+    )
+    enhancement = pd.DataFrame(
+        [
+            {"setting": setting, "method": method, "log_iw": -1.0, "accuracy": 0.5}
+            for setting in SETTINGS
+            for method in METHODS
+        ]
+    )
+    task = TaskSpec.from_config(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "task/rte.yaml")))
+    tables = {"isotropy_by_layer": layers, "local_structure": local, "enhancement": enhancement}
+    thresholds = OmegaConf.create({"local_change": 0.05, "metric_tolerance": 0.01})
+    t1, _, t3, *_ = judge(tables, task, PRE_NORM, NUM_HIDDEN_LAYERS, thresholds)
+    pre, fine = expected
+    assert f"; {PRE_NORM}: log I(W) {pre:.4g} → {fine:.4g}" in t1.evidence
+    assert f"; {PRE_NORM}: " in t3.evidence
 
 
 def test_cli_writes_its_own_folder_and_logs_everything_to_wandb(checkpoint, glue_dir, tmp_path):

@@ -6,9 +6,14 @@ from pathlib import Path
 
 import pytest
 from hydra.utils import instantiate
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from omegaconf import OmegaConf
 
-from isotune.norms import IsoBN, build_norm
+from isotune.isotropy.callback import IsotropyMonitor
+from isotune.norms import NORMS, build_norm
+from isotune.rng_state import EpochRngState
+from isotune.sweeps import gpu_slots
 from isotune.tasks import TaskSpec
 from tests.conftest import CONF_DIR, compose_train_config
 
@@ -20,7 +25,7 @@ def options(group: str) -> list[str]:
 def test_defaults_compose_to_the_documented_run(tmp_path):
     cfg = compose_train_config([], tmp_path)
     assert cfg.task.name == "rte" and cfg.model.name == "minilm" and cfg.norm.name == "none"
-    assert isinstance(cfg.seed, int)
+    assert cfg.seed == 42
     assert cfg.optim.lr == 5e-5 and cfg.optim.warmup_ratio == 0.06 and cfg.data.batch_size == 16
     assert cfg.callbacks.model_checkpoint.monitor == "val/accuracy"
     run_dir = OmegaConf.to_container(cfg.hydra.run)["dir"]  # unresolved
@@ -52,9 +57,9 @@ def test_every_norm_composes_and_builds(name, tmp_path):
     cfg = compose_train_config([f"norm={name}"], tmp_path)
     options_ = OmegaConf.to_container(cfg.norm)
     module = build_norm(options_.pop("name"), 8, **options_)
-    assert module is not None
-    if name == "isobn":
-        assert isinstance(module, IsoBN)
+    assert type(module) is NORMS[name]
+    assert {option: getattr(module, option) for option in options_} == options_
+    if name == "isobn":  # the released code's defaults
         assert (module.momentum, module.eps, module.beta, module.bias_correction) == (
             0.05,
             1e-3,
@@ -63,17 +68,49 @@ def test_every_norm_composes_and_builds(name, tmp_path):
         )
 
 
+TRAINERS = {  # what each trainer option sets, on top of default.yaml
+    "default": {"accelerator": "auto", "devices": 1, "precision": "32-true", "strategy": None},
+    "cpu": {"accelerator": "cpu", "devices": 1, "precision": "32-true", "strategy": None},
+    "gpu": {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed", "strategy": None},
+    "ddp": {"accelerator": "gpu", "devices": -1, "precision": "bf16-mixed", "strategy": "ddp"},
+}
+KNOB_DEFAULTS = {"limit_train_batches": 1.0, "limit_val_batches": 1.0, "accumulate_grad_batches": 1}
+KNOBS = {"limit_train_batches": 4, "limit_val_batches": 0.5, "accumulate_grad_batches": 2}
+KNOB_OVERRIDES = [f"trainer.{key}={value}" for key, value in KNOBS.items()]  # no `+` needed
+
+
+def test_every_trainer_option_is_described():
+    assert sorted(TRAINERS) == options("trainer")
+
+
 @pytest.mark.parametrize("name", options("trainer"))
-def test_every_trainer_composes(name, tmp_path):
+def test_every_trainer_composes_with_the_lightning_knobs(name, tmp_path):
     cfg = compose_train_config([f"trainer={name}"], tmp_path)
     assert cfg.trainer._target_ == "lightning.pytorch.Trainer"
-    if name in ("cpu", "default"):
-        trainer = instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
-        assert trainer.max_epochs == 3
-    if name == "gpu":
-        assert cfg.trainer.precision == "bf16-mixed"
-    if name == "ddp":
-        assert cfg.trainer.strategy == "ddp"
+    assert {key: cfg.trainer.get(key) for key in TRAINERS[name]} == TRAINERS[name]
+    assert {key: cfg.trainer[key] for key in KNOBS} == KNOB_DEFAULTS
+    cfg = compose_train_config([f"trainer={name}", *KNOB_OVERRIDES], tmp_path)
+    assert {key: cfg.trainer[key] for key in KNOBS} == KNOBS
+
+
+@pytest.mark.parametrize("name", ["cpu", "default"])
+def test_trainer_takes_the_lightning_knobs(name, tmp_path):
+    cfg = compose_train_config([f"trainer={name}", *KNOB_OVERRIDES], tmp_path)
+    trainer = instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
+    assert trainer.max_epochs == 3
+    assert {key: getattr(trainer, key) for key in KNOBS} == KNOBS
+
+
+LOGGERS = {
+    "csv": [CSVLogger],
+    "tensorboard": [TensorBoardLogger],
+    "wandb": [WandbLogger],
+    "none": [],
+}
+
+
+def test_every_logger_option_is_described():
+    assert sorted(LOGGERS) == options("logger")
 
 
 @pytest.mark.parametrize("name", options("logger"))
@@ -82,28 +119,64 @@ def test_every_logger_composes_and_instantiates(name, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     cfg = compose_train_config([f"logger={name}"], tmp_path)
     loggers = [instantiate(entry) for entry in (cfg.logger or {}).values()]
-    assert len(loggers) == (0 if name == "none" else 1)
+    assert [type(logger) for logger in loggers] == LOGGERS[name]
     for logger in loggers:
         assert Path(logger.save_dir).resolve() == tmp_path.resolve()
 
 
+DEBUG_PRESETS = {  # what Lightning runs under each preset: epochs, train and val batches per epoch
+    "fdr": (1, 1, 1),
+    "limit": (2, 4, 2),
+    "overfit": (20, 4, 4),
+}
+
+
+def test_every_debug_preset_is_described():
+    assert sorted(DEBUG_PRESETS) == options("debug")
+
+
 @pytest.mark.parametrize("name", options("debug"))
-def test_every_debug_preset_composes(name, tmp_path):
-    cfg = compose_train_config([f"debug={name}"], tmp_path)
-    assert (
-        cfg.trainer.get("fast_dev_run")
-        or cfg.trainer.get("overfit_batches")
-        or cfg.trainer.get("limit_train_batches")
-    )
+def test_every_debug_preset_limits_the_run(name, tmp_path):
+    cfg = compose_train_config(["trainer=cpu", f"debug={name}"], tmp_path)
+    trainer = instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
+    limits = (trainer.max_epochs, trainer.limit_train_batches, trainer.limit_val_batches)
+    assert limits == DEBUG_PRESETS[name]
+
+
+CALLBACK_SETS = {
+    "default": {
+        "model_checkpoint": ModelCheckpoint,
+        "last_checkpoint": ModelCheckpoint,
+        "rng_state": EpochRngState,
+        "early_stopping": EarlyStopping,
+        "isotropy": IsotropyMonitor,
+    },
+    "isotropy": {"isotropy": IsotropyMonitor},
+    "none": {},
+}
+
+
+def test_every_callback_set_is_described():
+    assert sorted(CALLBACK_SETS) == options("callbacks")
 
 
 @pytest.mark.parametrize("name", options("callbacks"))
 def test_every_callback_set_instantiates(name, tmp_path):
     cfg = compose_train_config([f"callbacks={name}"], tmp_path)
-    callbacks = [
-        instantiate(entry) for entry in (cfg.callbacks or {}).values() if entry is not None
-    ]
-    assert len(callbacks) == len(cfg.callbacks or {})
+    callbacks = {key: type(instantiate(entry)) for key, entry in (cfg.callbacks or {}).items()}
+    assert callbacks == CALLBACK_SETS[name]
+
+
+def test_gpus_launcher_composes_from_its_yaml(tmp_path):
+    cfg = compose_train_config(["hydra/launcher=gpus", "hydra.launcher.jobs_per_gpu=2"], tmp_path)
+    assert OmegaConf.to_container(cfg.hydra.launcher) == {  # unresolved
+        "_target_": "hydra_plugins.isotune_launcher.gpus_launcher.GpusLauncher",
+        "gpus": None,
+        "jobs_per_gpu": 2,
+        "n_jobs": None,
+        "slot_dir": f"${{hydra.sweep.dir}}/{gpu_slots.SWEEP_SLOT_DIR}",  # where rerun looks
+    }
+    assert compose_train_config(["hydra/launcher=gpus"], tmp_path).hydra.launcher.jobs_per_gpu == 1
 
 
 def test_unknown_option_names_the_value_and_the_choices(tmp_path):

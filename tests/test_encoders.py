@@ -74,7 +74,7 @@ def test_folder_without_tokenizer_files_is_not_given_an_empty_vocabulary(tmp_pat
 
 def test_tokenizer_only_folder_has_no_config_or_weights(tmp_path, tiny_bert):
     folder = copy_of(tiny_bert, tmp_path / "tokenizer", skip=("config.json", "model.safetensors"))
-    assert len(load_tokenizer(str(folder))) > 5
+    assert load_tokenizer(str(folder)).get_vocab() == load_tokenizer(str(tiny_bert)).get_vocab()
     with pytest.raises(IsotuneError) as raised:
         load_encoder(str(folder))
     assert str(raised.value).startswith(

@@ -137,9 +137,9 @@ def test_collected_vectors_are_the_encoders_per_layer_and_pooled(tiny_bert, pool
             inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
             output = module.encode(inputs, output_hidden_states=True)
             pooled = module.pool(output, inputs["attention_mask"])[0]
-            torch.testing.assert_close(vectors.pooled[index], pooled, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(vectors.pre_norm[index], pooled, atol=1e-5, rtol=1e-4)
             normed = module.norm(pooled[None])[0]
-            torch.testing.assert_close(vectors.classifier_input[index], normed)
+            torch.testing.assert_close(vectors.post_norm[index], normed)
             for layer, hidden in enumerate(output.hidden_states):
                 expected = hidden[0].mean(dim=0) if pooling == "mean" else hidden[0, 0]
                 torch.testing.assert_close(
@@ -153,7 +153,7 @@ def test_collected_vectors_are_the_encoders_per_layer_and_pooled(tiny_bert, pool
                     rtol=1e-4,
                 )
     if pooling != "pooler":
-        assert torch.equal(vectors.sentences[-1], vectors.pooled)
+        assert torch.equal(vectors.sentences[-1], vectors.pre_norm)
 
 
 def test_token_counts_and_frequency_buckets():

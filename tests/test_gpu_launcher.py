@@ -1,11 +1,12 @@
 """The `gpus` Hydra launcher and its slot claiming, on CPU: GPU ids are simulated with
-`hydra.launcher.gpus`, so these tests check the pinning logic, not real devices."""
+`hydra.launcher.gpus` (or CUDA_VISIBLE_DEVICES), so these tests check the pinning logic, not real
+devices."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,8 +17,9 @@ import pytest
 from hydra_plugins.isotune_launcher.gpus_launcher import GpusLauncher
 from isotune.errors import IsotuneError
 from isotune.sweeps import gpu_slots
+from tests.conftest import CONF_DIR, ROOT
 
-SRC_DIR = Path(__file__).resolve().parents[1] / "src"
+SRC_DIR = ROOT / "src"
 
 
 def _env_with_src() -> dict[str, str]:
@@ -44,7 +46,8 @@ def test_a_slot_held_by_another_process_is_skipped(tmp_path):
             sys.executable,
             "-c",
             "import sys; from isotune.sweeps import gpu_slots;"
-            f"print(gpu_slots.claim_process_slot({str(tmp_path)!r}, ['0', '1']), flush=True);"
+            "slots = gpu_slots.plan_slots(['0'], jobs_per_gpu=2, cpu_jobs=1);"
+            f"print(gpu_slots.claim_process_slot({str(tmp_path)!r}, slots).name, flush=True);"
             "sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,
@@ -54,14 +57,14 @@ def test_a_slot_held_by_another_process_is_skipped(tmp_path):
     )
     try:
         held = holder.stdout.readline().strip()
-        lock = gpu_slots.acquire_slot(tmp_path, ["0", "1"])
-        assert {held, lock.slot_id} == {"0", "1"}
+        lock = gpu_slots.acquire_slot(tmp_path, ["0#0", "0#1"])
+        assert {held, lock.slot_id} == {"0#0", "0#1"}
         lock.release()
     finally:
         holder.communicate("")
     # The holder is gone: the OS released its lock, so both slots are free again.
-    locks = [gpu_slots.acquire_slot(tmp_path, ["0", "1"]) for _ in range(2)]
-    assert {lock.slot_id for lock in locks} == {"0", "1"}
+    locks = [gpu_slots.acquire_slot(tmp_path, ["0#0", "0#1"]) for _ in range(2)]
+    assert {lock.slot_id for lock in locks} == {"0#0", "0#1"}
     for lock in locks:
         lock.release()
 
@@ -83,40 +86,78 @@ def test_held_slots_are_those_of_live_lock_holders(tmp_path):
 
 
 def test_claiming_pins_the_process_environment_once(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu_slots, "_process_slot", None)
+    monkeypatch.setattr(gpu_slots, "_claimed", None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
     monkeypatch.setenv(gpu_slots.SLOT_ENV_VAR, "unset")
-    blocker = gpu_slots.acquire_slot(tmp_path, ["5"])
+    slots = gpu_slots.plan_slots(None, jobs_per_gpu=1, cpu_jobs=1)
+    blocker = gpu_slots.acquire_slot(tmp_path, ["5#0"])
     try:
-        slot = gpu_slots.claim_process_slot(tmp_path, ["5", "7"])
-        assert slot == "7"
+        slot = gpu_slots.claim_process_slot(tmp_path, slots)
+        assert slot == gpu_slots.Slot("7#0", "7")
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "7"
-        assert os.environ[gpu_slots.SLOT_ENV_VAR] == "7"
+        assert os.environ[gpu_slots.SLOT_ENV_VAR] == "7#0"
         blocker.release()
-        assert gpu_slots.claim_process_slot(tmp_path, ["5", "7"]) == "7"  # never moves
+        assert gpu_slots.claim_process_slot(tmp_path, slots) == slot  # never moves
     finally:
         blocker.release()
-        gpu_slots._process_slot.release()
+        gpu_slots._claimed[1].release()
 
 
-def test_slot_ids_fall_back_to_cpu_slots(monkeypatch):
+def test_slots_go_round_robin_over_the_gpus(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    assert gpu_slots.slot_ids(None, cpu_jobs=2) == ["2", "3"]
-    assert gpu_slots.slot_ids([0, 1], cpu_jobs=2) == ["0", "1"]
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
-    assert gpu_slots.slot_ids(None, cpu_jobs=2) == ["cpu0", "cpu1"]
-    assert gpu_slots.pinned_environment("cpu1") == {
+    assert gpu_slots.plan_slots(None, jobs_per_gpu=1, cpu_jobs=4) == [
+        gpu_slots.Slot("2#0", "2"),
+        gpu_slots.Slot("3#0", "3"),
+    ]
+    assert gpu_slots.plan_slots([0, 1], jobs_per_gpu=2, cpu_jobs=1) == [
+        gpu_slots.Slot("0#0", "0"),
+        gpu_slots.Slot("1#0", "1"),
+        gpu_slots.Slot("0#1", "0"),
+        gpu_slots.Slot("1#1", "1"),
+    ]
+    with pytest.raises(IsotuneError, match="twice"):
+        gpu_slots.plan_slots(["0", "0"], jobs_per_gpu=1, cpu_jobs=1)
+
+
+@pytest.mark.parametrize("visible", ["-1", ""])
+def test_without_gpus_there_are_cpu_slots_that_see_no_gpu(monkeypatch, visible):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    slots = gpu_slots.plan_slots(None, jobs_per_gpu=2, cpu_jobs=2)
+    assert slots == [gpu_slots.Slot("cpu0", None), gpu_slots.Slot("cpu1", None)]
+    assert gpu_slots.pinned_environment(slots[1]) == {
         "CUDA_VISIBLE_DEVICES": "",
         gpu_slots.SLOT_ENV_VAR: "cpu1",
     }
-    with pytest.raises(IsotuneError, match="twice"):
-        gpu_slots.slot_ids(["0", "0"], cpu_jobs=1)
+
+
+def launcher(gpus: list[str] | None, jobs_per_gpu: int = 1, n_jobs: int | None = None):
+    return GpusLauncher(gpus=gpus, jobs_per_gpu=jobs_per_gpu, n_jobs=n_jobs, slot_dir="unused")
+
+
+def test_jobs_at_once_default_to_one_per_slot():
+    slots, n_jobs = launcher(["0", "1"], jobs_per_gpu=3).plan()
+    assert (len(slots), n_jobs) == (6, 6)
+    assert launcher(["0", "1"], jobs_per_gpu=3, n_jobs=4).plan()[1] == 4
+
+
+def test_n_jobs_without_gpus_is_the_number_of_cpu_jobs():
+    slots, n_jobs = launcher([], n_jobs=3).plan()
+    assert ([slot.name for slot in slots], n_jobs) == (["cpu0", "cpu1", "cpu2"], 3)
+    slots, n_jobs = launcher([]).plan()
+    assert ([slot.name for slot in slots], n_jobs) == (["cpu0"], 1)
 
 
 def test_more_jobs_at_once_than_slots_is_refused():
-    launcher = GpusLauncher(gpus=["0", "1"], n_jobs=3)
-    with pytest.raises(IsotuneError, match=r"n_jobs=3 but there are 2 slots"):
-        launcher._jobs_at_once(["0", "1"])
+    with pytest.raises(
+        IsotuneError, match=r"n_jobs=5 but GPUs \['0', '1'\] x jobs_per_gpu=2 give 4"
+    ):
+        launcher(["0", "1"], jobs_per_gpu=2, n_jobs=5).plan()
+
+
+@pytest.mark.parametrize(("jobs_per_gpu", "n_jobs"), [(0, None), (1, 0)])
+def test_job_counts_below_one_are_refused(jobs_per_gpu, n_jobs):
+    with pytest.raises(IsotuneError, match="set them to 1 or more"):
+        launcher(["0"], jobs_per_gpu=jobs_per_gpu, n_jobs=n_jobs).plan()
 
 
 APP = """
@@ -127,11 +168,25 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 
 
+def gather(folder, job_num, count):
+    # Wait until `count` jobs have started, so that they provably run at the same time.
+    folder.mkdir(exist_ok=True)
+    (folder / str(job_num)).touch()
+    deadline = time.monotonic() + 60  # a safety stop, not a measurement
+    while len(list(folder.iterdir())) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(list(folder.iterdir()))} of {count} jobs ran at once")
+        time.sleep(0.02)
+
+
 @hydra.main(version_base="1.3", config_path=".", config_name="config")
 def main(cfg):
     start = time.time()
+    hydra_cfg = HydraConfig.get()
     if cfg.mode == "crash":
         os._exit(3)
+    if hydra_cfg.job.num < cfg.gather:
+        gather(Path(hydra_cfg.sweep.dir, "gathered"), hydra_cfg.job.num, cfg.gather)
     time.sleep(cfg.sleep)
     record = {
         "start": start,
@@ -142,7 +197,7 @@ def main(cfg):
         "sleep": cfg.sleep,
         "mode": cfg.mode,
     }
-    Path(HydraConfig.get().runtime.output_dir, "record.json").write_text(json.dumps(record))
+    Path(hydra_cfg.runtime.output_dir, "record.json").write_text(json.dumps(record))
     if cfg.mode == "fail":
         raise RuntimeError("planned failure")
 
@@ -151,40 +206,100 @@ if __name__ == "__main__":
     main()
 """
 
+TWO_GPUS = ("hydra/launcher=gpus", "hydra.launcher.gpus=[0,1]")
 
-def _run_sweep(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+
+def _run_sweep(
+    tmp_path: Path, *overrides: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
     (tmp_path / "my_app.py").write_text(textwrap.dedent(APP))
-    (tmp_path / "config.yaml").write_text("sleep: 0.0\nmode: ok\n")
+    (tmp_path / "config.yaml").write_text("sleep: 0.0\nmode: ok\ngather: 0\n")
+    launcher_yaml = tmp_path / "hydra" / "launcher" / "gpus.yaml"  # the app uses ours
+    launcher_yaml.parent.mkdir(parents=True)
+    shutil.copy(CONF_DIR / "hydra" / "launcher" / "gpus.yaml", launcher_yaml)
     sweep_dir = tmp_path / "sweep"
-    launcher = ["hydra/launcher=gpus", "hydra.launcher.gpus=[0,1]", "hydra.launcher.n_jobs=2"]
     result = subprocess.run(
-        [sys.executable, "my_app.py", "-m", *launcher, f"hydra.sweep.dir={sweep_dir}", *overrides],
+        [sys.executable, "my_app.py", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env=_env_with_src(),
-        timeout=60,
+        env={**_env_with_src(), **(env or {})},
+        timeout=120,
     )
     records = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/record.json"))]
     return result, records
 
 
+def most_jobs_at_once(records: list[dict]) -> dict[str, int]:
+    """Per GPU (CUDA_VISIBLE_DEVICES), the most jobs that ran at the same time."""
+    most: dict[str, int] = {}
+    for record in records:
+        running = [
+            other
+            for other in records
+            if other["cuda_visible_devices"] == record["cuda_visible_devices"]
+            and other["start"] <= record["start"] < other["end"]
+        ]  # jobs on this GPU running when `record` started: the peaks are at starts
+        gpu = record["cuda_visible_devices"]
+        most[gpu] = max(most.get(gpu, 0), len(running))
+    return most
+
+
 def test_sweep_runs_one_job_per_slot_at_a_time(tmp_path):
     durations = [0.1, 1.0, 0.2, 0.6, 0.3]
-    result, records = _run_sweep(tmp_path, "sleep=" + ",".join(map(str, durations)))
+    result, records = _run_sweep(
+        tmp_path, *TWO_GPUS, "hydra.launcher.n_jobs=2", "sleep=" + ",".join(map(str, durations))
+    )
     assert result.returncode == 0, result.stderr
     assert sorted(r["sleep"] for r in records) == sorted(durations)
-    assert {r["slot"] for r in records} <= {"0", "1"}
-    for record in records:
-        assert record["cuda_visible_devices"] == record["slot"]
-    for a, b in itertools.combinations(records, 2):
-        overlapping = a["start"] < b["end"] and b["start"] < a["end"]
-        assert not (overlapping and a["slot"] == b["slot"]), (a, b)
+    assert {(r["slot"], r["cuda_visible_devices"]) for r in records} <= {("0#0", "0"), ("1#0", "1")}
+    assert set(most_jobs_at_once(records).values()) == {1}
     assert len({r["pid"] for r in records}) <= 2  # more jobs than slots: they queued
 
 
+def test_jobs_per_gpu_packs_each_gpu_but_never_beyond(tmp_path):
+    # Two GPUs x 2 = 4 slots and n_jobs by default 4; the first four jobs wait for one another,
+    # so they run at once, which needs all four slots; the rest queue with unequal durations.
+    durations = [0.1, 0.1, 0.1, 0.1, 0.9, 0.1, 0.5, 0.2, 0.7, 0.1, 0.3]
+    result, records = _run_sweep(
+        tmp_path,
+        *TWO_GPUS,
+        "hydra.launcher.jobs_per_gpu=2",
+        "gather=4",
+        "sleep=" + ",".join(map(str, durations)),
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(records) == len(durations)
+    assert {(r["slot"], r["cuda_visible_devices"]) for r in records} == {
+        ("0#0", "0"),
+        ("0#1", "0"),
+        ("1#0", "1"),
+        ("1#1", "1"),
+    }
+    assert most_jobs_at_once(records) == {"0": 2, "1": 2}
+    for pid in {r["pid"] for r in records}:  # a worker stays on its GPU
+        assert len({r["cuda_visible_devices"] for r in records if r["pid"] == pid}) == 1
+
+
+def test_n_jobs_runs_that_many_cpu_jobs_at_once_without_gpus(tmp_path):
+    result, records = _run_sweep(
+        tmp_path,
+        "hydra/launcher=gpus",
+        "hydra.launcher.n_jobs=2",
+        "gather=2",
+        "sleep=0.0,0.1,0.2",
+        env={"CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(r["sleep"] for r in records) == [0.0, 0.1, 0.2]
+    assert {r["slot"] for r in records} == {"cpu0", "cpu1"}
+    assert {r["cuda_visible_devices"] for r in records} == {""}
+
+
 def test_failing_and_crashing_jobs_do_not_stop_the_others(tmp_path):
-    result, records = _run_sweep(tmp_path, "mode=fail,crash,ok,ok2", "sleep=0.2")
+    result, records = _run_sweep(
+        tmp_path, *TWO_GPUS, "hydra.launcher.n_jobs=2", "mode=fail,crash,ok,ok2", "sleep=0.2"
+    )
     assert result.returncode != 0
     assert sorted(r["mode"] for r in records) == ["fail", "ok", "ok2"]
     output = result.stdout + result.stderr

@@ -9,9 +9,14 @@ import pytest
 import torch
 from transformers import AutoModel
 
+from isotune.analysis.geometry import collect_layer_vectors
+from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
 from isotune.isotropy import measure_all
 from isotune.isotropy.callback import IsotropyMonitor
+from isotune.isotropy.vectors import POST_NORM, PRE_NORM, SENTENCE_VIEWS, collect_views
+from isotune.module import GLUEClassifier
+from isotune.tasks import TaskSpec
 from isotune.training import train
 from tests.conftest import compose_train_config, tiny_run_overrides
 
@@ -81,10 +86,6 @@ def test_pretrained_values_match_an_independent_computation(isobn_run, tiny_bert
 
 
 def test_token_vectors_exclude_special_tokens_and_padding(train_config, isobn_run):
-    from isotune.data import GLUEDataModule
-    from isotune.module import GLUEClassifier
-    from isotune.tasks import TaskSpec
-
     cfg = train_config()
     tokenizer = load_tokenizer(cfg.model.name_or_path)
     datamodule = GLUEDataModule(
@@ -110,6 +111,52 @@ def test_token_vectors_exclude_special_tokens_and_padding(train_config, isobn_ru
     assert [float(row["iso/epoch"]) for row in logged] == [0.0, 1.0, 2.0]
 
 
+def probe_setup(cfg, probe_size: int = 10) -> tuple[GLUEClassifier, type, IsotropyMonitor]:
+    """A fresh tiny classifier in training mode, a stand-in trainer and a monitor's probe."""
+    datamodule = GLUEDataModule(
+        TaskSpec.from_config(cfg.task),
+        load_tokenizer(cfg.model.name_or_path),
+        glue_dir=cfg.paths.glue_dir,
+        eval_batch_size=4,
+    )
+    model = GLUEClassifier(task=cfg.task, model=cfg.model, norm=cfg.norm, optim=cfg.optim)
+    trainer = type("FakeTrainer", (), {"datamodule": datamodule})
+    return model, trainer, IsotropyMonitor(probe_size=probe_size, seed=1)
+
+
+def test_callback_and_analysis_collect_the_same_sentence_views(train_config):
+    model, trainer, monitor = probe_setup(train_config("norm=batchnorm"))
+    from_callback = monitor.collect(trainer, model)
+    assert model.training
+    from_analysis = collect_layer_vectors(model, monitor.probe_loader(trainer), sample=None)
+    assert model.training  # both passes run in eval mode and put the training mode back
+    assert tuple(from_callback) == SENTENCE_VIEWS == ("pre_norm", "post_norm")
+    assert from_callback[PRE_NORM].shape == (10, 32)
+    assert torch.equal(from_callback[PRE_NORM], from_analysis.pre_norm)
+    assert torch.equal(from_callback[POST_NORM], from_analysis.post_norm)
+    # BatchNorm (running mean 0, variance 1, eps 1e-5) divides by sqrt(1 + eps): a different view.
+    torch.testing.assert_close(from_analysis.post_norm, from_analysis.pre_norm / (1 + 1e-5) ** 0.5)
+    assert not torch.equal(from_analysis.post_norm, from_analysis.pre_norm)
+
+
+def test_collect_views_concatenates_extras_in_order_and_keeps_eval_mode(train_config):
+    model, trainer, monitor = probe_setup(train_config())
+    model.eval()
+    starts = []
+
+    def first_tokens(batch, views, start):
+        starts.append(start)
+        return {"last_layer_cls": views.hidden_states[-1][:, 0]}
+
+    loader = monitor.probe_loader(trainer)
+    collected = collect_views(model, loader, hidden_states=True, extra=first_tokens)
+    assert starts == [0, 4, 8]  # 10 probe examples in batches of 4
+    assert list(collected) == [PRE_NORM, POST_NORM, "last_layer_cls"]
+    assert all(v.dtype == torch.float32 and v.device.type == "cpu" for v in collected.values())
+    assert torch.equal(collected["last_layer_cls"], collected[PRE_NORM])  # cls pooling
+    assert not model.training
+
+
 def test_figures_saved_per_view_and_epoch(isobn_run):
     folder, _ = isobn_run
     names = sorted(path.name for path in (folder / "isotropy").glob("*.png"))
@@ -120,9 +167,6 @@ def test_figures_saved_per_view_and_epoch(isobn_run):
 
 
 def test_probe_set_is_seeded_and_capped(train_config, tmp_path):
-    from isotune.data import GLUEDataModule
-    from isotune.tasks import TaskSpec
-
     cfg = train_config()
     datamodule = GLUEDataModule(
         TaskSpec.from_config(cfg.task),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from isotune.sweeps.aggregate import find_sweeps, job_id, load_runs
+from isotune.sweeps.runs import find_sweeps, job_id, load_runs
 from isotune.training import train
 from isotune.wandb_logging import run_group
 from tests.conftest import ROOT, compose_train_config
@@ -85,11 +85,6 @@ def test_slurm_launcher_composes_with_one_gpu_per_job(tmp_path):
     assert launcher.array_parallelism > 1
 
 
-def test_gpus_launcher_composes(tmp_path):
-    cfg = compose_train_config(["hydra/launcher=gpus", "hydra.launcher.cpu_jobs=2"], tmp_path)
-    assert cfg.hydra.launcher.cpu_jobs == 2
-
-
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 
@@ -124,7 +119,7 @@ def test_multirun_lands_under_logs_multirun_of_the_working_directory(tmp_path, t
         results = json.loads((sweep / str(job_number) / "results.json").read_text())
         assert (results["status"], results["seed"]) == ("completed", seed)
         assert results["output_dir"] == str(sweep / str(job_number))
-    # isotune.sweeps.aggregate numbers a sweep's jobs as Hydra does.
+    # isotune.sweeps.runs numbers a sweep's jobs as Hydra does.
     runs, sweeps = load_runs(sweep), find_sweeps(sweep)
     assert [job_id(run, sweeps) for run in runs] == [(sweep, 0), (sweep, 1)]
 
@@ -133,7 +128,7 @@ def test_real_multirun_then_aggregate(tmp_path, tiny_bert, glue_dir):
     sweep = multirun(
         tmp_path,
         [
-            "hydra/launcher=gpus", "hydra.launcher.cpu_jobs=2",
+            "hydra/launcher=gpus", "hydra.launcher.n_jobs=2",
             "task=rte,mrpc", "seed=1,2", "norm=none,batchnorm,isobn",
             *tiny_sweep_overrides(tiny_bert, glue_dir),
         ],

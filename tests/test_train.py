@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning.pytorch.loggers import CSVLogger
+from omegaconf import OmegaConf
 
 from isotune.errors import IsotuneError, NonFiniteLossError
 from isotune.module import GLUEClassifier
@@ -57,6 +59,22 @@ def test_tiny_bert_trains_and_records_results(train_config, tmp_path, task, norm
         assert (tmp_path / name).is_file(), name
     predictions = (tmp_path / "predictions" / f"{cfg.task.glue_dir}.tsv").read_text().splitlines()
     assert predictions[0] == "index\tprediction" and len(predictions) == 11
+
+
+def test_hyperparameters_are_logged_once_as_the_whole_config(train_config, monkeypatch):
+    logged = []
+    log_hyperparams = CSVLogger.log_hyperparams
+
+    def record(self, params, *args, **kwargs):
+        logged.append(params)
+        return log_hyperparams(self, params, *args, **kwargs)
+
+    monkeypatch.setattr(CSVLogger, "log_hyperparams", record)
+    cfg = train_config("debug=limit", "trainer.max_epochs=1")
+    train(cfg)
+    configs = [params for params in logged if params]  # Lightning adds the datamodule's empty {}
+    assert len(configs) == 1 and set(configs[0]) == set(cfg)  # not the model's hparams again
+    assert configs[0]["optim"] == OmegaConf.to_container(cfg.optim)
 
 
 def test_tiny_bert_learns_the_fixture_signal(train_config, tmp_path):

@@ -45,7 +45,7 @@ class GLUEClassifier(L.LightningModule):
         optim: Mapping,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(logger=False)  # training.py logs the whole config itself
         self.task = TaskSpec.from_config(task)
         self.pooling = model["pooling"]
         if self.pooling not in POOLINGS:

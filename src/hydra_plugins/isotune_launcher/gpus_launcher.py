@@ -1,15 +1,18 @@
-"""Hydra launcher ``gpus``: run a sweep's jobs in parallel on one machine, one job per GPU.
+"""Hydra launcher ``gpus``: run a sweep's jobs in parallel on one machine's GPUs.
 
     python train.py -m hydra/launcher=gpus task=rte,mrpc norm=none,isobn seed=1,2,3
     python train.py -m hydra/launcher=gpus hydra.launcher.gpus=[0,2] ...   # only GPUs 0 and 2
+    python train.py -m hydra/launcher=gpus hydra.launcher.jobs_per_gpu=2 ...   # two jobs per GPU
 
-It starts ``n_jobs`` worker processes (spawn, so no CUDA state is inherited); each worker first
-claims one GPU slot through :mod:`isotune.sweeps.gpu_slots` and sets ``CUDA_VISIBLE_DEVICES`` (and
-``ISOTUNE_GPU_SLOT``) before anything can initialise CUDA, then runs jobs one after another. Jobs
-beyond ``n_jobs`` queue, so two running jobs never share a GPU whatever their durations. A job that
-raises is recorded as FAILED; a worker that dies (``os._exit``, killed for memory) fails only the
-job it was running and is replaced, and the other jobs go on. Workers are reused, so a job must
-release what it opened (e.g. ``wandb.finish()``)."""
+Its knobs, with their reasons, are in ``conf/hydra/launcher/gpus.yaml``. It starts ``n_jobs``
+worker processes (spawn, so no CUDA state is inherited); each worker first claims one slot (a
+share of one GPU) through :mod:`isotune.sweeps.gpu_slots` and sets ``CUDA_VISIBLE_DEVICES`` (and
+``ISOTUNE_GPU_SLOT``) before anything can initialise CUDA, then runs jobs one after another. A GPU
+has ``jobs_per_gpu`` slots and jobs beyond ``n_jobs`` queue, so a GPU never runs more than
+``jobs_per_gpu`` jobs at once whatever their durations. A job that raises is recorded as FAILED;
+a worker that dies (``os._exit``, killed for memory) fails only the job it was running and is
+replaced, and the other jobs go on. Workers are reused, so a job must release what it opened
+(e.g. ``wandb.finish()``)."""
 
 import logging
 import multiprocessing
@@ -37,7 +40,7 @@ from hydra.core.utils import (
 )
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, open_dict
+from omegaconf import MISSING, DictConfig, open_dict
 
 from isotune.errors import IsotuneError
 from isotune.sweeps import gpu_slots
@@ -47,21 +50,19 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class GpusLauncherConf:
+    """The launcher's schema; ``conf/hydra/launcher/gpus.yaml`` extends it and holds the values."""
+
     _target_: str = "hydra_plugins.isotune_launcher.gpus_launcher.GpusLauncher"
-    # GPU ids to spread the jobs over, as CUDA_VISIBLE_DEVICES takes them (indices or UUIDs);
-    # null: the visible ones (CUDA_VISIBLE_DEVICES when set, else every GPU).
-    gpus: list[str] | None = None
-    # Jobs running at once; null: one per GPU slot. At most the number of slots.
-    n_jobs: int | None = None
-    # Jobs running at once on a machine without GPUs; each then sees no GPU.
-    cpu_jobs: int = 1
-    # Where the slot lock files live. Point concurrent sweeps at one shared directory
-    # (e.g. /tmp/isotune-gpu-slots) to make them share the machine's GPUs too.
-    slot_dir: str = f"${{hydra.sweep.dir}}/{gpu_slots.SWEEP_SLOT_DIR}"
+    gpus: list[str] | None = MISSING
+    jobs_per_gpu: int = MISSING
+    n_jobs: int | None = MISSING
+    slot_dir: str = MISSING
 
 
+# Stored under another name than the YAML's, which lists it in its defaults (as slurm.yaml does
+# with submitit's node), so that `hydra/launcher=gpus` finds the YAML.
 ConfigStore.instance().store(
-    group="hydra/launcher", name="gpus", node=GpusLauncherConf, provider="isotune"
+    group="hydra/launcher", name="isotune_gpus", node=GpusLauncherConf, provider="isotune"
 )
 
 
@@ -98,15 +99,11 @@ class _Worker:
 
 class GpusLauncher(Launcher):
     def __init__(
-        self,
-        gpus: Sequence[str] | None = None,
-        n_jobs: int | None = None,
-        cpu_jobs: int = 1,
-        slot_dir: str = "",
+        self, *, gpus: Sequence[str] | None, jobs_per_gpu: int, n_jobs: int | None, slot_dir: str
     ) -> None:
         self.gpus = None if gpus is None else list(gpus)
+        self.jobs_per_gpu = jobs_per_gpu
         self.n_jobs = n_jobs
-        self.cpu_jobs = cpu_jobs
         self.slot_dir = slot_dir
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
@@ -129,11 +126,10 @@ class GpusLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
 
-        slots = gpu_slots.slot_ids(self.gpus, self.cpu_jobs)
-        n_jobs = self._jobs_at_once(slots)
+        slots, n_jobs = self.plan()
         log.info(
-            f"Launching {len(job_overrides)} jobs on slots {slots}, {n_jobs} at a time "
-            f"(slot locks in {self.slot_dir})"
+            f"Launching {len(job_overrides)} jobs, {n_jobs} at a time, on slots "
+            f"{[slot.name for slot in slots]} (slot locks in {self.slot_dir})"
         )
         for index, overrides in enumerate(job_overrides):
             log.info(f"\t#{initial_job_idx + index} : {' '.join(filter_overrides(overrides))}")
@@ -150,21 +146,32 @@ class GpusLauncher(Launcher):
         jobs = [(initial_job_idx + index, list(o)) for index, o in enumerate(job_overrides)]
         return pool.run(jobs, n_workers=min(n_jobs, len(jobs)))
 
-    def _jobs_at_once(self, slots: list[str]) -> int:
-        n_jobs = len(slots) if self.n_jobs is None else self.n_jobs
-        if not 1 <= n_jobs <= len(slots):
+    def plan(self) -> tuple[list[gpu_slots.Slot], int]:
+        """The slots and how many jobs run at once: ``n_jobs``, by default one per slot. Without
+        GPUs, ``n_jobs`` (default 1) CPU slots."""
+        if self.jobs_per_gpu < 1 or (self.n_jobs is not None and self.n_jobs < 1):
             raise IsotuneError(
-                f"hydra.launcher.n_jobs={n_jobs} but there are {len(slots)} slots {slots}: "
-                "set n_jobs between 1 and the number of slots, or list more hydra.launcher.gpus "
-                "(hydra.launcher.cpu_jobs on a machine without GPUs)."
+                f"hydra.launcher.jobs_per_gpu={self.jobs_per_gpu} and "
+                f"hydra.launcher.n_jobs={self.n_jobs}, but both count jobs: set them to 1 or more "
+                "(n_jobs may be null: one job per slot)."
             )
-        return n_jobs
+        cpu_jobs = 1 if self.n_jobs is None else self.n_jobs
+        slots = gpu_slots.plan_slots(self.gpus, self.jobs_per_gpu, cpu_jobs)
+        n_jobs = len(slots) if self.n_jobs is None else self.n_jobs
+        if n_jobs > len(slots):
+            gpus = list(dict.fromkeys(slot.gpu for slot in slots))
+            raise IsotuneError(
+                f"hydra.launcher.n_jobs={n_jobs} but GPUs {gpus} x jobs_per_gpu="
+                f"{self.jobs_per_gpu} give {len(slots)} slots: set n_jobs to at most {len(slots)}, "
+                "raise hydra.launcher.jobs_per_gpu, or list more hydra.launcher.gpus."
+            )
+        return slots, n_jobs
 
 
 class _SlotPool:
     """Worker processes that each hold one slot; a dead worker fails its job and is replaced."""
 
-    def __init__(self, context_payload: bytes, slot_dir: Path, slots: list[str]) -> None:
+    def __init__(self, context_payload: bytes, slot_dir: Path, slots: list[gpu_slots.Slot]) -> None:
         self.context_payload = context_payload
         self.slot_dir = slot_dir
         self.slots = slots
@@ -246,7 +253,9 @@ def _crashed_return(job_num: int, overrides: list[str], process: SpawnProcess) -
     return job_return
 
 
-def _serve_jobs(conn: Connection, slot_dir: Path, slots: list[str], context_payload: bytes) -> None:
+def _serve_jobs(
+    conn: Connection, slot_dir: Path, slots: list[gpu_slots.Slot], context_payload: bytes
+) -> None:
     """Worker main: claim a slot first (before anything can touch CUDA), then run jobs until told
     to stop."""
     gpu_slots.claim_process_slot(slot_dir, slots)

@@ -6,13 +6,16 @@ of the token space (do tokens cluster by type and by frequency?). This module pr
 
 - :func:`sample_tokens`: a seeded sample of the non-special tokens of some examples, each labelled
   with its type (punctuation, stop word, sub-word, other);
-- :func:`collect_layer_vectors`: in one no-grad pass of a :class:`~isotune.module.GLUEClassifier`,
-  the sampled tokens' vectors and the sentence vectors (the model's pooling) of every layer, plus
-  the sentence vector before and after the norm;
+- :func:`collect_layer_vectors`: in one no-grad pass of a :class:`~isotune.module.GLUEClassifier`
+  (:func:`isotune.isotropy.vectors.collect_views`, as the isotropy callback), the sampled tokens'
+  vectors and the sentence vectors (the model's pooling) of every layer, plus the sentence vector
+  before and after the norm (``pre_norm``, ``post_norm``);
 - :func:`token_counts` and :func:`frequency_buckets`: token frequency on training text;
 - :func:`separability`: how well k-means clusters and a linear probe recover a labelling;
 - :func:`probe_predictions`: the same linear probe, trained on one set of vectors and applied to
   another (e.g. a task probe on sentence vectors).
+
+How the analysis uses them: ``docs/analysis.md``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from transformers import PreTrainedTokenizerBase
 from transformers.modeling_outputs import BaseModelOutput
 
 from isotune.enhance import cluster_labels
+from isotune.isotropy.vectors import POST_NORM, PRE_NORM, SentenceViews, collect_views
 from isotune.module import GLUEClassifier
 
 TOKEN_TYPES = ("punctuation", "stop_word", "sub_word", "other")
@@ -107,8 +111,8 @@ class LayerVectors:
 
     tokens: list[Tensor]  # per layer: the sampled tokens' vectors (empty without a sample)
     sentences: list[Tensor]  # per layer: the model's pooling of it (pooler: that layer's [CLS])
-    pooled: Tensor  # the model's sentence vector before the norm (pooler: the pooler output)
-    classifier_input: Tensor  # the pooled vector after the norm: what the head sees
+    pre_norm: Tensor  # the model's sentence vector before the norm (pooler: the pooler output)
+    post_norm: Tensor  # the same after the norm: what the head sees
 
     @property
     def num_layers(self) -> int:
@@ -126,7 +130,6 @@ def layer_sentence_vectors(
     return module.pool(BaseModelOutput(last_hidden_state=hidden), attention_mask)
 
 
-@torch.no_grad()
 def collect_layer_vectors(
     module: GLUEClassifier, batches: Iterable[Mapping[str, Tensor]], sample: TokenSample | None
 ) -> LayerVectors:
@@ -136,36 +139,30 @@ def collect_layer_vectors(
     The module runs in eval mode (no dropout, running norm statistics); vectors come back as
     float32 on the CPU.
     """
-    module.eval()
-    tokens: list[list[Tensor]] = []
-    sentences: list[list[Tensor]] = []
-    pooled, classifier_input = [], []
-    offset = 0
-    for batch in batches:
-        batch = {key: value.to(module.device) for key, value in batch.items()}
+
+    def per_layer(
+        batch: Mapping[str, Tensor], views: SentenceViews, start: int
+    ) -> dict[str, Tensor]:
         mask = batch["attention_mask"]
-        output = module.encode(batch, output_hidden_states=True)
-        size = len(mask)
-        if not sentences:
-            tokens = [[] for _ in output.hidden_states]
-            sentences = [[] for _ in output.hidden_states]
+        vectors = {}
         if sample is not None:
-            low, high = torch.searchsorted(sample.example, torch.tensor([offset, offset + size]))
-            rows = (sample.example[low:high] - offset).to(module.device)
+            low, high = torch.searchsorted(sample.example, torch.tensor([start, start + len(mask)]))
+            rows = (sample.example[low:high] - start).to(module.device)
             columns = sample.position[low:high].to(module.device)
-        for layer, hidden in enumerate(output.hidden_states):
-            sentences[layer].append(layer_sentence_vectors(module, hidden, mask).float().cpu())
+        for layer, hidden in enumerate(views.hidden_states):
+            vectors[f"layer{layer}_sentence"] = layer_sentence_vectors(module, hidden, mask)
             if sample is not None:
-                tokens[layer].append(hidden[rows, columns].float().cpu())
-        vector = module.pool(output, mask)
-        pooled.append(vector.float().cpu())
-        classifier_input.append(module.norm(vector).float().cpu())
-        offset += size
+                vectors[f"layer{layer}_tokens"] = hidden[rows, columns]
+        return vectors
+
+    collected = collect_views(module, batches, hidden_states=True, extra=per_layer)
+    layers = range(sum(name.endswith("_sentence") for name in collected))
+    token_views = [f"layer{layer}_tokens" for layer in layers] if sample is not None else []
     return LayerVectors(
-        tokens=[torch.cat(parts) for parts in tokens] if sample is not None else [],
-        sentences=[torch.cat(parts) for parts in sentences],
-        pooled=torch.cat(pooled),
-        classifier_input=torch.cat(classifier_input),
+        tokens=[collected[name] for name in token_views],
+        sentences=[collected[f"layer{layer}_sentence"] for layer in layers],
+        pre_norm=collected[PRE_NORM],
+        post_norm=collected[POST_NORM],
     )
 
 

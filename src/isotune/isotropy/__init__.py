@@ -1,5 +1,6 @@
-"""The isotropy family: measures of an embedding cloud (torch only), and the per-epoch callback
-and figures that apply them during training (``isotune.isotropy.callback``, ``.figures``).
+"""The isotropy family: measures of an embedding cloud (torch only); the sentence views every
+measurement collects (``isotune.isotropy.vectors``, shared with the analysis); and the per-epoch
+callback and figures that apply them during training (``.callback``, ``.figures``).
 
 The measures are re-exported here, so ``from isotune.isotropy import measure_all`` works without
 importing Lightning. Formulas, sources and caveats: ``docs/isotropy.md``.

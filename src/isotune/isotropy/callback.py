@@ -1,19 +1,20 @@
 """Measure the isotropy of the embedding space before training and after every validation epoch.
 
 On a fixed probe set (a seeded subset of the dev split, the same in every epoch and in every run
-with the same seed) it collects the sentence vector before the norm and after it (the
-classifier's input), and optionally token vectors of chosen layers, in one no-grad pass of the
-eval path. Every scalar of :func:`isotune.isotropy.measure_all` is logged as
-``iso/<where>/<metric>`` with the epoch (epoch 0 = the pre-trained geometry), figures are saved
-under ``<output_dir>/isotropy/`` and sent to W&B / TensorBoard, and the per-epoch values are kept
-in checkpoints and returned for ``results.json``.
+with the same seed) it collects the sentence vector before the norm (``pre_norm``) and after it
+(``post_norm``, the classifier's input), and optionally token vectors of chosen layers, in one
+no-grad pass of the eval path (:func:`isotune.isotropy.vectors.collect_views`). Every scalar of
+:func:`isotune.isotropy.measure_all` is logged as ``iso/<view>/<metric>`` with the epoch (epoch
+0 = the pre-trained geometry), figures are saved under ``<output_dir>/isotropy/`` and sent to
+W&B / TensorBoard, and the per-epoch values are kept in checkpoints and returned for
+``results.json``. Views, settings and measures: ``docs/isotropy.md``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import lightning as L
@@ -23,10 +24,9 @@ from torch.utils.data import DataLoader, Subset
 
 from isotune.isotropy import measure_all
 from isotune.isotropy.figures import save_geometry_figure
+from isotune.isotropy.vectors import SENTENCE_VIEWS, SentenceViews, collect_views
 
 log = logging.getLogger(__name__)
-
-SENTENCE_VIEWS = ("pre_norm", "post_norm")
 
 
 class IsotropyMonitor(L.Callback):
@@ -63,7 +63,7 @@ class IsotropyMonitor(L.Callback):
         self.dominant_factor = dominant_factor
         self.figures = figures
         self.output_dir = Path(output_dir) if output_dir else None
-        self.history: dict[int, dict[str, float]] = {}  # epoch -> {"iso/<where>/<metric>": value}
+        self.history: dict[int, dict[str, float]] = {}  # epoch -> {"iso/<view>/<metric>": value}
         self.timings: dict[int, float] = {}  # epoch -> seconds the measurement took
         self._probe: DataLoader | None = None
 
@@ -99,31 +99,26 @@ class IsotropyMonitor(L.Callback):
             )
         return self._probe
 
-    @torch.no_grad()
     def collect(self, trainer: L.Trainer, module: L.LightningModule) -> dict[str, Tensor]:
         """Probe vectors per view: ``pre_norm``, ``post_norm`` and ``layer<i>_tokens``."""
         special_ids = torch.tensor(trainer.datamodule.tokenizer.all_special_ids)
-        vectors: dict[str, list[Tensor]] = {view: [] for view in SENTENCE_VIEWS}
-        was_training = module.training
-        module.eval()
-        try:
-            for batch in self.probe_loader(trainer):
-                batch = module.transfer_batch_to_device(batch, module.device, 0)
-                output = module.encode(batch, output_hidden_states=bool(self.token_layers))
-                sentence = module.pool(output, batch["attention_mask"])
-                vectors["pre_norm"].append(sentence.float().cpu())
-                vectors["post_norm"].append(module.norm(sentence).float().cpu())
-                if self.token_layers:
-                    ids = batch["input_ids"]
-                    real = batch["attention_mask"].bool() & ~torch.isin(
-                        ids, special_ids.to(ids.device)
-                    )
-                    for layer in self.token_layers:
-                        tokens = output.hidden_states[layer][real].float().cpu()
-                        vectors.setdefault(f"layer{layer}_tokens", []).append(tokens)
-        finally:
-            module.train(was_training)
-        collected = {view: torch.cat(parts) for view, parts in vectors.items()}
+
+        def tokens(
+            batch: Mapping[str, Tensor], views: SentenceViews, start: int
+        ) -> dict[str, Tensor]:
+            ids = batch["input_ids"]
+            real = batch["attention_mask"].bool() & ~torch.isin(ids, special_ids.to(ids.device))
+            return {
+                f"layer{layer}_tokens": views.hidden_states[layer][real]
+                for layer in self.token_layers
+            }
+
+        collected = collect_views(
+            module,
+            self.probe_loader(trainer),
+            hidden_states=bool(self.token_layers),
+            extra=tokens if self.token_layers else None,
+        )
         generator = torch.Generator().manual_seed(self.seed)
         for view, points in collected.items():
             if view not in SENTENCE_VIEWS and len(points) > self.max_tokens:

@@ -13,6 +13,9 @@ Conventions:
   measure that is undefined for valid input (IsoScore of a cloud without variance, the average
   cosine of fewer than two non-zero vectors) is NaN, so that logging never crashes on it.
 - ``measure_all`` computes the covariance and its eigendecompositions once and shares them.
+
+One module, past 400 lines, on purpose: the measures share their second moments and spectra, and
+``measure_all`` is only fast because it sees all of them.
 """
 
 from __future__ import annotations

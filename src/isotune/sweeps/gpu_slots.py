@@ -1,11 +1,13 @@
-"""Pin each sweep worker process to one GPU by holding an exclusive lock on that GPU's slot file.
+"""Pin each sweep worker process to one GPU by holding an exclusive lock on one of that GPU's
+slot files.
 
 Why a lock and not ``job.num % n_gpus``: a worker pool hands jobs to whichever worker is free, so
-arithmetic on job numbers puts two running jobs on one GPU as soon as job durations differ. A
-worker that locks ``<slot_dir>/<gpu>.lock`` once, at its start, owns that GPU for its whole life;
-the operating system drops the lock when the process dies, so a crashed worker never leaks its GPU.
-The lock of the current process is kept in this importable module (not in a ``__main__`` script),
-so every job a worker runs sees the same slot.
+arithmetic on job numbers overloads a GPU as soon as job durations differ. A GPU has
+``jobs_per_gpu`` slots (``<slot_dir>/<gpu>#<share>.lock``); a worker that locks one slot once, at
+its start, owns that share of the GPU for its whole life, so a GPU never runs more than
+``jobs_per_gpu`` jobs at once. The operating system drops the lock when the process dies, so a
+crashed worker never leaks its slot. The lock of the current process is kept in this importable
+module (not in a ``__main__`` script), so every job a worker runs sees the same slot.
 """
 
 from __future__ import annotations
@@ -26,12 +28,21 @@ from isotune.errors import IsotuneError
 SLOT_ENV_VAR = "ISOTUNE_GPU_SLOT"
 SWEEP_SLOT_DIR = ".slots"  # the launcher's default slot_dir, inside the sweep directory
 CPU_SLOT_PREFIX = "cpu"
+SHARE_SEPARATOR = "#"  # GPU slot names are <gpu>#<share>: 0#1 is GPU 0's second slot
 
 log = logging.getLogger(__name__)
 
 
 class NoFreeSlotError(IsotuneError):
     """Every slot is locked by another process."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Room for one running job: a share of one GPU, or a CPU slot that sees no GPU."""
+
+    name: str  # the lock file's stem, and ISOTUNE_GPU_SLOT in the worker
+    gpu: str | None  # CUDA_VISIBLE_DEVICES in the worker; None: no GPU
 
 
 @dataclass
@@ -62,21 +73,27 @@ def visible_gpus() -> list[str]:
     return [str(index) for index in range(torch.cuda.device_count())]
 
 
-def slot_ids(gpus: Sequence[object] | None, cpu_jobs: int) -> list[str]:
-    """One slot per GPU (``gpus``, or the visible ones when None); ``cpu0..`` when there is none."""
+def plan_slots(gpus: Sequence[object] | None, jobs_per_gpu: int, cpu_jobs: int) -> list[Slot]:
+    """``jobs_per_gpu`` slots per GPU (``gpus``, or the visible ones when None); ``cpu_jobs`` CPU
+    slots when there is no GPU.
+
+    GPU slots come round-robin (every GPU's first share, then every GPU's second, ...): a worker
+    locks the first free slot, so the first workers spread over all GPUs before any GPU gets a
+    second job.
+    """
     ids = visible_gpus() if gpus is None else [str(gpu) for gpu in gpus]
     if len(set(ids)) != len(ids):
         raise IsotuneError(f"GPU list {ids} names a GPU twice; list each GPU id once.")
-    return ids or [f"{CPU_SLOT_PREFIX}{index}" for index in range(cpu_jobs)]
+    if not ids:
+        return [Slot(f"{CPU_SLOT_PREFIX}{index}", None) for index in range(cpu_jobs)]
+    return [
+        Slot(f"{gpu}{SHARE_SEPARATOR}{share}", gpu) for share in range(jobs_per_gpu) for gpu in ids
+    ]
 
 
-def is_cpu_slot(slot_id: str) -> bool:
-    return slot_id.startswith(CPU_SLOT_PREFIX)
-
-
-def pinned_environment(slot_id: str) -> dict[str, str]:
-    """Environment that confines a process to its slot: one GPU, or none for a CPU slot."""
-    return {"CUDA_VISIBLE_DEVICES": "" if is_cpu_slot(slot_id) else slot_id, SLOT_ENV_VAR: slot_id}
+def pinned_environment(slot: Slot) -> dict[str, str]:
+    """Environment that confines a process to its slot: its GPU, or none for a CPU slot."""
+    return {"CUDA_VISIBLE_DEVICES": "" if slot.gpu is None else slot.gpu, SLOT_ENV_VAR: slot.name}
 
 
 def try_lock(slot_dir: Path, slot_id: str) -> SlotLock | None:
@@ -129,26 +146,28 @@ def held_slots(slot_dir: Path) -> list[str]:
     return held
 
 
-_process_slot: SlotLock | None = None
+_claimed: tuple[Slot, SlotLock] | None = None  # this process's slot and the lock that holds it
 
 
 def claim_process_slot(
-    slot_dir: Path, slot_ids: Sequence[str], timeout_s: float | None = None
-) -> str:
-    """Claim one slot for the rest of this process's life and pin the environment to it.
+    slot_dir: Path, slots: Sequence[Slot], timeout_s: float | None = None
+) -> Slot:
+    """Claim one of ``slots`` for the rest of this process's life and pin the environment to it.
 
     Call it before anything initialises CUDA: CUDA reads ``CUDA_VISIBLE_DEVICES`` only once.
     Claiming again returns the slot already held, so a worker never moves to another GPU.
     """
-    global _process_slot
-    if _process_slot is not None:
-        return _process_slot.slot_id
+    global _claimed
+    if _claimed is not None:
+        return _claimed[0]
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         raise IsotuneError(
             f"CUDA is already initialised in process {os.getpid()}, so CUDA_VISIBLE_DEVICES can no "
             "longer pin it to a GPU; claim the slot before anything touches CUDA."
         )
-    _process_slot = acquire_slot(slot_dir, slot_ids, timeout_s=timeout_s)
-    os.environ.update(pinned_environment(_process_slot.slot_id))
-    return _process_slot.slot_id
+    lock = acquire_slot(slot_dir, [slot.name for slot in slots], timeout_s=timeout_s)
+    slot = next(slot for slot in slots if slot.name == lock.slot_id)
+    _claimed = (slot, lock)
+    os.environ.update(pinned_environment(slot))
+    return slot

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from isotune.errors import IsotuneError
 from isotune.sweeps import gpu_slots
-from isotune.sweeps.aggregate import Run, Sweep, job_id, load_runs, missing_jobs, unfinished_runs
+from isotune.sweeps.runs import Run, Sweep, job_id, load_runs, missing_jobs, unfinished_runs
 
 RERUN_DIR_PREFIX = "rerun-"
 DEFAULT_SCRIPT = "train.py"

@@ -1,0 +1,152 @@
+"""The analysis figures, one per question (``docs/analysis.md``): isotropy per layer and the
+last layer's spectrum (T1, T3), local structure (T2), enhancement (T4, T5)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+from omegaconf import DictConfig
+
+from isotune.analysis.experiments import MEASURES, MODELS, PROPERTIES, SEPARABILITY, SETTINGS
+from isotune.analysis.geometry import LayerVectors
+from isotune.isotropy import spectrum
+from isotune.isotropy.vectors import PRE_NORM
+from isotune.tasks import TaskSpec
+
+MODEL_COLOURS = {"pretrained": "tab:blue", "finetuned": "tab:red"}
+MEASURE_TITLES = {
+    "iw": "I(W)",
+    "log_iw": "log I(W)",
+    "avg_cosine": "average cosine",
+    "isoscore": "IsoScore",
+    "n_dominant": "dominant directions",
+    "effective_rank": "effective rank",
+}
+FIGURES = {
+    "isotropy_by_layer": "Isotropy per layer, pre-trained vs fine-tuned (T1, T3)",
+    "spectrum": "Last-layer covariance spectrum (T3)",
+    "local_structure": "Local structure of the token space per layer (T2)",
+    "enhancement": "Isotropy enhancement: isotropy and task metric (T4, T5)",
+}
+
+
+def draw_figures(
+    tables: Mapping[str, pd.DataFrame],
+    vectors: Mapping[str, LayerVectors],
+    sentence_view: str,
+    task: TaskSpec,
+    cfg: DictConfig,
+    output_dir: Path,
+) -> dict[str, Path]:
+    """Every figure of the report as ``<output_dir>/<name>.png``."""
+    figures = {
+        "isotropy_by_layer": isotropy_figure(tables["isotropy_by_layer"]),
+        "spectrum": spectrum_figure(vectors, sentence_view, cfg.isotropy.dominant_factor),
+        "local_structure": local_structure_figure(tables["local_structure"]),
+        "enhancement": enhancement_figure(tables["enhancement"], task.primary_metric),
+    }
+    paths = {}
+    for name, figure in figures.items():
+        paths[name] = output_dir / f"{name}.png"
+        figure.savefig(paths[name], dpi=80)
+        plt.close(figure)
+    return paths
+
+
+def isotropy_figure(table: pd.DataFrame) -> plt.Figure:
+    """Line plots over layers: one row per level (tokens, sentences), one column per measure."""
+    measures = [name for name in MEASURES if name != "iw"]
+    figure, axes = plt.subplots(2, len(measures), figsize=(4 * len(measures), 7), squeeze=False)
+    for row, view in enumerate(("tokens", "sentence")):
+        for axis, measure in zip(axes[row], measures, strict=True):
+            for model in MODELS:
+                lines = table[(table.model == model) & (table.view == view)]
+                axis.plot(
+                    lines.layer, lines[measure], "o-", color=MODEL_COLOURS[model], label=model
+                )
+                stars = table[(table.model == model) & (table.view == PRE_NORM)]
+                if len(stars):
+                    axis.plot(
+                        stars.layer,
+                        stars[measure],
+                        "*",
+                        markersize=12,
+                        color=MODEL_COLOURS[model],
+                        label=f"{model} {PRE_NORM} (pooler output)",
+                    )
+            axis.set(title=f"{view}: {MEASURE_TITLES[measure]}", xlabel="layer (0 = embeddings)")
+    axes[0][0].legend()
+    axes[1][0].legend()
+    figure.tight_layout()
+    return figure
+
+
+def spectrum_figure(
+    vectors: Mapping[str, LayerVectors], sentence_view: str, factor: float
+) -> plt.Figure:
+    """Explained-variance ratios of the last layer's principal components, both models; the
+    dashed line is the dominance threshold (factor x the mean eigenvalue)."""
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for axis, view in zip(axes, ("tokens", sentence_view), strict=True):
+        for model in MODELS:
+            layers = vectors[model]
+            points = {
+                "tokens": layers.tokens[-1],
+                "sentence": layers.sentences[-1],
+                PRE_NORM: layers.pre_norm,
+            }[view]
+            ratios = spectrum(points, factor).explained_variance_ratio
+            dimensions = len(ratios)
+            ratios = ratios[: len(points) - 1]  # the rest is zero: N points span N - 1 directions
+            ranks = torch.arange(1, len(ratios) + 1)
+            axis.loglog(ranks, ratios, color=MODEL_COLOURS[model], label=model)
+            axis.axhline(factor / dimensions, color="grey", linestyle="--", linewidth=1)
+        axis.set(
+            title=f"last layer, {view}: explained variance",
+            xlabel="principal component",
+            ylabel="variance ratio",
+        )
+        axis.legend()
+    figure.tight_layout()
+    return figure
+
+
+def local_structure_figure(table: pd.DataFrame) -> plt.Figure:
+    """Purity and probe accuracy per layer for each token labelling; dashed: the majority share."""
+    figure, axes = plt.subplots(len(SEPARABILITY), len(PROPERTIES), figsize=(11, 7), squeeze=False)
+    for column, name in enumerate(PROPERTIES):
+        for row, score in enumerate(SEPARABILITY):
+            axis = axes[row][column]
+            for model in MODELS:
+                lines = table[(table.model == model) & (table.property == name)]
+                axis.plot(lines.layer, lines[score], "o-", color=MODEL_COLOURS[model], label=model)
+            chance = table[table.property == name].majority
+            axis.axhline(chance.iloc[0], color="grey", linestyle="--", label="majority share")
+            axis.set(title=f"{name}: {score}", xlabel="layer (0 = embeddings)")
+    axes[0][0].legend()
+    figure.tight_layout()
+    return figure
+
+
+def enhancement_figure(table: pd.DataFrame, metric: str) -> plt.Figure:
+    """Bars per method: log I(W), IsoScore and the task metric, in each setting."""
+    rows = ("log_iw", "isoscore", metric)
+    figure, axes = plt.subplots(
+        len(rows), len(SETTINGS), figsize=(5 * len(SETTINGS), 9), squeeze=False
+    )
+    for column, setting in enumerate(SETTINGS):
+        bars = table[table.setting == setting]
+        for row, measure in enumerate(rows):
+            axis = axes[row][column]
+            axis.bar(range(len(bars)), bars[measure], color="tab:purple")
+            axis.set_xticks(range(len(bars)), bars.method, rotation=30, ha="right")
+            axis.set(title=f"{setting}: {MEASURE_TITLES.get(measure, measure)}")
+    figure.tight_layout()
+    return figure

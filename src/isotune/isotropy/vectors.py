@@ -1,0 +1,82 @@
+"""The two views of a sentence vector, and the one pass that collects them.
+
+A :class:`~isotune.module.GLUEClassifier` pools the encoder's output into a sentence vector and
+normalises it before dropout and the head. Both sides are measured, under one pair of names:
+``pre_norm`` (the pooled vector) and ``post_norm`` (the norm's output: the classifier's input).
+The isotropy callback (every epoch, ``docs/isotropy.md``) and the geometry analysis
+(``docs/analysis.md``) both collect them with :func:`collect_views`, so they measure the same
+vectors, computed the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from isotune.module import GLUEClassifier
+
+PRE_NORM = "pre_norm"
+POST_NORM = "post_norm"
+SENTENCE_VIEWS = (PRE_NORM, POST_NORM)
+
+
+@dataclass(frozen=True)
+class SentenceViews:
+    """One batch's sentence vectors on both sides of the norm (on the module's device, in its
+    precision), and every layer's token states when they were asked for."""
+
+    pre_norm: Tensor  # (n, d)
+    post_norm: Tensor  # (n, d)
+    hidden_states: tuple[Tensor, ...]  # (n, length, d) per layer, 0 = embeddings; () if not asked
+
+
+def sentence_views(
+    module: GLUEClassifier, batch: Mapping[str, Tensor], hidden_states: bool = False
+) -> SentenceViews:
+    """The views of one batch that is already on the module's device, in the module's mode."""
+    output = module.encode(batch, output_hidden_states=hidden_states)
+    pre_norm = module.pool(output, batch["attention_mask"])
+    layers = tuple(output.hidden_states) if hidden_states else ()
+    return SentenceViews(pre_norm, module.norm(pre_norm), layers)
+
+
+# extra(batch on the device, its views, index of its first example) -> more named vectors
+Extra = Callable[[Mapping[str, Tensor], SentenceViews, int], Mapping[str, Tensor]]
+
+
+@torch.no_grad()
+def collect_views(
+    module: GLUEClassifier,
+    batches: Iterable[Mapping[str, Tensor]],
+    hidden_states: bool = False,
+    extra: Extra | None = None,
+) -> dict[str, Tensor]:
+    """``pre_norm`` and ``post_norm`` of every example of ``batches``, in order, as float32 on
+    the CPU, plus whatever ``extra`` takes from each batch (e.g. token vectors of some layers,
+    from ``views.hidden_states`` when ``hidden_states``), concatenated by name the same way.
+
+    The pass runs in eval mode (no dropout; norms use their running statistics) and puts the
+    module back in the mode it found it in.
+    """
+    parts: dict[str, list[Tensor]] = {}
+    start = 0
+    was_training = module.training
+    module.eval()
+    try:
+        for batch in batches:
+            batch = {key: value.to(module.device) for key, value in batch.items()}
+            views = sentence_views(module, batch, hidden_states)
+            named = {PRE_NORM: views.pre_norm, POST_NORM: views.post_norm}
+            if extra is not None:
+                named.update(extra(batch, views, start))
+            for name, vectors in named.items():
+                parts.setdefault(name, []).append(vectors.float().cpu())
+            start += len(views.pre_norm)
+    finally:
+        module.train(was_training)
+    return {name: torch.cat(chunks) for name, chunks in parts.items()}

@@ -1,0 +1,228 @@
+"""The bookkeeping of a directory of runs: which completed, which failed, which jobs are missing.
+
+Every run writes a ``results.json``; a Hydra sweep directory also holds ``multirun.yaml``. Runs
+that did not complete (failed, interrupted, or still ``running``: alive, or killed if its last
+update is old) and the jobs of a sweep that never left a ``results.json`` are listed here, never a
+crash. A job is its sweep and job number (a run outside a sweep: its folder), so a completed run
+stands in only for a failed run of the same job. :mod:`isotune.sweeps.aggregate` tabulates the
+completed runs; :mod:`isotune.sweeps.rerun` reruns the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from isotune.errors import IsotuneError
+from isotune.results import RESULTS_FILE, read_results
+
+SWEEP_FILE = "multirun.yaml"
+RUN_KEY = ("model", "norm", "task", "seed")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One ``results.json`` and the job directory it lies in."""
+
+    path: Path
+    result: dict[str, Any]
+
+    @classmethod
+    def read(cls, path: Path) -> Run:
+        """An unreadable file counts as a failed run, so that it is reported and rerun."""
+        try:
+            return cls(path, read_results(path))
+        except (OSError, ValueError) as error:
+            return cls(path, {"status": "failed", "error": f"unreadable {RESULTS_FILE}: {error}"})
+
+    @property
+    def job_dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def status(self) -> str | None:
+        return self.result.get("status")
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+    def describe(self, now: datetime) -> str:
+        """How an unfinished run stands; a ``running`` one with the age of its last update."""
+        if self.status == "running":
+            return (
+                f"running, last update {_age(self.result.get('updated_at'), now)}: still running, "
+                "or killed (a live job rewrites results.json at every epoch end)"
+            )
+        if self.status == "interrupted":
+            return "interrupted (Ctrl-C) before it finished"
+        return f"{self.status}: {self.result.get('error')}"
+
+    @cached_property
+    def overrides(self) -> tuple[str, ...]:
+        """The job's task overrides: Hydra's own record in ``.hydra/overrides.yaml``, else the
+        copy in results.json."""
+        hydra_record = self.job_dir / ".hydra" / "overrides.yaml"
+        if hydra_record.is_file():
+            return tuple(_read_yaml(hydra_record) or ())
+        return tuple(self.result.get("overrides") or ())
+
+    def field(self, name: str) -> Any:
+        if self.result.get(name) is None:
+            raise IsotuneError(
+                f"{self.path} is marked completed but has no {name!r}; it was not written by "
+                "isotune's training run. Move it out of the directory or rerun that job."
+            )
+        return self.result[name]
+
+    def key(self) -> tuple[Any, ...]:
+        return tuple(self.field(name) for name in RUN_KEY)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A Hydra multirun directory and its ``multirun.yaml``."""
+
+    dir: Path
+    config: dict[str, Any]
+
+    @classmethod
+    def load(cls, sweep_dir: Path) -> Sweep:
+        path = Path(sweep_dir) / SWEEP_FILE
+        if not path.is_file():
+            raise IsotuneError(
+                f"{sweep_dir} is not a Hydra multirun directory (no {SWEEP_FILE}); pass the "
+                "directory that holds multirun.yaml (the hydra.sweep.dir of the sweep)."
+            )
+        return cls(Path(sweep_dir), _read_yaml(path))
+
+    @property
+    def sweeper(self) -> str:
+        return self.config["hydra"]["sweeper"]["_target_"]
+
+    @property
+    def enumerable(self) -> bool:
+        """Only the basic sweeper's jobs are a cartesian product known in advance."""
+        return self.sweeper.endswith(".BasicSweeper")
+
+    def job_number(self, overrides: Sequence[str]) -> int | None:
+        """The number of the job with these overrides (in any order), None if none has them."""
+        if not self.enumerable:
+            return None
+        wanted = set(overrides)
+        return next((n for n, job in enumerate(self.expected_jobs) if set(job) == wanted), None)
+
+    @cached_property
+    def expected_jobs(self) -> list[tuple[str, ...]]:
+        """The overrides of every job in job-number order: the sweeper's ``params`` first, then
+        the command line, as Hydra's basic sweeper reads them."""
+        from hydra.errors import HydraException
+
+        hydra = self.config["hydra"]
+        params = hydra["sweeper"].get("params") or {}
+        arguments = [f"{key}={value}" for key, value in params.items()]
+        arguments += hydra["overrides"]["task"]
+        try:
+            return basic_sweep_jobs(arguments)
+        except HydraException as error:
+            raise IsotuneError(
+                f"Can't expand the sweep {arguments} of {self.dir / SWEEP_FILE}: {error}"
+            ) from error
+
+
+def basic_sweep_jobs(arguments: Sequence[str]) -> list[tuple[str, ...]]:
+    """The overrides of every job of ``python app.py -m <arguments>``, in job-number order.
+
+    Hydra has no public API for this expansion, so this calls the basic sweeper's private
+    ``BasicSweeper.split_arguments``, identical in hydra-core 1.3.2 and 1.3.8 (pyproject pins
+    ``<1.4``): calling it, rather than restating it, keeps the job numbers Hydra's own.
+    ``tests/test_aggregate.py`` checks it against a real multirun, so an upgrade that breaks it
+    fails loudly there. Raises ``HydraException`` for arguments the basic sweeper rejects.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = OverridesParser.create().parse_overrides(list(arguments))
+    batches = BasicSweeper.split_arguments(overrides, max_batch_size=None)
+    return [tuple(job) for batch in batches for job in batch]
+
+
+@dataclass(frozen=True)
+class MissingJob:
+    """A job a sweep expected that left no results.json (its process died, or never started)."""
+
+    sweep: Sweep
+    number: int
+    overrides: tuple[str, ...]
+
+
+def load_runs(directory: Path) -> list[Run]:
+    return [Run.read(path) for path in sorted(Path(directory).rglob(RESULTS_FILE))]
+
+
+def find_sweeps(directory: Path) -> list[Sweep]:
+    return [Sweep.load(path.parent) for path in sorted(Path(directory).rglob(SWEEP_FILE))]
+
+
+def job_id(run: Run, sweeps: Sequence[Sweep]) -> tuple[Path, int] | tuple[Path]:
+    """Which job a run is: (sweep directory, job number) when the innermost sweep around it has
+    a job with its overrides, whatever the folder (a ``rerun-<n>`` of a missing job counts as that
+    job); else (its own folder,)."""
+    sweeps_around = [sweep for sweep in sweeps if run.path.is_relative_to(sweep.dir)]
+    sweep = max(sweeps_around, key=lambda sweep: len(sweep.dir.parts), default=None)
+    number = sweep.job_number(run.overrides) if sweep is not None else None
+    return (run.job_dir,) if number is None else (sweep.dir, number)
+
+
+def unfinished_runs(runs: Sequence[Run], sweeps: Sequence[Sweep]) -> list[Run]:
+    """Runs that did not complete (failed, interrupted, or still marked running), unless a
+    completed run of the same job has since replaced them."""
+    done = {job_id(run, sweeps) for run in runs if run.completed}
+    return [run for run in runs if not run.completed and job_id(run, sweeps) not in done]
+
+
+def missing_jobs(sweeps: Sequence[Sweep], runs: Sequence[Run]) -> list[MissingJob]:
+    """Jobs of enumerable sweeps with no results.json at all; a job that left one, completed or
+    not, is accounted for by the tables or by :func:`unfinished_runs`."""
+    recorded = {job_id(run, sweeps) for run in runs}
+    return [
+        MissingJob(sweep, number, job)
+        for sweep in sweeps
+        if sweep.enumerable
+        for number, job in enumerate(sweep.expected_jobs)
+        if (sweep.dir, number) not in recorded
+    ]
+
+
+def latest_completed_runs(runs: Sequence[Run]) -> tuple[list[Run], list[list[Run]]]:
+    """One completed run per model/norm/task/seed, the latest to finish, and the groups that had
+    several (a table over seeds assumes every other setting is the same)."""
+    groups: dict[tuple[Any, ...], list[Run]] = {}
+    for run in runs:
+        if run.completed:
+            groups.setdefault(run.key(), []).append(run)
+    for group in groups.values():
+        group.sort(key=lambda run: str(run.result.get("finished_at", "")))
+    return [group[-1] for group in groups.values()], [g for g in groups.values() if len(g) > 1]
+
+
+def _age(timestamp: str | None, now: datetime) -> str:
+    """``3h05m ago (<timestamp>)``; a timestamp without UTC offset is this machine's time."""
+    try:
+        then = datetime.fromisoformat(str(timestamp))
+    except ValueError:
+        return f"unknown (updated_at {timestamp!r})"
+    if then.tzinfo is None:
+        then = then.astimezone()
+    minutes = max(0, int((now - then).total_seconds()) // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m ago ({timestamp})"
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    return yaml.safe_load(path.read_text())

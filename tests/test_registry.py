@@ -1,0 +1,55 @@
+"""The norm registry is the one list of norms: configs, tables and benchmarks follow it."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from torch import nn
+
+from isotune.norms import NORMS, build_norm
+from isotune.sweeps import aggregate, tables
+from tests.conftest import CONF_DIR
+
+
+def norm_configs() -> dict[str, dict]:
+    return {
+        path.stem: yaml.safe_load(path.read_text())
+        for path in sorted((CONF_DIR / "norm").glob("*.yaml"))
+    }
+
+
+def test_every_norm_config_names_its_registry_key_and_every_key_has_a_config():
+    names = {stem: config["name"] for stem, config in norm_configs().items()}
+    assert names == {key: key for key in NORMS}  # norm=<key> selects conf/norm/<key>.yaml
+
+
+def test_every_norm_config_builds_its_registered_module():
+    for options in norm_configs().values():
+        name = options.pop("name")
+        module = build_norm(name, 8, **options)
+        assert type(module) is NORMS[name]
+        for option, value in options.items():
+            assert getattr(module, option) == value
+
+
+def test_the_baseline_norm_is_registered_first():
+    assert next(iter(NORMS)) == tables.BASELINE_NORM == "none"
+
+
+def test_aggregate_orders_norms_as_the_registry_does(tmp_path, monkeypatch):
+    # Two norms registered after the others, in non-alphabetical order, and one an older version
+    # had ("layernorm", not registered): registered ones in registry order, then the rest.
+    monkeypatch.setitem(NORMS, "zeta", nn.Identity)
+    monkeypatch.setitem(NORMS, "alpha", nn.Identity)
+    expected = ["none", "batchnorm", "isobn", "zeta", "alpha", "layernorm"]
+    for norm in sorted(expected):
+        run_dir = tmp_path / norm
+        run_dir.mkdir()
+        result = dict(status="completed", model="minilm", norm=norm, task="rte", seed=1)
+        result.update(primary_metric="accuracy", best={"accuracy": 0.5})
+        (run_dir / "results.json").write_text(json.dumps(result))
+    result = aggregate.aggregate(tmp_path)
+    assert result.summary["norm"].tolist() == expected
+    results_table = result.report().split("\n\n")[1]  # after "## Results"
+    assert [row.split(" | ")[1] for row in results_table.splitlines()[2:]] == expected
