@@ -1,0 +1,312 @@
+"""What ``gpu_check.py`` measures, on any device (the tests run it on CPU with tiny models).
+
+Data and models need nothing downloaded: RTE is generated with RTE's length distribution when no
+GLUE folder is given, and encoders are BERT models of a given size with random weights (throughput
+needs no pretrained weights). Timings wait for the device at both ends of what they time, since
+CUDA runs asynchronously.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from bench_throughput import HFClock, LightningClock, StepClock, conf
+from transformers import (
+    AutoModelForSequenceClassification,
+    BertConfig,
+    BertModel,
+    DataCollatorWithPadding,
+    PreTrainedTokenizerBase,
+    PrinterCallback,
+    Trainer,
+    TrainingArguments,
+)
+
+from isotune.data import GLUEDataModule
+from isotune.encoders import load_tokenizer
+from isotune.errors import IsotuneError
+from isotune.module import GLUEClassifier
+from isotune.tasks import TaskSpec
+
+RTE, TRAIN = conf("task/rte.yaml"), conf("train.yaml")
+# Token counts (MiniLM's WordPiece, special tokens excluded) of RTE's 2490 training pairs at these
+# quantile levels. Generated text draws its lengths from them, so its batches pad as RTE's do.
+LEVELS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+RTE_TOKENS = {
+    "sentence1": (5, 20, 26, 31, 35, 39, 45, 56, 90, 122, 143, 182, 280),
+    "sentence2": (3, 7, 8, 9, 9, 10, 11, 12, 14, 18, 23, 33, 51),
+}
+RTE_SIZES = {"train": 2490, "validation": 277}
+MINILM_VOCAB = 30522  # all-MiniLM-L6-v2's vocabulary size (BERT-base uncased's)
+WHOLE_WORD = re.compile(r"[a-z0-9]+")  # a vocabulary entry that is one token on its own
+# Relative difference allowed between IsoBN's statistics after bf16 and float32 forward passes.
+# bf16 rounds to 0.4%, compounded over the encoder's layers: on CPU, random and pretrained MiniLM
+# give 0.0005-0.008 after 20 RTE batches. 0.03, about 4x that, is more than rounding explains.
+ISOBN_TOLERANCE = 0.03
+
+
+# -- data and models -----------------------------------------------------------------------------
+def wordpiece_tokenizer(words: list[str]) -> PreTrainedTokenizerBase:
+    """A lower-casing BERT WordPiece tokenizer whose vocabulary is BERT's specials + ``words``."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {token: i for i, token in enumerate([*specials, *words])}
+    wordpiece = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
+    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wordpiece.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    return BertTokenizerFast(tokenizer_object=wordpiece)
+
+
+def make_tokenizer() -> PreTrainedTokenizerBase:
+    """MiniLM's tokenizer where its package is installed, else a WordPiece tokenizer of the same
+    size whose words are w5, w6, ... (exact for generated text; real text then counts words)."""
+    try:
+        return load_tokenizer(conf("model/minilm.yaml")["name_or_path"])
+    except IsotuneError:
+        return wordpiece_tokenizer([f"w{i}" for i in range(5, MINILM_VOCAB)])
+
+
+def write_generated_rte(glue_dir: Path, tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> Path:
+    """RTE's train and dev TSVs in RTE's sizes under ``glue_dir``: each text is random whole words
+    of the vocabulary (one token each), as many as a draw from RTE's token counts."""
+    words = sorted(word for word in tokenizer.get_vocab() if WHOLE_WORD.fullmatch(word))
+    rng = random.Random(seed)
+    folder = glue_dir / RTE["glue_dir"]
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, size in RTE_SIZES.items():
+        lines = ["index\tsentence1\tsentence2\tlabel"]
+        for i in range(size):
+            lengths = [
+                round(float(np.interp(rng.random(), LEVELS, q))) for q in RTE_TOKENS.values()
+            ]
+            texts = [" ".join(rng.choices(words, k=length)) for length in lengths]
+            lines.append("\t".join([str(i), *texts, RTE["labels"][i % 2]]))
+        (folder / RTE["files"][split]).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return glue_dir
+
+
+def rte_glue_dir(glue_dir: str | None, tokenizer: PreTrainedTokenizerBase, work: Path) -> Path:
+    """The GLUE folder given, or one with generated RTE written under ``work``."""
+    return Path(glue_dir) if glue_dir else write_generated_rte(work / "glue", tokenizer)
+
+
+def rte_data(tokenizer: PreTrainedTokenizerBase, glue_dir: Path, batch_size: int):
+    """RTE's loaders as the default run makes them (length-grouped batches, max length)."""
+    max_length = TRAIN["data"]["max_length"]
+    task = TaskSpec.from_config(RTE)
+    return GLUEDataModule(task, tokenizer, glue_dir, max_length, batch_size=batch_size, seed=0)
+
+
+def save_random_encoder(folder: Path, tokenizer: PreTrainedTokenizerBase, sizes: dict) -> Path:
+    """A BERT encoder of ``sizes`` (BertConfig fields) with random weights, and the tokenizer,
+    saved as a model folder that ``model.name_or_path`` can name."""
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(tokenizer), **sizes)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def classifier(model_cfg: dict, norm: str, device: torch.device) -> GLUEClassifier:
+    torch.manual_seed(0)  # the same head in every copy
+    return GLUEClassifier(RTE, model_cfg, conf(f"norm/{norm}.yaml"), TRAIN["optim"]).to(device)
+
+
+# -- measurements --------------------------------------------------------------------------------
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class DeviceStepClock(StepClock):
+    """bench_throughput's step clock, waiting for the device at both ends of a step."""
+
+    def __init__(self, warmup: int, device: torch.device):
+        super().__init__(warmup)
+        self.device = device
+
+    def start(self) -> None:
+        synchronize(self.device)
+        super().start()
+
+    def stop(self, examples: int, padded_length: int) -> None:
+        synchronize(self.device)
+        super().stop(examples, padded_length)
+
+    def result(self) -> dict[str, float]:
+        return {**super().result(), "examples": self.examples}
+
+
+def lightning_trainer(device: torch.device, callbacks: list, **limits) -> L.Trainer:
+    """A Lightning trainer with what `trainer=gpu` sets for a step (precision, clipping,
+    accumulation; read from conf/trainer), on ``device``, without logs or checkpoints."""
+    gpu = {**conf("trainer/default.yaml"), **conf("trainer/gpu.yaml")}
+    return L.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=[device.index or 0] if device.type == "cuda" else 1,
+        **{key: gpu[key] for key in ("precision", "gradient_clip_val", "accumulate_grad_batches")},
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        **limits,
+    )
+
+
+def ours_throughput(model_cfg: dict, datamodule, device, warmup: int, steps: int) -> dict:
+    clock = DeviceStepClock(warmup, device)
+    callbacks = [LightningClock(clock)]
+    trainer = lightning_trainer(device, callbacks, max_steps=warmup + steps, limit_val_batches=0)
+    trainer.fit(classifier(model_cfg, "none", device), datamodule=datamodule)
+    return clock.result()
+
+
+def hf_throughput(model_dir: str, datamodule, device, warmup: int, steps: int) -> dict:
+    """The HF ``Trainer`` with bf16 and its defaults otherwise (random batches, each padded to its
+    longest example), on our tokenization of the same data."""
+    clock = DeviceStepClock(warmup, device)
+    timer = HFClock(clock)
+    pad = DataCollatorWithPadding(datamodule.tokenizer)
+
+    def collate(features):
+        batch = pad([{k: v for k, v in feature.items() if k != "idx"} for feature in features])
+        timer.shape = tuple(batch["input_ids"].shape)
+        return batch
+
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
+    with tempfile.TemporaryDirectory() as output_dir:
+        arguments = TrainingArguments(
+            output_dir=output_dir,
+            per_device_train_batch_size=datamodule.batch_size,
+            max_steps=warmup + steps,
+            learning_rate=TRAIN["optim"]["lr"],
+            warmup_steps=round(TRAIN["optim"]["warmup_ratio"] * (warmup + steps)),
+            max_grad_norm=1.0,
+            bf16=True,
+            use_cpu=device.type == "cpu",
+            dataloader_drop_last=True,
+            save_strategy="no",
+            logging_strategy="no",
+            report_to=[],
+            seed=0,
+            disable_tqdm=True,
+        )
+        trainer = Trainer(
+            model=model,
+            args=arguments,
+            data_collator=collate,
+            train_dataset=datamodule.dataset("train"),
+            callbacks=[timer],
+        )
+        trainer.remove_callback(PrinterCallback)  # prints the run's metrics where the table goes
+        trainer.train()
+    return clock.result()
+
+
+def throughput(model_cfg: dict, datamodule, device, warmup: int, steps: int, rounds: int) -> dict:
+    """``{"ours": ..., "HF": ...}``: each run ``rounds`` times on the same data, interleaved, and
+    the median of each figure (examples/s, mean padded length, examples timed)."""
+    runs = {
+        "ours": lambda: ours_throughput(model_cfg, datamodule, device, warmup, steps),
+        "HF": lambda: hf_throughput(model_cfg["name_or_path"], datamodule, device, warmup, steps),
+    }
+    measured = {name: [] for name in runs}
+    for _, (name, run) in itertools.product(range(rounds), runs.items()):
+        measured[name].append(run())
+    return {
+        name: {key: statistics.median(r[key] for r in results) for key in results[0]}
+        for name, results in measured.items()
+    }
+
+
+def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| (Frobenius), in float64."""
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def isobn_precision(model_cfg: dict, batches: list[dict], device) -> dict:
+    """IsoBN's statistics after the same batches under bf16 autocast (what `trainer=gpu`'s
+    bf16-mixed applies) and in float32, from the same weights with dropout off, so that only the
+    precision differs: their dtypes under bf16 and their relative differences."""
+    stats = {}
+    for precision in ("bf16", "float32"):
+        model = classifier(model_cfg, "isobn", device).eval()
+        model.norm.train()  # folds each batch into the statistics
+        with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, precision == "bf16"):
+            for batch in batches:
+                model({key: value.to(device) for key, value in batch.items()})
+        norm = model.norm
+        stats[precision] = {"covariance": norm.run_cov, "std": norm.run_std, "scale": norm.scale()}
+    bf16, float32 = stats["bf16"], stats["float32"]
+    differences = {name: relative_difference(bf16[name], float32[name]) for name in bf16}
+    dtypes = sorted({str(bf16[name].dtype).removeprefix("torch.") for name in bf16})
+    passed = dtypes == ["float32"] and max(differences.values()) <= ISOBN_TOLERANCE
+    return {"dtypes": dtypes, "differences": differences, "passed": passed}
+
+
+def norm_step_ratio(model_cfg: dict, batches: list[dict], device, warmup: int) -> dict:
+    """Median over steps of isobn's / none's training-step time under bf16 autocast, the two
+    models stepping in turn on each batch so that drift of the machine cancels."""
+    models = {norm: classifier(model_cfg, norm, device).train() for norm in ("none", "isobn")}
+    lr = TRAIN["optim"]["lr"]
+    optimizers = {norm: torch.optim.AdamW(m.parameters(), lr=lr) for norm, m in models.items()}
+    seconds = {norm: [] for norm in models}
+    for step, batch in enumerate(batches):
+        batch = {key: value.to(device) for key, value in batch.items()}
+        for norm in ("none", "isobn") if step % 2 == 0 else ("isobn", "none"):
+            synchronize(device)
+            start = time.perf_counter()
+            with torch.autocast(device.type, torch.bfloat16):
+                loss = models[norm].loss(models[norm](batch), batch["labels"])
+            loss.backward()
+            optimizers[norm].step()
+            optimizers[norm].zero_grad()
+            synchronize(device)
+            if step >= warmup:
+                seconds[norm].append(time.perf_counter() - start)
+    pairs = zip(seconds["isobn"], seconds["none"], strict=True)
+    return {
+        "ratio": statistics.median(isobn / none for isobn, none in pairs),
+        "none_ms": 1000 * statistics.median(seconds["none"]),
+        "steps": len(seconds["none"]),
+    }
+
+
+def callback_share(model_cfg: dict, datamodule, device, rounds: int, output_dir: Path, **options):
+    """One epoch (train + validation) without and with the isotropy callback at the default run's
+    settings (conf/callbacks/isotropy.yaml; ``options`` override them), alternating ``rounds``
+    times: the median epoch times, the share the callback adds, and its settings."""
+    from bench_isotropy_cost import EpochClock  # both import matplotlib (the callback's figures)
+
+    from isotune.isotropy.callback import IsotropyMonitor
+
+    defaults = conf("callbacks/isotropy.yaml")["isotropy"]  # ${...} values: the run's config's
+    settings = {k: v for k, v in defaults.items() if k != "_target_" and "${" not in str(v)}
+    settings.update(options)
+    epochs = {"without": [], "with": []}
+    for _, variant in itertools.product(range(rounds), epochs):
+        clock = EpochClock()
+        monitor = IsotropyMonitor(**settings, output_dir=str(output_dir))
+        callbacks = [clock, monitor] if variant == "with" else [clock]
+        trainer = lightning_trainer(device, callbacks, max_epochs=1)
+        trainer.fit(classifier(model_cfg, "none", device), datamodule=datamodule)
+        epochs[variant].append(clock.seconds)
+    without, with_ = (statistics.median(seconds) for seconds in epochs.values())
+    return {"epoch_s": without, "with_s": with_, "share": with_ / without - 1, **settings}
