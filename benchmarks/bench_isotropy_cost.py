@@ -1,8 +1,11 @@
-"""What the isotropy callback costs: its per-epoch measurement against one training epoch.
+"""What the isotropy callback costs: its time per epoch against the epoch it runs in.
 
-The default run (MiniLM on RTE, batch 16, max length 128) trains one full epoch with the callback
-at its defaults (probe of up to 1000 dev examples, figures on); the table gives the epoch's time
-without the measurement, the measurement's time, and their ratio (target: at most 5%).
+The default run (MiniLM on RTE, batch 16, max length 128) trains ``--epochs`` full epochs with
+the callback at its defaults (probe of up to 1000 dev examples, figures on). The callback takes
+its vectors from validation, so each epoch's cost is the hooks' time during validation plus the
+measurement and figures after it (``IsotropyMonitor.timings``); the pass of its own at epoch 0
+runs once per run, before the first epoch. Each epoch's share is measured within that epoch, so
+a shared machine's drift between epochs does not enter it; the spread over epochs is the noise.
 
     GLUE_DIR=../shared/data/glue python benchmarks/bench_isotropy_cost.py
 """
@@ -10,10 +13,12 @@ without the measurement, the measurement's time, and their ratio (target: at mos
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 
 import lightning as L
+import torch
 from bench_throughput import conf, quiet_offline_glue_dir
 
 from isotune.data import GLUEDataModule
@@ -22,21 +27,29 @@ from isotune.isotropy.callback import IsotropyMonitor
 from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
 
+TARGET = 0.01  # issue 12: the callback adds at most 1% to the default run's epoch
+
 
 class EpochClock(L.Callback):
-    """Wall time of the first training epoch, its validation (and the callback's work) included."""
+    """Wall time of each training epoch, its validation (and the callback's work) included;
+    ``seconds`` is the last one's."""
+
+    def __init__(self) -> None:
+        self.epochs: list[float] = []
 
     def on_train_epoch_start(self, trainer, module):
         self.start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, module):
         self.seconds = time.perf_counter() - self.start
+        self.epochs.append(self.seconds)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--norm", default="isobn")
     parser.add_argument("--probe-size", type=int, default=1000)
+    parser.add_argument("--epochs", type=int, default=2, help="full epochs, each measured")
     parser.add_argument("--limit-train-batches", type=float, default=1.0)
     args = parser.parse_args()
     glue_dir = quiet_offline_glue_dir()
@@ -56,7 +69,7 @@ def main() -> None:
         clock = EpochClock()
         L.Trainer(
             accelerator="cpu",
-            max_epochs=1,
+            max_epochs=args.epochs,
             limit_train_batches=args.limit_train_batches,
             num_sanity_val_steps=0,
             logger=False,
@@ -65,13 +78,31 @@ def main() -> None:
             enable_model_summary=False,
             callbacks=[monitor, clock],
         ).fit(model, datamodule=datamodule)
-    measure = monitor.timings[1]
-    epoch = clock.seconds - measure
-    print(f"MiniLM on RTE, norm={args.norm}, probe {args.probe_size} examples, figures on\n")
-    print("| epoch (train + validation) | isotropy measurement | cost |")
-    print("|---|---|---|")
-    print(f"| {epoch:.1f} s | {measure:.2f} s | {100 * measure / epoch:.1f}% (target <= 5%) |")
-    print(f"\n(the pre-training measurement at epoch 0 took {monitor.timings[0]:.2f} s)")
+    probe = min(args.probe_size, len(datamodule.dataset("validation")))
+    print(
+        f"MiniLM on RTE, norm={args.norm}, probe {probe} examples, figures on, "
+        f"torch threads {torch.get_num_threads()}\n"
+    )
+    print("| epoch | epoch without the callback | callback | share |")
+    print("|---|---|---|---|")
+    shares = []
+    for epoch, seconds in enumerate(clock.epochs, start=1):
+        callback = monitor.timings[epoch]
+        shares.append(callback / (seconds - callback))
+        print(
+            f"| {epoch} | {seconds - callback:.1f} s | {callback:.2f} s | {100 * shares[-1]:.2f}% |"
+        )
+    median = statistics.median(shares)
+    print(
+        f"\nshare: median {100 * median:.2f}% (range {100 * min(shares):.2f}-"
+        f"{100 * max(shares):.2f}% over {len(shares)} epochs; target <= {100 * TARGET:.0f}%)"
+    )
+    run = sum(clock.epochs) - sum(monitor.timings[epoch] for epoch in range(1, args.epochs + 1))
+    print(
+        f"epoch 0 (the pre-trained geometry, a pass of its own, once per run): "
+        f"{monitor.timings[0]:.2f} s = {100 * monitor.timings[0] / run:.2f}% of these "
+        f"{args.epochs} epochs"
+    )
 
 
 if __name__ == "__main__":

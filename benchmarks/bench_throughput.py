@@ -1,11 +1,13 @@
 """Train-step throughput on MiniLM / RTE at batch 16: norm=none vs batchnorm vs isobn, and ours vs
-a plain Hugging Face ``Trainer`` fine-tuning the same model on the same data.
+a plain Hugging Face ``Trainer`` fine-tuning the same model on the same data; and bf16 autocast
+(``trainer=cpu_bf16``) vs float32 steps.
 
 Timings on a shared machine are noisy, so every configuration runs in each of ``--rounds``
 interleaved rounds and the table reports medians and ratios from this one run.
 
     GLUE_DIR=../shared/data/glue python benchmarks/bench_throughput.py --steps 30 --rounds 3
     GLUE_DIR=../shared/data/glue python benchmarks/bench_throughput.py --norms-only   # IsoBN cost
+    GLUE_DIR=../shared/data/glue python benchmarks/bench_throughput.py --bf16-only    # bf16 on CPU
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import lightning as L
@@ -196,48 +199,93 @@ def run_hf_trainer(args, glue_dir: str, pad_to_max_length: bool) -> dict[str, fl
     return clock.result()
 
 
-def paired_step_ratios(args, glue_dir: str) -> tuple[dict[str, float], float]:
-    """Median per-step time of each norm over none, the norms' steps interleaved on the same batch
-    (and the median step seconds of none).
+def interleaved_step_seconds(
+    models: dict[str, torch.nn.Module],
+    loss: Callable[[torch.nn.Module, dict], torch.Tensor],
+    batches: Iterable[dict],
+    warmup: int,
+    steps: int,
+) -> dict[str, list[float]]:
+    """Seconds of each model's training step (``loss``, backward, AdamW step) on the same batch,
+    the models' order rotated at every batch; the first ``warmup`` batches are not timed.
 
     Interleaving cancels the drift of a shared machine that separate runs suffer from.
     """
-    task_cfg, model_cfg = conf("task/rte.yaml"), conf("model/minilm.yaml")
+    names = tuple(models)
+    optimizers = {name: torch.optim.AdamW(models[name].parameters(), lr=5e-5) for name in names}
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    batches = iter(batches)
+    for step in range(warmup + steps):
+        batch = next(batches)
+        for name in names[step % len(names) :] + names[: step % len(names)]:
+            start = time.perf_counter()
+            loss(models[name], batch).backward()
+            optimizers[name].step()
+            optimizers[name].zero_grad()
+            if step >= warmup:
+                seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def median_ratios(seconds: dict[str, list[float]], baseline: str) -> dict[str, float]:
+    """Per name, the median over steps of its step time over the baseline's on the same batch."""
+    return {
+        name: statistics.median(t / base for t, base in zip(times, seconds[baseline], strict=True))
+        for name, times in seconds.items()
+    }
+
+
+def rte_train_batches(args, glue_dir: str):
+    """The default run's training batches (RTE, length-grouped, seed 0)."""
     datamodule = GLUEDataModule(
-        TaskSpec.from_config(task_cfg),
-        load_tokenizer(model_cfg["name_or_path"]),
+        TaskSpec.from_config(conf("task/rte.yaml")),
+        load_tokenizer(conf("model/minilm.yaml")["name_or_path"]),
         glue_dir=glue_dir,
         max_length=args.max_length,
         batch_size=args.batch_size,
         seed=0,
     )
     datamodule.setup("fit")
-    models, optimizers, seconds = {}, {}, {norm: [] for norm in NORMS}
-    for norm in NORMS:
-        torch.manual_seed(0)
-        models[norm] = GLUEClassifier(
-            task=task_cfg, model=model_cfg, norm=conf(f"norm/{norm}.yaml"), optim={}
-        ).train()
-        optimizers[norm] = torch.optim.AdamW(models[norm].parameters(), lr=5e-5)
-    batches = iter(datamodule.train_dataloader())
-    for step in range(args.warmup + args.steps):
-        batch = next(batches)
-        order = NORMS[step % len(NORMS) :] + NORMS[: step % len(NORMS)]
-        for norm in order:
-            start = time.perf_counter()
-            model = models[norm]
-            model.loss(model(batch), batch["labels"]).backward()
-            optimizers[norm].step()
-            optimizers[norm].zero_grad()
-            if step >= args.warmup:
-                seconds[norm].append(time.perf_counter() - start)
-    ratios = {
-        norm: statistics.median(
-            t / base for t, base in zip(seconds[norm], seconds["none"], strict=True)
-        )
-        for norm in NORMS
-    }
-    return ratios, statistics.median(seconds["none"])
+    return datamodule.train_dataloader()
+
+
+def seeded_classifier(norm: str) -> GLUEClassifier:
+    """MiniLM for RTE with ``norm``, in training mode; the same initial weights at every call."""
+    torch.manual_seed(0)
+    return GLUEClassifier(
+        task=conf("task/rte.yaml"),
+        model=conf("model/minilm.yaml"),
+        norm=conf(f"norm/{norm}.yaml"),
+        optim={},
+    ).train()
+
+
+def paired_step_ratios(args, glue_dir: str) -> tuple[dict[str, float], float]:
+    """Median per-step time of each norm over none, the norms' steps interleaved on the same batch
+    (:func:`interleaved_step_seconds`), and the median step seconds of none."""
+    seconds = interleaved_step_seconds(
+        {norm: seeded_classifier(norm) for norm in NORMS},
+        lambda model, batch: model.loss(model(batch), batch["labels"]),
+        rte_train_batches(args, glue_dir),
+        args.warmup,
+        args.steps,
+    )
+    return median_ratios(seconds, "none"), statistics.median(seconds["none"])
+
+
+def bf16_step_ratio(args, glue_dir: str) -> tuple[float, float]:
+    """Median per-step time of ``trainer.precision=bf16-mixed`` over ``32-true`` (default run,
+    norm=isobn), interleaved on the same batches, and the median float32 step seconds."""
+    models = {precision: seeded_classifier("isobn") for precision in ("32-true", "bf16-mixed")}
+
+    def loss(model, batch):  # as Lightning's bf16-mixed: forward and loss under autocast
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=model is models["bf16-mixed"]):
+            return model.loss(model(batch), batch["labels"])
+
+    seconds = interleaved_step_seconds(
+        models, loss, rte_train_batches(args, glue_dir), args.warmup, args.steps
+    )
+    return median_ratios(seconds, "32-true")["bf16-mixed"], statistics.median(seconds["32-true"])
 
 
 def isobn_layer_seconds(dim: int, batch_size: int, repeats: int = 200) -> float:
@@ -306,6 +354,16 @@ def report_norm_cost(args, glue_dir: str) -> None:
     )
 
 
+def report_bf16_speedup(args, glue_dir: str) -> None:
+    """What ``trainer=cpu_bf16`` (bf16 autocast) gains per training step on this CPU."""
+    ratio, step = bf16_step_ratio(args, glue_dir)
+    print(
+        f"bf16-mixed step time over 32-true, norm=isobn, interleaved on the same batches (median "
+        f"of {args.steps} steps): {ratio:.3f}, a {1 / ratio:.2f}x speed-up of a {step:.2f} s "
+        "float32 step"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40, help="timed steps per configuration")
@@ -314,11 +372,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--norms-only", action="store_true", help="skip the HF Trainer comparison")
+    parser.add_argument("--bf16-only", action="store_true", help="only bf16-mixed vs 32-true")
     args = parser.parse_args()
     glue_dir = quiet_offline_glue_dir()
-    if not args.norms_only:
-        compare_with_trainer(args, glue_dir)
-    report_norm_cost(args, glue_dir)
+    if not args.bf16_only:
+        if not args.norms_only:
+            compare_with_trainer(args, glue_dir)
+        report_norm_cost(args, glue_dir)
+    report_bf16_speedup(args, glue_dir)
 
 
 if __name__ == "__main__":

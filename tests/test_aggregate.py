@@ -121,7 +121,11 @@ def test_results_table_has_median_std_n_and_delta(sweep_dir, capsys):
             assert row.std == pytest.approx(statistics.stdev(scores_of(norm, task)), abs=1e-4)
             assert row.n == len(scores_of(norm, task))
             baseline = statistics.median(scores_of("none", task))
-            assert row.delta_vs_none == pytest.approx(row.median - baseline, abs=1e-4)
+            if norm == "none":  # a baseline: no difference to give
+                assert pd.isna(row.baseline) and pd.isna(row.delta_vs_baseline)
+            else:
+                assert row.baseline == "model=minilm norm=none"
+                assert row.delta_vs_baseline == pytest.approx(row.median - baseline, abs=1e-4)
     for norm in ("none", "isobn"):
         expected_avg = statistics.mean(
             statistics.median(scores_of(norm, t)) for t in ("rte", "mrpc")
@@ -140,20 +144,21 @@ def test_results_table_has_median_std_n_and_delta(sweep_dir, capsys):
 
     avg = statistics.mean(statistics.median(scores_of("none", t)) for t in ("mrpc", "rte"))
     assert (
-        f"| minilm | none | {cell('none', 'mrpc')} | {cell('none', 'rte')} | {avg:.2f} |"
+        f"| model=minilm norm=none | {cell('none', 'mrpc')} | {cell('none', 'rte')} | {avg:.2f} |"
         in markdown
     )
-    header = "| model | norm | mrpc | rte | avg |"  # GLUE order: mrpc before rte
+    header = "| configuration | mrpc | rte | avg |"  # GLUE order: mrpc before rte
     assert header in markdown
     delta = statistics.median(scores_of("isobn", "mrpc")) - statistics.median(
         scores_of("none", "mrpc")
     )
-    assert f"| minilm | isobn | {delta:+.2f} |" in markdown
-    assert "| bert | none | – | 60.00 (n=1) | – |" in markdown
+    assert f"| model=minilm norm=isobn | {delta:+.2f} |" in markdown
+    assert "| model=bert norm=none | – | 60.00 (n=1) | – |" in markdown
+    assert "Baselines: model=minilm norm=isobn vs model=minilm norm=none." in markdown
 
 
 def test_failed_and_missing_runs_are_listed(sweep_dir):
-    result = aggregate.aggregate(sweep_dir, now=CHECKED_AT)
+    result = aggregate.aggregate([sweep_dir], now=CHECKED_AT)
     assert {run.job_dir.name: run.status for run in result.unfinished} == {
         "9": "failed",
         "11": "running",
@@ -183,7 +188,7 @@ def test_an_unreadable_results_json_is_listed_as_failed_and_rerun(sweep_dir, con
 def test_a_failed_run_replaced_by_a_completed_one_is_not_listed(sweep_dir):
     overrides = ["seed=3", "task=rte", "norm=isobn"]
     write_run(sweep_dir / "rerun-0", overrides, completed("minilm", "isobn", "rte", 3, 0.7))
-    result = aggregate.aggregate(sweep_dir)
+    result = aggregate.aggregate([sweep_dir])
     assert [run.job_dir.name for run in result.unfinished] == ["11"]
     rte = result.summary.set_index(["model", "norm", "task"]).loc[("minilm", "isobn", "rte")]
     assert rte["n"] == 3
@@ -198,7 +203,7 @@ def test_only_a_completed_run_of_the_same_job_hides_a_failed_one(tmp_path, sweep
     # Two single runs (no sweep) with the same overrides: two jobs.
     write_run(tmp_path / "runs" / "a", ["task=rte"], completed("minilm", "none", "rte", 42, 0.6))
     write_run(tmp_path / "runs" / "b", ["task=rte"], {"status": "failed", "error": "E: x"})
-    result = aggregate.aggregate(tmp_path)
+    result = aggregate.aggregate([tmp_path])
     assert [str(run.job_dir.relative_to(tmp_path)) for run in result.unfinished] == [
         "runs/b",
         "sweep/11",
@@ -257,7 +262,7 @@ def test_an_interrupted_run_is_listed_and_rerun_in_place(sweep_dir, capsys):
     (sweep_dir / "9" / "results.json").write_text(
         json.dumps({"status": "interrupted", "error": None, "overrides": overrides})
     )
-    result = aggregate.aggregate(sweep_dir)
+    result = aggregate.aggregate([sweep_dir])
     assert f"- {sweep_dir / '9'}: interrupted (Ctrl-C) before it finished" in result.report()
     assert rerun.main([str(sweep_dir), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -268,10 +273,14 @@ def test_an_interrupted_run_is_listed_and_rerun_in_place(sweep_dir, capsys):
 def test_duplicate_runs_keep_the_latest(sweep_dir):
     late = completed("minilm", "none", "rte", 1, 0.50, finished_at="2026-12-01T09:00:00")
     write_run(sweep_dir / "again", ["seed=1", "task=rte", "norm=none"], late)
-    result = aggregate.aggregate(sweep_dir)
+    result = aggregate.aggregate([sweep_dir])
     rte = result.summary.set_index(["model", "norm", "task"]).loc[("minilm", "none", "rte")]
     assert rte["median"] == pytest.approx(statistics.median([50.0, 66.0, 71.0]))
-    assert "Duplicate runs" in result.report() and str(sweep_dir / "again") in result.report()
+    assert "Duplicate runs" in result.report()
+    assert (
+        f"- model=minilm norm=none task=rte seed=1: {sweep_dir / '0'}, {sweep_dir / 'again'}"
+        in (result.report())
+    )
 
 
 def test_isotropy_table_compares_pretrained_and_finetuned(sweep_dir):
@@ -284,7 +293,7 @@ def test_isotropy_table_compares_pretrained_and_finetuned(sweep_dir):
     assert row.finetuned.item() == pytest.approx(expected)
     assert row.n.item() == 2
     assert (
-        "| minilm | isobn | rte | iso/cls/iw | 0.01 |"
+        "| model=minilm norm=isobn | rte | iso/cls/iw | 0.01 |"
         in (sweep_dir / "isotropy_table.md").read_text()
     )
 
@@ -295,12 +304,17 @@ def test_a_directory_without_results_is_a_clear_error(tmp_path, capsys):
     assert f"No results.json and no multirun.yaml below {tmp_path}" in error
 
 
-def test_tables_go_to_wandb_when_online(sweep_dir, monkeypatch):
+def test_wandb_summary_run_is_online_with_credentials(sweep_dir, monkeypatch):
     logged = {}
 
     class FakeRun:
+        dir = str(sweep_dir / "wandb" / "run-x" / "files")
+
         def log(self, data):
             logged.update(data)
+
+        def save(self, path, **kwargs):
+            logged["saved"] = path
 
         def finish(self):
             logged["finished"] = True
@@ -309,19 +323,22 @@ def test_tables_go_to_wandb_when_online(sweep_dir, monkeypatch):
         logged["init"] = kwargs
         return FakeRun()
 
-    fake = types.SimpleNamespace(init=init, Table=lambda dataframe: dataframe)
+    fake = types.SimpleNamespace(
+        init=init, Table=lambda dataframe: dataframe, Image=str, teardown=lambda: None
+    )
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.setenv("WANDB_MODE", "online")
     monkeypatch.setenv("WANDB_API_KEY", "not-a-real-key")
     assert aggregate.main([str(sweep_dir), "--wandb", "--wandb-project", "p"]) == 0
-    assert logged["init"]["job_type"] == "aggregate" and logged["init"]["project"] == "p"
-    assert len(logged["results_table"]) == len(pd.read_csv(sweep_dir / "results_table.csv"))
-    assert logged["finished"]
-
-    logged.clear()
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    assert aggregate.main([str(sweep_dir), "--wandb"]) == 0
-    assert logged == {}
+    init = logged["init"]
+    assert (init["mode"], init["project"], init["group"]) == ("online", "p", sweep_dir.name)
+    assert init["job_type"] == "aggregate" and init["name"] == f"summary-{sweep_dir.name}"
+    table = logged["table/results_table"]
+    assert len(table) == len(pd.read_csv(sweep_dir / "results_table.csv"))
+    missing = [value for value in table.to_numpy().ravel() if pd.isna(value)]
+    assert missing and all(value is None for value in missing)  # W&B takes None, not NaN or NA
+    assert logged["figure/scores_rte"] == str(sweep_dir / "scores_rte.png")
+    assert logged["saved"] == str(sweep_dir / "sweep_report.md") and logged["finished"]
 
 
 def rerun_commands(sweep_dir: Path, jobs: list[tuple[list[str], Path]]) -> list[str]:
@@ -360,7 +377,7 @@ def test_rerun_dry_run_prints_only_failed_and_missing_jobs(sweep_dir, capsys):
 def test_a_failed_rerun_of_a_missing_job_counts_as_that_job_and_reruns_in_place(sweep_dir):
     overrides = ["seed=2", "task=mrpc", "norm=none"]  # the missing job, #6
     write_run(sweep_dir / "rerun-0", overrides, {"status": "failed", "error": "E: again"})
-    result = aggregate.aggregate(sweep_dir)
+    result = aggregate.aggregate([sweep_dir])
     assert result.missing == []
     assert runs.job_id(result.unfinished[-1], result.sweeps) == (sweep_dir, 6)
     reruns, left_alone = rerun.plan_reruns(sweep_dir)
@@ -389,7 +406,7 @@ def test_rerun_runs_the_commands_and_then_nothing_is_left(sweep_dir, capsys):
     )
     assert rerun.main([str(sweep_dir), "--script", str(fake_train), "--include-running"]) == 0
     assert "Reran 3 jobs, 0 failed again." in capsys.readouterr().out
-    result = aggregate.aggregate(sweep_dir)
+    result = aggregate.aggregate([sweep_dir])
     assert result.unfinished == [] and result.missing == []
     assert rerun.main([str(sweep_dir)]) == 0
     assert "Nothing to rerun" in capsys.readouterr().out

@@ -71,6 +71,7 @@ def test_every_norm_composes_and_builds(name, tmp_path):
 TRAINERS = {  # what each trainer option sets, on top of default.yaml
     "default": {"accelerator": "auto", "devices": 1, "precision": "32-true", "strategy": None},
     "cpu": {"accelerator": "cpu", "devices": 1, "precision": "32-true", "strategy": None},
+    "cpu_bf16": {"accelerator": "cpu", "devices": 1, "precision": "bf16-mixed", "strategy": None},
     "gpu": {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed", "strategy": None},
     "ddp": {"accelerator": "gpu", "devices": -1, "precision": "bf16-mixed", "strategy": "ddp"},
 }

@@ -1,24 +1,38 @@
-"""The isotropy callback: fixed probe set, epoch 0 + every epoch, logged, figures, results.json."""
+"""The isotropy callback: fixed probe set, vectors from validation, epoch 0 + every epoch, logged,
+figures, results.json."""
 
 from __future__ import annotations
 
 import csv
 import json
+from types import SimpleNamespace
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.plugins.precision import Precision
 from transformers import AutoModel
 
 from isotune.analysis.geometry import collect_layer_vectors
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
-from isotune.isotropy import measure_all
+from isotune.isotropy import isobn_stats, measure_all, measure_cloud, spectrum
+from isotune.isotropy import measures as measures_module
 from isotune.isotropy.callback import IsotropyMonitor
-from isotune.isotropy.vectors import POST_NORM, PRE_NORM, SENTENCE_VIEWS, collect_views
+from isotune.isotropy.figures import correlation_matrix, save_geometry_figure
+from isotune.isotropy.vectors import (
+    POST_NORM,
+    PRE_NORM,
+    SENTENCE_VIEWS,
+    collect_views,
+    sentence_views,
+)
 from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
 from isotune.training import train
 from tests.conftest import compose_train_config, tiny_run_overrides
+
+TOKEN_VIEWS = ("layer0_tokens", "layer-1_tokens")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +61,7 @@ def test_measures_pretrained_and_every_epoch_into_results(isobn_run):
     assert isotropy["final"] == isotropy["per_epoch"]["2"]
     assert isotropy["best"] == isotropy["per_epoch"][str(results["best_epoch"])]
     keys = set(isotropy["final"])
-    for view in ("pre_norm", "post_norm", "layer0_tokens", "layer-1_tokens"):
+    for view in ("pre_norm", "post_norm", *TOKEN_VIEWS):
         for metric in ("iw", "log_iw", "avg_cosine", "isoscore", "std_cv", "corr_abs_mean"):
             assert f"iso/{view}/{metric}" in keys
     assert "iso/pre_norm/local_isoscore" in keys
@@ -85,25 +99,155 @@ def test_pretrained_values_match_an_independent_computation(isobn_run, tiny_bert
         assert pretrained[f"iso/pre_norm/{metric}"] == pytest.approx(expected[metric], rel=1e-3)
 
 
-def test_token_vectors_exclude_special_tokens_and_padding(train_config, isobn_run):
-    cfg = train_config()
-    tokenizer = load_tokenizer(cfg.model.name_or_path)
-    datamodule = GLUEDataModule(
-        TaskSpec.from_config(cfg.task), tokenizer, glue_dir=cfg.paths.glue_dir, eval_batch_size=4
-    )
+class RecordingMonitor(IsotropyMonitor):
+    """The monitor, keeping per epoch the vectors it measured and how many probe examples it had
+    to encode apart from validation."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.vectors: dict[int, dict[str, torch.Tensor]] = {}
+        self.encoded_apart: list[int] = []
+
+    def encode_missing(self, trainer, module, capture):
+        self.encoded_apart.append(super().encode_missing(trainer, module, capture))
+        return self.encoded_apart[-1]
+
+    def collect(self, trainer, module, capture=None):
+        vectors = super().collect(trainer, module, capture)
+        self.vectors[len(self.vectors)] = vectors
+        return vectors
+
+
+@torch.no_grad()
+def encode_like_validation(model, datamodule, probe: list[int], token_layers=TOKEN_VIEWS):
+    """The reference: every dev batch encoded whole, as validation pads it, with the public
+    ``sentence_views``; the probe's rows then picked by ``idx`` and put in probe order."""
+    special_ids = torch.tensor(datamodule.tokenizer.all_special_ids)
+    by_idx = {}
+    model.eval()
+    for batch in datamodule.val_dataloader()[0]:
+        views = sentence_views(model, batch, hidden_states=True)
+        real = batch["attention_mask"].bool() & ~torch.isin(batch["input_ids"], special_ids)
+        for row, idx in enumerate(batch["idx"].tolist()):
+            by_idx[idx] = {
+                PRE_NORM: views.pre_norm[row],
+                POST_NORM: views.post_norm[row],
+                "layer0_tokens": views.hidden_states[0][row][real[row]],
+                "layer-1_tokens": views.hidden_states[-1][row][real[row]],
+            }
+    dev_idx = [datamodule.dataset("validation")[i]["idx"] for i in probe]
+    return {
+        PRE_NORM: torch.stack([by_idx[i][PRE_NORM] for i in dev_idx]),
+        POST_NORM: torch.stack([by_idx[i][POST_NORM] for i in dev_idx]),
+        **{view: torch.cat([by_idx[i][view] for i in dev_idx]) for view in token_layers},
+    }
+
+
+def tiny_model_and_data(cfg) -> tuple[GLUEClassifier, GLUEDataModule]:
+    """A fresh tiny classifier (in training mode) and its data, as ``cfg`` sets them."""
     model = GLUEClassifier(task=cfg.task, model=cfg.model, norm=cfg.norm, optim=cfg.optim)
-    trainer = type("FakeTrainer", (), {"datamodule": datamodule})
+    datamodule = GLUEDataModule(
+        TaskSpec.from_config(cfg.task),
+        load_tokenizer(cfg.model.name_or_path),
+        glue_dir=cfg.paths.glue_dir,
+        eval_batch_size=cfg.data.eval_batch_size,
+    )
+    return model, datamodule
+
+
+def fit_recording(train_config, *overrides: str):
+    """One epoch of a tiny-BERT IsoBN run with a recording monitor; the reference vectors of the
+    pre-trained model (before fit) and of the trained one (after)."""
+    cfg = train_config("norm=isobn", "trainer.max_epochs=1", *overrides)
+    model, datamodule = tiny_model_and_data(cfg)
+    monitor = RecordingMonitor(probe_size=20, seed=1, token_layers=[0, -1], figures=False)
+    probe = monitor.probe_indices(datamodule)
+    precision = cfg.trainer.precision
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
+    with autocast:
+        pretrained = encode_like_validation(model, datamodule, probe)
+    model.train()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        precision=precision,
+        limit_val_batches=cfg.trainer.limit_val_batches,
+        num_sanity_val_steps=cfg.trainer.num_sanity_val_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[monitor],
+    )
+    trainer.fit(model, datamodule=datamodule)
+    with autocast:
+        trained = encode_like_validation(model, datamodule, probe)
+    return monitor, pretrained, trained
+
+
+def assert_same_vectors(measured: dict, reference: dict) -> None:
+    assert list(measured) == [PRE_NORM, POST_NORM, *TOKEN_VIEWS]
+    for view, vectors in measured.items():
+        assert vectors.dtype == torch.float32 and vectors.device.type == "cpu"
+        assert torch.equal(vectors, reference[view].float()), view
+
+
+@pytest.mark.parametrize(
+    ("overrides", "encoded_apart"),
+    [
+        # dev = 24 examples in validation batches of 16 and 8; the probe has 20 of them
+        ((), [20, 0]),  # epoch 0 encodes the probe; epoch 1 takes all of it from validation
+        (("trainer.limit_val_batches=1",), [20, 7]),  # 13 probe rows in the first batch
+        (("trainer.num_sanity_val_steps=2",), [20, 0]),  # the sanity check is not measured
+    ],
+)
+def test_vectors_from_validation_equal_a_separate_encoding_of_the_probe(
+    train_config, overrides, encoded_apart
+):
+    """On the CPU in float32, bit for bit: validation's rows, the rows encoded apart (epoch 0,
+    the rest under limit_val_batches) and a separate encoding of whole validation batches."""
+    monitor, pretrained, trained = fit_recording(train_config, *overrides)
+    assert monitor.encoded_apart == encoded_apart
+    assert sorted(monitor.history) == [0, 1] and sorted(monitor.vectors) == [0, 1]
+    assert_same_vectors(monitor.vectors[0], pretrained)
+    assert_same_vectors(monitor.vectors[1], trained)
+    assert monitor.vectors[1][PRE_NORM].shape == (20, 32)
+    assert not torch.equal(monitor.vectors[0][PRE_NORM], monitor.vectors[1][PRE_NORM])
+
+
+def test_under_bf16_mixed_every_epoch_is_measured_at_validation_precision(train_config):
+    """Epoch 0 runs under validation's autocast too, so epochs compare; the vectors equal the
+    bf16 reference bit for bit on the CPU, and differ from a float32 encoding by bf16 rounding."""
+    monitor, pretrained, trained = fit_recording(train_config, "trainer.precision=bf16-mixed")
+    assert monitor.encoded_apart == [20, 0]
+    assert_same_vectors(monitor.vectors[0], pretrained)
+    assert_same_vectors(monitor.vectors[1], trained)
+    model, datamodule = tiny_model_and_data(train_config("norm=isobn"))
+    float32 = encode_like_validation(model, datamodule, monitor.probe_indices(datamodule))
+    bf16_vectors = monitor.vectors[0][PRE_NORM]
+    assert not torch.equal(bf16_vectors, float32[PRE_NORM])
+    torch.testing.assert_close(bf16_vectors, float32[PRE_NORM], rtol=0.05, atol=0.05)
+
+
+def stand_in_trainer(datamodule: GLUEDataModule) -> SimpleNamespace:
+    """What the monitor reads of a trainer outside fit: the data and the precision (float32)."""
+    return SimpleNamespace(datamodule=datamodule, precision_plugin=Precision())
+
+
+def test_token_vectors_exclude_special_tokens_and_padding(train_config, isobn_run):
+    model, datamodule = tiny_model_and_data(train_config())
+    trainer = stand_in_trainer(datamodule)
     monitor = IsotropyMonitor(probe_size=10, seed=1, token_layers=[0, -1])
     vectors = monitor.collect(trainer, model)
-    probe = monitor.probe_loader(trainer).dataset
-    real_tokens = sum(
-        len(probe[i]["input_ids"]) - 3 for i in range(len(probe))
-    )  # [CLS] [SEP] [SEP]
+    dataset = datamodule.dataset("validation")
+    probe = monitor.probe_indices(datamodule)
+    real_tokens = sum(len(dataset[i]["input_ids"]) - 3 for i in probe)  # [CLS] [SEP] [SEP]
     assert vectors["pre_norm"].shape == vectors["post_norm"].shape == (10, 32)
     assert vectors["layer0_tokens"].shape == vectors["layer-1_tokens"].shape == (real_tokens, 32)
     capped = IsotropyMonitor(probe_size=10, seed=1, token_layers=[-1], max_tokens=25)
     assert capped.collect(trainer, model)["layer-1_tokens"].shape == (25, 32)
     assert model.training  # the pass restores the module's mode
+    assert not model.norm._forward_hooks and not model.encoder._forward_pre_hooks  # detached
 
     folder, _ = isobn_run
     metrics_csv = list(csv.DictReader((folder / "csv" / "metrics.csv").open()))
@@ -111,27 +255,20 @@ def test_token_vectors_exclude_special_tokens_and_padding(train_config, isobn_ru
     assert [float(row["iso/epoch"]) for row in logged] == [0.0, 1.0, 2.0]
 
 
-def probe_setup(cfg, probe_size: int = 10) -> tuple[GLUEClassifier, type, IsotropyMonitor]:
-    """A fresh tiny classifier in training mode, a stand-in trainer and a monitor's probe."""
-    datamodule = GLUEDataModule(
-        TaskSpec.from_config(cfg.task),
-        load_tokenizer(cfg.model.name_or_path),
-        glue_dir=cfg.paths.glue_dir,
-        eval_batch_size=4,
-    )
-    model = GLUEClassifier(task=cfg.task, model=cfg.model, norm=cfg.norm, optim=cfg.optim)
-    trainer = type("FakeTrainer", (), {"datamodule": datamodule})
-    return model, trainer, IsotropyMonitor(probe_size=probe_size, seed=1)
-
-
 def test_callback_and_analysis_collect_the_same_sentence_views(train_config):
-    model, trainer, monitor = probe_setup(train_config("norm=batchnorm"))
-    from_callback = monitor.collect(trainer, model)
+    # One validation batch holds the whole fixture dev split, so the analysis pads alike.
+    model, datamodule = tiny_model_and_data(
+        train_config("norm=batchnorm", "data.eval_batch_size=64")
+    )
+    monitor = IsotropyMonitor(probe_size=24, seed=1)
+    from_callback = monitor.collect(stand_in_trainer(datamodule), model)
     assert model.training
-    from_analysis = collect_layer_vectors(model, monitor.probe_loader(trainer), sample=None)
+    dataset = datamodule.dataset("validation")
+    batch = datamodule.collate([dataset[i] for i in monitor.probe_indices(datamodule)])
+    from_analysis = collect_layer_vectors(model, [batch], sample=None)
     assert model.training  # both passes run in eval mode and put the training mode back
     assert tuple(from_callback) == SENTENCE_VIEWS == ("pre_norm", "post_norm")
-    assert from_callback[PRE_NORM].shape == (10, 32)
+    assert from_callback[PRE_NORM].shape == (24, 32)
     assert torch.equal(from_callback[PRE_NORM], from_analysis.pre_norm)
     assert torch.equal(from_callback[POST_NORM], from_analysis.post_norm)
     # BatchNorm (running mean 0, variance 1, eps 1e-5) divides by sqrt(1 + eps): a different view.
@@ -140,7 +277,7 @@ def test_callback_and_analysis_collect_the_same_sentence_views(train_config):
 
 
 def test_collect_views_concatenates_extras_in_order_and_keeps_eval_mode(train_config):
-    model, trainer, monitor = probe_setup(train_config())
+    model, datamodule = tiny_model_and_data(train_config())
     model.eval()
     starts = []
 
@@ -148,9 +285,10 @@ def test_collect_views_concatenates_extras_in_order_and_keeps_eval_mode(train_co
         starts.append(start)
         return {"last_layer_cls": views.hidden_states[-1][:, 0]}
 
-    loader = monitor.probe_loader(trainer)
-    collected = collect_views(model, loader, hidden_states=True, extra=first_tokens)
-    assert starts == [0, 4, 8]  # 10 probe examples in batches of 4
+    dataset = datamodule.dataset("validation")
+    batches = [datamodule.collate([dataset[i] for i in rows]) for rows in ([0, 1, 2, 3], [4, 5])]
+    collected = collect_views(model, batches, hidden_states=True, extra=first_tokens)
+    assert starts == [0, 4]
     assert list(collected) == [PRE_NORM, POST_NORM, "last_layer_cls"]
     assert all(v.dtype == torch.float32 and v.device.type == "cpu" for v in collected.values())
     assert torch.equal(collected["last_layer_cls"], collected[PRE_NORM])  # cls pooling
@@ -166,22 +304,29 @@ def test_figures_saved_per_view_and_epoch(isobn_run):
     assert all((folder / "isotropy" / name).stat().st_size > 10_000 for name in names)
 
 
-def test_probe_set_is_seeded_and_capped(train_config, tmp_path):
-    cfg = train_config()
-    datamodule = GLUEDataModule(
-        TaskSpec.from_config(cfg.task),
-        load_tokenizer(cfg.model.name_or_path),
-        glue_dir=cfg.paths.glue_dir,
-    )
+def test_figures_draw_what_measure_cloud_computed_without_measuring_again(tmp_path, monkeypatch):
+    points = torch.randn(50, 6, dtype=torch.float64) * torch.tensor([1.0, 2, 3, 4, 5, 6])
+    points[:, 2] = 7.0  # a constant dimension: no correlation, std 0
+    measured = measure_cloud(points, dominant_factor=2.0)
+    assert measured.scalars == measure_all(points, dominant_factor=2.0)
+    assert torch.equal(measured.stats.std, isobn_stats(points).std)
+    assert torch.equal(measured.spectrum.variances, spectrum(points).variances)
+    expected = torch.nan_to_num(torch.corrcoef(points.T)).abs()  # constant row and column: 0
+    torch.testing.assert_close(correlation_matrix(measured.stats), expected)
 
-    class FakeTrainer:
-        pass
+    def no_second_measurement(*args, **kwargs):
+        raise AssertionError("the figure measured the points again")
 
-    FakeTrainer.datamodule = datamodule
+    monkeypatch.setattr(measures_module._Cloud, "__init__", no_second_measurement)
+    path = save_geometry_figure(measured, "test", tmp_path / "figure.png")
+    assert path.stat().st_size > 10_000
+
+
+def test_probe_set_is_seeded_and_capped(train_config):
+    _, datamodule = tiny_model_and_data(train_config())
 
     def probe_indices(seed: int, size: int) -> list[int]:
-        loader = IsotropyMonitor(probe_size=size, seed=seed).probe_loader(FakeTrainer)
-        return sorted(loader.dataset.indices)
+        return sorted(IsotropyMonitor(probe_size=size, seed=seed).probe_indices(datamodule))
 
     assert probe_indices(3, 10) == probe_indices(3, 10)
     assert probe_indices(3, 10) != probe_indices(4, 10)

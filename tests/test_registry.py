@@ -8,7 +8,7 @@ import yaml
 from torch import nn
 
 from isotune.norms import NORMS, build_norm
-from isotune.sweeps import aggregate, tables
+from isotune.sweeps import aggregate, comparisons
 from tests.conftest import CONF_DIR
 
 
@@ -34,7 +34,7 @@ def test_every_norm_config_builds_its_registered_module():
 
 
 def test_the_baseline_norm_is_registered_first():
-    assert next(iter(NORMS)) == tables.BASELINE_NORM == "none"
+    assert next(iter(NORMS)) == comparisons.AXES["norm"].baseline == "none"
 
 
 def test_aggregate_orders_norms_as_the_registry_does(tmp_path, monkeypatch):
@@ -49,7 +49,8 @@ def test_aggregate_orders_norms_as_the_registry_does(tmp_path, monkeypatch):
         result = dict(status="completed", model="minilm", norm=norm, task="rte", seed=1)
         result.update(primary_metric="accuracy", best={"accuracy": 0.5})
         (run_dir / "results.json").write_text(json.dumps(result))
-    result = aggregate.aggregate(tmp_path)
+    result = aggregate.aggregate([tmp_path])
     assert result.summary["norm"].tolist() == expected
     results_table = result.report().split("\n\n")[1]  # after "## Results"
-    assert [row.split(" | ")[1] for row in results_table.splitlines()[2:]] == expected
+    rows = [row.split(" | ")[0] for row in results_table.splitlines()[2:]]
+    assert rows == [f"| norm={norm}" for norm in expected]

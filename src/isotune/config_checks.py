@@ -15,6 +15,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from isotune.errors import IsotuneError
+from isotune.module import SCHEDULES
+from isotune.regularization import VIEWS
 
 _ABSENT = object()
 
@@ -27,6 +29,22 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _layers(value: Any) -> bool:
+    """``all``, ``last``, an index or a non-empty list of them; the range needs the model."""
+    if value in ("all", "last") or _integer(value):
+        return True
+    sequence = isinstance(value, Sequence) and not isinstance(value, str)
+    return sequence and len(value) > 0 and all(map(_integer, value))
+
+
+def _module_names(value: Any) -> bool:
+    """null (the architecture's default) or a non-empty list of non-empty names."""
+    if value is None:
+        return True
+    sequence = isinstance(value, Sequence) and not isinstance(value, str)
+    return sequence and len(value) > 0 and all(isinstance(v, str) and v for v in value)
+
+
 def _betas(value: Any) -> bool:
     return (
         isinstance(value, Sequence)
@@ -36,8 +54,8 @@ def _betas(value: Any) -> bool:
     )
 
 
-# (key, check, valid range). A key the config does not have is skipped: norm options exist only
-# for the norms that take them.
+# (key, check, valid range). A key the config does not have is skipped: norm, reg and adapt
+# options exist only for the options that take them.
 RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("seed", _integer, "an integer"),
     ("data.max_length", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
@@ -52,6 +70,11 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("optim.betas", _betas, "two numbers in [0, 1), e.g. [0.9,0.999]"),
     ("optim.warmup_ratio", lambda v: _number(v) and 0 <= v <= 1, "a number in [0, 1]"),
     (
+        "optim.schedule",
+        lambda v: isinstance(v, str) and v in SCHEDULES,
+        f"one of {list(SCHEDULES)}",
+    ),
+    (
         "trainer.max_epochs",
         lambda v: v is None or (_integer(v) and (v >= 1 or v == -1)),
         "an integer >= 1, or -1 or null to stop by trainer.max_steps",
@@ -60,6 +83,20 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("norm.eps", lambda v: _number(v) and v > 0, "a finite number > 0"),
     ("norm.beta", lambda v: _number(v) and v >= 0, "a finite number >= 0"),
     ("norm.bias_correction", lambda v: isinstance(v, bool), "true or false"),
+    ("norm.group_size", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+    ("norm.iterations", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+    ("norm.affine", lambda v: isinstance(v, bool), "true or false"),
+    ("reg.weight", _number, "a finite number (> 0 towards isotropy, < 0 away from it)"),
+    ("reg.view", lambda v: v in VIEWS, f"one of {list(VIEWS)}"),
+    ("reg.layers", _layers, "all, last, or hidden-state indices such as [-1] or [1,2]"),
+    ("reg.include_padding", lambda v: isinstance(v, bool), "true or false"),
+    ("reg.zeta", lambda v: _number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    ("reg.shrinkage_points", lambda v: _integer(v) and v >= 2, "an integer >= 2"),
+    ("reg.shrinkage_examples", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+    ("adapt.r", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+    ("adapt.alpha", lambda v: _number(v) and v > 0, "a finite number > 0"),
+    ("adapt.dropout", lambda v: _number(v) and 0 <= v < 1, "a number in [0, 1)"),
+    ("adapt.target_modules", _module_names, "null or a list of module names, e.g. [query,value]"),
 )
 
 

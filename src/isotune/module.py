@@ -10,31 +10,46 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import lightning as L
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 from torchmetrics import MeanMetric
-from transformers import get_linear_schedule_with_warmup
+from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
+from isotune.adaptation import (
+    adapt_encoder,
+    drop_fixed_weights,
+    restore_fixed_weights,
+)
 from isotune.encoders import load_encoder
 from isotune.errors import IsotuneError, NonFiniteLossError
 from isotune.metrics import build_metrics, compute_scores, predictions
 from isotune.norms import build_norm
+from isotune.regularization import Regularization
 from isotune.tasks import TaskSpec
+
+if TYPE_CHECKING:
+    from isotune.data import GLUEDataModule
 
 log = logging.getLogger(__name__)
 
 POOLINGS = ("pooler", "cls", "mean")
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# optim.schedule after the warmup: (optimizer, warmup steps, total steps) -> scheduler
+SCHEDULES = {
+    "linear": get_linear_schedule_with_warmup,
+    "constant": lambda optimizer, warmup, _: get_constant_schedule_with_warmup(optimizer, warmup),
+}
 
 
 class GLUEClassifier(L.LightningModule):
     """Fine-tunes a Hugging Face encoder on one GLUE task with a normalised sentence vector.
 
-    Args mirror the config groups (``task``, ``model``, ``norm``, ``optim``) as plain mappings,
-    so a checkpoint's hyperparameters rebuild the same model.
+    Args mirror the config groups (``task``, ``model``, ``norm``, ``optim``, ``reg``, ``adapt``)
+    as plain mappings, so a checkpoint's hyperparameters rebuild the same model.
     """
 
     def __init__(
@@ -43,6 +58,8 @@ class GLUEClassifier(L.LightningModule):
         model: Mapping,
         norm: Mapping,
         optim: Mapping,
+        reg: Mapping | None = None,
+        adapt: Mapping | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(logger=False)  # training.py logs the whole config itself
@@ -60,12 +77,27 @@ class GLUEClassifier(L.LightningModule):
                 f"{model['name_or_path']} has no pooler layer; use model.pooling=cls or mean."
             )
         norm_options = dict(norm)
-        self.norm = build_norm(norm_options.pop("name"), config.hidden_size, **norm_options)
+        try:
+            self.norm = build_norm(norm_options.pop("name"), config.hidden_size, **norm_options)
+        except ValueError as error:
+            raise IsotuneError(
+                f"norm={norm['name']} does not fit {model['name_or_path']} (hidden size "
+                f"{config.hidden_size}): {error} Set it with norm.<option>=<value>."
+            ) from error
+        # The loss regularizer (reg=none: the task loss alone); reg.layers checked against the model
+        self.regularization = Regularization(
+            config.num_hidden_layers, config.hidden_size, **dict(reg or {})
+        )
         dropout = model.get("dropout")
         self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
         self.head = nn.Linear(config.hidden_size, self.task.num_labels)
         nn.init.normal_(self.head.weight, std=config.initializer_range)
         nn.init.zeros_(self.head.bias)
+        # What of the encoder trains (adapt=full when absent: checkpoints older than the option);
+        # after the head's initialisation, so that full fine-tuning draws the same numbers as ever.
+        self.adaptation = adapt_encoder(
+            self.encoder, adapt or {"name": "full"}, train_pooler=self.pooling == "pooler"
+        )
         self.optim = dict(optim)
         self.val_metrics = nn.ModuleDict(
             {
@@ -97,9 +129,13 @@ class GLUEClassifier(L.LightningModule):
         """The pooled sentence vector (n x d), before the normalisation."""
         return self.pool(self.encode(batch), batch["attention_mask"])
 
+    def classify(self, sentence: Tensor) -> Tensor:
+        """Logits from sentence vectors before the norm: norm -> dropout -> head."""
+        return self.head(self.dropout(self.norm(sentence)))
+
     def forward(self, batch: Mapping[str, Tensor]) -> Tensor:
         """Logits (n x num_labels; one score per example for regression)."""
-        return self.head(self.dropout(self.norm(self.sentence_vector(batch))))
+        return self.classify(self.sentence_vector(batch))
 
     def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
         if self.task.is_regression:
@@ -107,8 +143,24 @@ class GLUEClassifier(L.LightningModule):
         return F.cross_entropy(logits.float(), labels)
 
     # -- training -------------------------------------------------------------------------------
+    def training_loss(self, batch: Mapping[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """The loss to minimise, and its parts to log: the task loss and, with a regularizer,
+        its weighted penalty and the quantity the penalty measures (e.g. ``reg_isoscore_star``).
+        The encoder returns every layer's states only when the regularizer needs them."""
+        reg = self.regularization
+        output = self.encode(batch, output_hidden_states=reg.needs_hidden_states)
+        sentence = self.pool(output, batch["attention_mask"])
+        task_loss = self.loss(self.classify(sentence), batch["labels"])
+        if not reg.active:
+            return task_loss, {"loss_task": task_loss}
+        penalty = reg(output.hidden_states, sentence, batch["attention_mask"])
+        measure, value = reg.measure(penalty)
+        term = reg.weight * penalty
+        return task_loss + term, {"loss_task": task_loss, "loss_reg": term, f"reg_{measure}": value}
+
     def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Tensor:
-        loss = self.loss(self(batch), batch["labels"])
+        loss, parts = self.training_loss(batch)
+        self.log_dict({f"train/{k}": v for k, v in parts.items()}, on_step=True, on_epoch=True)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(
                 f"The training loss became {loss.item()} at step {self.global_step} "
@@ -148,13 +200,39 @@ class GLUEClassifier(L.LightningModule):
             raise IsotuneError(
                 "Set trainer.max_epochs or trainer.max_steps: the schedule needs an end."
             )
-        scheduler = get_linear_schedule_with_warmup(
+        scheduler = SCHEDULES[self.optim.get("schedule", "linear")](
             optimizer, math.ceil(self.optim["warmup_ratio"] * total_steps), int(total_steps)
         )
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
+
+    def on_train_epoch_start(self) -> None:
+        if self.regularization.needs_shrinkage(self.current_epoch):
+            self.refresh_shrinkage(self.trainer.datamodule, self.current_epoch)
+
+    @torch.no_grad()
+    def refresh_shrinkage(self, datamodule: GLUEDataModule, epoch: int) -> None:
+        """I-STAR's Sigma_S for ``epoch`` from the model as it stands, in eval mode, over the
+        regularizer's seeded training subset; every submodule gets its mode back afterwards."""
+        reg = self.regularization
+        batches = reg.shrinkage_batches(
+            datamodule.dataset("train"), datamodule.collate, datamodule.eval_batch_size
+        )
+        modes = [(module, module.training) for module in self.modules()]
+        self.eval()
+        try:
+            reg.refresh_shrinkage((self._regularized_points(batch) for batch in batches), epoch)
+        finally:
+            for module, mode in modes:
+                module.training = mode
+
+    def _regularized_points(self, batch: Mapping[str, Tensor]) -> Tensor:
+        batch = {key: value.to(self.device) for key, value in batch.items()}
+        output = self.encode(batch, output_hidden_states=self.regularization.view == "tokens")
+        sentence = self.pool(output, batch["attention_mask"])
+        return self.regularization.points(output.hidden_states, sentence, batch["attention_mask"])
 
     # -- evaluation -----------------------------------------------------------------------------
     def validation_step(self, batch: Mapping[str, Tensor], batch_idx: int, dataloader_idx: int = 0):
@@ -194,6 +272,8 @@ class GLUEClassifier(L.LightningModule):
     # -- checkpoints ----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["isotune_history"] = self.history
+        drop_fixed_weights(checkpoint["state_dict"], self)  # lora, frozen: only what trains
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.history = list(checkpoint.get("isotune_history", []))
+        restore_fixed_weights(checkpoint["state_dict"], self)  # the pre-trained weights

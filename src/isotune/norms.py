@@ -1,4 +1,4 @@
-"""Normalisations of the sentence vector: none, BatchNorm and IsoBN.
+"""Normalisations of the sentence vector: none, BatchNorm, IsoBN and IterNorm whitening.
 
 IsoBN (Zhou, Lin & Ren, AAAI 2021) rescales each dimension of the sentence vector so that dimensions
 with a large standard deviation, or strongly correlated with many others, stop dominating the
@@ -15,12 +15,14 @@ import math
 import torch
 from torch import Tensor, nn
 
+from isotune.whitening import Float32Statistics, IterNormWhitening
+
 __all__ = ["NORMS", "IsoBN", "build_norm"]
 
 log = logging.getLogger(__name__)
 
 
-class IsoBN(nn.Module):
+class IsoBN(Float32Statistics):
     """Isotropic batch normalisation of a batch of sentence vectors ``h`` (n x d).
 
     Training mode first folds the detached batch into running estimates of the covariance and the
@@ -34,9 +36,10 @@ class IsoBN(nn.Module):
     so the total variance of the running covariance is preserved. No centring, no affine.
 
     The statistics are float32 buffers (saved in checkpoints, unlike the released code), computed
-    outside autocast and kept float32 when the module is cast (``.half()``, ``bf16-true``), so
-    reduced precision does not degrade them; the output has the input's dtype. Edge rules (the
-    released code returned NaN or zeros in each case):
+    outside autocast and kept float32 when the module is cast (``.half()``, ``bf16-true``; see
+    :class:`~isotune.whitening.Float32Statistics`), so reduced precision does not degrade them;
+    the output has the input's dtype. Edge rules (the released code returned NaN or zeros in each
+    case):
 
     - a dimension with no recorded variance (zero running std, e.g. constant so far) passes
       through unchanged (factor 1) and is left out of the means and sums above (over ``j`` and in
@@ -87,16 +90,6 @@ class IsoBN(nn.Module):
             f"{self.num_features}, momentum={self.momentum}, eps={self.eps}, beta={self.beta}, "
             f"bias_correction={self.bias_correction}"
         )
-
-    def _apply(self, fn, recurse=True):
-        """Follow device moves, but keep the statistics' float32 values under dtype casts."""
-        originals = {name: self._buffers[name] for name in self.STATISTICS}
-        super()._apply(fn, recurse)
-        for name, original in originals.items():
-            moved = self._buffers[name]
-            if moved.dtype != torch.float32:
-                self._buffers[name] = original.to(moved.device)
-        return self
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Checkpoints written before the skip counter existed skipped nothing.
@@ -178,6 +171,7 @@ NORMS: dict[str, type[nn.Module]] = {
     "none": nn.Identity,  # takes and ignores any arguments
     "batchnorm": nn.BatchNorm1d,
     "isobn": IsoBN,
+    "whitening": IterNormWhitening,  # group whitening: docs in isotune.whitening
 }
 
 

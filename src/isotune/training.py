@@ -14,6 +14,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from isotune.adaptation import parameter_counts
 from isotune.config_checks import check_train_config
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
@@ -41,6 +42,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         model=cfg.model.name,
         model_name_or_path=cfg.model.name_or_path,
         norm=cfg.norm.name,
+        reg=cfg.reg.name,
+        reg_weight=_as_float(cfg.reg.weight),
+        adapt=cfg.adapt.name,
         seed=cfg.seed,
         primary_metric=cfg.task.primary_metric,
         overrides=_overrides(),
@@ -62,6 +66,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             model=_plain(cfg.model),
             norm=_plain(cfg.norm),
             optim=_plain(cfg.optim),
+            reg=_plain(cfg.reg),
+            adapt=_plain(cfg.adapt),
+        )
+        parameters = parameter_counts(model)
+        record.update(parameters=parameters)
+        log.info(
+            "adapt=%s: %d of %d parameters train (%.3g%%)",
+            model.adaptation,
+            parameters["trainable"],
+            parameters["total"],
+            100 * parameters["trainable_fraction"],
         )
         trainer: L.Trainer = instantiate(
             cfg.trainer,
@@ -70,6 +85,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         )
         for logger in trainer.loggers:
             logger.log_hyperparams(_plain(cfg))
+            logger.log_metrics({f"params/{name}": n for name, n in parameters.items()}, step=0)
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
         outcome = _outcome(model, trainer)  # before predicting reloads the best checkpoint
         if cfg.write_test_predictions:
@@ -157,6 +173,12 @@ def write_test_predictions(
     path.write_text("index\tprediction\n" + "\n".join(lines) + "\n")
     log.info("Test predictions (%d) written to %s", len(lines), path)
     return path
+
+
+def _as_float(value: Any) -> Any:
+    """A number as a float, so that tables see reg.weight=-1 and -1.0 as one weight; anything
+    else as given, for the config check to report."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
 def _plain(cfg: DictConfig) -> dict:

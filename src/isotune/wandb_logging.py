@@ -1,9 +1,9 @@
 """Weights & Biases as the dashboard: one run per job, grouped over seeds, offline without a key.
 
-Group = model, task, norm and every other override except the seed, so W&B aggregates seeds into
-one line per configuration. Without credentials runs are written offline under
-``<output_dir>/wandb/offline-run-*`` (upload later with ``wandb sync``); a job always finishes its
-run, so jobs that share a process (sweep workers) never log into one run.
+Group = model, task, norm, regularizer with its weight and every other override except the seed,
+so W&B aggregates seeds into one line per configuration. Without credentials runs are written
+offline under ``<output_dir>/wandb/offline-run-*`` (upload later with ``wandb sync``); a job always
+finishes its run, so jobs that share a process (sweep workers) never log into one run.
 """
 
 from __future__ import annotations
@@ -15,8 +15,19 @@ from urllib.parse import urlparse
 
 from lightning.pytorch.loggers import Logger, WandbLogger
 
-# Overrides that do not change what is computed, or that name a run folder: not part of a group.
-NOT_IN_GROUP = ("seed", "ckpt_path", "hydra.", "paths.", "trainer.enable_progress_bar", "logger")
+from isotune.regularization import reg_label
+
+# Overrides that do not change what is computed, that name a run folder, or whose effect results
+# record otherwise (an intervention is its norm and reg): not part of a group or a configuration.
+NOT_IN_GROUP = (
+    "seed",
+    "ckpt_path",
+    "hydra.",
+    "paths.",
+    "trainer.enable_progress_bar",
+    "logger",
+    "intervention",
+)
 
 
 def wandb_online() -> tuple[bool, str]:
@@ -35,15 +46,18 @@ def wandb_online() -> tuple[bool, str]:
     return False, "no WANDB_API_KEY and no `wandb login` credentials"
 
 
-def run_group(model: str, task: str, norm: str, overrides: Sequence[str] = ()) -> str:
-    """``model-task-norm`` plus the other overrides that change the run, seed excluded."""
-    named = ("model=", "task=", "norm=")
+def run_group(
+    model: str, task: str, norm: str, overrides: Sequence[str] = (), reg: str = "none"
+) -> str:
+    """``model-task-norm[-reg]`` (``reg`` as :func:`reg_label` names it, left out when ``none``)
+    plus the other overrides that change the run, seed excluded."""
+    named = ("model=", "task=", "norm=", "reg=", "reg.weight=")
     extra = sorted(
         override
         for override in overrides
         if not override.startswith(named) and not override.lstrip("+~").startswith(NOT_IN_GROUP)
     )
-    return "-".join([model, task, norm, *extra])
+    return "-".join([model, task, norm, *([reg] if reg != "none" else []), *extra])
 
 
 def wandb_logger(
@@ -53,6 +67,8 @@ def wandb_logger(
     norm: str,
     seed: int,
     overrides: Sequence[str] = (),
+    reg: str = "none",
+    reg_weight: float = 0.0,
     project: str = "isotune",
     entity: str | None = None,
     tags: Iterable[str] = (),
@@ -61,13 +77,14 @@ def wandb_logger(
 ) -> WandbLogger:
     """A WandbLogger named and grouped for seed aggregation; offline when no key is available."""
     online, _ = wandb_online()
-    group = run_group(model, task, norm, overrides)
+    regularizer = reg_label(reg, reg_weight)
+    group = run_group(model, task, norm, overrides, regularizer)
     return WandbLogger(
         project=project,
         entity=entity,
         group=group,
         name=f"{group}-seed{seed}",
-        tags=sorted({*tags, model, task, norm}),
+        tags=sorted({*tags, model, task, norm, regularizer}),
         job_type=job_type,
         save_dir=save_dir,
         offline=not online,
@@ -88,3 +105,8 @@ def finish_wandb_runs(loggers: Sequence[Logger], results: dict) -> None:
                 }
             )
             run.finish(exit_code=0 if results["status"] == "completed" else 1)
+            # finish() can return before the service has written the run's file; teardown waits
+            # for it, so a sweep's next job (or `wandb sync`) never sees a half-written run.
+            import wandb  # only where a W&B logger exists: the import is slow
+
+            wandb.teardown()

@@ -12,7 +12,8 @@ each verdict is decided: ``docs/analysis.md``. ``analyze.py`` is only the Hydra 
    the sentence vector before and after the norm (:mod:`.geometry`);
 3. measure isotropy per layer (T1, T3), the local structure of the token space by token type and
    training frequency (T2), and the enhancement experiment (T4, T5) (:mod:`.experiments`), and
-   judge T1-T5 (:mod:`.verdicts`);
+   judge T1-T5 (:mod:`.verdicts`); count the directions fine-tuning made dominant, in the last
+   layer's vectors and in the weight matrices (:mod:`.directions`);
 4. write tables (CSV + Markdown), figures, ``report.md`` and ``analysis.json``, and log them to
    the configured loggers (W&B: tables, images and the report) (:mod:`.figures`, :mod:`.report`).
 """
@@ -34,6 +35,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
+from isotune.analysis.directions import changed_directions
 from isotune.analysis.experiments import (
     enhancement_experiment,
     isotropy_by_layer,
@@ -126,6 +128,10 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
         )
     }
     lap("isotropy")
+    directions, direction_counts = changed_directions(
+        models, dev_vectors, cfg.directions.k, cfg.directions.threshold
+    )
+    lap("directions")
     tables["local_structure"] = local_structure(dev_vectors, token_labels, cfg.local, cfg.seed)
     lap("local_structure")
     tables["enhancement"] = enhancement_experiment(
@@ -152,6 +158,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
         "pooling": pooling,
         "sentence_view": view,
         "norm": hparams["norm"]["name"],
+        "adapt": finetuned.adaptation,
         "num_layers": num_layers,
         "hidden_size": dev_vectors["finetuned"].pre_norm.shape[1],
         "max_length": max_length,
@@ -165,11 +172,14 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
         },
         "checkpoint_dev": checkpoint_dev,
         "finetuned_dev": metric_values(tables["enhancement"], "finetuned_head", "none"),
+        **direction_counts,
         "verdicts": {verdict.statement: asdict(verdict) for verdict in verdicts},
         "seconds": seconds,
     }
     figures = draw_figures(tables, dev_vectors, view, task, cfg, output_dir)
     write_tables(tables, task, output_dir)
+    for name, table in directions.items():
+        table.to_csv(output_dir / f"{name}.csv", index=False)
     lap("outputs")
     seconds["total"] = round(sum(seconds.values()), 2)
     report = output_dir / "report.md"

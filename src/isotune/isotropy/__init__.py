@@ -7,6 +7,7 @@ importing Lightning. Formulas, sources and caveats: ``docs/isotropy.md``.
 """
 
 from isotune.isotropy.measures import (
+    CloudMeasures,
     IsoBNStats,
     LocalIsotropy,
     PartitionIsotropy,
@@ -18,11 +19,13 @@ from isotune.isotropy.measures import (
     kmeans,
     local_isotropy,
     measure_all,
+    measure_cloud,
     partition_isotropy,
     spectrum,
 )
 
 __all__ = [
+    "CloudMeasures",
     "IsoBNStats",
     "LocalIsotropy",
     "PartitionIsotropy",
@@ -34,6 +37,7 @@ __all__ = [
     "kmeans",
     "local_isotropy",
     "measure_all",
+    "measure_cloud",
     "partition_isotropy",
     "spectrum",
 ]

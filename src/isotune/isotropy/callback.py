@@ -1,12 +1,18 @@
 """Measure the isotropy of the embedding space before training and after every validation epoch.
 
 On a fixed probe set (a seeded subset of the dev split, the same in every epoch and in every run
-with the same seed) it collects the sentence vector before the norm (``pre_norm``) and after it
-(``post_norm``, the classifier's input), and optionally token vectors of chosen layers, in one
-no-grad pass of the eval path (:func:`isotune.isotropy.vectors.collect_views`). Every scalar of
-:func:`isotune.isotropy.measure_all` is logged as ``iso/<view>/<metric>`` with the epoch (epoch
-0 = the pre-trained geometry), figures are saved under ``<output_dir>/isotropy/`` and sent to
-W&B / TensorBoard, and the per-epoch values are kept in checkpoints and returned for
+with the same seed) it measures the sentence vector before the norm (``pre_norm``) and after it
+(``post_norm``, the classifier's input), and optionally token vectors of chosen layers. The
+vectors come from validation itself: forward hooks on the norm (its input and output) and, when
+token layers are asked for, on the encoder (hidden states requested only then) keep the probe's
+rows of every dev batch, found by the examples' ``idx``. Only what validation did not encode runs
+in a pass of its own, in validation's batches and at its precision: all of the probe at epoch 0
+(before training), and the rest under ``limit_val_batches``, ``debug=limit`` or sharded DDP
+validation. Every scalar of :func:`isotune.isotropy.measure_all`, and IsoScore* with the
+library's default shrinkage target (one rule for every run, never a regularized run's own
+Sigma_S), is logged as ``iso/<view>/<metric>`` with the epoch (epoch 0 = the pre-trained
+geometry), figures drawn from the same measurement are saved under ``<output_dir>/isotropy/``
+and sent to W&B, and the per-epoch values are kept in checkpoints and returned for
 ``results.json``. Views, settings and measures: ``docs/isotropy.md``.
 """
 
@@ -14,19 +20,139 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
 import torch
-from torch import Tensor
-from torch.utils.data import DataLoader, Subset
+from torch import Tensor, nn
 
-from isotune.isotropy import measure_all
+from isotune.adaptation import eval_mode
+from isotune.data import LengthGroupedBatchSampler
+from isotune.isotropy import CloudMeasures, isoscore_star, measure_cloud
 from isotune.isotropy.figures import save_geometry_figure
-from isotune.isotropy.vectors import SENTENCE_VIEWS, SentenceViews, collect_views
+from isotune.isotropy.vectors import POST_NORM, PRE_NORM, SENTENCE_VIEWS
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one thread: the measures' d x d eigendecompositions are small, and on a machine
+    with more busy threads than cores (a sweep's parallel jobs) the thread pool's barriers made
+    them 10x slower, 100x on first use."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+class ProbeCapture:
+    """The probe's vectors, kept by forward hooks from whatever batches the module encodes.
+
+    While attached, ``select`` names the probe examples of the next forward pass by their dev
+    ``idx``; the hooks keep their rows of the norm's input (``pre_norm``) and output
+    (``post_norm``) and, for ``token_layers``, their token states (special tokens and padding
+    excluded). ``vectors`` returns them in probe order, whatever order the batches came in.
+    ``seconds`` adds up the time spent in the hooks.
+    """
+
+    def __init__(
+        self, probe_idx: Sequence[int], special_ids: Sequence[int], token_layers: Sequence[int]
+    ) -> None:
+        self.position_of = torch.full((max(probe_idx) + 1,), -1)
+        self.position_of[torch.tensor(probe_idx)] = torch.arange(len(probe_idx))
+        self.special_ids = torch.tensor(special_ids)
+        self.token_layers = tuple(token_layers)
+        self.captured = torch.zeros(len(probe_idx), dtype=torch.bool)
+        self.seconds = 0.0
+        # view -> per batch: (probe positions, vectors, token count per example or None)
+        self._parts: dict[str, list[tuple[Tensor, Tensor, Tensor | None]]] = {}
+        self._rows: Tensor | None = None  # rows of the next forward pass that are probe examples
+        self._positions: Tensor | None = None
+        self._handles: list = []
+
+    def attach(self, module: nn.Module) -> None:
+        """Hooks on ``module.norm`` and, for token layers, on ``module.encoder``."""
+        self._handles = [module.norm.register_forward_hook(self._keep_sentence_views)]
+        if self.token_layers:
+            encoder = module.encoder
+            self._handles += [
+                encoder.register_forward_pre_hook(self._request_hidden_states, with_kwargs=True),
+                encoder.register_forward_hook(self._keep_tokens, with_kwargs=True),
+            ]
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.select(None)
+
+    def select(self, idx: Tensor | None) -> None:
+        """The dev ``idx`` of the next forward pass's examples; None: keep nothing from it."""
+        self._rows = self._positions = None
+        if idx is not None:
+            idx = idx.cpu()
+            positions = torch.full_like(idx, -1)
+            known = idx < len(self.position_of)
+            positions[known] = self.position_of[idx[known]]
+            rows = (positions >= 0).nonzero().squeeze(1)
+            if len(rows):
+                self._rows, self._positions = rows, positions[rows]
+
+    def missing(self) -> list[int]:
+        """Probe positions not captured yet."""
+        return (~self.captured).nonzero().squeeze(1).tolist()
+
+    def vectors(self) -> dict[str, Tensor]:
+        """Every view's vectors as float32 on the CPU, in probe order (tokens: example by
+        example, each example's tokens in their order)."""
+        ordered = {}
+        for name in (*SENTENCE_VIEWS, *(f"layer{layer}_tokens" for layer in self.token_layers)):
+            parts = self._parts[name]
+            positions, vectors, counts = zip(*parts, strict=True)
+            order = torch.cat(positions).argsort().tolist()
+            vectors = torch.cat(vectors).float().cpu()
+            if counts[0] is None:
+                ordered[name] = vectors[order]
+            else:
+                pieces = vectors.split(torch.cat(counts).tolist())
+                ordered[name] = torch.cat([pieces[i] for i in order])
+        return ordered
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def _keep(self, name: str, vectors: Tensor, counts: Tensor | None = None) -> None:
+        if counts is not None:  # token vectors are many: off the accelerator at once
+            vectors = vectors.cpu()
+        self._parts.setdefault(name, []).append((self._positions, vectors.detach(), counts))
+
+    def _keep_sentence_views(self, norm: nn.Module, inputs: tuple, output: Tensor) -> None:
+        if self._rows is not None:
+            start = time.perf_counter()
+            rows = self._rows.to(output.device)
+            self._keep(PRE_NORM, inputs[0][rows])
+            self._keep(POST_NORM, output[rows])
+            self.captured[self._positions] = True
+            self.seconds += time.perf_counter() - start
+
+    def _request_hidden_states(self, encoder: nn.Module, args: tuple, kwargs: dict):
+        if self._rows is not None:
+            return args, {**kwargs, "output_hidden_states": True}
+        return None
+
+    def _keep_tokens(self, encoder: nn.Module, args: tuple, kwargs: dict, output) -> None:
+        if self._rows is not None:
+            start = time.perf_counter()
+            rows = self._rows.to(kwargs["input_ids"].device)
+            ids, mask = kwargs["input_ids"][rows], kwargs["attention_mask"][rows]
+            real = mask.bool() & ~torch.isin(ids, self.special_ids.to(ids.device))
+            counts = real.sum(dim=1).cpu()
+            for layer in self.token_layers:
+                self._keep(f"layer{layer}_tokens", output.hidden_states[layer][rows][real], counts)
+            self.seconds += time.perf_counter() - start
 
 
 class IsotropyMonitor(L.Callback):
@@ -65,16 +191,43 @@ class IsotropyMonitor(L.Callback):
         self.output_dir = Path(output_dir) if output_dir else None
         self.history: dict[int, dict[str, float]] = {}  # epoch -> {"iso/<view>/<metric>": value}
         self.timings: dict[int, float] = {}  # epoch -> seconds the measurement took
-        self._probe: DataLoader | None = None
+        self._probe: list[int] | None = None
+        self._capture: ProbeCapture | None = None  # attached during a measured validation
 
     # -- hooks ----------------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        if 0 not in self.history:  # not again when resuming
-            self._measure(trainer, module, epoch=0)
+        if 0 not in self.history and trainer.is_global_zero:  # not again when resuming
+            self._measure(trainer, module, self.new_capture(trainer.datamodule), epoch=0)
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        fitting = trainer.state.fn == "fit" and not trainer.sanity_checking
+        if fitting and trainer.is_global_zero:  # the probe is small: one process measures it
+            self._capture = self.new_capture(trainer.datamodule)
+            self._capture.attach(module)
+
+    def on_validation_batch_start(
+        self,
+        trainer: L.Trainer,
+        module: L.LightningModule,
+        batch: Mapping[str, Tensor],
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if self._capture is not None:
+            task = trainer.datamodule.task
+            primary = task.eval_splits[dataloader_idx] == task.primary_split
+            self._capture.select(batch["idx"] if primary else None)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        if not trainer.sanity_checking and trainer.state.fn == "fit":
-            self._measure(trainer, module, epoch=trainer.current_epoch + 1)
+        capture, self._capture = self._capture, None
+        if capture is not None:
+            capture.detach()
+            self._measure(trainer, module, capture, epoch=trainer.current_epoch + 1)
+
+    def on_exception(self, trainer: L.Trainer, module: L.LightningModule, exception) -> None:
+        if self._capture is not None:
+            self._capture.detach()
+            self._capture = None
 
     def state_dict(self) -> dict:
         return {"history": self.history, "timings": self.timings}
@@ -83,42 +236,68 @@ class IsotropyMonitor(L.Callback):
         self.history = {int(epoch): values for epoch, values in state_dict["history"].items()}
         self.timings = {int(epoch): s for epoch, s in state_dict.get("timings", {}).items()}
 
-    # -- measuring ------------------------------------------------------------------------------
-    def probe_loader(self, trainer: L.Trainer) -> DataLoader:
-        """The fixed probe set: a seeded subset of the primary dev split, shortest first."""
+    # -- collecting -----------------------------------------------------------------------------
+    def probe_indices(self, datamodule) -> list[int]:
+        """The fixed probe set: seeded positions in the primary dev split, shortest first."""
         if self._probe is None:
-            datamodule = trainer.datamodule
             dataset = datamodule.dataset(datamodule.task.primary_split)
             generator = torch.Generator().manual_seed(self.seed)
             chosen = torch.randperm(len(dataset), generator=generator)[: self.probe_size]
-            chosen = sorted(chosen.tolist(), key=lambda i: dataset.lengths[i])
-            self._probe = DataLoader(
-                Subset(dataset, chosen),
-                batch_size=datamodule.eval_batch_size,
-                collate_fn=datamodule.collate,
-            )
+            self._probe = sorted(chosen.tolist(), key=lambda i: dataset.lengths[i])
         return self._probe
 
-    def collect(self, trainer: L.Trainer, module: L.LightningModule) -> dict[str, Tensor]:
-        """Probe vectors per view: ``pre_norm``, ``post_norm`` and ``layer<i>_tokens``."""
-        special_ids = torch.tensor(trainer.datamodule.tokenizer.all_special_ids)
-
-        def tokens(
-            batch: Mapping[str, Tensor], views: SentenceViews, start: int
-        ) -> dict[str, Tensor]:
-            ids = batch["input_ids"]
-            real = batch["attention_mask"].bool() & ~torch.isin(ids, special_ids.to(ids.device))
-            return {
-                f"layer{layer}_tokens": views.hidden_states[layer][real]
-                for layer in self.token_layers
-            }
-
-        collected = collect_views(
-            module,
-            self.probe_loader(trainer),
-            hidden_states=bool(self.token_layers),
-            extra=tokens if self.token_layers else None,
+    def new_capture(self, datamodule) -> ProbeCapture:
+        """An empty capture of the probe set (not attached)."""
+        dataset = datamodule.dataset(datamodule.task.primary_split)
+        return ProbeCapture(
+            [dataset[i]["idx"] for i in self.probe_indices(datamodule)],
+            datamodule.tokenizer.all_special_ids,
+            self.token_layers,
         )
+
+    @torch.no_grad()
+    def encode_missing(
+        self, trainer: L.Trainer, module: L.LightningModule, capture: ProbeCapture
+    ) -> int:
+        """Encode the probe examples ``capture`` lacks as validation does: in eval mode, at the
+        trainer's validation precision, each in its validation batch (the same padding, so on
+        the CPU the same float32 vectors bit for bit). Returns how many were missing."""
+        missing = capture.missing()
+        if not missing:
+            return 0
+        datamodule = trainer.datamodule
+        dataset = datamodule.dataset(datamodule.task.primary_split)
+        probe = self.probe_indices(datamodule)
+        wanted = {probe[position] for position in missing}
+        # Validation's batches (data.py's evaluation loaders), whole: DDP deals them to ranks.
+        batches = LengthGroupedBatchSampler(
+            dataset.lengths, datamodule.eval_batch_size, shuffle=False, drop_last=False
+        )
+        capture.attach(module)
+        try:
+            with eval_mode(module), trainer.precision_plugin.val_step_context():
+                for indices in batches:
+                    rows = [row for row, index in enumerate(indices) if index in wanted]
+                    if rows:
+                        padded = datamodule.collate([dataset[index] for index in indices])
+                        batch = {
+                            key: value[rows].to(module.device) for key, value in padded.items()
+                        }
+                        capture.select(batch["idx"])
+                        module(batch)
+        finally:
+            capture.detach()
+        return len(missing)
+
+    def collect(
+        self, trainer: L.Trainer, module: L.LightningModule, capture: ProbeCapture | None = None
+    ) -> dict[str, Tensor]:
+        """Probe vectors per view (``pre_norm``, ``post_norm``, ``layer<i>_tokens``): those
+        ``capture`` holds, the rest encoded apart (all of them without a capture)."""
+        if capture is None:
+            capture = self.new_capture(trainer.datamodule)
+        self.encode_missing(trainer, module, capture)
+        collected = capture.vectors()
         generator = torch.Generator().manual_seed(self.seed)
         for view, points in collected.items():
             if view not in SENTENCE_VIEWS and len(points) > self.max_tokens:
@@ -126,33 +305,44 @@ class IsotropyMonitor(L.Callback):
                 collected[view] = points[keep.sort().values]
         return collected
 
-    def _measure(self, trainer: L.Trainer, module: L.LightningModule, epoch: int) -> None:
-        if not trainer.is_global_zero:
-            return  # the probe is small: one process measures it
-        start = time.perf_counter()
+    # -- measuring ------------------------------------------------------------------------------
+    def _measure(
+        self, trainer: L.Trainer, module: L.LightningModule, capture: ProbeCapture, epoch: int
+    ) -> None:
+        start = time.perf_counter() - capture.seconds  # the hooks' time during validation counts
+        from_validation = int(capture.captured.sum())
         values: dict[str, float] = {}
-        for view, points in self.collect(trainer, module).items():
-            measures = measure_all(
-                points, dominant_factor=self.dominant_factor, local_k=self.local_k, seed=self.seed
-            )
-            values.update({f"iso/{view}/{name}": value for name, value in measures.items()})
-            if self.figures and view in SENTENCE_VIEWS:
-                self._figure(trainer, points, view, epoch)
+        collected = self.collect(trainer, module, capture)
+        with one_thread():
+            for view, points in collected.items():
+                measures = measure_cloud(
+                    points,
+                    dominant_factor=self.dominant_factor,
+                    local_k=self.local_k,
+                    seed=self.seed,
+                )
+                scalars = measures.scalars.items()
+                values.update({f"iso/{view}/{name}": value for name, value in scalars})
+                values[f"iso/{view}/isoscore_star"] = isoscore_star(points).item()
+                if self.figures and view in SENTENCE_VIEWS:
+                    self._figure(trainer, measures, view, epoch)
         self.history[epoch] = values
         self.timings[epoch] = time.perf_counter() - start
         for logger in trainer.loggers:
             logger.log_metrics({**values, "iso/epoch": epoch}, step=trainer.global_step)
         log.info(
-            "Isotropy at epoch %d (%.1fs): %s",
+            "Isotropy at epoch %d (%.1fs, %d of %d probe examples from validation): %s",
             epoch,
             self.timings[epoch],
+            from_validation,
+            len(capture.captured),
             ", ".join(f"{view} I(W)={values[f'iso/{view}/iw']:.3g}" for view in SENTENCE_VIEWS),
         )
 
-    def _figure(self, trainer: L.Trainer, points: Tensor, view: str, epoch: int) -> None:
+    def _figure(self, trainer: L.Trainer, measures: CloudMeasures, view: str, epoch: int) -> None:
         folder = (self.output_dir or Path(trainer.default_root_dir)) / "isotropy"
         path = save_geometry_figure(
-            points,
+            measures,
             f"{view} sentence vectors, epoch {epoch}",
             folder / f"{view}_epoch{epoch:02d}.png",
         )

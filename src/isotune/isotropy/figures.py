@@ -1,37 +1,51 @@
 """The IsoBN paper's pictures of an embedding space: per-dimension std, correlations, spectrum.
 
-Plain matplotlib (headless ``Agg`` backend), so figures are drawn on machines without a display
-and in worker processes.
+Drawn from what :func:`isotune.isotropy.measure_cloud` already computed (nothing is measured
+again), with matplotlib's object API and the headless Agg canvas: no display, no pyplot state,
+so figures are drawn on servers and in worker processes. A fixed layout instead of
+``tight_layout``, which measured every tick label and took as long as the drawing.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from torch import Tensor
 
-from isotune.isotropy import isobn_stats, spectrum
+from isotune.isotropy import CloudMeasures, IsoBNStats
 
 
-def geometry_figure(X: Tensor, title: str) -> plt.Figure:
+def correlation_matrix(stats: IsoBNStats) -> Tensor:
+    """|correlation| between all pairs of dimensions, from the pairs ``stats`` keeps: 1 on the
+    diagonal, 0 in the rows and columns of constant dimensions (which have no correlation)."""
+    dims = len(stats.std)
+    varying = (stats.std > 0).nonzero().squeeze(1)
+    rows, cols = torch.triu_indices(len(varying), len(varying), offset=1)
+    matrix = torch.zeros(dims, dims, dtype=stats.corr_abs.dtype)
+    matrix[varying[rows], varying[cols]] = stats.corr_abs
+    matrix += matrix.mT.clone()
+    matrix[varying, varying] = 1.0
+    return matrix
+
+
+def geometry_figure(measures: CloudMeasures, title: str) -> Figure:
     """Histogram of per-dimension std, heatmap of |correlation| between dimensions, eigenvalues."""
-    X = X.detach().double().cpu()
-    stats = isobn_stats(X)
-    variances = spectrum(X).variances
-    correlation = torch.nan_to_num(torch.corrcoef(X.T)).abs()
-
-    figure, (std_axis, corr_axis, spectrum_axis) = plt.subplots(1, 3, figsize=(15, 4.2))
+    stats, variances = measures.stats, measures.spectrum.variances
+    figure = Figure(figsize=(15, 4.2))
+    FigureCanvasAgg(figure)
+    figure.subplots_adjust(left=0.05, right=0.97, bottom=0.13, top=0.82, wspace=0.3)
+    std_axis, corr_axis, spectrum_axis = figure.subplots(1, 3)
     figure.suptitle(title)
     std_axis.hist(stats.std.numpy(), bins=50, color="tab:blue")
     std_axis.set(
         title=f"per-dimension std (cv {stats.std_cv:.2f})", xlabel="std", ylabel="dimensions"
     )
-    image = corr_axis.imshow(correlation.numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
+    image = corr_axis.imshow(
+        correlation_matrix(stats).numpy(), cmap="viridis", vmin=0.0, vmax=1.0, interpolation="none"
+    )
     corr_axis.set(
         title=f"|correlation| between dimensions (mean {stats.corr_abs_mean:.3f})",
         xlabel="dimension",
@@ -41,14 +55,11 @@ def geometry_figure(X: Tensor, title: str) -> plt.Figure:
     ranks = torch.arange(1, len(variances) + 1)
     spectrum_axis.semilogy(ranks.numpy(), variances.clamp_min(1e-12).numpy(), color="tab:red")
     spectrum_axis.set(title="covariance eigenvalues", xlabel="component", ylabel="variance")
-    figure.tight_layout()
     return figure
 
 
-def save_geometry_figure(X: Tensor, title: str, path: Path) -> Path:
-    """Draw :func:`geometry_figure` into a PNG file and free it."""
-    figure = geometry_figure(X, title)
+def save_geometry_figure(measures: CloudMeasures, title: str, path: Path) -> Path:
+    """Draw :func:`geometry_figure` into a PNG file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=80)
-    plt.close(figure)
+    geometry_figure(measures, title).savefig(path, dpi=80)
     return path

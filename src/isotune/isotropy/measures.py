@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "CloudMeasures",
     "IsoBNStats",
     "LocalIsotropy",
     "PartitionIsotropy",
@@ -39,6 +40,7 @@ __all__ = [
     "kmeans",
     "local_isotropy",
     "measure_all",
+    "measure_cloud",
     "partition_isotropy",
     "spectrum",
 ]
@@ -398,6 +400,24 @@ def measure_all(
     union of the centred k-means clusters (see ``local_isotropy``). The covariance and its
     eigendecompositions are computed once for all measures.
     """
+    measures = measure_cloud(X, dominant_factor=dominant_factor, local_k=local_k, seed=seed)
+    return {prefix + name: value for name, value in measures.scalars.items()}
+
+
+@dataclass(frozen=True)
+class CloudMeasures:
+    """``measure_all``'s scalars with the statistics and spectrum they come from, so that a
+    figure shows the same numbers without computing them again."""
+
+    scalars: dict[str, float]
+    stats: IsoBNStats
+    spectrum: Spectrum
+
+
+def measure_cloud(
+    X: Tensor, *, dominant_factor: float = 10.0, local_k: int | None = None, seed: int = 0
+) -> CloudMeasures:
+    """What ``measure_all`` computes, unprefixed, with the IsoBN statistics and the spectrum."""
     cloud = _Cloud(X)
     stats = _isobn_stats(cloud)
     partition = _partition_isotropy(cloud)
@@ -424,4 +444,4 @@ def measure_all(
         centred, _ = _centre_clusters(cloud, local_k, seed, KMEANS_MAX_ITER)
         pooled = measure_all(centred, "local_", dominant_factor=dominant_factor)
         measures.update(pooled)
-    return {prefix + name: value for name, value in measures.items()}
+    return CloudMeasures(scalars=measures, stats=stats, spectrum=spec)

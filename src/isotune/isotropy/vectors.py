@@ -3,9 +3,10 @@
 A :class:`~isotune.module.GLUEClassifier` pools the encoder's output into a sentence vector and
 normalises it before dropout and the head. Both sides are measured, under one pair of names:
 ``pre_norm`` (the pooled vector) and ``post_norm`` (the norm's output: the classifier's input).
-The isotropy callback (every epoch, ``docs/isotropy.md``) and the geometry analysis
-(``docs/analysis.md``) both collect them with :func:`collect_views`, so they measure the same
-vectors, computed the same way.
+The geometry analysis (``docs/analysis.md``) collects them with :func:`collect_views`; the
+isotropy callback (every epoch, ``docs/isotropy.md``) keeps them from validation's forward pass
+with hooks on the norm's input and output. Both are the same vectors
+(``tests/test_isotropy_callback.py`` checks it bit for bit).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+from isotune.adaptation import eval_mode
 
 if TYPE_CHECKING:
     from isotune.module import GLUEClassifier
@@ -60,14 +63,12 @@ def collect_views(
     the CPU, plus whatever ``extra`` takes from each batch (e.g. token vectors of some layers,
     from ``views.hidden_states`` when ``hidden_states``), concatenated by name the same way.
 
-    The pass runs in eval mode (no dropout; norms use their running statistics) and puts the
-    module back in the mode it found it in.
+    The pass runs in eval mode (no dropout; norms use their running statistics) and gives every
+    submodule back its own mode (a frozen encoder stays in eval mode while the head trains).
     """
     parts: dict[str, list[Tensor]] = {}
     start = 0
-    was_training = module.training
-    module.eval()
-    try:
+    with eval_mode(module):
         for batch in batches:
             batch = {key: value.to(module.device) for key, value in batch.items()}
             views = sentence_views(module, batch, hidden_states)
@@ -77,6 +78,4 @@ def collect_views(
             for name, vectors in named.items():
                 parts.setdefault(name, []).append(vectors.float().cpu())
             start += len(views.pre_norm)
-    finally:
-        module.train(was_training)
     return {name: torch.cat(chunks) for name, chunks in parts.items()}

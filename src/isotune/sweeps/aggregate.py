@@ -1,12 +1,15 @@
-"""Turn a directory of runs into the papers' tables, and say which runs failed or are missing.
+"""Turn sweep folders into tables, paired statistics, figures and a report; list unfinished runs.
 
-``python -m isotune.aggregate <dir>`` reads every ``results.json`` below a directory (the
-bookkeeping of :mod:`isotune.sweeps.runs`), writes the tables of :mod:`isotune.sweeps.tables` next
-to the runs as Markdown and CSV, optionally logs them to W&B, and reports the runs that did not
-complete and the jobs of its sweeps that never left a ``results.json``; :mod:`isotune.sweeps.rerun`
-reruns those.
+``python -m isotune.aggregate <dir> [<dir> ...]`` reads every ``results.json`` below the folders
+(the bookkeeping of :mod:`isotune.sweeps.runs`; the same configuration, task and seed twice counts
+once, the latest completed run), and writes into the first folder (or ``--out``) the tables of
+:mod:`isotune.sweeps.tables` as Markdown and CSV, the paired statistics of
+:mod:`isotune.sweeps.comparisons`, the figures of :mod:`isotune.sweeps.figures` and
+``sweep_report.md`` (:mod:`isotune.sweeps.report`); with ``--wandb`` also one W&B summary run.
+Runs that did not complete and jobs that never left a ``results.json`` are listed;
+:mod:`isotune.sweeps.rerun` reruns them.
 
-    python -m isotune.aggregate <dir> [--wandb]
+    python -m isotune.aggregate SWEEP [SWEEP ...] [--out DIR] [--baseline norm=batchnorm] [--wandb]
 """
 
 from __future__ import annotations
@@ -22,9 +25,25 @@ from pathlib import Path
 import pandas as pd
 
 from isotune.errors import IsotuneError
+from isotune.isotropy.vectors import POST_NORM
 from isotune.results import RESULTS_FILE
+from isotune.sweeps import report
+from isotune.sweeps.comparisons import (
+    Configuration,
+    Configurations,
+    across_tasks,
+    baseline_values,
+    caveat,
+    comparison_counts,
+    paired_statistics,
+)
+from isotune.sweeps.figures import (
+    POOLED,
+    draw_figures,
+    isotropy_epochs_data,
+    isotropy_vs_score_data,
+)
 from isotune.sweeps.runs import (
-    RUN_KEY,
     SWEEP_FILE,
     MissingJob,
     Run,
@@ -36,9 +55,13 @@ from isotune.sweeps.runs import (
     unfinished_runs,
 )
 from isotune.sweeps.tables import (
-    SUMMARY_COLUMNS,
+    AVERAGE,
+    KEY_MEASURES,
+    compact_isotropy_markdown,
+    isotropy_epochs_frame,
     isotropy_frame,
     isotropy_markdown,
+    measure_key,
     results_markdown,
     scores_frame,
     summarize_isotropy,
@@ -46,90 +69,141 @@ from isotune.sweeps.tables import (
 )
 from isotune.wandb_logging import wandb_online
 
-RESULTS_MD, RESULTS_CSV = "results_table.md", "results_table.csv"
-ISOTROPY_MD, ISOTROPY_CSV = "isotropy_table.md", "isotropy_table.csv"
-
-
-def status_markdown(
-    unfinished: Sequence[Run],
-    missing: Sequence[MissingJob],
-    sweeps: Sequence[Sweep],
-    duplicates: Sequence[Sequence[Run]],
-    now: datetime,
-) -> str:
-    """Unfinished and missing jobs (rerun them with ``python -m isotune.rerun <sweep_dir>``)."""
-    lines = [f"## Failed or unfinished runs ({len(unfinished)})", ""]
-    lines += [f"- {run.job_dir}: {run.describe(now)}" for run in unfinished] or ["None."]
-    lines += ["", f"## Missing runs ({len(missing)})", ""]
-    missing_lines = [
-        f"- {job.sweep.dir} #{job.number}: {' '.join(job.overrides)}" for job in missing
-    ]
-    lines += missing_lines or ["None."]
-    lines += [
-        f"- {sweep.dir}: unknown, its sweeper {sweep.sweeper} has no fixed list of jobs"
-        for sweep in sweeps
-        if not sweep.enumerable
-    ]
-    if (unfinished or missing) and sweeps:
-        lines += [
-            "",
-            "Rerun them (--dry-run shows the commands first; runs still marked running, which "
-            "may be alive, only with --include-running):",
-        ]
-        lines += [f"    python -m isotune.rerun {sweep.dir}" for sweep in sweeps]
-    if duplicates:
-        lines += ["", "## Duplicate runs (the table keeps the latest of each)", ""]
-        lines += [
-            "- "
-            + " ".join(
-                f"{name}={value}" for name, value in zip(RUN_KEY, group[-1].key(), strict=True)
-            )
-            + ": "
-            + ", ".join(str(run.job_dir) for run in group)
-            for group in duplicates
-        ]
-    return "\n".join(lines) + "\n"
+RESULTS_MD, ISOTROPY_MD, REPORT_MD = "results_table.md", "isotropy_table.md", "sweep_report.md"
 
 
 @dataclass
 class Aggregate:
-    """Everything the tables and the status report of one directory are made of."""
+    """Everything the tables, figures and report of a set of sweep folders are made of."""
 
-    summary: pd.DataFrame
-    isotropy: pd.DataFrame
+    directories: list[Path]
+    configurations: Configurations
+    baseline: dict[str, str]  # the axes a configuration's baseline sets
+    measures: Sequence[str]  # of the classifier input, in the report and figures
+    scores: pd.DataFrame  # one row per counted run
+    summary: pd.DataFrame  # the results table
+    paired: pd.DataFrame
+    across: pd.DataFrame
+    isotropy_runs: pd.DataFrame  # one row per counted run and measure
+    isotropy: pd.DataFrame  # the isotropy table: medians over seeds
+    curves: pd.DataFrame  # isotropy over the epochs
+    points: pd.DataFrame  # best-epoch isotropy and score per run
+    correlations: pd.DataFrame
     unfinished: list[Run]
     missing: list[MissingJob]
     sweeps: list[Sweep]
-    duplicates: list[list[Run]]
+    duplicates: list[tuple[str, list[Run]]]  # (configuration, task and seed; its runs)
     checked_at: datetime  # the age of running runs is counted to this time
 
     def report(self) -> str:
         """The results tables and the unfinished/missing/duplicate runs, as Markdown."""
-        tables = results_markdown(self.summary) if len(self.summary) else "No completed runs.\n"
-        status = status_markdown(
+        return f"{self.results()}\n{self.status()}"
+
+    def results(self) -> str:
+        if self.summary.empty:
+            return "No completed runs.\n"
+        return results_markdown(self.summary, self.configurations)
+
+    def status(self) -> str:
+        return report.status_markdown(
             self.unfinished, self.missing, self.sweeps, self.duplicates, self.checked_at
         )
-        return f"{tables}\n{status}"
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The tables written as ``<name>.csv`` and logged to W&B."""
+        return {
+            "results_table": self.summary,
+            "paired_statistics": self.paired,
+            "across_tasks": self.across,
+            "isotropy_table": self.isotropy,
+            "isotropy_vs_score": self.correlations,
+        }
+
+    def sweep_report(self, figures: dict[str, Path]) -> str:
+        """``sweep_report.md`` with ``figures`` (name: path) as images."""
+        holm_wilcoxon, holm_t, _ = comparison_counts(self.paired)
+        return report.sweep_report(
+            title=", ".join(path.name for path in self.directories),
+            directories=", ".join(f"`{path}`" for path in self.directories),
+            completed=len(self.scores),
+            duplicates=sum(len(runs) - 1 for _, runs in self.duplicates),
+            unfinished=len(self.unfinished),
+            missing=len(self.missing),
+            checked_at=self.checked_at.isoformat(timespec="seconds"),
+            shared=", ".join(f"`{part}`" for part in self.configurations.shared) or "nothing",
+            baseline=" ".join(f"`{axis}={value}`" for axis, value in self.baseline.items()),
+            results=self.results(),
+            paired=report.paired_markdown(self.paired),
+            bootstrap=report.bootstrap_sentence(self.paired),
+            holm_wilcoxon=holm_wilcoxon,
+            holm_t=holm_t,
+            caveat=caveat(self.paired),
+            across=report.across_markdown(self.across),
+            isotropy=compact_isotropy_markdown(self.isotropy, self.measures),
+            view=POST_NORM,
+            correlations=report.correlations_markdown(self.correlations),
+            pooled=POOLED,
+            figures=report.figures_markdown(figures),
+            status=self.status(),
+        )
 
 
-def aggregate(directory: Path, now: datetime | None = None) -> Aggregate:
-    """Read every run below ``directory`` (and its sweeps' multirun.yaml) into tables; ``now``
-    (default: the current time, with its UTC offset) dates the age of running runs."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise IsotuneError(f"{directory} is not a directory; pass a run or sweep output directory.")
-    runs, sweeps = load_runs(directory), find_sweeps(directory)
+def aggregate(
+    directories: Sequence[Path],
+    baseline: Sequence[str] = (),
+    measures: Sequence[str] = KEY_MEASURES,
+    now: datetime | None = None,
+) -> Aggregate:
+    """Read every run below ``directories`` (and their sweeps' multirun.yaml); ``baseline``:
+    ``AXIS=VALUE`` choices over the default baseline; ``now`` (default: the current time, with
+    its UTC offset) dates the age of running runs."""
+    directories = [Path(directory) for directory in directories]
+    for directory in directories:
+        if not directory.is_dir():
+            raise IsotuneError(
+                f"{directory} is not a directory; pass run or sweep output directories."
+            )
+    runs = list({run.path.resolve(): run for d in directories for run in load_runs(d)}.values())
+    sweeps = list(
+        {sweep.dir.resolve(): sweep for d in directories for sweep in find_sweeps(d)}.values()
+    )
     if not runs and not sweeps:
         raise IsotuneError(
-            f"No {RESULTS_FILE} and no {SWEEP_FILE} below {directory}: pass the output directory "
-            "of a run or a sweep (e.g. logs/multirun/<date>), where each run writes results.json."
+            f"No {RESULTS_FILE} and no {SWEEP_FILE} below {', '.join(map(str, directories))}: pass "
+            "the output directory of a run or a sweep (e.g. logs/multirun/<date>), where each run "
+            "writes results.json."
         )
-    kept, duplicates = latest_completed_runs(runs)
-    scores = scores_frame(kept)
-    isotropy = isotropy_frame(kept)
+    baseline_axes = baseline_values(baseline)
+
+    def identity(run: Run) -> tuple[Configuration, str, int]:
+        return Configuration.of(run), run.field("task"), run.field("seed")
+
+    kept, duplicate_groups = latest_completed_runs(runs, key=identity)
+    configurations = Configurations.of((Configuration.of(run) for run in kept), baseline_axes)
+    scores = scores_frame(kept, configurations)
+    summary = summarize_scores(scores, configurations)
+    paired = paired_statistics(scores, configurations)
+    isotropy_runs = isotropy_frame(kept, configurations)
+    _check_measures(measures, isotropy_runs)
+    points, correlations = isotropy_vs_score_data(scores, isotropy_runs, measures)
+    duplicates = []
+    for group in duplicate_groups:
+        config, task, seed = identity(group[-1])
+        duplicates.append((f"{configurations.name(config)} task={task} seed={seed}", group))
     return Aggregate(
-        summary=pd.DataFrame(columns=SUMMARY_COLUMNS) if scores.empty else summarize_scores(scores),
-        isotropy=summarize_isotropy(isotropy),
+        directories=directories,
+        configurations=configurations,
+        baseline=baseline_axes,
+        measures=tuple(measures),
+        scores=scores,
+        summary=summary,
+        paired=paired,
+        across=across_tasks(paired, summary, AVERAGE),
+        isotropy_runs=isotropy_runs,
+        isotropy=summarize_isotropy(isotropy_runs, configurations),
+        curves=isotropy_epochs_data(isotropy_epochs_frame(kept, configurations, measures)),
+        points=points,
+        correlations=correlations,
         unfinished=unfinished_runs(runs, sweeps),
         missing=missing_jobs(sweeps, runs),
         sweeps=sweeps,
@@ -138,46 +212,63 @@ def aggregate(directory: Path, now: datetime | None = None) -> Aggregate:
     )
 
 
-def write_tables(result: Aggregate, directory: Path) -> list[Path]:
-    """Write the Markdown and CSV tables next to the runs they summarise."""
-    outputs = {
-        RESULTS_MD: result.report(),
-        RESULTS_CSV: result.summary.round(4).to_csv(index=False),
-        ISOTROPY_MD: isotropy_markdown(result.isotropy),
-        ISOTROPY_CSV: result.isotropy.round(6).to_csv(index=False),
-    }
+def _check_measures(measures: Sequence[str], isotropy_runs: pd.DataFrame) -> None:
+    """A measure no run recorded is a typo, unless the runs measured no isotropy at all."""
+    prefix = measure_key("")
+    recorded = {m.removeprefix(prefix) for m in isotropy_runs["measure"] if m.startswith(prefix)}
+    unknown = [m for m in measures if m not in recorded]
+    if recorded and unknown:
+        names = ", ".join(sorted(recorded))
+        raise IsotuneError(
+            f"--measures {' '.join(unknown)}: no run recorded these for the classifier input "
+            f"({POST_NORM}); choose among {names}."
+        )
+
+
+def write_outputs(result: Aggregate, directory: Path) -> tuple[list[Path], dict[str, Path], Path]:
+    """Tables (Markdown and CSV), figures and the report into ``directory``; returns the tables'
+    and figures' paths and the report's."""
+    directory.mkdir(parents=True, exist_ok=True)
+    figures = draw_figures(
+        result.scores,
+        result.curves,
+        result.points,
+        result.correlations,
+        result.configurations.names,
+        directory,
+    )
+    outputs = {RESULTS_MD: result.report(), ISOTROPY_MD: isotropy_markdown(result.isotropy)}
+    outputs |= {f"{name}.csv": table.to_csv(index=False) for name, table in result.tables().items()}
     for name, text in outputs.items():
-        (Path(directory) / name).write_text(text)
-    return [Path(directory) / name for name in outputs]
-
-
-def log_to_wandb(result: Aggregate, directory: Path, project: str) -> None:
-    import wandb
-
-    run = wandb.init(
-        project=project,
-        job_type="aggregate",
-        name=f"aggregate-{Path(directory).name}",
-        config={"directory": str(directory)},
-    )
-    run.log(
-        {
-            "results_table": wandb.Table(dataframe=result.summary),
-            "isotropy_table": wandb.Table(dataframe=result.isotropy),
-        }
-    )
-    run.finish()
+        (directory / name).write_text(text)
+    report_path = directory / REPORT_MD
+    report_path.write_text(result.sweep_report(figures))
+    return [directory / name for name in outputs], figures, report_path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m isotune.aggregate",
-        description="Tables over seeds (median ± std per model x norm x task) of every "
-        f"{RESULTS_FILE} below a directory, written into it as {RESULTS_MD}/.csv and "
-        f"{ISOTROPY_MD}/.csv, plus the failed and missing runs of its sweeps.",
+        description="Tables over seeds, paired statistics against a baseline, figures and "
+        f"{REPORT_MD} of every {RESULTS_FILE} below one or more sweep folders, plus the failed "
+        "and missing runs of their sweeps.",
     )
-    parser.add_argument("directory", type=Path, help="a run or sweep output directory")
-    parser.add_argument("--wandb", action="store_true", help="also log the tables to W&B")
+    parser.add_argument("directories", nargs="+", type=Path, help="run or sweep output folders")
+    parser.add_argument("--out", type=Path, help="output folder (default: the first folder)")
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="AXIS=VALUE",
+        help="the baseline's value of an axis (default: norm=none); repeat for several axes",
+    )
+    parser.add_argument(
+        "--measures",
+        nargs="+",
+        default=list(KEY_MEASURES),
+        help=f"isotropy measures of the classifier input (default: {' '.join(KEY_MEASURES)})",
+    )
+    parser.add_argument("--wandb", action="store_true", help="also log everything to W&B")
     parser.add_argument(
         "--wandb-project",
         default=os.environ.get("WANDB_PROJECT", "isotune"),
@@ -185,18 +276,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        result = aggregate(args.directory)
+        result = aggregate(args.directories, args.baseline, args.measures)
     except IsotuneError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    written = write_tables(result, args.directory)
+    out = args.out or args.directories[0]
+    tables, figures, report_path = write_outputs(result, out)
     print(result.report())
-    print(isotropy_markdown(result.isotropy))
-    print("Wrote " + ", ".join(str(path) for path in written))
+    print("Wrote " + ", ".join(str(path) for path in [*tables, *figures.values()]))
+    print(f"Report: {report_path}")
     if args.wandb:
         online, reason = wandb_online()
-        if online:
-            log_to_wandb(result, args.directory, args.wandb_project)
-        else:
-            print(f"Not logged to W&B ({reason}).")
+        folder = report.log_to_wandb(
+            result.tables(),
+            figures,
+            report_path,
+            args.wandb_project,
+            group=args.directories[0].resolve().name,
+            online=online,
+        )
+        if not online:
+            print(f"W&B offline ({reason}): upload with `wandb sync {folder}`.")
     return 0

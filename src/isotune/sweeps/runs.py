@@ -10,7 +10,7 @@ completed runs; :mod:`isotune.sweeps.rerun` reruns the others.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -21,7 +21,6 @@ from isotune.errors import IsotuneError
 from isotune.results import RESULTS_FILE, read_results
 
 SWEEP_FILE = "multirun.yaml"
-RUN_KEY = ("model", "norm", "task", "seed")
 
 
 @dataclass(frozen=True)
@@ -78,9 +77,6 @@ class Run:
                 "isotune's training run. Move it out of the directory or rerun that job."
             )
         return self.result[name]
-
-    def key(self) -> tuple[Any, ...]:
-        return tuple(self.field(name) for name in RUN_KEY)
 
 
 @dataclass(frozen=True)
@@ -198,13 +194,15 @@ def missing_jobs(sweeps: Sequence[Sweep], runs: Sequence[Run]) -> list[MissingJo
     ]
 
 
-def latest_completed_runs(runs: Sequence[Run]) -> tuple[list[Run], list[list[Run]]]:
-    """One completed run per model/norm/task/seed, the latest to finish, and the groups that had
-    several (a table over seeds assumes every other setting is the same)."""
-    groups: dict[tuple[Any, ...], list[Run]] = {}
+def latest_completed_runs(
+    runs: Sequence[Run], key: Callable[[Run], Hashable]
+) -> tuple[list[Run], list[list[Run]]]:
+    """One completed run per ``key`` (configuration, task, seed), the latest to finish, and the
+    groups that had several (a table over seeds counts each seed once)."""
+    groups: dict[Hashable, list[Run]] = {}
     for run in runs:
         if run.completed:
-            groups.setdefault(run.key(), []).append(run)
+            groups.setdefault(key(run), []).append(run)
     for group in groups.values():
         group.sort(key=lambda run: str(run.result.get("finished_at", "")))
     return [group[-1] for group in groups.values()], [g for g in groups.values() if len(g) > 1]

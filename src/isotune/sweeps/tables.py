@@ -1,34 +1,63 @@
-"""The papers' tables from completed runs: scores over seeds, and isotropy before and after.
+"""The tables of a sweep: scores over seeds, isotropy before and after, and the paired statistics.
 
-Per model x norm x GLUE task: the median and std over seeds of the best-epoch dev primary metric
-(as the IsoBN paper does: small GLUE tasks are seed-sensitive), the change against ``norm=none``,
-and the isotropy of the embeddings before and after fine-tuning, as data frames and as Markdown.
-Rows follow each axis's registry (:data:`AXIS_ORDER`) and GLUE's task order.
+Per configuration (:mod:`isotune.sweeps.comparisons`) x GLUE task: the median and std over seeds
+of the best-epoch dev primary metric (as the IsoBN paper does: small GLUE tasks are
+seed-sensitive), the change against the configuration's baseline, and the isotropy of the
+embeddings before and after fine-tuning, as data frames and as Markdown. Rows follow the
+configurations' order (each axis by its registry) and GLUE's task order.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
 
 from isotune.errors import IsotuneError
-from isotune.norms import NORMS
+from isotune.isotropy.vectors import POST_NORM
 from isotune.reporting import markdown_table
-from isotune.sweeps.runs import RUN_KEY, Run
+from isotune.sweeps.comparisons import AXES, Configuration, Configurations
+from isotune.sweeps.runs import Run
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
-# The display order of a configuration axis is the order of its registry's keys; a value not in it
-# (say, a norm of an older version) comes after them. A new axis adds its registry here.
-AXIS_ORDER: dict[str, Iterable[str]] = {"norm": NORMS}
-BASELINE_NORM = "none"
 AVERAGE = "avg"
+# The classifier input's measures the report, its compact table and its figures show by default.
+KEY_MEASURES = ("log_iw", "isoscore", "avg_cosine", "n_dominant")
+MEASURE_LABELS = {  # with the value an isotropic cloud has (docs/isotropy.md)
+    "log_iw": "log I(W) (natural log, ≤ 0; isotropic: 0)",
+    "iw": "I(W) (0 to 1; isotropic: 1)",
+    "isoscore": "IsoScore (0 to 1; isotropic: 1)",
+    "avg_cosine": "average cosine (−1 to 1; isotropic: 0)",
+    "n_dominant": "dominant directions (count; isotropic: 0)",
+    "effective_rank": "effective rank (dimensions)",
+}
+SUMMARY_COLUMNS = ["task", "metric", "median", "std", "n", "baseline", "delta_vs_baseline"]
 
-SUMMARY_COLUMNS = [*RUN_KEY[:3], "metric", "median", "std", "n", "delta_vs_none"]
+
+def configuration_columns() -> list[str]:
+    """The columns that say which configuration a row is: each axis, the other overrides, and
+    the configuration's name in the tables."""
+    return [*AXES, "overrides", "configuration"]
 
 
-def scores_frame(runs: Sequence[Run]) -> pd.DataFrame:
+def measure_key(measure: str, view: str = POST_NORM) -> str:
+    """The results.json key of a measure of a view: ``iso/post_norm/log_iw``."""
+    return f"iso/{view}/{measure}"
+
+
+def measure_label(measure: str) -> str:
+    return MEASURE_LABELS.get(measure, measure)
+
+
+def _identity(run: Run, configurations: Configurations) -> list[Any]:
+    """The configuration columns of a run (as :func:`configuration_columns`)."""
+    config = Configuration.of(run)
+    return [*dict(config.axes).values(), " ".join(config.overrides), configurations.name(config)]
+
+
+def scores_frame(runs: Sequence[Run], configurations: Configurations) -> pd.DataFrame:
     """One row per completed run: its best-epoch dev primary metric, in percent."""
     rows = []
     for run in runs:
@@ -39,15 +68,27 @@ def scores_frame(runs: Sequence[Run]) -> pd.DataFrame:
                 f"{run.path}: primary metric {metric!r} is not among its best-epoch metrics "
                 f"{sorted(best)}; rerun that job."
             )
-        model, norm, task, seed = run.key()
-        rows.append((model, norm, task, seed, metric, 100.0 * best[metric]))
-    return pd.DataFrame(rows, columns=[*RUN_KEY, "metric", "score"])
+        rows.append(
+            [
+                *_identity(run, configurations),
+                run.field("task"),
+                run.field("seed"),
+                metric,
+                100.0 * best[metric],
+            ]
+        )
+    frame = pd.DataFrame(
+        rows, columns=[*configuration_columns(), "task", "seed", "metric", "score"]
+    )
+    return _sorted(frame, configurations, extra=["seed"])
 
 
-def summarize_scores(scores: pd.DataFrame) -> pd.DataFrame:
-    """Median, sample std and count over seeds per model x norm x task; the ``avg`` task (mean of
-    a row's per-task medians, for rows that have every task, when there are several); and the
-    difference of each median to the same model's ``norm=none`` median."""
+def summarize_scores(scores: pd.DataFrame, configurations: Configurations) -> pd.DataFrame:
+    """Median, sample std and count over seeds per configuration x task; the ``avg`` task (mean
+    of a row's per-task medians, for rows that have every task, when there are several); and the
+    difference of each median to its baseline's median."""
+    if scores.empty:
+        return pd.DataFrame(columns=[*configuration_columns(), *SUMMARY_COLUMNS])
     metrics = scores.groupby("task")["metric"].unique()
     mixed = {task: list(names) for task, names in metrics.items() if len(names) > 1}
     if mixed:
@@ -56,44 +97,69 @@ def summarize_scores(scores: pd.DataFrame) -> pd.DataFrame:
             "directories of each setting separately."
         )
     summary = (
-        scores.groupby(["model", "norm", "task", "metric"])["score"]
+        scores.groupby([*configuration_columns(), "task", "metric"], sort=False)["score"]
         .agg(median="median", std="std", n="count")
         .reset_index()
     )
     summary["n"] = summary["n"].astype("Int64")
     tasks = ordered(summary["task"], GLUE_TASKS)
     if len(tasks) > 1:
-        complete_rows = summary.groupby(["model", "norm"]).filter(lambda g: len(g) == len(tasks))
-        averages = complete_rows.groupby(["model", "norm"])["median"].mean().reset_index()
-        averages[["task", "metric"]] = AVERAGE, "mean of medians"
+        complete = summary.groupby("configuration").filter(lambda g: len(g) == len(tasks))
+        averages = complete.groupby(configuration_columns(), sort=False)["median"].mean()
+        averages = averages.reset_index().assign(task=AVERAGE, metric="mean of medians")
         summary = pd.concat([summary, averages], ignore_index=True)
 
-    baseline = summary.loc[summary["norm"] == BASELINE_NORM, ["model", "task", "median"]]
+    pairs = [
+        (configurations.name(c), configurations.name(b))
+        for c, b in configurations.baselines.items()
+    ]
     summary = summary.merge(
-        baseline.rename(columns={"median": "baseline"}), on=["model", "task"], how="left"
+        pd.DataFrame(pairs, columns=["configuration", "baseline"]), on="configuration", how="left"
     )
-    summary["delta_vs_none"] = summary["median"] - summary.pop("baseline")
-    return _sorted(summary, [*tasks, AVERAGE])
+    reference = summary[["configuration", "task", "median"]].set_axis(
+        ["baseline", "task", "baseline_median"], axis=1
+    )
+    summary = summary.merge(reference, on=["baseline", "task"], how="left")
+    summary["delta_vs_baseline"] = summary["median"] - summary.pop("baseline_median")
+    return _sorted(summary, configurations, tasks=[*tasks, AVERAGE])
 
 
-def isotropy_frame(runs: Sequence[Run]) -> pd.DataFrame:
+def isotropy_frame(runs: Sequence[Run], configurations: Configurations) -> pd.DataFrame:
     """One row per completed run and isotropy measure: pretrained and best-epoch values."""
     rows = []
     for run in runs:
         isotropy = run.result.get("isotropy") or {}
         pretrained, finetuned = isotropy.get("pretrained") or {}, isotropy.get("best") or {}
+        identity = [*_identity(run, configurations), run.field("task"), run.field("seed")]
         for measure in sorted(set(pretrained) | set(finetuned)):
-            rows.append((*run.key(), measure, pretrained.get(measure), finetuned.get(measure)))
-    return pd.DataFrame(
-        rows, columns=[*RUN_KEY, "measure", "pretrained", "finetuned"], dtype=object
-    )
+            rows.append([*identity, measure, pretrained.get(measure), finetuned.get(measure)])
+    columns = [*configuration_columns(), "task", "seed", "measure", "pretrained", "finetuned"]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.astype({"pretrained": float, "finetuned": float})
 
 
-def summarize_isotropy(frame: pd.DataFrame) -> pd.DataFrame:
+def isotropy_epochs_frame(
+    runs: Sequence[Run], configurations: Configurations, measures: Sequence[str]
+) -> pd.DataFrame:
+    """One row per completed run, epoch (0: pre-trained) and measure of the classifier input."""
+    rows = []
+    for run in runs:
+        per_epoch = (run.result.get("isotropy") or {}).get("per_epoch") or {}
+        name = configurations.name(Configuration.of(run))
+        identity = [name, run.field("task"), run.field("seed")]
+        for epoch, values in per_epoch.items():
+            for measure in measures:
+                value = values.get(measure_key(measure))
+                if value is not None and math.isfinite(value):
+                    rows.append([*identity, int(epoch), measure, float(value)])
+    columns = ["configuration", "task", "seed", "epoch", "measure", "value"]
+    return _sorted(pd.DataFrame(rows, columns=columns), configurations, extra=["seed", "epoch"])
+
+
+def summarize_isotropy(frame: pd.DataFrame, configurations: Configurations) -> pd.DataFrame:
     """Median over seeds of each measure, before and after fine-tuning."""
-    frame = frame.astype({"pretrained": float, "finetuned": float})
     summary = (
-        frame.groupby(["model", "norm", "task", "measure"])
+        frame.groupby([*configuration_columns(), "task", "measure"], sort=False)
         .agg(
             pretrained=("pretrained", "median"),
             finetuned=("finetuned", "median"),
@@ -101,7 +167,7 @@ def summarize_isotropy(frame: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
-    return _sorted(summary, ordered(summary["task"], GLUE_TASKS), extra=["measure"])
+    return _sorted(summary, configurations, extra=["measure"])
 
 
 def ordered(values: Iterable[str], preferred: Iterable[str]) -> list[str]:
@@ -110,12 +176,19 @@ def ordered(values: Iterable[str], preferred: Iterable[str]) -> list[str]:
     return [v for v in preferred if v in present] + sorted(present - set(preferred))
 
 
-def _sorted(frame: pd.DataFrame, tasks: Sequence[str], extra: Sequence[str] = ()) -> pd.DataFrame:
-    """Rows by model (alphabetically), norm (:data:`AXIS_ORDER`), ``tasks`` order, ``extra``."""
-    positions = {axis: ordered(frame[axis], AXIS_ORDER.get(axis, ())) for axis in ("model", "norm")}
-    positions["task"] = list(tasks)
+def _sorted(
+    frame: pd.DataFrame,
+    configurations: Configurations,
+    tasks: Sequence[str] | None = None,
+    extra: Sequence[str] = (),
+) -> pd.DataFrame:
+    """Rows by configuration (their order), task (``tasks``, default GLUE's order), ``extra``."""
+    positions = {
+        "configuration": configurations.names,
+        "task": list(tasks) if tasks is not None else ordered(frame["task"], GLUE_TASKS),
+    }
     return frame.sort_values(
-        ["model", "norm", "task", *extra],
+        ["configuration", "task", *extra],
         key=lambda column: (
             column.map(positions[column.name].index) if column.name in positions else column
         ),
@@ -123,19 +196,18 @@ def _sorted(frame: pd.DataFrame, tasks: Sequence[str], extra: Sequence[str] = ()
     )
 
 
-def results_markdown(summary: pd.DataFrame) -> str:
-    """The paper-style table (median ± std (n) per task) and the Δ-to-``norm=none`` table."""
+def results_markdown(summary: pd.DataFrame, configurations: Configurations) -> str:
+    """The paper-style table (median ± std (n) per task) and the Δ-to-baseline table."""
     tasks = ordered(set(summary["task"]) - {AVERAGE}, GLUE_TASKS)
     columns = [*tasks, AVERAGE] if AVERAGE in set(summary["task"]) else tasks
-    rows = list(dict.fromkeys(zip(summary["model"], summary["norm"], strict=True)))
-    cells = {(r.model, r.norm, r.task): r for r in summary.itertuples(index=False)}
+    rows = list(dict.fromkeys(summary["configuration"]))
+    cells = {(r.configuration, r.task): r for r in summary.itertuples(index=False)}
 
-    def table(format_cell, row_keys) -> str:
+    def table(format_cell, names) -> str:
         body = [
-            [model, norm, *(format_cell(cells.get((model, norm, task))) for task in columns)]
-            for model, norm in row_keys
+            [name, *(format_cell(cells.get((name, task))) for task in columns)] for name in names
         ]
-        return markdown_table(["model", "norm", *columns], body)
+        return markdown_table(["configuration", *columns], body)
 
     metric_of = dict(zip(summary["task"], summary["metric"], strict=True))
     notes = [
@@ -147,11 +219,13 @@ def results_markdown(summary: pd.DataFrame) -> str:
             f"{AVERAGE}: mean of the per-task medians, only for rows with all {len(tasks)} tasks."
         )
     sections = ["## Results", table(_score_cell, rows), "\n".join(notes)]
-    compared = [(model, norm) for model, norm in rows if norm != BASELINE_NORM]
+    baselines = dict(zip(summary["configuration"], summary["baseline"], strict=True))
+    compared = [name for name in rows if pd.notna(baselines[name])]
     if compared:
         sections += [
-            f"## Δ median vs norm={BASELINE_NORM} (percentage points)",
+            "## Δ median vs the baseline (percentage points)",
             table(_delta_cell, compared),
+            "Baselines: " + "; ".join(f"{name} vs {baselines[name]}" for name in compared) + ".",
         ]
     return "\n\n".join(sections) + "\n"
 
@@ -166,16 +240,46 @@ def _score_cell(row: Any) -> str:
 
 
 def _delta_cell(row: Any) -> str:
-    return "–" if row is None or pd.isna(row.delta_vs_none) else f"{row.delta_vs_none:+.2f}"
+    return "–" if row is None or pd.isna(row.delta_vs_baseline) else f"{row.delta_vs_baseline:+.2f}"
 
 
 def isotropy_markdown(summary: pd.DataFrame) -> str:
+    """Every measure of every view, pre-trained vs fine-tuned."""
     if summary.empty:
         return "## Isotropy\n\nNo isotropy measures in these runs.\n"
     body = [
-        [r.model, r.norm, r.task, r.measure, f"{r.pretrained:.4g}", f"{r.finetuned:.4g}", r.n]
+        [
+            r.configuration,
+            r.task,
+            r.measure,
+            number_cell(r.pretrained),
+            number_cell(r.finetuned),
+            r.n,
+        ]
         for r in summary.itertuples(index=False)
     ]
-    header = ["model", "norm", "task", "measure", "pretrained", "fine-tuned (best)", "n"]
+    header = ["configuration", "task", "measure", "pretrained", "fine-tuned (best)", "n"]
     note = "Median over seeds; fine-tuned = at the best epoch."
     return f"## Isotropy\n\n{markdown_table(header, body)}\n\n{note}\n"
+
+
+def compact_isotropy_markdown(summary: pd.DataFrame, measures: Sequence[str]) -> str:
+    """A few measures of the classifier input, one column each: ``pre-trained → fine-tuned``."""
+    keys = [measure_key(m) for m in measures]
+    shown = summary[summary["measure"].isin(keys)]
+    if shown.empty:
+        return f"No {', '.join(measures)} of the classifier input ({POST_NORM}) in these runs."
+    body = []
+    for (name, task), group in shown.groupby(["configuration", "task"], sort=False):
+        by_measure = {r.measure: r for r in group.itertuples(index=False)}
+        body.append([name, task, *(_change(by_measure.get(k)) for k in keys), group["n"].max()])
+    return markdown_table(["configuration", "task", *map(measure_label, measures), "n"], body)
+
+
+def _change(row: Any) -> str:
+    return "–" if row is None else f"{number_cell(row.pretrained)} → {number_cell(row.finetuned)}"
+
+
+def number_cell(value: float | None) -> str:
+    """Four significant digits; n/a for a missing or undefined value."""
+    return "n/a" if value is None or pd.isna(value) else f"{value:.4g}"

@@ -1,0 +1,193 @@
+"""How much of the encoder fine-tuning changes: every weight, low-rank adapters, or nothing.
+
+- ``full``: every weight trains (the IsoBN paper's setting).
+- ``lora``: LoRA (Hu et al., "LoRA: Low-Rank Adaptation of Large Language Models", ICLR 2022)
+  through the ``peft`` library: each target linear layer ``W x`` becomes ``W x + (alpha / r) B A x``
+  with ``A`` (r x d_in, random) and ``B`` (d_out x r, zero at the start) the only encoder weights
+  that train; the encoder stays in train mode (its dropout on), as in LoRA fine-tuning.
+- ``frozen``: no encoder weight trains and the encoder is in eval mode, so its dropout is off and
+  the sentence vector is a fixed function of the input: a probe through the norm.
+
+In every mode the pooler (when ``model.pooling=pooler`` makes the sentence vector from it), the
+norm and the head train, and the norm is outside the encoder, in train mode while training, so
+IsoBN's statistics are updated alike. Checkpoints keep what trains (and every buffer); the fixed
+weights are the pre-trained model's, reloaded from it (:func:`drop_fixed_weights`). Options,
+learning rates and defaults: README, "Adaptation".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from torch import nn
+
+from isotune.errors import IsotuneError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+__all__ = [
+    "ADAPTATIONS",
+    "DEFAULT_TARGET_MODULES",
+    "adapt_encoder",
+    "drop_fixed_weights",
+    "eval_mode",
+    "lora_targets",
+    "parameter_counts",
+    "restore_fixed_weights",
+]
+
+# LoRA's targets when adapt.target_modules is null, by the encoder's config.model_type: the
+# attention projections of every layer (Hu et al. adapt query and value; key as well costs half as
+# much again and leaves no projection of the attention scores fixed).
+DEFAULT_TARGET_MODULES: dict[str, tuple[str, ...]] = {
+    "bert": ("query", "key", "value"),
+    "roberta": ("query", "key", "value"),
+}
+
+
+def full(encoder: PreTrainedModel) -> None:
+    """Every weight trains: the encoder stays as loaded, in train mode."""
+
+
+def lora(
+    encoder: PreTrainedModel,
+    r: int,
+    alpha: float,
+    dropout: float,
+    target_modules: Sequence[str] | None,
+) -> None:
+    """Add LoRA adapters to ``target_modules`` (:func:`lora_targets`); only they train."""
+    try:
+        import peft
+    except ImportError as error:
+        raise IsotuneError(
+            "adapt=lora needs the peft package, which is not installed. Fix: pip install peft "
+            "(README's set-up command installs it), or use adapt=full or adapt=frozen."
+        ) from error
+    targets = lora_targets(encoder, target_modules)
+    config = peft.LoraConfig(
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
+    )
+    try:
+        peft.inject_adapter_in_model(config, encoder)  # marks only the adapters trainable
+    except ValueError as error:  # e.g. a target that is no linear layer
+        raise IsotuneError(
+            f"peft cannot add LoRA adapters to adapt.target_modules={list(target_modules or [])} "
+            f"({error}). Fix: name linear layers, e.g. adapt.target_modules=[query,key,value]."
+        ) from error
+
+
+def frozen(encoder: PreTrainedModel) -> None:
+    """No encoder weight trains, and the encoder is in eval mode: its dropout is off."""
+    encoder.requires_grad_(False)
+    encoder.eval()
+
+
+# adapt=<key> selects conf/adapt/<key>.yaml (with ``name: <key>``); its other keys are the
+# function's options. The order is the tables' order.
+ADAPTATIONS: dict[str, Callable[..., None]] = {"full": full, "lora": lora, "frozen": frozen}
+
+
+def adapt_encoder(encoder: PreTrainedModel, adapt: Mapping, train_pooler: bool) -> str:
+    """Prepare ``encoder`` in place for the mode ``adapt["name"]`` with the mode's options; the
+    pooler trains (in train mode) when ``train_pooler``. Returns the mode's name."""
+    options = dict(adapt)
+    name = options.pop("name")
+    if name not in ADAPTATIONS:
+        raise IsotuneError(f"Unknown adaptation {name!r}; use adapt=one of {list(ADAPTATIONS)}.")
+    ADAPTATIONS[name](encoder, **options)
+    if train_pooler:
+        encoder.pooler.requires_grad_(True).train()
+    return name
+
+
+def lora_targets(encoder: PreTrainedModel, entries: Sequence[str] | None) -> list[str]:
+    """The full names of the modules LoRA adapts: those whose name is an entry or ends with
+    ``.<entry>`` (peft's rule), except the pooler's, which trains whole or not at all.
+
+    ``entries`` null: :data:`DEFAULT_TARGET_MODULES` of the encoder's architecture. An entry that
+    matches nothing is an error, not silently skipped (peft only complains when none matches).
+    """
+    model_type = encoder.config.model_type
+    if entries is None:
+        if model_type not in DEFAULT_TARGET_MODULES:
+            raise IsotuneError(
+                f"adapt=lora has no default target modules for {model_type!r} encoders (only for "
+                f"{sorted(DEFAULT_TARGET_MODULES)}). Fix: set adapt.target_modules to its "
+                f"attention projections, out of its linear layers: {_linear_layers(encoder)}."
+            )
+        entries = DEFAULT_TARGET_MODULES[model_type]
+    names = [name for name, _ in encoder.named_modules() if name and not _in_pooler(name)]
+    matched = {
+        entry: [name for name in names if name == entry or name.endswith(f".{entry}")]
+        for entry in entries
+    }
+    unmatched = [entry for entry, found in matched.items() if not found]
+    if unmatched:
+        raise IsotuneError(
+            f"adapt.target_modules entries {unmatched} match no module of this {model_type!r} "
+            "encoder (an entry matches a module whose name ends with it, e.g. query matches "
+            "encoder.layer.0.attention.self.query; the pooler is never adapted). Fix: choose "
+            f"among its linear layers: {_linear_layers(encoder)}."
+        )
+    return sorted({name for found in matched.values() for name in found})
+
+
+def _in_pooler(name: str) -> bool:
+    return name == "pooler" or name.startswith("pooler.")
+
+
+def _linear_layers(encoder: nn.Module) -> list[str]:
+    """The distinct names of the encoder's linear layers within a layer (``attention.self.query``
+    for ``encoder.layer.0.attention.self.query``), for error messages."""
+    return sorted(
+        {
+            re.sub(r"^.*\.\d+\.", "", name)
+            for name, module in encoder.named_modules()
+            if isinstance(module, nn.Linear) and not _in_pooler(name)
+        }
+    )
+
+
+@contextmanager
+def eval_mode(module: nn.Module) -> Iterator[nn.Module]:
+    """``module`` in eval mode for a pass, then every submodule back in its own mode: a frozen
+    encoder stays in eval mode while the head trains (``module.train(was_training)`` would put
+    the whole model in one mode)."""
+    modes = [(submodule, submodule.training) for submodule in module.modules()]
+    module.eval()
+    try:
+        yield module
+    finally:
+        for submodule, mode in modes:
+            submodule.training = mode
+
+
+def parameter_counts(module: nn.Module) -> dict[str, int | float]:
+    """Trainable parameters, all parameters (adapters included) and the trainable fraction."""
+    total = sum(parameter.numel() for parameter in module.parameters())
+    trainable = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    return {"trainable": trainable, "total": total, "trainable_fraction": trainable / total}
+
+
+def _fixed_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
+    return {name: p for name, p in module.named_parameters() if not p.requires_grad}
+
+
+def drop_fixed_weights(state_dict: MutableMapping, module: nn.Module) -> None:
+    """Leave the weights that do not train out of a checkpoint's ``state_dict``: they are the
+    pre-trained model's, which the checkpoint's hyperparameters name, so a ``lora`` or ``frozen``
+    checkpoint holds only what training changed (buffers such as IsoBN's statistics stay)."""
+    for name in _fixed_parameters(module):
+        state_dict.pop(name, None)
+
+
+def restore_fixed_weights(state_dict: MutableMapping, module: nn.Module) -> None:
+    """Put back what :func:`drop_fixed_weights` left out, from ``module`` as freshly built from the
+    checkpoint's hyperparameters (so with the pre-trained weights), before the state is loaded."""
+    for name, parameter in _fixed_parameters(module).items():
+        state_dict.setdefault(name, parameter.detach())

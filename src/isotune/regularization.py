@@ -1,0 +1,181 @@
+"""The ``reg`` axis of a run: what a penalty sees, and I-STAR's shrinkage target Sigma_S.
+
+The training loss is ``task loss + weight x penalty(X)`` with a penalty of
+:mod:`isotune.regularizers`, and X one of two views of the batch:
+
+- ``tokens``: the hidden states of ``layers`` (``all``: every layer but the embeddings, as I-STAR
+  releases it; ``last``; or hidden-state indices, 0 = embeddings, negative from the end), stacked
+  to (tokens x layers, hidden); padding positions only with ``include_padding``;
+- ``sentence``: the sentence vector before the norm, which a whitening or IsoBN norm would make
+  trivially isotropic.
+
+I-STAR shrinks the batch covariance towards Sigma_S, the covariance of the same view over up to
+``shrinkage_points`` rows from ``shrinkage_examples`` training examples (a seeded subset, the same
+every epoch), recomputed in eval mode at every epoch start as released. It is a buffer, so a
+checkpoint carries it. Settings and defaults: README, "Interventions".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from isotune.errors import IsotuneError
+from isotune.regularizers import REGULARIZERS, ShrinkageCovariance
+from isotune.whitening import Float32Statistics
+
+__all__ = ["MEASURES", "VIEWS", "Regularization", "ShrinkageTarget", "reg_label"]
+
+VIEWS = ("tokens", "sentence")
+# What each penalty's value is, logged as train/reg_<name>: I-STAR's penalty is 1 - IsoScore*.
+MEASURES: dict[str, tuple[str, Callable[[Tensor], Tensor]]] = {
+    "istar": ("isoscore_star", lambda penalty: 1 - penalty),
+    "correg": ("correlation_fro", lambda penalty: penalty),
+    "cosreg": ("mean_cosine", lambda penalty: penalty),
+}
+
+
+def reg_label(name: str, weight: float) -> str:
+    """A regularizer with its weight, as tables and W&B groups name it: ``istar-1``, ``none``."""
+    return name if name == "none" else f"{name}{float(weight):+g}"
+
+
+class ShrinkageTarget(Float32Statistics):
+    """Sigma_S as module state: saved in checkpoints, float32 under dtype casts, with the epoch
+    it was computed for (-1: not yet), so a checkpoint from inside an epoch resumes with it."""
+
+    STATISTICS = ("covariance",)
+
+    def __init__(self, num_features: int) -> None:
+        super().__init__()
+        self.register_buffer(
+            "covariance", torch.zeros(num_features, num_features, dtype=torch.float32)
+        )
+        self.register_buffer("epoch", torch.tensor(-1, dtype=torch.long))
+
+
+class Regularization(nn.Module):
+    """The penalty of one ``reg`` config on a batch's encoder output, weight not applied.
+
+    ``num_layers`` (transformer layers, the embeddings not counted) resolves ``layers``; an index
+    the model does not have is an :class:`IsotuneError`.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        hidden_size: int,
+        name: str = "none",
+        weight: float = 0.0,
+        view: str | None = None,
+        layers: str | int | Sequence[int] = "last",
+        include_padding: bool = False,
+        zeta: float = 0.2,
+        shrinkage_points: int = 50_000,
+        shrinkage_examples: int = 1000,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if name not in REGULARIZERS:
+            raise IsotuneError(
+                f"Unknown regularizer reg.name={name!r}; choose reg= one of {list(REGULARIZERS)}."
+            )
+        self.name = name
+        self.weight = float(weight)
+        self.penalty = REGULARIZERS[name].penalty
+        self.view = view or REGULARIZERS[name].view
+        self.layers = _layer_indices(layers, num_layers) if self.view == "tokens" else ()
+        self.include_padding = include_padding
+        self.zeta = zeta
+        self.shrinkage_points = shrinkage_points
+        self.shrinkage_examples = shrinkage_examples
+        self.seed = seed
+        shrinks = name == "istar" and zeta > 0
+        self.shrinkage = ShrinkageTarget(hidden_size) if shrinks else None
+
+    def extra_repr(self) -> str:
+        return f"{reg_label(self.name, self.weight)}, view={self.view}, layers={self.layers}"
+
+    @property
+    def active(self) -> bool:
+        """Whether the loss gets a term (``reg=none`` or a weight of 0 leave it alone)."""
+        return self.penalty is not None and self.weight != 0
+
+    @property
+    def needs_hidden_states(self) -> bool:
+        return self.active and self.view == "tokens"
+
+    def points(
+        self, hidden_states: Sequence[Tensor], sentence: Tensor, attention_mask: Tensor
+    ) -> Tensor:
+        """X for one batch: (rows, hidden), from the encoder's hidden states (0 = embeddings;
+        empty unless :attr:`needs_hidden_states`) or the sentence vectors before the norm."""
+        if self.view == "sentence":
+            return sentence
+        if self.include_padding:
+            return torch.cat([hidden_states[i].flatten(0, 1) for i in self.layers])
+        real = attention_mask.bool()
+        return torch.cat([hidden_states[i][real] for i in self.layers])
+
+    def forward(
+        self, hidden_states: Sequence[Tensor], sentence: Tensor, attention_mask: Tensor
+    ) -> Tensor:
+        """The penalty of the batch (a 0-d float32 tensor with gradient). I-STAR needs Sigma_S
+        computed first (:meth:`refresh_shrinkage`; the LightningModule does it every epoch)."""
+        points = self.points(hidden_states, sentence, attention_mask)
+        if self.name != "istar":
+            return self.penalty(points)
+        target = self.shrinkage.covariance if self.shrinkage is not None else None
+        return self.penalty(points, target, self.zeta)
+
+    def measure(self, penalty: Tensor) -> tuple[str, Tensor]:
+        """The penalty as the quantity it measures, e.g. ``("isoscore_star", 1 - penalty)``."""
+        name, value = MEASURES[self.name]
+        return name, value(penalty.detach())
+
+    # -- Sigma_S --------------------------------------------------------------------------------
+    def needs_shrinkage(self, epoch: int) -> bool:
+        """Whether Sigma_S must be computed for ``epoch`` (not if a checkpoint already holds it)."""
+        return self.active and self.shrinkage is not None and int(self.shrinkage.epoch) != epoch
+
+    def shrinkage_batches(
+        self, dataset: Sequence, collate: Callable[[list], Mapping[str, Tensor]], batch_size: int
+    ) -> Iterator[Mapping[str, Tensor]]:
+        """Batches of the seeded training subset, in its random order: the rows come in until
+        the budget is full, so that a prefix of them is still a random sample."""
+        generator = torch.Generator().manual_seed(self.seed)
+        chosen = torch.randperm(len(dataset), generator=generator)[: self.shrinkage_examples]
+        for start in range(0, len(chosen), batch_size):
+            yield collate([dataset[i] for i in chosen[start : start + batch_size].tolist()])
+
+    @torch.no_grad()
+    def refresh_shrinkage(self, rows: Iterable[Tensor], epoch: int) -> None:
+        """Set Sigma_S for ``epoch`` to the covariance of the first ``shrinkage_points`` rows."""
+        num_features = self.shrinkage.covariance.shape[0]
+        estimate = ShrinkageCovariance(num_features, self.shrinkage_points, seed=self.seed)
+        for chunk in rows:
+            estimate.update(chunk)
+            if estimate.full:
+                break
+        self.shrinkage.covariance.copy_(estimate.covariance())
+        self.shrinkage.epoch.fill_(epoch)
+
+
+def _layer_indices(layers: str | int | Sequence[int], num_layers: int) -> tuple[int, ...]:
+    """Hidden-state indices (0 = embeddings, ``num_layers`` = last) of ``reg.layers``."""
+    if layers == "all":
+        return tuple(range(1, num_layers + 1))
+    if layers == "last":
+        return (num_layers,)
+    indices = (layers,) if isinstance(layers, int) else tuple(layers)
+    bad = [i for i in indices if not -(num_layers + 1) <= i <= num_layers]
+    if bad:
+        raise IsotuneError(
+            f"reg.layers={list(indices)} names hidden states {bad} the model does not have: it "
+            f"has {num_layers + 1} (0 = the embeddings, {num_layers} = the last layer, negative "
+            f"indices count from the end). Use indices in [-{num_layers + 1}, {num_layers}], "
+            "all or last."
+        )
+    return tuple(i % (num_layers + 1) for i in indices)

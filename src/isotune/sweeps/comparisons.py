@@ -1,0 +1,264 @@
+"""Configurations of a sweep, their baselines, and the paired statistics between them.
+
+A configuration is what sets a run apart other than its task and seed: its axes (the fields of
+``results.json`` named in :data:`AXES`) and its other overrides, minus bookkeeping that changes no
+result (paths, launcher, logger, ``hydra.*``). Its baseline is the same configuration with the
+baseline values of the axes (``norm=none`` by default, ``--baseline norm=batchnorm`` to choose
+another), every other axis and override the same (model, adaptation, ...). A configuration's runs
+and its baseline's runs of one task that share a seed are paired, and
+:mod:`isotune.sweeps.statistics` compares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+
+from isotune.adaptation import ADAPTATIONS
+from isotune.errors import IsotuneError
+from isotune.norms import NORMS
+from isotune.regularizers import REGULARIZERS
+from isotune.sweeps.runs import Run
+from isotune.sweeps.statistics import holm, paired_comparison, seed_count_caveat
+from isotune.wandb_logging import NOT_IN_GROUP
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A field of results.json that sets a run's configuration."""
+
+    order: Iterable[str] = ()  # the registry whose key order the tables follow; others after it
+    missing: str | None = None  # what a run written before the axis existed had; None: required
+    baseline: str | None = None  # its value in the default baseline; None: the baseline keeps it
+    override: str | None = None  # the override key that sets it, when not the field's name
+
+
+# A new axis is one entry here, in the order the tables sort by.
+AXES: dict[str, Axis] = {
+    "model": Axis(),
+    "adapt": Axis(order=ADAPTATIONS, missing="full"),  # compared within each mode
+    "norm": Axis(order=NORMS, baseline="none"),
+    "reg": Axis(order=REGULARIZERS, missing="none", baseline="none"),
+    "reg_weight": Axis(missing="0.0", baseline="0.0", override="reg.weight"),
+}
+# Override keys (or prefixes ending in "." or "/") that change no result: not in a configuration.
+BOOKKEEPING = (*NOT_IN_GROUP, "hydra/")
+PAIRED_BY = ("task", "seed")  # not in a configuration either: a table column, and what pairs runs
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """The axes (name, value) in :data:`AXES` order and the other overrides, sorted."""
+
+    axes: tuple[tuple[str, str], ...]
+    overrides: tuple[str, ...]
+
+    @classmethod
+    def of(cls, run: Run) -> Configuration:
+        """The configuration of a completed run (an axis it lacks: that axis's ``missing``)."""
+        axes = tuple((name, _axis_value(run, name, axis)) for name, axis in AXES.items())
+        kept = (o for o in run.overrides if not _not_a_setting(override_key(o)))
+        return cls(axes, tuple(sorted(kept)))
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """``axis=value`` of every axis, then the other overrides: what the name is made of."""
+        return (*(f"{name}={value}" for name, value in self.axes), *self.overrides)
+
+    def value(self, axis: str) -> str:
+        return dict(self.axes)[axis]
+
+    def with_values(self, values: Mapping[str, str]) -> Configuration:
+        """This configuration with some axes set to ``values``; an axis that changes loses its
+        sub-options (``norm.beta=0.3`` goes with ``norm=isobn``)."""
+        changed = [name for name, value in values.items() if self.value(name) != value]
+        return replace(
+            self,
+            axes=tuple((name, values.get(name, value)) for name, value in self.axes),
+            overrides=tuple(
+                o for o in self.overrides if not override_key(o).startswith(_sub_keys(changed))
+            ),
+        )
+
+    def sort_key(self) -> tuple[Any, ...]:
+        """Each axis by its registry's order (unregistered values after, alphabetically)."""
+        positions = []
+        for name, value in self.axes:
+            order = list(AXES[name].order)
+            positions.append((order.index(value) if value in order else len(order), value))
+        return (*positions, self.overrides)
+
+
+def _axis_value(run: Run, name: str, axis: Axis) -> str:
+    if run.result.get(name) is None and axis.missing is not None:
+        return axis.missing
+    return str(run.field(name))
+
+
+def override_key(override: str) -> str:
+    """``optim.lr`` of ``optim.lr=1e-4``, ``+trainer.x=1`` or ``~callbacks.isotropy``."""
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def _sub_keys(axes: Sequence[str]) -> tuple[str, ...]:
+    return tuple(f"{name}." for name in axes)
+
+
+def _not_a_setting(key: str) -> bool:
+    """Bookkeeping, the pairing keys, and the axes (results.json records their value)."""
+    if key in PAIRED_BY or key in (axis.override or name for name, axis in AXES.items()):
+        return True
+    return any(
+        key == prefix or key.startswith(prefix if prefix.endswith((".", "/")) else f"{prefix}.")
+        for prefix in BOOKKEEPING
+    )
+
+
+def baseline_values(choices: Sequence[str] = ()) -> dict[str, str]:
+    """The axes a baseline sets: each axis's default baseline, then ``choices`` (``norm=x``)."""
+    values = {name: axis.baseline for name, axis in AXES.items() if axis.baseline is not None}
+    for choice in choices:
+        name, _, value = choice.partition("=")
+        if name not in AXES or not value:
+            raise IsotuneError(
+                f"--baseline {choice!r} is not AXIS=VALUE with one of the axes "
+                f"{', '.join(AXES)}; for example --baseline norm=batchnorm."
+            )
+        values[name] = value
+    return values
+
+
+@dataclass(frozen=True)
+class Configurations:
+    """The configurations of a set of runs in display order, their names, and their baselines.
+
+    A configuration's name is its parts (:attr:`Configuration.parts`) that not every
+    configuration shares; the shared ones are listed once (:attr:`shared`). A configuration
+    whose parts are all shared is named by its axes (a sweep of one configuration).
+    """
+
+    ordered: tuple[Configuration, ...]
+    shared: tuple[str, ...]
+    baselines: dict[Configuration, Configuration]  # every configuration that is not a baseline
+
+    @classmethod
+    def of(
+        cls, configurations: Iterable[Configuration], baseline: Mapping[str, str]
+    ) -> Configurations:
+        ordered = tuple(sorted(set(configurations), key=Configuration.sort_key))
+        parts = [set(config.parts) for config in ordered]
+        shared = tuple(p for p in ordered[0].parts if all(p in s for s in parts)) if ordered else ()
+        baselines = {config: config.with_values(baseline) for config in ordered}
+        return cls(ordered, shared, {c: b for c, b in baselines.items() if b != c})
+
+    def name(self, config: Configuration) -> str:
+        own = [part for part in config.parts if part not in self.shared]
+        return " ".join(own or config.parts[: len(config.axes)])
+
+    @property
+    def names(self) -> list[str]:
+        return [self.name(config) for config in self.ordered]
+
+
+def paired_statistics(scores: pd.DataFrame, configurations: Configurations) -> pd.DataFrame:
+    """Per compared configuration and task: the paired comparison with its baseline over seeds
+    (``scores``: one row per run, as :func:`isotune.sweeps.tables.scores_frame` makes it, whose
+    row order this keeps), and Holm-adjusted p over every comparison with a p."""
+    by_cell = {
+        key: dict(zip(group["seed"], group["score"], strict=True))
+        for key, group in scores.groupby(["configuration", "task"], sort=False)
+    }
+    cells, comparisons = [], []
+    for config, baseline in configurations.baselines.items():
+        name, baseline_name = configurations.name(config), configurations.name(baseline)
+        for (cell_name, task), other in by_cell.items():
+            if cell_name == name:
+                reference = by_cell.get((baseline_name, task), {})
+                comparisons.append(paired_comparison(reference, other))
+                absent = "" if reference else f"No run of the baseline on {task}. "
+                cells.append((name, baseline_name, task, absent))
+    wilcoxon_holm, _ = holm({i: c.wilcoxon_p for i, c in enumerate(comparisons)})
+    ttest_holm, _ = holm({i: c.ttest_p for i, c in enumerate(comparisons)})
+    rows = []
+    for i, ((name, baseline, task, absent), c) in enumerate(zip(cells, comparisons, strict=True)):
+        t_low, t_high = c.t_interval or (None, None)
+        bootstrap_low, bootstrap_high = c.bootstrap_interval or (None, None)
+        rows.append(
+            {
+                "configuration": name,
+                "baseline": baseline,
+                "task": task,
+                "n": c.n,
+                "median_difference": c.median_difference,
+                "mean_difference": c.mean_difference,
+                "t_low": t_low,
+                "t_high": t_high,
+                "bootstrap_low": bootstrap_low,
+                "bootstrap_high": bootstrap_high,
+                "excludes_zero": c.excludes_zero,
+                "wilcoxon_p": c.wilcoxon_p,
+                "wilcoxon_n": c.wilcoxon_n,
+                "wilcoxon_p_holm": wilcoxon_holm[i],
+                "ttest_p": c.ttest_p,
+                "ttest_p_holm": ttest_holm[i],
+                "unpaired_seeds": " ".join(map(str, c.unpaired_seeds)),
+                "note": (absent + c.note).strip(),
+            }
+        )
+    return pd.DataFrame(rows, columns=PAIRED_COLUMNS, dtype=object)  # None stays None
+
+
+PAIRED_COLUMNS = [
+    "configuration", "baseline", "task", "n", "median_difference", "mean_difference",
+    "t_low", "t_high", "bootstrap_low", "bootstrap_high", "excludes_zero",
+    "wilcoxon_p", "wilcoxon_n", "wilcoxon_p_holm", "ttest_p", "ttest_p_holm",
+    "unpaired_seeds", "note",
+]  # fmt: skip
+
+
+def comparison_counts(paired: pd.DataFrame) -> tuple[int, int, int]:
+    """The m of each Holm adjustment (comparisons with a Wilcoxon p, with a t-test p), and the
+    fewest pairs of any comparison that has one."""
+    compared = paired.loc[paired["n"] > 0, "n"]
+    fewest = int(compared.min()) if len(compared) else 0
+    return int(paired["wilcoxon_p"].notna().sum()), int(paired["ttest_p"].notna().sum()), fewest
+
+
+def caveat(paired: pd.DataFrame) -> str:
+    """The sentence under the table on what the fewest pairs of any comparison can show."""
+    fewest = comparison_counts(paired)[2]
+    return seed_count_caveat(fewest) if fewest else ""
+
+
+def across_tasks(paired: pd.DataFrame, summary: pd.DataFrame, average: str) -> pd.DataFrame:
+    """Per compared configuration: the mean of its per-task medians and of its baseline's (the
+    ``average`` rows of the summary), and on how many tasks its median paired difference is
+    above 0 (beat the baseline), below 0, or 0, of the tasks with at least one pair."""
+    means = summary.loc[summary["task"] == average].set_index("configuration")["median"]
+    rows = []
+    for (name, baseline), group in paired.groupby(["configuration", "baseline"], sort=False):
+        compared = group.loc[group["n"] > 0, "median_difference"].astype(float)
+        mean, reference = means.get(name), means.get(baseline)
+        rows.append(
+            {
+                "configuration": name,
+                "baseline": baseline,
+                "mean_of_medians": mean,
+                "baseline_mean_of_medians": reference,
+                "difference": None if mean is None or reference is None else mean - reference,
+                "tasks_better": int((compared > 0).sum()),
+                "tasks_worse": int((compared < 0).sum()),
+                "tasks_equal": int((compared == 0).sum()),
+                "tasks_compared": len(compared),
+            }
+        )
+    return pd.DataFrame(rows, columns=ACROSS_COLUMNS, dtype=object)
+
+
+ACROSS_COLUMNS = [
+    "configuration", "baseline", "mean_of_medians", "baseline_mean_of_medians", "difference",
+    "tasks_better", "tasks_worse", "tasks_equal", "tasks_compared",
+]  # fmt: skip
