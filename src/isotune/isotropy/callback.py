@@ -39,9 +39,9 @@ log = logging.getLogger(__name__)
 
 @contextmanager
 def one_thread() -> Iterator[None]:
-    """torch on one thread: the measures' d x d eigendecompositions are small, and on a machine
+    """torch on one thread for the measures: on the sentence views two threads gain nothing, and
     with more busy threads than cores (a sweep's parallel jobs) the thread pool's barriers made
-    them 10x slower, 100x on first use."""
+    them 10x slower, 100x on first use. A 10,000-token view pays: 1.2 s instead of 0.8 s."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
