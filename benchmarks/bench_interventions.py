@@ -22,15 +22,13 @@ from bench_throughput import (
     interleaved_step_seconds,
     median_ratios,
     quiet_offline_glue_dir,
+    rte_datamodule,
 )
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from isotune.data import GLUEDataModule
-from isotune.encoders import load_tokenizer
 from isotune.module import GLUEClassifier
 from isotune.regularization import reg_label
-from isotune.tasks import TaskSpec
 
 BASELINE = "none"
 # The targets for the step-time ratio over none; batchnorm is sentence-level like isobn.
@@ -63,15 +61,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=128)
     args = parser.parse_args()
     glue_dir = quiet_offline_glue_dir()
-    datamodule = GLUEDataModule(
-        TaskSpec.from_config(conf("task/rte.yaml")),
-        load_tokenizer(conf("model/minilm.yaml")["name_or_path"]),
-        glue_dir=glue_dir,
-        max_length=args.max_length,
-        batch_size=args.batch_size,
-        seed=0,
-    )
-    datamodule.setup("fit")
+    datamodule = rte_datamodule(args, glue_dir)
     configs = intervention_configs()
     models = {name: build(cfg) for name, cfg in configs.items()}
     sigma_seconds = {}

@@ -235,8 +235,8 @@ def median_ratios(seconds: dict[str, list[float]], baseline: str) -> dict[str, f
     }
 
 
-def rte_train_batches(args, glue_dir: str):
-    """The default run's training batches (RTE, length-grouped, seed 0)."""
+def rte_datamodule(args, glue_dir: str) -> GLUEDataModule:
+    """The default run's data (RTE, MiniLM's tokenizer, length-grouped, seed 0), set up to fit."""
     datamodule = GLUEDataModule(
         TaskSpec.from_config(conf("task/rte.yaml")),
         load_tokenizer(conf("model/minilm.yaml")["name_or_path"]),
@@ -246,7 +246,12 @@ def rte_train_batches(args, glue_dir: str):
         seed=0,
     )
     datamodule.setup("fit")
-    return datamodule.train_dataloader()
+    return datamodule
+
+
+def rte_train_batches(args, glue_dir: str):
+    """The default run's training batches (RTE, length-grouped, seed 0)."""
+    return rte_datamodule(args, glue_dir).train_dataloader()
 
 
 def seeded_classifier(norm: str) -> GLUEClassifier:
