@@ -8,7 +8,7 @@ notebook alike, on any device; results come back as Python floats or CPU tensors
 
 Conventions:
 - Everything is computed in float64 from a detached copy of the input, except ``isoscore_star``,
-  which keeps the autograd graph so that it can serve as a regulariser.
+  which keeps the autograd graph in the input's precision so that it can serve as a regulariser.
 - Bad input (not 2-D, fewer than 2 points or 2 dimensions, NaN or inf) raises ValueError. A
   measure that is undefined for valid input (IsoScore of a cloud without variance, the average
   cosine of fewer than two non-zero vectors) is NaN, so that logging never crashes on it.
@@ -207,13 +207,20 @@ def _average_cosine(cloud: _Cloud) -> float:
     return ((unit_sum @ unit_sum - count) / (count * (count - 1))).item()
 
 
+def _isoscore_from_moments(total: Tensor, total_of_squares: Tensor, d: int) -> Tensor:
+    """IsoScore from the sum and the sum of squares of the d principal-component variances.
+
+    Rudman et al. (2022, Algorithm 1) scale the variances v to length sqrt(d) and take the
+    defect delta = |v_hat - 1| / sqrt(2 (d - sqrt d)). Expanding
+    |v_hat - 1|^2 = 2d - 2 sqrt(d) sum(v) / |v| turns their k = (d - delta^2 (d - sqrt d))^2 / d
+    into (sum v)^2 / sum v^2, the participation ratio, so IsoScore = (k - 1) / (d - 1) needs these
+    two sums and no eigenvector.
+    """
+    return (total.square() / total_of_squares - 1) / (d - 1)
+
+
 def _isoscore_from_variances(variances: Tensor) -> Tensor:
-    """IsoScore of the principal-component variance vector (Rudman et al. 2022, Algorithm 1)."""
-    d = variances.numel()
-    normalised = variances * math.sqrt(d) / torch.linalg.vector_norm(variances)
-    defect = torch.linalg.vector_norm(normalised - 1) / math.sqrt(2 * (d - math.sqrt(d)))
-    k = (d - defect**2 * (d - math.sqrt(d))) ** 2 / d
-    return (k - 1) / (d - 1)
+    return _isoscore_from_moments(variances.sum(), variances.square().sum(), variances.numel())
 
 
 def isoscore(X: Tensor) -> float:
@@ -223,15 +230,16 @@ def isoscore(X: Tensor) -> float:
     mean-centred cloud along its principal components (covariance eigenvalues, ddof 1) are scaled
     to length sqrt(d); the isotropy defect delta = |v - 1| / sqrt(2 (d - sqrt d)) gives
     k = (d - delta^2 (d - sqrt d))^2 / d dimensions uniformly used, and
-    IsoScore = (k - 1) / (d - 1). Unlike the average cosine and I(W) it is invariant to
-    translation, rotation and scale. NaN for a cloud without variance.
+    IsoScore = (k - 1) / (d - 1); k works out to the participation ratio of ``spectrum``. Unlike
+    the average cosine and I(W) it is invariant to translation, rotation and scale. NaN for a
+    cloud without variance.
     """
     return _isoscore_from_variances(_Cloud(X).variances).item()
 
 
 def isoscore_star(X: Tensor, C0: Tensor | None = None, zeta: float = 0.2) -> Tensor:
     """Differentiable IsoScore* of a (mini-)batch: IsoScore of the shrunk covariance
-    (1 - zeta) C + zeta C0, with C the batch covariance (ddof 1).
+    S = (1 - zeta) C + zeta C0, with C the batch covariance (ddof 1).
 
     Rudman & Eickhoff, "Stable Anisotropic Regularization" (ICLR 2024): shrinkage stabilises
     IsoScore on mini-batches with fewer points than dimensions, and the I-STAR regulariser adds
@@ -239,23 +247,28 @@ def isoscore_star(X: Tensor, C0: Tensor | None = None, zeta: float = 0.2) -> Ten
     representations, and its package suggests the identity when none is at hand. Our default C0
     is the identity scaled to C's mean variance (the Ledoit-Wolf target), which keeps IsoScore*
     scale-invariant like IsoScore; zeta = 0.2 is our default, not the paper's prescription.
-    zeta = 0 gives IsoScore. Returns a 0-d tensor in X's dtype (float64 for integers) that
-    carries gradients.
+    zeta = 0 gives IsoScore.
+
+    The released code takes the singular values of S. S is symmetric positive semi-definite, so
+    their sum is tr(S) and their sum of squares ||S||_F^2, and IsoScore needs only those two
+    (``_isoscore_from_moments``): the value is the package's without an SVD, which makes I-STAR on
+    every layer's tokens cost one d x d covariance per step, and its gradient has none of the
+    trouble an eigendecomposition's has with repeated eigenvalues. Computed in X's precision, at
+    least float32 (float64 for integers); returns a 0-d tensor in that dtype that carries gradients.
     """
     X = _validated(X)
     if not 0.0 <= zeta <= 1.0:
         raise ValueError(f"zeta must lie in [0, 1], got {zeta}")
     n, d = X.shape
-    points = X.to(torch.float64)  # not _Cloud, which detaches: gradients must reach X
+    points = X.to(torch.promote_types(X.dtype, torch.float32))  # not _Cloud: it detaches
     centred = points - points.mean(dim=0)
     covariance = centred.mT @ centred / (n - 1)
     if C0 is None:
-        C0 = covariance.diagonal().mean() * torch.eye(d, dtype=torch.float64, device=X.device)
+        C0 = covariance.diagonal().mean() * torch.eye(d, dtype=points.dtype, device=X.device)
     elif tuple(C0.shape) != (d, d):
         raise ValueError(f"C0 must have shape ({d}, {d}) to match X, got {tuple(C0.shape)}")
-    shrunk = (1 - zeta) * covariance + zeta * C0.to(device=X.device, dtype=torch.float64)
-    score = _isoscore_from_variances(torch.linalg.eigvalsh(shrunk).clamp(min=0))
-    return score.to(X.dtype)
+    shrunk = (1 - zeta) * covariance + zeta * C0.to(device=X.device, dtype=points.dtype)
+    return _isoscore_from_moments(shrunk.trace(), shrunk.square().sum(), d)
 
 
 @dataclass(frozen=True)
