@@ -23,7 +23,11 @@ from isotune.analysis.experiments import (
 )
 from isotune.analysis.figures import FIGURES
 from isotune.analysis.geometry import LayerVectors
-from isotune.analysis.report import TABLES
+from isotune.analysis.report import (
+    TABLES,
+    intruder_dimensions_markdown,
+    new_directions_markdown,
+)
 from isotune.analysis.run import analyze
 from isotune.analysis.verdicts import judge
 from isotune.errors import IsotuneError
@@ -90,6 +94,40 @@ def test_writes_the_report_tables_and_figures(analysis):
         assert f"| {statement} |" in report
         assert summary["verdicts"][statement]["outcome"] in ("supported", "mixed", "not supported")
     assert json.loads((folder / "analysis.json").read_text()) == summary
+    directions = report.split("## Directions fine-tuning made dominant")[1]
+    for view, counts in summary["new_directions"].items():
+        assert f"| {view} | {counts['new']} of 10 |" in directions
+    intruders = summary["intruder_dimensions"]
+    assert f"{intruders['total']} in {intruders['matrices_with_intruders']} of" in directions
+
+
+def test_direction_tables_list_the_new_ranks_and_the_matrices_with_most_intruders():
+    new = pd.DataFrame(
+        {
+            "rank": [1, 2, 3, 1, 2, 3],
+            "variance_ratio": [0.5, 0.2, 0.1, 0.4, 0.3, 0.05],
+            "max_abs_cos": [0.9, 0.3, 0.2, 0.95, 0.8, 0.7],
+            "new": [False, True, True, False, False, False],
+            "view": ["tokens"] * 3 + ["sentence"] * 3,
+        }
+    )
+    assert new_directions_markdown(new).splitlines()[2:] == [
+        "| tokens | 2 of 3 | 2, 3 | 0.3 | 0.2 |",
+        "| sentence | 0 of 3 | - | 0 | 0.7 |",
+    ]
+    intruders = pd.DataFrame(
+        {
+            "matrix": ["a", "b", "c", "d"],
+            "intruders": [1, 3, 0, 1],
+            "min_max_abs_cos": [0.4, 0.1, 0.9, 0.2],
+        }
+    )
+    assert intruder_dimensions_markdown(intruders, most=2).splitlines()[2:] == [
+        "| `b` | 3 | 0.1 |",
+        "| `d` | 1 | 0.2 |",
+    ]
+    none = intruders.assign(intruders=0)
+    assert intruder_dimensions_markdown(none) == "No weight matrix has an intruder dimension."
 
 
 def test_measures_every_layer_of_both_models(analysis):

@@ -7,7 +7,8 @@ of the token space (do tokens cluster by type and by frequency?). This module pr
 - :func:`sample_tokens`: a seeded sample of the non-special tokens of some examples, each labelled
   with its type (punctuation, stop word, sub-word, other);
 - :func:`collect_layer_vectors`: in one no-grad pass of a :class:`~isotune.module.GLUEClassifier`
-  (:func:`isotune.isotropy.vectors.collect_views`, as the isotropy callback), the sampled tokens'
+  (:func:`isotune.isotropy.vectors.collect_views`: the same views the isotropy callback
+  measures), the sampled tokens'
   vectors and the sentence vectors (the model's pooling) of every layer, plus the sentence vector
   before and after the norm (``pre_norm``, ``post_norm``);
 - :func:`token_counts` and :func:`frequency_buckets`: token frequency on training text;

@@ -51,14 +51,45 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def new_directions_markdown(new: pd.DataFrame) -> str:
+    """Per view, how many of the fine-tuned top directions are new, their ranks and variance."""
+    rows = [
+        [
+            view,
+            f"{int(group['new'].sum())} of {len(group)}",
+            ", ".join(str(rank) for rank in group.loc[group["new"], "rank"]) or "-",
+            f"{group.loc[group['new'], 'variance_ratio'].sum():.4g}",
+            f"{group['max_abs_cos'].min():.4g}",
+        ]
+        for view, group in new.groupby("view", sort=False)
+    ]
+    header = ["view", "new", "their ranks", "their variance share", "smallest max abs cos"]
+    return markdown_table(header, rows)
+
+
+def intruder_dimensions_markdown(intruders: pd.DataFrame, most: int = 5) -> str:
+    """The weight matrices with the most intruder dimensions (at most ``most`` of them)."""
+    with_intruders = intruders[intruders["intruders"] > 0]
+    if with_intruders.empty:
+        return "No weight matrix has an intruder dimension."
+    top = with_intruders.sort_values(["intruders", "min_max_abs_cos"], ascending=[False, True])
+    rows = [
+        [f"`{row.matrix}`", str(row.intruders), f"{row.min_max_abs_cos:.4g}"]
+        for row in top.head(most).itertuples(index=False)
+    ]
+    return markdown_table(["matrix", "intruders", "smallest max abs cos"], rows)
+
+
 def report_markdown(
     summary: Mapping[str, Any],
     tables: Mapping[str, pd.DataFrame],
+    directions: Mapping[str, pd.DataFrame],
     verdicts: Sequence[Verdict],
     task: TaskSpec,
     cfg: DictConfig,
 ) -> str:
-    """``report.md``: what was analysed, the verdict on T1-T5 with its numbers, figures, tables."""
+    """``report.md``: what was analysed, the verdict on T1-T5 with its numbers, figures, tables,
+    and the directions fine-tuning made dominant."""
     template = resources.files("isotune.analysis").joinpath("report_template.md")
     metric = task.primary_metric
     recorded = summary["checkpoint_dev"]  # the last dev scores saved in the checkpoint
@@ -82,6 +113,8 @@ def report_markdown(
         token_type_names=", ".join(TOKEN_TYPES),
         settings="\n".join(f"- `{name}`: {text}" for name, text in SETTINGS.items()),
         **{name: table_markdown(name, tables[name], task) for name in TABLES},
+        new_directions=new_directions_markdown(directions["new_directions"]),
+        intruder_dimensions=intruder_dimensions_markdown(directions["intruder_dimensions"]),
     )
 
 

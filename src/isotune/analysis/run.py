@@ -183,7 +183,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     lap("outputs")
     seconds["total"] = round(sum(seconds.values()), 2)
     report = output_dir / "report.md"
-    report.write_text(report_markdown(summary, tables, verdicts, task, cfg))
+    report.write_text(report_markdown(summary, tables, directions, verdicts, task, cfg))
     (output_dir / "analysis.json").write_text(json.dumps(summary, indent=2) + "\n")
     log_to_loggers(cfg, summary, tables, figures, report)
     log.info("Analysis written to %s (%.0fs)", output_dir, summary["seconds"]["total"])
