@@ -260,14 +260,21 @@ def test_basic_sweep_jobs_number_jobs_as_a_real_multirun(tmp_path):
 def test_an_interrupted_run_is_listed_and_rerun_in_place(sweep_dir, capsys):
     overrides = ["seed=3", "task=rte", "norm=isobn"]
     (sweep_dir / "9" / "results.json").write_text(
-        json.dumps({"status": "interrupted", "error": None, "overrides": overrides})
+        json.dumps(
+            {
+                "status": "interrupted",
+                "interrupted_by": "SIGTERM",
+                "error": None,
+                "overrides": overrides,
+            }
+        )
     )
     result = aggregate.aggregate([sweep_dir])
-    assert f"- {sweep_dir / '9'}: interrupted (Ctrl-C) before it finished" in result.report()
+    assert f"- {sweep_dir / '9'}: interrupted (SIGTERM) before it finished" in result.report()
     assert rerun.main([str(sweep_dir), "--dry-run"]) == 0
     out = capsys.readouterr().out
     (command,) = rerun_commands(sweep_dir, [(overrides, sweep_dir / "9")])
-    assert f"# interrupted (Ctrl-C) before it finished\n{command}\n" in out
+    assert f"# interrupted (SIGTERM) before it finished\n{command}\n" in out
 
 
 def test_duplicate_runs_keep_the_latest(sweep_dir):

@@ -1,11 +1,12 @@
 """results.json through a run's life: rewritten at every epoch end (so that the age of a killed
-job's file tells it from a slow one), and Ctrl-C recorded as ``interrupted`` with the command that
-resumes the run."""
+job's file tells it from a slow one), and Ctrl-C or SIGTERM recorded as ``interrupted`` with the
+command that resumes the run."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -93,6 +94,7 @@ def test_ctrl_c_during_fit_is_recorded_and_the_console_says_how_to_resume(
     assert exit_code == INTERRUPTED_EXIT_CODE
     results = read_results(tmp_path)
     assert results["status"] == "interrupted" and results["error"] is None
+    assert results["interrupted_by"] == "SIGINT"
     assert epochs(results) == [1] and results["steps"] == STEPS_PER_EPOCH + 2
     checkpoint = tmp_path / "checkpoints" / "last.ckpt"
     assert torch.load(checkpoint, weights_only=False)["global_step"] == STEPS_PER_EPOCH
@@ -100,7 +102,7 @@ def test_ctrl_c_during_fit_is_recorded_and_the_console_says_how_to_resume(
         ["python", "train.py", *cfg.hydra.overrides.task, f"ckpt_path={checkpoint}"]
     )
     assert messages == [
-        f"Interrupted. Output directory: {tmp_path}\n"
+        f"Interrupted (SIGINT). Output directory: {tmp_path}\n"
         f"Resume it from the end of its last full epoch: {resume}"
     ]
 
@@ -108,6 +110,38 @@ def test_ctrl_c_during_fit_is_recorded_and_the_console_says_how_to_resume(
     resumed = train(train_config(f"ckpt_path={checkpoint}", output_dir=tmp_path / "resumed"))
     assert resumed["status"] == "completed" and epochs(resumed) == [1, 2]
     assert resumed["steps"] == 2 * STEPS_PER_EPOCH
+
+
+def test_sigterm_during_fit_is_recorded_and_exits_143_with_the_resume_command(
+    train_config, tmp_path, monkeypatch, caplog
+):
+    """A cluster's time limit or preemption sends SIGTERM; Lightning's handler (installed for
+    ``fit`` only) stops at the next batch."""
+
+    def sigterm_in_the_second_epoch(self, batch, batch_idx):
+        if self.current_epoch == 1 and batch_idx == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(GLUEClassifier, "on_train_batch_start", sigterm_in_the_second_epoch)
+    cfg = train_config()
+    exit_code, messages = interrupted_by_the_cli(cfg, caplog, monkeypatch)
+
+    assert exit_code == 128 + signal.SIGTERM == 143
+    results = read_results(tmp_path)
+    assert (results["status"], results["interrupted_by"], results["error"]) == (
+        "interrupted",
+        "SIGTERM",
+        None,
+    )
+    assert epochs(results) == [1] and STEPS_PER_EPOCH < results["steps"] < 2 * STEPS_PER_EPOCH
+    checkpoint = tmp_path / "checkpoints" / "last.ckpt"
+    resume = shlex.join(
+        ["python", "train.py", *cfg.hydra.overrides.task, f"ckpt_path={checkpoint}"]
+    )
+    assert messages == [
+        f"Interrupted (SIGTERM). Output directory: {tmp_path}\n"
+        f"Resume it from the end of its last full epoch: {resume}"
+    ]
 
 
 def test_ctrl_c_before_fit_is_recorded_and_the_console_says_how_to_start_again(
@@ -125,6 +159,6 @@ def test_ctrl_c_before_fit_is_recorded_and_the_console_says_how_to_start_again(
     assert (results["status"], results["error"], results["steps"]) == ("interrupted", None, 0)
     again = shlex.join(["python", "train.py", *cfg.hydra.overrides.task])
     assert messages == [
-        f"Interrupted. Output directory: {tmp_path}\n"
+        f"Interrupted (SIGINT). Output directory: {tmp_path}\n"
         f"No checkpoint was saved yet; start it again: {again}"
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from isotune.errors import IsotuneError
 
 log = logging.getLogger("isotune")
 
-INTERRUPTED_EXIT_CODE = 130  # the shell's code for a process stopped by SIGINT (Ctrl-C)
+INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT  # the shell's 130 for Ctrl-C; SIGTERM: 143
 
 
 @contextmanager
@@ -26,8 +27,8 @@ def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
     """Turn an :class:`IsotuneError` into one log message, and print the output directory.
 
     A single run then exits with status 1; in a sweep the error is re-raised so that the job is
-    marked failed while the other jobs go on. Ctrl-C stops the run (and a sweep) with status 130
-    after printing how to resume it.
+    marked failed while the other jobs go on. Ctrl-C or SIGTERM stops the run (and a sweep) with
+    the shell's status for the signal (130, 143) after printing how to resume it.
     """
     try:
         yield
@@ -36,9 +37,15 @@ def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
         if HydraConfig.get().mode == RunMode.RUN:
             sys.exit(1)
         raise
-    except KeyboardInterrupt:
-        log.warning("Interrupted. Output directory: %s\n%s", cfg.paths.output_dir, resume_hint(cfg))
-        sys.exit(INTERRUPTED_EXIT_CODE)
+    except KeyboardInterrupt as stop:
+        stopped_by = getattr(stop, "signal", signal.SIGINT)
+        log.warning(
+            "Interrupted (%s). Output directory: %s\n%s",
+            stopped_by.name,
+            cfg.paths.output_dir,
+            resume_hint(cfg),
+        )
+        sys.exit(128 + stopped_by)
     log.info("Output directory: %s", cfg.paths.output_dir)
 
 

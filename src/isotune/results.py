@@ -2,9 +2,9 @@
 
 It is written when the run starts (status ``running``), rewritten at every epoch end with the
 results so far and an ``updated_at`` time, and rewritten when the run ends: ``completed``,
-``failed`` with the error, or ``interrupted`` (Ctrl-C). A crashed job is thus never mistaken for a
-missing one, and a job killed without a chance to record its end (SIGKILL, out of memory) shows as
-a ``running`` file that stopped being updated.
+``failed`` with the error, or ``interrupted`` by Ctrl-C or SIGTERM. A crashed job is thus never
+mistaken for a missing one, and a job killed without a chance to record its end (SIGKILL, out of
+memory) shows as a ``running`` file that stopped being updated.
 """
 
 from __future__ import annotations

@@ -6,18 +6,21 @@
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from isotune.adaptation import parameter_counts
 from isotune.config_checks import check_train_config
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
+from isotune.errors import RunInterrupted
 from isotune.instantiate import instantiate_all
 from isotune.isotropy.callback import IsotropyMonitor
 from isotune.module import GLUEClassifier
@@ -32,8 +35,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Fine-tune and evaluate as ``cfg`` says; return (and write) the run's results.
 
     ``<output_dir>/results.json`` is rewritten at every epoch end and ends ``completed``,
-    ``failed`` with the error, or ``interrupted`` (Ctrl-C, re-raised as ``KeyboardInterrupt``);
-    an error is re-raised for the caller to report.
+    ``failed`` with the error, or ``interrupted`` by Ctrl-C or SIGTERM (``interrupted_by``, then
+    :class:`RunInterrupted` is raised); an error is re-raised for the caller to report.
     """
     output_dir = Path(cfg.paths.output_dir)
     record = RunRecord(
@@ -91,15 +94,16 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if cfg.write_test_predictions:
             write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
     except BaseException as error:
-        interrupted = _interrupted(error, trainer)
-        results = record.finish(
-            "interrupted" if interrupted else "failed",
-            None if interrupted else error,
-            **_outcome(model, trainer),
-        )
+        stopped_by = _stopping_signal(error, trainer)
+        if stopped_by is None:
+            results = record.finish("failed", error, **_outcome(model, trainer))
+        else:
+            results = record.finish(
+                "interrupted", interrupted_by=stopped_by.name, **_outcome(model, trainer)
+            )
         finish_wandb_runs(trainer.loggers if trainer else [], results)
-        if interrupted:
-            raise KeyboardInterrupt from error  # Lightning turns Ctrl-C inside fit into SystemExit
+        if stopped_by is not None:
+            raise RunInterrupted(stopped_by) from error  # Lightning raises SystemExit for both
         raise
     results = record.finish("completed", **outcome)
     finish_wandb_runs(trainer.loggers, results)
@@ -137,13 +141,18 @@ class RecordEveryEpoch(L.Callback):
         self.record.update(**_outcome(module, trainer))
 
 
-def _interrupted(error: BaseException, trainer: L.Trainer | None) -> bool:
-    """Ctrl-C: a ``KeyboardInterrupt``, or the plain ``SystemExit`` Lightning raises after catching
-    one inside ``fit`` (it marks the trainer interrupted then, as for any error; its
-    ``SIGTERMException`` is a ``SystemExit`` subclass and no Ctrl-C, hence the exact type)."""
+def _stopping_signal(error: BaseException, trainer: L.Trainer | None) -> signal.Signals | None:
+    """The signal that stopped the run, None for an error. SIGTERM: Lightning's handler raises
+    ``SIGTERMException`` at the next batch. SIGINT: a ``KeyboardInterrupt``, or the plain
+    ``SystemExit`` Lightning raises after catching one inside ``fit`` (it marks the trainer
+    interrupted then, as for any error, hence the exact type)."""
+    if isinstance(error, SIGTERMException):
+        return signal.SIGTERM
     if isinstance(error, KeyboardInterrupt):
-        return True
-    return type(error) is SystemExit and trainer is not None and trainer.interrupted
+        return signal.SIGINT
+    if type(error) is SystemExit and trainer is not None and trainer.interrupted:
+        return signal.SIGINT
+    return None
 
 
 def _metrics_only(entry: dict[str, float]) -> dict[str, float]:

@@ -58,7 +58,8 @@ class Run:
                 "or killed (a live job rewrites results.json at every epoch end)"
             )
         if self.status == "interrupted":
-            return "interrupted (Ctrl-C) before it finished"
+            stopped_by = self.result.get("interrupted_by", "SIGINT")  # older runs: Ctrl-C only
+            return f"interrupted ({stopped_by}) before it finished"
         return f"{self.status}: {self.result.get('error')}"
 
     @cached_property
