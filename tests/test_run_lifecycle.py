@@ -80,77 +80,69 @@ def interrupted_by_the_cli(cfg, caplog, monkeypatch) -> tuple[int, list[str]]:
     return stopped.value.code, messages
 
 
-def test_ctrl_c_during_fit_is_recorded_and_the_console_says_how_to_resume(
-    train_config, tmp_path, monkeypatch, caplog, sigint_restored
-):
-    def ctrl_c_in_the_second_epoch(self, batch, batch_idx):
-        if self.current_epoch == 1 and batch_idx == 2:
-            raise KeyboardInterrupt
+def ctrl_c() -> None:
+    raise KeyboardInterrupt
 
-    monkeypatch.setattr(GLUEClassifier, "on_train_batch_start", ctrl_c_in_the_second_epoch)
+
+def sigterm() -> None:
+    """What a cluster's time limit or preemption sends; Lightning's handler (installed for ``fit``
+    only) stops the run after the current batch."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize(
+    ("stop", "stopped_by", "steps_in_epoch_two"),
+    [(ctrl_c, signal.SIGINT, 2), (sigterm, signal.SIGTERM, 3)],
+)
+def test_a_signal_during_fit_is_recorded_and_the_console_says_how_to_resume(
+    stop,
+    stopped_by,
+    steps_in_epoch_two,
+    train_config,
+    tmp_path,
+    monkeypatch,
+    caplog,
+    sigint_restored,
+):
+    def stop_in_the_second_epoch(self, batch, batch_idx):
+        if self.current_epoch == 1 and batch_idx == 2:
+            stop()
+
+    monkeypatch.setattr(GLUEClassifier, "on_train_batch_start", stop_in_the_second_epoch)
     cfg = train_config()
     exit_code, messages = interrupted_by_the_cli(cfg, caplog, monkeypatch)
 
-    assert exit_code == INTERRUPTED_EXIT_CODE
+    assert exit_code == {signal.SIGINT: INTERRUPTED_EXIT_CODE, signal.SIGTERM: 143}[stopped_by]
     results = read_results(tmp_path)
-    assert results["status"] == "interrupted" and results["error"] is None
-    assert results["interrupted_by"] == "SIGINT"
-    assert epochs(results) == [1] and results["steps"] == STEPS_PER_EPOCH + 2
+    assert (results["status"], results["interrupted_by"], results["error"]) == (
+        "interrupted",
+        stopped_by.name,
+        None,
+    )
+    assert epochs(results) == [1] and results["steps"] == STEPS_PER_EPOCH + steps_in_epoch_two
     checkpoint = tmp_path / "checkpoints" / "last.ckpt"
     assert torch.load(checkpoint, weights_only=False)["global_step"] == STEPS_PER_EPOCH
     resume = shlex.join(
         ["python", "train.py", *cfg.hydra.overrides.task, f"ckpt_path={checkpoint}"]
     )
     assert messages == [
-        f"Interrupted (SIGINT). Output directory: {tmp_path}\n"
+        f"Interrupted ({stopped_by.name}). Output directory: {tmp_path}\n"
         f"Resume it from the end of its last full epoch: {resume}"
     ]
 
-    monkeypatch.undo()  # no more Ctrl-C: the printed command finishes the run
+    monkeypatch.undo()  # no more signals: the printed command finishes the run
     resumed = train(train_config(f"ckpt_path={checkpoint}", output_dir=tmp_path / "resumed"))
     assert resumed["status"] == "completed" and epochs(resumed) == [1, 2]
     assert resumed["steps"] == 2 * STEPS_PER_EPOCH
 
 
-def test_sigterm_during_fit_is_recorded_and_exits_143_with_the_resume_command(
-    train_config, tmp_path, monkeypatch, caplog
-):
-    """A cluster's time limit or preemption sends SIGTERM; Lightning's handler (installed for
-    ``fit`` only) stops at the next batch."""
-
-    def sigterm_in_the_second_epoch(self, batch, batch_idx):
-        if self.current_epoch == 1 and batch_idx == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(GLUEClassifier, "on_train_batch_start", sigterm_in_the_second_epoch)
-    cfg = train_config()
-    exit_code, messages = interrupted_by_the_cli(cfg, caplog, monkeypatch)
-
-    assert exit_code == 128 + signal.SIGTERM == 143
-    results = read_results(tmp_path)
-    assert (results["status"], results["interrupted_by"], results["error"]) == (
-        "interrupted",
-        "SIGTERM",
-        None,
-    )
-    assert epochs(results) == [1] and STEPS_PER_EPOCH < results["steps"] < 2 * STEPS_PER_EPOCH
-    checkpoint = tmp_path / "checkpoints" / "last.ckpt"
-    resume = shlex.join(
-        ["python", "train.py", *cfg.hydra.overrides.task, f"ckpt_path={checkpoint}"]
-    )
-    assert messages == [
-        f"Interrupted (SIGTERM). Output directory: {tmp_path}\n"
-        f"Resume it from the end of its last full epoch: {resume}"
-    ]
-
-
 def test_ctrl_c_before_fit_is_recorded_and_the_console_says_how_to_start_again(
     train_config, tmp_path, monkeypatch, caplog
 ):
-    def ctrl_c(name_or_path):
+    def ctrl_c_while_loading(name_or_path):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(training, "load_tokenizer", ctrl_c)
+    monkeypatch.setattr(training, "load_tokenizer", ctrl_c_while_loading)
     cfg = train_config()
     exit_code, messages = interrupted_by_the_cli(cfg, caplog, monkeypatch)
 

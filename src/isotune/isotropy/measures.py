@@ -27,24 +27,6 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-__all__ = [
-    "CloudMeasures",
-    "IsoBNStats",
-    "LocalIsotropy",
-    "PartitionIsotropy",
-    "Spectrum",
-    "average_cosine",
-    "isobn_stats",
-    "isoscore",
-    "isoscore_star",
-    "kmeans",
-    "local_isotropy",
-    "measure_all",
-    "measure_cloud",
-    "partition_isotropy",
-    "spectrum",
-]
-
 KMEANS_MAX_ITER = 100  # Lloyd iterations at most; they usually stop earlier, when no label changes
 _SELF_PRODUCT_BLOCKS = 4
 
