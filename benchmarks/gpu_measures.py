@@ -32,7 +32,7 @@ from transformers import (
 )
 
 from isotune.data import GLUEDataModule
-from isotune.encoders import load_tokenizer
+from isotune.encoders import load_tokenizer, wordpiece_tokenizer
 from isotune.errors import IsotuneError
 from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
@@ -55,24 +55,6 @@ ISOBN_TOLERANCE = 0.03
 
 
 # -- data and models -----------------------------------------------------------------------------
-def wordpiece_tokenizer(words: list[str]) -> PreTrainedTokenizerBase:
-    """A lower-casing BERT WordPiece tokenizer whose vocabulary is BERT's specials + ``words``."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import BertTokenizerFast
-
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = {token: i for i, token in enumerate([*specials, *words])}
-    wordpiece = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
-    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    wordpiece.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
-    )
-    return BertTokenizerFast(tokenizer_object=wordpiece)
-
-
 def make_tokenizer() -> PreTrainedTokenizerBase:
     """MiniLM's tokenizer where its package is installed, else a WordPiece tokenizer of the same
     size whose words are w5, w6, ... (exact for generated text; real text then counts words)."""

@@ -15,6 +15,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from isotune.encoders import wordpiece_tokenizer
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never wait for the network in tests
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -104,31 +106,13 @@ def _texts() -> list[str]:
     return [sentence(rng, POSITIVE + NEGATIVE) for _ in range(200)]
 
 
-def make_wordpiece_tokenizer(tokens: list[str]):
-    """A lower-casing BERT WordPiece tokenizer whose vocabulary is BERT's specials + ``tokens``."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import BertTokenizerFast
-
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = {token: i for i, token in enumerate([*specials, *tokens])}
-    wordpiece = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
-    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    wordpiece.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
-    )
-    return BertTokenizerFast(tokenizer_object=wordpiece)
-
-
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     """A randomly initialised 2-layer BERT (hidden 32) and a WordPiece tokenizer, saved to disk."""
     from transformers import BertConfig, BertModel
 
     folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = make_wordpiece_tokenizer([*WORDS, "."])
+    tokenizer = wordpiece_tokenizer([*WORDS, "."])
     tokenizer.save_pretrained(folder)
     config = BertConfig(
         vocab_size=len(tokenizer),

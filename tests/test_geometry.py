@@ -22,10 +22,10 @@ from isotune.analysis.geometry import (
     token_type,
 )
 from isotune.data import TokenizedDataset
-from isotune.encoders import load_tokenizer
+from isotune.encoders import load_tokenizer, wordpiece_tokenizer
 from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
-from tests.conftest import CONF_DIR, make_wordpiece_tokenizer
+from tests.conftest import CONF_DIR
 
 PUNCTUATION, STOP_WORD, SUB_WORD, OTHER = range(len(TOKEN_TYPES))
 EXAMPLES = [
@@ -39,10 +39,10 @@ def rte() -> TaskSpec:
     return TaskSpec.from_config(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "task/rte.yaml")))
 
 
-def wordpiece_tokenizer() -> BertTokenizerFast:
+def plural_splitting_tokenizer() -> BertTokenizerFast:
     """WordPiece with a ``##s`` piece, so plurals are split into a word and a sub-word."""
     words = ["the", "a", "cat", "dog", "##s", "sat", "ran", "home", "mat", "it", "was", "very"]
-    return make_wordpiece_tokenizer([*words, "good", "day", ".", ",", "!"])
+    return wordpiece_tokenizer([*words, "good", "day", ".", ",", "!"])
 
 
 def typed_tokens(tokenizer, examples=EXAMPLES, max_tokens=1000) -> list[tuple[str, str]]:
@@ -63,7 +63,7 @@ def test_token_type_of_words_and_pieces():
 
 
 def test_wordpiece_sample_types_every_non_special_token():
-    tokenizer = wordpiece_tokenizer()
+    tokenizer = plural_splitting_tokenizer()
     typed = typed_tokens(tokenizer)
     assert typed[:6] == [
         ("the", "stop_word"),
@@ -78,7 +78,7 @@ def test_wordpiece_sample_types_every_non_special_token():
 
 
 def test_sample_positions_index_the_tokenized_dataset():
-    tokenizer = wordpiece_tokenizer()
+    tokenizer = plural_splitting_tokenizer()
     dataset = TokenizedDataset(EXAMPLES, rte(), tokenizer, max_length=128)
     sample = sample_tokens(tokenizer, EXAMPLES, ("sentence1", "sentence2"), 128, max_tokens=7)
     assert len(sample) == 7
