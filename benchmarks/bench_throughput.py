@@ -28,6 +28,7 @@ import yaml
 from transformers import (
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
+    PrinterCallback,
     Trainer,
     TrainerCallback,
     TrainingArguments,
@@ -163,39 +164,69 @@ def run_hf_trainer(args, glue_dir: str, pad_to_max_length: bool) -> dict[str, fl
         {**{key: values[i] for key, values in encoded.items()}, "labels": ex["label"]}
         for i, ex in enumerate(examples)
     ]
-    clock = StepClock(args.warmup)
+    return timed_hf_trainer(
+        StepClock(args.warmup),
+        path,
+        tokenizer,
+        dataset,
+        batch_size=args.batch_size,
+        max_steps=args.warmup + args.steps,
+        learning_rate=5e-5,
+        warmup_steps=round(0.06 * (args.warmup + args.steps)),
+    )
+
+
+def timed_hf_trainer(
+    clock: StepClock,
+    model_dir: str,
+    tokenizer,
+    dataset,
+    *,
+    batch_size: int,
+    max_steps: int,
+    learning_rate: float,
+    warmup_steps: int,
+    bf16: bool = False,
+    use_cpu: bool = True,
+) -> dict[str, float]:
+    """A Hugging Face ``Trainer`` fine-tuning ``model_dir`` on ``dataset`` at its defaults
+    otherwise (random batches, each padded to its longest example), ``clock`` timing its steps;
+    the clock's result. bench_throughput and gpu_check compare our training loop with this."""
     timer = HFClock(clock)
     pad = DataCollatorWithPadding(tokenizer)
 
     def collate(features):
-        batch = pad(features)
+        batch = pad([{k: v for k, v in feature.items() if k != "idx"} for feature in features])
         timer.shape = tuple(batch["input_ids"].shape)
         return batch
 
-    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
     with tempfile.TemporaryDirectory() as output_dir:
-        training_args = TrainingArguments(
+        arguments = TrainingArguments(
             output_dir=output_dir,
-            per_device_train_batch_size=args.batch_size,
-            max_steps=args.warmup + args.steps,
-            learning_rate=5e-5,
-            warmup_steps=round(0.06 * (args.warmup + args.steps)),
+            per_device_train_batch_size=batch_size,
+            max_steps=max_steps,
+            learning_rate=learning_rate,
+            warmup_steps=warmup_steps,
             max_grad_norm=1.0,
+            bf16=bf16,
+            use_cpu=use_cpu,
             dataloader_drop_last=True,
             save_strategy="no",
             logging_strategy="no",
             report_to=[],
-            use_cpu=True,
             seed=0,
             disable_tqdm=True,
         )
-        Trainer(
+        trainer = Trainer(
             model=model,
-            args=training_args,
-            train_dataset=dataset,
+            args=arguments,
             data_collator=collate,
+            train_dataset=dataset,
             callbacks=[timer],
-        ).train()
+        )
+        trainer.remove_callback(PrinterCallback)  # prints the run's metrics where the table goes
+        trainer.train()
     return clock.result()
 
 

@@ -12,23 +12,17 @@ import itertools
 import random
 import re
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
-from bench_throughput import HFClock, LightningClock, StepClock, conf
+from bench_throughput import LightningClock, StepClock, conf, timed_hf_trainer
 from transformers import (
-    AutoModelForSequenceClassification,
     BertConfig,
     BertModel,
-    DataCollatorWithPadding,
     PreTrainedTokenizerBase,
-    PrinterCallback,
-    Trainer,
-    TrainingArguments,
 )
 
 from isotune.data import GLUEDataModule
@@ -163,43 +157,18 @@ def ours_throughput(model_cfg: dict, datamodule, device, warmup: int, steps: int
 def hf_throughput(model_dir: str, datamodule, device, warmup: int, steps: int) -> dict:
     """The HF ``Trainer`` with bf16 and its defaults otherwise (random batches, each padded to its
     longest example), on our tokenization of the same data."""
-    clock = DeviceStepClock(warmup, device)
-    timer = HFClock(clock)
-    pad = DataCollatorWithPadding(datamodule.tokenizer)
-
-    def collate(features):
-        batch = pad([{k: v for k, v in feature.items() if k != "idx"} for feature in features])
-        timer.shape = tuple(batch["input_ids"].shape)
-        return batch
-
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
-    with tempfile.TemporaryDirectory() as output_dir:
-        arguments = TrainingArguments(
-            output_dir=output_dir,
-            per_device_train_batch_size=datamodule.batch_size,
-            max_steps=warmup + steps,
-            learning_rate=TRAIN["optim"]["lr"],
-            warmup_steps=round(TRAIN["optim"]["warmup_ratio"] * (warmup + steps)),
-            max_grad_norm=1.0,
-            bf16=True,
-            use_cpu=device.type == "cpu",
-            dataloader_drop_last=True,
-            save_strategy="no",
-            logging_strategy="no",
-            report_to=[],
-            seed=0,
-            disable_tqdm=True,
-        )
-        trainer = Trainer(
-            model=model,
-            args=arguments,
-            data_collator=collate,
-            train_dataset=datamodule.dataset("train"),
-            callbacks=[timer],
-        )
-        trainer.remove_callback(PrinterCallback)  # prints the run's metrics where the table goes
-        trainer.train()
-    return clock.result()
+    return timed_hf_trainer(
+        DeviceStepClock(warmup, device),
+        model_dir,
+        datamodule.tokenizer,
+        datamodule.dataset("train"),
+        batch_size=datamodule.batch_size,
+        max_steps=warmup + steps,
+        learning_rate=TRAIN["optim"]["lr"],
+        warmup_steps=round(TRAIN["optim"]["warmup_ratio"] * (warmup + steps)),
+        bf16=True,
+        use_cpu=device.type == "cpu",
+    )
 
 
 def throughput(model_cfg: dict, datamodule, device, warmup: int, steps: int, rounds: int) -> dict:
