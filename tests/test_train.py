@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from isotune.errors import IsotuneError, NonFiniteLossError
 from isotune.module import GLUEClassifier
 from isotune.training import train
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tiny_run_overrides
 
 EXPECTED_OUTPUTS = [
     "results.json",
@@ -121,6 +121,42 @@ def test_isobn_statistics_are_saved_and_resume_continues_at_the_right_step(train
     assert [entry["epoch"] for entry in results["history"]] == [1, 2]  # history carried over
     resumed = torch.load(second_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert resumed["state_dict"]["norm.num_batches_tracked"].item() == 16
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean", "pooler"])
+def test_every_weight_the_sentence_vector_uses_trains_and_an_unused_pooler_does_not(
+    train_config, pooling
+):
+    cfg = train_config(f"model.pooling={pooling}")
+    model = GLUEClassifier(task=cfg.task, model=cfg.model, norm=cfg.norm, optim=cfg.optim)
+    fixed = {name for name, p in model.named_parameters() if not p.requires_grad}
+    pooler = {"encoder.pooler.dense.weight", "encoder.pooler.dense.bias"}
+    assert fixed == (set() if pooling == "pooler" else pooler)
+
+
+def test_ddp_on_two_cpu_processes_trains_isobn_with_istar_and_rank_zero_writes_results(
+    tmp_path, tiny_bert, glue_dir
+):
+    """trainer=ddp as a user runs it (Lightning starts the second process), on two CPU
+    processes: no parameter may go without a gradient (DDP stops on one), and results.json is
+    written by rank 0 alone, which measures isotropy."""
+    overrides = [o for o in tiny_run_overrides(tiny_bert, glue_dir) if o != "trainer=cpu"]
+    ddp_on_cpu = [
+        "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"
+    ]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *overrides, *ddp_on_cpu,
+         "model.pooling=mean", "norm=isobn", "reg=istar", "reg.shrinkage_examples=32"],
+        cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = (tmp_path / "logs" / "runs").iterdir()
+    results = read_results(run)
+    assert results["status"] == "completed" and results["norm"] == "isobn"
+    assert results["steps"] == 2 * 64 // (8 * 2)  # two epochs of the 64 examples over 2 ranks
+    assert set(results["isotropy"]["per_epoch"]) == {"0", "1", "2"}
+    assert not list(run.glob("*.partial"))
 
 
 def test_nan_loss_stops_the_run_with_a_failed_status(train_config, tmp_path, monkeypatch):

@@ -94,14 +94,19 @@ ADAPTATIONS: dict[str, Callable[..., None]] = {"full": full, "lora": lora, "froz
 
 def adapt_encoder(encoder: PreTrainedModel, adapt: Mapping, train_pooler: bool) -> str:
     """Prepare ``encoder`` in place for the mode ``adapt["name"]`` with the mode's options; the
-    pooler trains (in train mode) when ``train_pooler``. Returns the mode's name."""
+    pooler trains (in train mode) when ``train_pooler``, and never otherwise: a pooler that the
+    sentence vector does not use gets no gradient, which DDP would stop on. Returns the mode's
+    name."""
     options = dict(adapt)
     name = options.pop("name")
     if name not in ADAPTATIONS:
         raise IsotuneError(f"Unknown adaptation {name!r}; use adapt=one of {list(ADAPTATIONS)}.")
     ADAPTATIONS[name](encoder, **options)
+    pooler = getattr(encoder, "pooler", None)
     if train_pooler:
-        encoder.pooler.requires_grad_(True).train()
+        pooler.requires_grad_(True).train()
+    elif pooler is not None:
+        pooler.requires_grad_(False)
     return name
 
 

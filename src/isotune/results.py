@@ -43,10 +43,15 @@ def timestamp() -> str:
 
 
 class RunRecord:
-    """The results of one run, updated as it goes and rewritten to disk at each change."""
+    """The results of one run, updated as it goes and rewritten to disk at each change.
 
-    def __init__(self, output_dir: str | Path, **identity: Any) -> None:
+    ``write=False`` keeps the record in memory only: the other processes of a DDP run share the
+    run folder with rank 0, which alone measures isotropy and writes the file.
+    """
+
+    def __init__(self, output_dir: str | Path, write: bool = True, **identity: Any) -> None:
         self.output_dir = Path(output_dir)
+        self.write = write
         self._start = time.perf_counter()
         started_at = timestamp()
         self.results: dict[str, Any] = {
@@ -57,14 +62,16 @@ class RunRecord:
             "started_at": started_at,
             "updated_at": started_at,
         }
-        write_results(self.output_dir, self.results)
+        if self.write:
+            write_results(self.output_dir, self.results)
 
     def update(self, **fields: Any) -> dict[str, Any]:
         """Rewrite results.json with ``fields``, the wall time and ``updated_at`` so far."""
         self.results.update(fields)
         self.results["wall_time_s"] = round(time.perf_counter() - self._start, 2)
         self.results["updated_at"] = timestamp()
-        write_results(self.output_dir, self.results)
+        if self.write:
+            write_results(self.output_dir, self.results)
         return self.results
 
     def finish(self, status: str, error: BaseException | None = None, **fields: Any) -> dict:

@@ -13,6 +13,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
@@ -41,6 +42,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     record = RunRecord(
         output_dir,
+        write=rank_zero_only.rank == 0,  # a DDP run's processes share the folder: rank 0 writes
         task=cfg.task.name,
         model=cfg.model.name,
         model_name_or_path=cfg.model.name_or_path,
