@@ -160,11 +160,18 @@ def test_job_counts_below_one_are_refused(jobs_per_gpu, n_jobs):
         launcher(["0"], jobs_per_gpu=jobs_per_gpu, n_jobs=n_jobs).plan()
 
 
+def test_threads_per_job_below_one_is_refused():
+    refused = GpusLauncher(gpus=["0"], jobs_per_gpu=1, n_jobs=None, slot_dir="x", threads_per_job=0)
+    with pytest.raises(IsotuneError, match=r"threads_per_job=0: set it to 1 or more"):
+        refused.plan()
+
+
 APP = """
 import json, os, time
 from pathlib import Path
 
 import hydra
+import torch
 from hydra.core.hydra_config import HydraConfig
 
 
@@ -194,6 +201,7 @@ def main(cfg):
         "pid": os.getpid(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "slot": os.environ.get("ISOTUNE_GPU_SLOT"),
+        "threads": torch.get_num_threads(),
         "sleep": cfg.sleep,
         "mode": cfg.mode,
     }
@@ -294,6 +302,16 @@ def test_n_jobs_runs_that_many_cpu_jobs_at_once_without_gpus(tmp_path):
     assert sorted(r["sleep"] for r in records) == [0.0, 0.1, 0.2]
     assert {r["slot"] for r in records} == {"cpu0", "cpu1"}
     assert {r["cuda_visible_devices"] for r in records} == {""}
+    # Two jobs at once share the cores instead of each taking all of them.
+    assert {r["threads"] for r in records} == {max(1, len(os.sched_getaffinity(0)) // 2)}
+
+
+def test_threads_per_job_sets_each_jobs_torch_threads(tmp_path):
+    result, records = _run_sweep(
+        tmp_path, *TWO_GPUS, "hydra.launcher.threads_per_job=3", "sleep=0.0,0.1,0.2"
+    )
+    assert result.returncode == 0, result.stderr
+    assert [r["threads"] for r in records] == [3, 3, 3]
 
 
 def test_failing_and_crashing_jobs_do_not_stop_the_others(tmp_path):

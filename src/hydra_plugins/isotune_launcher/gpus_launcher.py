@@ -7,7 +7,8 @@
 Its knobs, with their reasons, are in ``conf/hydra/launcher/gpus.yaml``. It starts ``n_jobs``
 worker processes (spawn, so no CUDA state is inherited); each worker first claims one slot (a
 share of one GPU) through :mod:`isotune.sweeps.gpu_slots` and sets ``CUDA_VISIBLE_DEVICES`` (and
-``ISOTUNE_GPU_SLOT``) before anything can initialise CUDA, then runs jobs one after another. A GPU
+``ISOTUNE_GPU_SLOT``) before anything can initialise CUDA, takes its share of the CPU threads
+(``threads_per_job``), then runs jobs one after another. A GPU
 has ``jobs_per_gpu`` slots and jobs beyond ``n_jobs`` queue, so a GPU never runs more than
 ``jobs_per_gpu`` jobs at once whatever their durations. A job that raises is recorded as FAILED;
 a worker that dies (``os._exit``, killed for memory) fails only the job it was running and is
@@ -56,6 +57,7 @@ class GpusLauncherConf:
     gpus: list[str] | None = MISSING
     jobs_per_gpu: int = MISSING
     n_jobs: int | None = MISSING
+    threads_per_job: int | None = MISSING
     slot_dir: str = MISSING
 
 
@@ -99,11 +101,18 @@ class _Worker:
 
 class GpusLauncher(Launcher):
     def __init__(
-        self, *, gpus: Sequence[str] | None, jobs_per_gpu: int, n_jobs: int | None, slot_dir: str
+        self,
+        *,
+        gpus: Sequence[str] | None,
+        jobs_per_gpu: int,
+        n_jobs: int | None,
+        slot_dir: str,
+        threads_per_job: int | None = None,
     ) -> None:
         self.gpus = None if gpus is None else list(gpus)
         self.jobs_per_gpu = jobs_per_gpu
         self.n_jobs = n_jobs
+        self.threads_per_job = threads_per_job
         self.slot_dir = slot_dir
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
@@ -127,9 +136,12 @@ class GpusLauncher(Launcher):
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
 
         slots, n_jobs = self.plan()
+        n_workers = min(n_jobs, len(job_overrides))
+        threads = self.threads_per_job or gpu_slots.cpu_share(n_workers)
         log.info(
             f"Launching {len(job_overrides)} jobs, {n_jobs} at a time, on slots "
-            f"{[slot.name for slot in slots]} (slot locks in {self.slot_dir})"
+            f"{[slot.name for slot in slots]} with {threads} CPU threads each "
+            f"(slot locks in {self.slot_dir})"
         )
         for index, overrides in enumerate(job_overrides):
             log.info(f"\t#{initial_job_idx + index} : {' '.join(filter_overrides(overrides))}")
@@ -142,9 +154,9 @@ class GpusLauncher(Launcher):
             Singleton.get_state(),
             task_source_file=None if code is None else code.co_filename,
         )
-        pool = _SlotPool(cloudpickle.dumps(context), Path(self.slot_dir), slots)
+        pool = _SlotPool(cloudpickle.dumps(context), Path(self.slot_dir), slots, threads)
         jobs = [(initial_job_idx + index, list(o)) for index, o in enumerate(job_overrides)]
-        return pool.run(jobs, n_workers=min(n_jobs, len(jobs)))
+        return pool.run(jobs, n_workers=n_workers)
 
     def plan(self) -> tuple[list[gpu_slots.Slot], int]:
         """The slots and how many jobs run at once: ``n_jobs``, by default one per slot. Without
@@ -154,6 +166,11 @@ class GpusLauncher(Launcher):
                 f"hydra.launcher.jobs_per_gpu={self.jobs_per_gpu} and "
                 f"hydra.launcher.n_jobs={self.n_jobs}, but both count jobs: set them to 1 or more "
                 "(n_jobs may be null: one job per slot)."
+            )
+        if self.threads_per_job is not None and self.threads_per_job < 1:
+            raise IsotuneError(
+                f"hydra.launcher.threads_per_job={self.threads_per_job}: set it to 1 or more, or "
+                "null (the CPU cores split evenly over the jobs running at once)."
             )
         cpu_jobs = 1 if self.n_jobs is None else self.n_jobs
         slots = gpu_slots.plan_slots(self.gpus, self.jobs_per_gpu, cpu_jobs)
@@ -171,10 +188,13 @@ class GpusLauncher(Launcher):
 class _SlotPool:
     """Worker processes that each hold one slot; a dead worker fails its job and is replaced."""
 
-    def __init__(self, context_payload: bytes, slot_dir: Path, slots: list[gpu_slots.Slot]) -> None:
+    def __init__(
+        self, context_payload: bytes, slot_dir: Path, slots: list[gpu_slots.Slot], threads: int
+    ) -> None:
         self.context_payload = context_payload
         self.slot_dir = slot_dir
         self.slots = slots
+        self.threads = threads
         self.spawn: SpawnContext = multiprocessing.get_context("spawn")
 
     def run(self, jobs: list[tuple[int, list[str]]], n_workers: int) -> list[JobReturn]:
@@ -222,7 +242,7 @@ class _SlotPool:
         parent_conn, child_conn = self.spawn.Pipe()
         process = self.spawn.Process(
             target=_serve_jobs,
-            args=(child_conn, self.slot_dir, self.slots, self.context_payload),
+            args=(child_conn, self.slot_dir, self.slots, self.threads, self.context_payload),
             name=f"gpus-launcher-worker-{job_index}",
         )
         process.start()
@@ -254,11 +274,18 @@ def _crashed_return(job_num: int, overrides: list[str], process: SpawnProcess) -
 
 
 def _serve_jobs(
-    conn: Connection, slot_dir: Path, slots: list[gpu_slots.Slot], context_payload: bytes
+    conn: Connection,
+    slot_dir: Path,
+    slots: list[gpu_slots.Slot],
+    threads: int,
+    context_payload: bytes,
 ) -> None:
-    """Worker main: claim a slot first (before anything can touch CUDA), then run jobs until told
-    to stop."""
+    """Worker main: claim a slot first (before anything can touch CUDA), take its share of the
+    CPU threads, then run jobs until told to stop."""
     gpu_slots.claim_process_slot(slot_dir, slots)
+    import torch  # after the claim; importing torch does not initialise CUDA
+
+    torch.set_num_threads(threads)
     context: _JobContext = cloudpickle.loads(context_payload)
     context.restore_task_source_file()
     try:
