@@ -175,6 +175,7 @@ def test_gpus_launcher_composes_from_its_yaml(tmp_path):
         "gpus": None,
         "jobs_per_gpu": 2,
         "n_jobs": None,
+        "threads_per_job": None,
         "slot_dir": f"${{hydra.sweep.dir}}/{gpu_slots.SWEEP_SLOT_DIR}",  # where rerun looks
     }
     assert compose_train_config(["hydra/launcher=gpus"], tmp_path).hydra.launcher.jobs_per_gpu == 1
