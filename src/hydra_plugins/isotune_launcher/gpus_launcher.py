@@ -140,7 +140,7 @@ class GpusLauncher(Launcher):
         threads = self.threads_per_job or gpu_slots.cpu_share(n_workers)
         log.info(
             f"Launching {len(job_overrides)} jobs, {n_jobs} at a time, on slots "
-            f"{[slot.name for slot in slots]} with {threads} CPU threads each "
+            f"{[slot.name for slot in slots]}, torch threads per job: {threads} "
             f"(slot locks in {self.slot_dir})"
         )
         for index, overrides in enumerate(job_overrides):
