@@ -1,6 +1,6 @@
 """How much of the encoder fine-tuning changes: every weight, low-rank adapters, or nothing.
 
-- ``full``: every weight trains (the IsoBN paper's setting).
+- ``full``: every weight the sentence vector uses trains (the IsoBN paper's setting).
 - ``lora``: LoRA (Hu et al., "LoRA: Low-Rank Adaptation of Large Language Models", ICLR 2022)
   through the ``peft`` library: each target linear layer ``W x`` becomes ``W x + (alpha / r) B A x``
   with ``A`` (r x d_in, random) and ``B`` (d_out x r, zero at the start) the only encoder weights
@@ -50,7 +50,8 @@ DEFAULT_TARGET_MODULES: dict[str, tuple[str, ...]] = {
 
 
 def full(encoder: PreTrainedModel) -> None:
-    """Every weight trains: the encoder stays as loaded, in train mode."""
+    """Every weight trains (an unused pooler aside: :func:`adapt_encoder`): the encoder stays as
+    loaded, in train mode."""
 
 
 def lora(

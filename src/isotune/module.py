@@ -22,6 +22,7 @@ from transformers import get_constant_schedule_with_warmup, get_linear_schedule_
 from isotune.adaptation import (
     adapt_encoder,
     drop_fixed_weights,
+    eval_mode,
     restore_fixed_weights,
 )
 from isotune.encoders import load_encoder
@@ -220,13 +221,8 @@ class GLUEClassifier(L.LightningModule):
         batches = reg.shrinkage_batches(
             datamodule.dataset("train"), datamodule.collate, datamodule.eval_batch_size
         )
-        modes = [(module, module.training) for module in self.modules()]
-        self.eval()
-        try:
+        with eval_mode(self):
             reg.refresh_shrinkage((self._regularized_points(batch) for batch in batches), epoch)
-        finally:
-            for module, mode in modes:
-                module.training = mode
 
     def _regularized_points(self, batch: Mapping[str, Tensor]) -> Tensor:
         batch = {key: value.to(self.device) for key, value in batch.items()}

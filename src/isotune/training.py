@@ -150,9 +150,8 @@ def _stopping_signal(error: BaseException, trainer: L.Trainer | None) -> signal.
     interrupted then, as for any error, hence the exact type)."""
     if isinstance(error, SIGTERMException):
         return signal.SIGTERM
-    if isinstance(error, KeyboardInterrupt):
-        return signal.SIGINT
-    if type(error) is SystemExit and trainer is not None and trainer.interrupted:
+    lightning_ctrl_c = type(error) is SystemExit and trainer is not None and trainer.interrupted
+    if isinstance(error, KeyboardInterrupt) or lightning_ctrl_c:
         return signal.SIGINT
     return None
 
