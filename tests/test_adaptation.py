@@ -26,7 +26,7 @@ from isotune.errors import IsotuneError
 from isotune.training import train
 from tests.conftest import CONF_DIR, compose_config, compose_train_config, tiny_run_overrides
 from tests.test_analyze import SMALL
-from tests.test_resume import KillAtEpochStart, Killed, load
+from tests.test_resume import kill_and_resume, load
 
 ADAPTER = re.compile(r"\.lora_[AB]\.default\.weight$")
 ALWAYS_TRAINED = ("encoder.pooler.", "norm.", "head.")  # with pooling=pooler and norm=batchnorm
@@ -162,17 +162,7 @@ def test_checkpoints_hold_what_trains_and_load_back_with_the_pretrained_weights(
 
 def test_a_resumed_lora_run_repeats_the_uninterrupted_one(train_config, tmp_path):
     run = ("adapt=lora", "norm=isobn", "debug=limit", "trainer.max_epochs=3", "seed=7")
-    full_dir, killed_dir, resumed_dir = tmp_path / "full", tmp_path / "killed", tmp_path / "resumed"
-    full = train(train_config(*run, output_dir=full_dir))
-    killed = train_config(*run, output_dir=killed_dir)
-    with open_dict(killed):
-        killed.callbacks.kill = {"_target_": f"{KillAtEpochStart.__module__}.KillAtEpochStart"}
-        killed.callbacks.kill.epoch = 2  # after two epochs' checkpoints
-    with pytest.raises(Killed):
-        train(killed)
-    resumed = train(
-        train_config(*run, f"ckpt_path={killed_dir}/checkpoints/last.ckpt", output_dir=resumed_dir)
-    )
+    full, resumed, full_dir, _, resumed_dir = kill_and_resume(train_config, tmp_path, *run)
     assert resumed["steps"] == full["steps"] == 12
     assert resumed["history"] == full["history"]
     assert resumed["isotropy"]["per_epoch"] == full["isotropy"]["per_epoch"]

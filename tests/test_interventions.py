@@ -14,7 +14,7 @@ import torch
 from hydra.errors import MissingConfigException
 from hydra.types import RunMode
 from hydra.utils import instantiate
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from isotune.config_checks import check_train_config
 from isotune.data import GLUEDataModule
@@ -29,7 +29,7 @@ from isotune.training import train
 from tests.conftest import CONF_DIR, compose_train_config
 from tests.test_aggregate import completed, write_run
 from tests.test_config_checks import problems
-from tests.test_resume import KillAtEpochStart, Killed, load
+from tests.test_resume import kill_and_resume, load
 
 
 def options(group: str) -> list[str]:
@@ -187,21 +187,11 @@ SIGMA_S = "regularization.shrinkage.covariance"
 def test_sigma_s_is_checkpointed_and_a_resumed_run_repeats_the_uninterrupted_one(
     train_config, tmp_path
 ):
-    full_dir, killed_dir, resumed_dir = tmp_path / "full", tmp_path / "killed", tmp_path / "resumed"
-    full = train(train_config(*RUN, output_dir=full_dir))
-    killed_cfg = train_config(*RUN, output_dir=killed_dir)
-    with open_dict(killed_cfg):
-        killed_cfg.callbacks.kill = {"_target_": f"{KillAtEpochStart.__module__}.KillAtEpochStart"}
-        killed_cfg.callbacks.kill.epoch = 2
-    with pytest.raises(Killed):
-        train(killed_cfg)
+    full, resumed, full_dir, killed_dir, resumed_dir = kill_and_resume(train_config, tmp_path, *RUN)
     interrupted = load(killed_dir / "checkpoints" / "last.ckpt")["state_dict"]
     assert interrupted["regularization.shrinkage.epoch"].item() == 1  # computed at epoch 1's start
     assert interrupted[SIGMA_S].shape == (32, 32) and interrupted[SIGMA_S].diagonal().min() > 0
 
-    resumed = train(
-        train_config(*RUN, f"ckpt_path={killed_dir}/checkpoints/last.ckpt", output_dir=resumed_dir)
-    )
     assert resumed["steps"] == full["steps"] == 12
     assert resumed["history"] == full["history"]
     assert resumed["isotropy"]["per_epoch"] == full["isotropy"]["per_epoch"]

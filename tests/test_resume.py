@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
+from typing import NamedTuple
 
 import lightning as L
 import numpy as np
@@ -35,6 +37,29 @@ def load(path) -> dict:
     return torch.load(path, weights_only=False)
 
 
+class KilledAndResumed(NamedTuple):
+    """A run whole, and the same run killed as epoch 3 starts then resumed from its last.ckpt."""
+
+    full: dict  # results.json of each
+    resumed: dict
+    full_dir: Path
+    killed_dir: Path
+    resumed_dir: Path
+
+
+def kill_and_resume(train_config, tmp_path: Path, *overrides: str) -> KilledAndResumed:
+    full_dir, killed_dir, resumed_dir = tmp_path / "full", tmp_path / "killed", tmp_path / "resumed"
+    full = train(train_config(*overrides, output_dir=full_dir))
+    killed = train_config(*overrides, output_dir=killed_dir)
+    with open_dict(killed):  # after two epochs' checkpoints
+        killed.callbacks.kill = {"_target_": f"{__name__}.KillAtEpochStart", "epoch": 2}
+    with pytest.raises(Killed):
+        train(killed)
+    resume = f"ckpt_path={killed_dir}/checkpoints/last.ckpt"
+    resumed = train(train_config(*overrides, resume, output_dir=resumed_dir))
+    return KilledAndResumed(full, resumed, full_dir, killed_dir, resumed_dir)
+
+
 def isotropy_history(checkpoint: dict) -> dict:
     return checkpoint["callbacks"]["IsotropyMonitor"]["history"]
 
@@ -51,23 +76,13 @@ def test_last_checkpoint_is_written_after_every_epoch(train_config, tmp_path):
 
 
 def test_resume_after_a_non_improving_epoch_repeats_the_uninterrupted_run(train_config, tmp_path):
-    full_dir, killed_dir, resumed_dir = tmp_path / "full", tmp_path / "killed", tmp_path / "resumed"
-    full = train(train_config(*RUN, output_dir=full_dir))
+    full, resumed, full_dir, killed_dir, resumed_dir = kill_and_resume(train_config, tmp_path, *RUN)
     primary = full["primary_metric"]
     scores = [entry[primary] for entry in full["history"]]
     assert scores[1] <= scores[0], "the interruption must follow an epoch that did not improve"
-
-    killed_cfg = train_config(*RUN, output_dir=killed_dir)
-    with open_dict(killed_cfg):
-        killed_cfg.callbacks.kill = {"_target_": f"{__name__}.KillAtEpochStart", "epoch": 2}
-    with pytest.raises(Killed):
-        train(killed_cfg)
     interrupted = load(killed_dir / "checkpoints" / "last.ckpt")
     assert interrupted["global_step"] == 8  # epoch 2 did not improve, last.ckpt still holds it
 
-    resumed = train(
-        train_config(*RUN, f"ckpt_path={killed_dir}/checkpoints/last.ckpt", output_dir=resumed_dir)
-    )
     assert resumed["steps"] == full["steps"] == 12
     assert resumed["history"] == full["history"]
     assert resumed["isotropy"]["per_epoch"] == full["isotropy"]["per_epoch"]
