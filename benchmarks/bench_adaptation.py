@@ -18,11 +18,10 @@ import argparse
 import multiprocessing
 import re
 import statistics
-import time
 from pathlib import Path
 
 import torch
-from bench_throughput import conf, quiet_offline_glue_dir
+from bench_throughput import conf, interleaved_step_seconds, median_ratios, quiet_offline_glue_dir
 
 from isotune.adaptation import ADAPTATIONS, parameter_counts
 from isotune.data import GLUEDataModule
@@ -72,18 +71,18 @@ def checkpoint_megabytes(model: GLUEClassifier, optimizer: torch.optim.Optimizer
     return sum(t.numel() * t.element_size() for t in tensors) / 2**20
 
 
-def interleaved_step_seconds(args, glue_dir: str) -> tuple[dict[str, list[float]], dict]:
-    """Seconds of each timed step of each mode, the modes taking turns on the same batch, and
+def step_seconds_and_sizes(args, glue_dir: str) -> tuple[dict[str, list[float]], dict]:
+    """Seconds of each timed step of each mode, the modes taking turns on the same batches, and
     each mode's parameter counts and checkpoint size."""
     built = {mode: build(mode, args, glue_dir) for mode in MODES}
-    seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
-    for step in range(args.warmup + args.steps):
-        for mode in MODES[step % len(MODES) :] + MODES[: step % len(MODES)]:
-            model, optimizer, batches = built[mode]
-            start = time.perf_counter()
-            train_step(model, optimizer, batches[step])
-            if step >= args.warmup:
-                seconds[mode].append(time.perf_counter() - start)
+    seconds = interleaved_step_seconds(
+        {mode: model for mode, (model, _, _) in built.items()},
+        lambda model, batch: model.loss(model(batch), batch["labels"]),
+        built[MODES[0]][2],  # every mode's batches are the same (seed 0)
+        args.warmup,
+        args.steps,
+        optimizers={mode: optimizer for mode, (_, optimizer, _) in built.items()},
+    )
     sizes = {
         mode: {**parameter_counts(model), "checkpoint_mb": checkpoint_megabytes(model, optimizer)}
         for mode, (model, optimizer, _) in built.items()
@@ -116,7 +115,8 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=128)
     args = parser.parse_args()
     glue_dir = quiet_offline_glue_dir()
-    seconds, sizes = interleaved_step_seconds(args, glue_dir)
+    seconds, sizes = step_seconds_and_sizes(args, glue_dir)
+    ratios = median_ratios(seconds, MODES[0])
     spawn = multiprocessing.get_context("spawn")
     memory = {}
     for mode in MODES:
@@ -134,13 +134,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     added = {mode: memory[mode]["peak"] - memory[mode]["before"] for mode in MODES}
     for mode in MODES:
-        ratio = statistics.median(
-            t / base for t, base in zip(seconds[mode], seconds["full"], strict=True)
-        )
         share = 100 * sizes[mode]["trainable_fraction"]
         print(
             f"| {mode} | {sizes[mode]['trainable']:,} ({share:.2g}%)"
-            f" | {statistics.median(seconds[mode]):.3f} | {ratio:.3f} | {memory[mode]['peak']:.0f}"
+            f" | {statistics.median(seconds[mode]):.3f} | {ratios[mode]:.3f}"
+            f" | {memory[mode]['peak']:.0f}"
             f" | {added[mode]:.0f} | {added[mode] / added['full']:.3f}"
             f" | {sizes[mode]['checkpoint_mb']:.3g} |"
         )

@@ -236,14 +236,17 @@ def interleaved_step_seconds(
     batches: Iterable[dict],
     warmup: int,
     steps: int,
+    optimizers: dict[str, torch.optim.Optimizer] | None = None,
 ) -> dict[str, list[float]]:
-    """Seconds of each model's training step (``loss``, backward, AdamW step) on the same batch,
-    the models' order rotated at every batch; the first ``warmup`` batches are not timed.
+    """Seconds of each model's training step (``loss``, backward, optimizer step) on the same
+    batch, the models' order rotated at every batch; the first ``warmup`` batches are not timed.
+    Each model's optimizer from ``optimizers``, by default AdamW at 5e-5.
 
     Interleaving cancels the drift of a shared machine that separate runs suffer from.
     """
     names = tuple(models)
-    optimizers = {name: torch.optim.AdamW(models[name].parameters(), lr=5e-5) for name in names}
+    if optimizers is None:
+        optimizers = {name: torch.optim.AdamW(models[name].parameters(), lr=5e-5) for name in names}
     seconds: dict[str, list[float]] = {name: [] for name in names}
     batches = iter(batches)
     for step in range(warmup + steps):
