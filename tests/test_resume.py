@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 import lightning as L
 import numpy as np
+import pandas as pd
 import pytest
 import torch
-from omegaconf import open_dict
 
 from isotune.rng_state import capture_rng_state, restore_rng_state
 from isotune.training import train
 
 RUN = ("norm=isobn", "debug=limit", "trainer.max_epochs=3", "seed=7")
+KILL = f"+callbacks.kill={{_target_:{__name__}.KillAtEpochStart,epoch:2}}"  # after 2 epochs
 
 
 class Killed(RuntimeError):
@@ -23,13 +26,16 @@ class Killed(RuntimeError):
 
 
 class KillAtEpochStart(L.Callback):
-    """Stops the run as epoch ``epoch`` (0-based) starts, after the last epoch's checkpoints."""
+    """Stops the run as epoch ``epoch`` (0-based) starts, after the last epoch's checkpoints,
+    while ``armed``: the resumed run has the same config (a resume checks it), disarmed."""
+
+    armed = True
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
 
     def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        if trainer.current_epoch == self.epoch:
+        if self.armed and trainer.current_epoch == self.epoch:
             raise Killed(f"killed at the start of epoch {self.epoch}")
 
 
@@ -50,14 +56,21 @@ class KilledAndResumed(NamedTuple):
 def kill_and_resume(train_config, tmp_path: Path, *overrides: str) -> KilledAndResumed:
     full_dir, killed_dir, resumed_dir = tmp_path / "full", tmp_path / "killed", tmp_path / "resumed"
     full = train(train_config(*overrides, output_dir=full_dir))
-    killed = train_config(*overrides, output_dir=killed_dir)
-    with open_dict(killed):  # after two epochs' checkpoints
-        killed.callbacks.kill = {"_target_": f"{__name__}.KillAtEpochStart", "epoch": 2}
     with pytest.raises(Killed):
-        train(killed)
+        train(train_config(*overrides, KILL, output_dir=killed_dir))
     resume = f"ckpt_path={killed_dir}/checkpoints/last.ckpt"
-    resumed = train(train_config(*overrides, resume, output_dir=resumed_dir))
+    with disarmed():
+        resumed = train(train_config(*overrides, KILL, resume, output_dir=resumed_dir))
     return KilledAndResumed(full, resumed, full_dir, killed_dir, resumed_dir)
+
+
+@contextmanager
+def disarmed() -> Iterator[None]:
+    KillAtEpochStart.armed = False
+    try:
+        yield
+    finally:
+        KillAtEpochStart.armed = True
 
 
 def isotropy_history(checkpoint: dict) -> dict:
@@ -93,6 +106,34 @@ def test_resume_after_a_non_improving_epoch_repeats_the_uninterrupted_run(train_
     assert isotropy_history(actual) == isotropy_history(expected)
     for name, tensor in expected["state_dict"].items():
         assert torch.equal(actual["state_dict"][name], tensor), name
+
+
+def test_best_checkpoint_holds_the_best_epoch_whether_resumed_in_its_folder_or_elsewhere(
+    train_config, tmp_path
+):
+    full, elsewhere, full_dir, killed_dir, elsewhere_dir = kill_and_resume(
+        train_config, tmp_path, *RUN
+    )
+    assert full["best_epoch"] < len(full["history"]), "the best epoch must not be the last"
+    with disarmed():  # the command the console prints: the same run in its own folder
+        in_place = train(train_config(*RUN, KILL, output_dir=killed_dir))
+
+    expected = load(full_dir / "checkpoints/best.ckpt")
+    for results, folder in ((elsewhere, elsewhere_dir), (in_place, killed_dir)):
+        assert (results["best_epoch"], results["best"]) == (full["best_epoch"], full["best"])
+        assert results["best_checkpoint"] == str(folder / "checkpoints" / "best.ckpt")
+        actual = load(folder / "checkpoints/best.ckpt")
+        assert actual["global_step"] == expected["global_step"]
+        for name, tensor in expected["state_dict"].items():
+            assert torch.equal(actual["state_dict"][name], tensor), (folder.name, name)
+
+    # One run, one folder: its attempts, and one metrics.csv with every step once.
+    assert [a["status"] for a in in_place["attempts"]] == ["failed", "completed"]
+    assert in_place["attempts"][1]["resumed_at_step"] == 8
+    assert in_place["history"] == full["history"]
+    full_csv = pd.read_csv(full_dir / "csv/metrics.csv")
+    in_place_csv = pd.read_csv(killed_dir / "csv/metrics.csv")
+    pd.testing.assert_frame_equal(in_place_csv[full_csv.columns], full_csv)
 
 
 def test_rng_state_round_trip_restores_every_generator():

@@ -123,17 +123,29 @@ def test_a_signal_during_fit_is_recorded_and_the_console_says_how_to_resume(
     checkpoint = tmp_path / "checkpoints" / "last.ckpt"
     assert torch.load(checkpoint, weights_only=False)["global_step"] == STEPS_PER_EPOCH
     resume = shlex.join(
-        ["python", "train.py", *cfg.hydra.overrides.task, f"ckpt_path={checkpoint}"]
+        ["python", "train.py", *cfg.hydra.overrides.task, f"hydra.run.dir={tmp_path}"]
     )
     assert messages == [
         f"Interrupted ({stopped_by.name}). Output directory: {tmp_path}\n"
-        f"Resume it from the end of its last full epoch: {resume}"
+        f"Resume it in its folder, from the end of its last full epoch: {resume}"
     ]
 
-    monkeypatch.undo()  # no more signals: the printed command finishes the run
-    resumed = train(train_config(f"ckpt_path={checkpoint}", output_dir=tmp_path / "resumed"))
+    monkeypatch.undo()  # no more signals: the printed command finishes the run in its folder
+    resumed = train(train_config(output_dir=tmp_path))
     assert resumed["status"] == "completed" and epochs(resumed) == [1, 2]
     assert resumed["steps"] == 2 * STEPS_PER_EPOCH
+    first, second = resumed["attempts"]
+    assert (first["status"], first["ended_by"], first["resumed_from"]) == (
+        "interrupted",
+        stopped_by.name,
+        None,
+    )
+    assert (second["status"], second["resumed_from"], second["resumed_at_step"]) == (
+        "completed",
+        str(checkpoint),
+        STEPS_PER_EPOCH,
+    )
+    assert read_results(tmp_path) == resumed
 
 
 def test_ctrl_c_before_fit_is_recorded_and_the_console_says_how_to_start_again(
@@ -149,8 +161,10 @@ def test_ctrl_c_before_fit_is_recorded_and_the_console_says_how_to_start_again(
     assert exit_code == INTERRUPTED_EXIT_CODE
     results = read_results(tmp_path)
     assert (results["status"], results["error"], results["steps"]) == ("interrupted", None, 0)
-    again = shlex.join(["python", "train.py", *cfg.hydra.overrides.task])
+    again = shlex.join(
+        ["python", "train.py", *cfg.hydra.overrides.task, f"hydra.run.dir={tmp_path}"]
+    )
     assert messages == [
         f"Interrupted (SIGINT). Output directory: {tmp_path}\n"
-        f"No checkpoint was saved yet; start it again: {again}"
+        f"No checkpoint was saved yet; start it again in its folder: {again}"
     ]

@@ -99,9 +99,22 @@ def test_tiny_roberta_trains_with_fresh_pooler(train_config, tiny_roberta, tmp_p
     assert set(results["best"]) >= {"f1", "accuracy"}
 
 
-def test_isobn_statistics_are_saved_and_resume_continues_at_the_right_step(train_config, tmp_path):
+class StoppedAfterOneEpoch(RuntimeError):
+    pass
+
+
+def test_isobn_statistics_are_saved_and_resume_continues_at_the_right_step(
+    train_config, tmp_path, monkeypatch
+):
+    def stop_as_the_second_epoch_starts(self):
+        if self.current_epoch == 1:
+            raise StoppedAfterOneEpoch
+
     first_dir, second_dir = tmp_path / "first", tmp_path / "second"
-    train(train_config("norm=isobn", "trainer.max_epochs=1", output_dir=first_dir))
+    with monkeypatch.context() as patch:
+        patch.setattr(GLUEClassifier, "on_train_epoch_start", stop_as_the_second_epoch_starts)
+        with pytest.raises(StoppedAfterOneEpoch):
+            train(train_config("norm=isobn", output_dir=first_dir))
     checkpoint = torch.load(first_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["global_step"] == 8
     stats = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("norm.")}
@@ -111,10 +124,7 @@ def test_isobn_statistics_are_saved_and_resume_continues_at_the_right_step(train
     assert torch.equal(model.norm.run_cov, stats["norm.run_cov"])
 
     cfg = train_config(
-        "norm=isobn",
-        "trainer.max_epochs=2",
-        f"ckpt_path={first_dir}/checkpoints/last.ckpt",
-        output_dir=second_dir,
+        "norm=isobn", f"ckpt_path={first_dir}/checkpoints/last.ckpt", output_dir=second_dir
     )
     results = train(cfg)
     assert results["steps"] == 16

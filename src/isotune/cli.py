@@ -16,6 +16,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from isotune.errors import IsotuneError
+from isotune.resume import LAST_CHECKPOINT
 
 log = logging.getLogger("isotune")
 
@@ -27,7 +28,8 @@ def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
     """Turn an :class:`IsotuneError` into one log message, and print the output directory.
 
     A single run then exits with status 1; in a sweep the error is re-raised so that the job is
-    marked failed while the other jobs go on. Ctrl-C or SIGTERM stops the run (and a sweep) with
+    marked failed while the other jobs go on (any other error's traceback goes to the job's log
+    first: the sweep reports only its message). Ctrl-C or SIGTERM stops the run (and a sweep) with
     the shell's status for the signal (130, 143) after printing how to resume it.
     """
     try:
@@ -36,6 +38,10 @@ def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
         log.error("%s", error)
         if HydraConfig.get().mode == RunMode.RUN:
             sys.exit(1)
+        raise
+    except Exception:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:  # into the job's log: the sweep goes on
+            log.exception("The job failed; its traceback:")
         raise
     except KeyboardInterrupt as stop:
         stopped_by = getattr(stop, "signal", signal.SIGINT)
@@ -50,19 +56,23 @@ def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
 
 
 def resume_hint(cfg: DictConfig) -> str:
-    """The command that continues the run: from ``checkpoints/last.ckpt`` (saved at every epoch
-    end) if the run wrote one, else the same command again."""
+    """The command that continues the run in its own folder: started there again, a run resumes
+    from the ``checkpoints/last.ckpt`` it saved at its last epoch end (``resume=auto``); without
+    one it starts again from the beginning, in the same folder."""
     hydra = HydraConfig.get()
-    overrides = list(hydra.overrides.task)
+    output_dir = Path(cfg.paths.output_dir)
+    overrides = [o for o in hydra.overrides.task if not o.startswith("hydra.run.dir=")]
     if hydra.mode == RunMode.MULTIRUN:
         overrides.append("hydra.mode=RUN")  # this job alone, even from a preset that sweeps
-    checkpoint = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
-    if not checkpoint.is_file():
-        return f"No checkpoint was saved yet; start it again: {_command(overrides)}"
+    if not (output_dir / LAST_CHECKPOINT).is_file():
+        return (
+            "No checkpoint was saved yet; start it again in its folder: "
+            f"{_command([*overrides, f'hydra.run.dir={output_dir}'])}"
+        )
     overrides = [o for o in overrides if not o.startswith("ckpt_path=")]
     return (
-        "Resume it from the end of its last full epoch: "
-        f"{_command([*overrides, f'ckpt_path={checkpoint}'])}"
+        "Resume it in its folder, from the end of its last full epoch: "
+        f"{_command([*overrides, f'hydra.run.dir={output_dir}'])}"
     )
 
 

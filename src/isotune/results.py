@@ -1,10 +1,11 @@
 """``results.json``: one file per run saying what ran and how it ended, for tables and reruns.
 
-It is written when the run starts (status ``running``), rewritten at every epoch end with the
-results so far and an ``updated_at`` time, and rewritten when the run ends: ``completed``,
-``failed`` with the error, or ``interrupted`` by Ctrl-C or SIGTERM. A crashed job is thus never
-mistaken for a missing one, and a job killed without a chance to record its end (SIGKILL, out of
-memory) shows as a ``running`` file that stopped being updated.
+It is written when an attempt starts (status ``running``), rewritten at every epoch end with the
+results so far and an ``updated_at`` time, and rewritten when the attempt ends: ``completed``,
+``failed`` with the error, or ``interrupted`` by a signal. A run resumed in its folder appends an
+attempt instead of starting a new file. A crashed job is thus never mistaken for a missing one,
+and a job killed without a chance to record its end (SIGKILL, out of memory) shows as a
+``running`` file that stopped being updated.
 """
 
 from __future__ import annotations
@@ -43,7 +44,14 @@ def timestamp() -> str:
 
 
 class RunRecord:
-    """The results of one run, updated as it goes and rewritten to disk at each change.
+    """The record of one run folder, updated as the run goes and rewritten at each change.
+
+    A run may take several attempts in its folder (an interruption, then a resume; a requeue on a
+    cluster): each start appends to ``attempts`` (when it started, whether it resumed and from
+    which step, how and when it ended and the step it reached) and never overwrites an earlier
+    one; the top-level fields are the run's state as of the latest attempt, and ``wall_time_s``
+    counts every attempt. Nothing is written before :meth:`start`, so a start that is refused
+    (a checkpoint from another configuration) leaves an earlier record as it was.
 
     ``write=False`` keeps the record in memory only: the other processes of a DDP run share the
     run folder with rank 0, which alone measures isotropy and writes the file.
@@ -52,30 +60,114 @@ class RunRecord:
     def __init__(self, output_dir: str | Path, write: bool = True, **identity: Any) -> None:
         self.output_dir = Path(output_dir)
         self.write = write
+        self.identity = identity
+        self.earlier = _earlier_record(self.output_dir / RESULTS_FILE)
+        self.results: dict[str, Any] = {}
+        self.attempt: dict[str, Any] = {}
+        self._start = time.perf_counter()
+
+    @property
+    def has_earlier_attempts(self) -> bool:
+        return bool(self.earlier)
+
+    def start(self, resumed_from: str | None = None, resumed_at_step: int | None = None) -> None:
+        """Write the record with this attempt ``running`` after the earlier attempts."""
         self._start = time.perf_counter()
         started_at = timestamp()
-        self.results: dict[str, Any] = {
+        attempts = [_ended(attempt, self.earlier) for attempt in self.earlier.get("attempts", [])]
+        self.attempt = {
+            "started_at": started_at,
+            "resumed_from": resumed_from,
+            "resumed_at_step": resumed_at_step,
+        }
+        self.results = {
+            **{key: value for key, value in self.earlier.items() if key not in _PER_ATTEMPT},
             "status": "running",
             "error": None,
-            **identity,
+            **self.identity,
             "output_dir": str(self.output_dir.resolve()),
-            "started_at": started_at,
+            "started_at": self.earlier.get("started_at", started_at),
             "updated_at": started_at,
+            "attempts": [*attempts, self.attempt],
         }
-        if self.write:
-            write_results(self.output_dir, self.results)
+        self._write()
 
     def update(self, **fields: Any) -> dict[str, Any]:
         """Rewrite results.json with ``fields``, the wall time and ``updated_at`` so far."""
+        if not self.results:
+            self.start()
         self.results.update(fields)
-        self.results["wall_time_s"] = round(time.perf_counter() - self._start, 2)
+        elapsed = round(time.perf_counter() - self._start, 2)
+        earlier = sum(attempt.get("wall_time_s", 0.0) for attempt in self.results["attempts"][:-1])
+        self.attempt.update(wall_time_s=elapsed, steps=self.results.get("steps"))
+        self.results["wall_time_s"] = round(earlier + elapsed, 2)
         self.results["updated_at"] = timestamp()
-        if self.write:
-            write_results(self.output_dir, self.results)
+        self._write()
         return self.results
 
-    def finish(self, status: str, error: BaseException | None = None, **fields: Any) -> dict:
-        self.results["status"] = status
-        self.results["error"] = None if error is None else f"{type(error).__name__}: {error}"
-        self.results["finished_at"] = timestamp()
+    def finish(
+        self,
+        status: str,
+        error: BaseException | str | None = None,
+        interrupted_by: str | None = None,
+        **fields: Any,
+    ) -> dict:
+        """End the record (and this attempt) ``completed``, ``failed`` with the error, or
+        ``interrupted`` by a signal."""
+        if not self.results:
+            self.start()
+        message = error if error is None or isinstance(error, str) else describe_error(error)
+        finished_at = timestamp()
+        self.results.update(status=status, error=message, finished_at=finished_at)
+        self.results["interrupted_by"] = interrupted_by
+        self.attempt.update(ended_at=finished_at, status=status, ended_by=interrupted_by or message)
         return self.update(**fields)
+
+    def _write(self) -> None:
+        if self.write:
+            write_results(self.output_dir, self.results)
+
+
+# Fields that describe one attempt's end, not carried from an earlier attempt into a new one.
+_PER_ATTEMPT = ("status", "error", "interrupted_by", "finished_at", "wall_time_s")
+
+
+def _ended(attempt: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """An earlier attempt as it ended; one still ``running`` was killed without a chance to
+    record its end (SIGKILL, out of memory, a lost node), since its folder is being reused."""
+    if attempt.get("status", "running") != "running":
+        return attempt
+    return {
+        **attempt,
+        "status": "killed",
+        "ended_at": earlier.get("updated_at"),
+        "ended_by": "no end recorded (SIGKILL, out of memory or a lost node); time of its "
+        "last update",
+    }
+
+
+def describe_error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _earlier_record(path: Path) -> dict[str, Any]:
+    """The record an earlier attempt left in the folder ({} for none, or an unreadable one). A
+    record from before attempts were kept becomes one attempt."""
+    if not path.is_file():
+        return {}
+    try:
+        earlier = read_results(path)
+    except (OSError, ValueError):
+        return {}
+    if "attempts" not in earlier:
+        earlier["attempts"] = [
+            {
+                "started_at": earlier.get("started_at"),
+                "ended_at": earlier.get("finished_at") or earlier.get("updated_at"),
+                "status": earlier.get("status"),
+                "ended_by": earlier.get("interrupted_by") or earlier.get("error"),
+                "steps": earlier.get("steps"),
+                "wall_time_s": earlier.get("wall_time_s", 0.0),
+            }
+        ]
+    return earlier

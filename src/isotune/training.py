@@ -18,14 +18,24 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from isotune.adaptation import parameter_counts
+from isotune.checkpoints import RunConfigInCheckpoints
 from isotune.config_checks import check_train_config
+from isotune.csv_logging import RunCSVLogger
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
-from isotune.errors import RunInterrupted
+from isotune.errors import IsotuneError, RunInterrupted
 from isotune.instantiate import instantiate_all
 from isotune.isotropy.callback import IsotropyMonitor
 from isotune.module import GLUEClassifier
-from isotune.results import RunRecord
+from isotune.progress import EpochsFromOneProgressBar
+from isotune.results import RunRecord, describe_error
+from isotune.resume import (
+    check_same_run,
+    checkpoint_to_resume,
+    put_back_run_files,
+    read_checkpoint,
+    run_config,
+)
 from isotune.tasks import TaskSpec
 from isotune.wandb_logging import finish_wandb_runs
 
@@ -54,9 +64,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         primary_metric=cfg.task.primary_metric,
         overrides=_overrides(),
     )
+    resume_from, resumed_at_step = _checked_start(cfg, record)
+    record.start(str(resume_from) if resume_from else None, resumed_at_step)
     trainer = model = None
     try:
-        check_train_config(cfg)  # before any model loads: bad values fail in seconds
         L.seed_everything(cfg.seed, workers=True)
         task = TaskSpec.from_config(cfg.task)
         datamodule = GLUEDataModule(
@@ -83,26 +94,32 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             parameters["total"],
             100 * parameters["trainable_fraction"],
         )
+        callbacks = [
+            *instantiate_all(cfg.get("callbacks")),
+            RecordEveryEpoch(record),
+            RunConfigInCheckpoints(run_config(cfg), _overrides()),
+        ]
+        if cfg.trainer.get("enable_progress_bar", True):
+            callbacks.append(EpochsFromOneProgressBar())
         trainer: L.Trainer = instantiate(
             cfg.trainer,
-            callbacks=[*instantiate_all(cfg.get("callbacks")), RecordEveryEpoch(record)],
+            callbacks=callbacks,
             logger=instantiate_all(cfg.get("logger")) or False,
         )
+        continuing_in_folder = resumed_at_step is not None and record.has_earlier_attempts
         for logger in trainer.loggers:
             logger.log_hyperparams(_plain(cfg))
-            logger.log_metrics({f"params/{name}": n for name, n in parameters.items()}, step=0)
-        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+            if not continuing_in_folder:  # else logged by the run's first attempt
+                logger.log_metrics({f"params/{name}": n for name, n in parameters.items()}, step=0)
+            elif isinstance(logger, RunCSVLogger):
+                logger.drop_rows_after(resumed_at_step)  # the steps trained again
+        trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
         outcome = _outcome(model, trainer)  # before predicting reloads the best checkpoint
         if cfg.write_test_predictions:
             write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
     except BaseException as error:
         stopped_by = _stopping_signal(error, trainer)
-        if stopped_by is None:
-            results = record.finish("failed", error, **_outcome(model, trainer))
-        else:
-            results = record.finish(
-                "interrupted", interrupted_by=stopped_by.name, **_outcome(model, trainer)
-            )
+        results = _record_end(record, error, stopped_by, model, trainer)
         finish_wandb_runs(trainer.loggers if trainer else [], results)
         if stopped_by is not None:
             raise RunInterrupted(stopped_by) from error  # Lightning raises SystemExit for both
@@ -113,6 +130,57 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "Best dev %s: %s (epoch %s)", task.primary_metric, results["best"], results["best_epoch"]
     )
     return results
+
+
+def _checked_start(cfg: DictConfig, record: RunRecord) -> tuple[Path | None, int | None]:
+    """Check the config and the checkpoint to continue from, before anything heavy happens:
+    the checkpoint and the step it resumes at, or (None, None) for a fresh start.
+
+    A refused start is recorded ``failed`` in a new folder; in a folder that already holds a run
+    it changes nothing there (a resume typed with other settings must not overwrite its record)."""
+    checkpoint = None
+    try:
+        check_train_config(cfg)  # before any model loads: bad values fail in seconds
+        resume_from = checkpoint_to_resume(cfg)
+        if resume_from is None:
+            return None, None
+        checkpoint = read_checkpoint(resume_from)
+        check_same_run(checkpoint, resume_from, run_config(cfg))
+    except IsotuneError as error:
+        if not record.has_earlier_attempts:
+            record.finish("failed", error)
+        elif checkpoint is not None:
+            put_back_run_files(record.output_dir, checkpoint)
+        raise
+    step = int(checkpoint["global_step"])
+    log.info(
+        "Resuming from %s: step %d, %d epochs done (%s)",
+        resume_from,
+        step,
+        len(checkpoint.get("isotune_history", [])),
+        "this run's own checkpoint" if cfg.ckpt_path is None else "ckpt_path",
+    )
+    return resume_from, step
+
+
+def _record_end(
+    record: RunRecord,
+    error: BaseException,
+    stopped_by: signal.Signals | None,
+    model: GLUEClassifier | None,
+    trainer: L.Trainer | None,
+) -> dict[str, Any]:
+    """End the record ``interrupted`` or ``failed``, even when gathering the results fails too:
+    then ``failed`` with both errors, so no record outlives its process as ``running``."""
+    try:
+        outcome = _outcome(model, trainer)
+    except Exception as second:
+        log.exception("Could not gather the results after %s", describe_error(error))
+        both = f"{describe_error(error)}; then, while recording it: {describe_error(second)}"
+        return record.finish("failed", both)
+    if stopped_by is None:
+        return record.finish("failed", error, **outcome)
+    return record.finish("interrupted", interrupted_by=stopped_by.name, **outcome)
 
 
 def _outcome(model: GLUEClassifier | None, trainer: L.Trainer | None) -> dict[str, Any]:

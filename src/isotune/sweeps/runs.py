@@ -103,8 +103,9 @@ class Sweep:
 
     @property
     def enumerable(self) -> bool:
-        """Only the basic sweeper's jobs are a cartesian product known in advance."""
-        return self.sweeper.endswith(".BasicSweeper")
+        """Only the basic sweeper's jobs (also isotune's summarizing one, which is a basic
+        sweeper) are a cartesian product known in advance."""
+        return self.sweeper.endswith((".BasicSweeper", ".SummarizingSweeper"))
 
     def job_number(self, overrides: Sequence[str]) -> int | None:
         """The number of the job with these overrides (in any order), None if none has them."""

@@ -1,0 +1,71 @@
+"""Checks that must pass before Hydra makes a run's or a sweep's folder.
+
+Hydra creates the output folder (and writes ``.hydra/`` into it) before the task function starts,
+so a folder that cannot be created ends in Hydra's chained tracebacks, and a run refused by its
+own checks leaves an empty folder behind. These callbacks run first (``on_run_start``,
+``on_multirun_start``) and stop with one message and exit status 1. Hydra turns an ``Exception``
+raised in a callback into a warning and goes on, so they exit (``SystemExit``) instead.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+
+def stop(message: str) -> None:
+    print(f"Error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+class OutputFolderCheck(Callback):
+    """The run's (or the sweep's) folder can be created and written, or one message says why."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        check_writable(Path(str(config.hydra.run.dir)), "run", config)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        check_writable(Path(str(config.hydra.sweep.dir)), "sweep", config)
+
+
+def check_writable(folder: Path, what: str, config: DictConfig) -> None:
+    """Create ``folder`` and write a file in it, then remove what was created (Hydra makes the
+    folder a moment later, unless a later check stops the run first); stop with the reason and
+    the fix if either fails."""
+    created = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        log_dir = OmegaConf.select(config, "paths.log_dir", default=None)
+        stop(
+            f"Cannot write the {what}'s folder {folder}: {error.strerror or error}. It lies under "
+            f"paths.log_dir={log_dir}. Fix: run from a folder you can write, or set "
+            "paths.log_dir to one (e.g. paths.log_dir=$HOME/isotune-logs)."
+        )
+    finally:
+        for made in [folder, *folder.parents]:
+            if created is None or not made.is_relative_to(created) or not made.is_dir():
+                break
+            made.rmdir()
+
+
+class RequiredBeforeStart(Callback):
+    """A key the run cannot do without is set, else stop before any folder is made."""
+
+    def __init__(self, key: str, fix: str) -> None:
+        self.key = key
+        self.fix = fix
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if OmegaConf.select(config, self.key, default=None) is None:
+            stop(f"{self.key} is not set. Fix: {self.fix}")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.on_run_start(config)

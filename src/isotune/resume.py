@@ -1,0 +1,164 @@
+"""Continuing a run where it stopped: which checkpoint, and whether it belongs to this run.
+
+One run is one folder. Started again in its own folder (the command printed after an
+interruption, a SLURM requeue, ``python -m isotune.rerun``, or the same ``hydra.run.dir=`` typed
+again), a run with ``resume=auto`` continues from the folder's ``checkpoints/last.ckpt``; an
+explicit ``ckpt_path=`` wins over it, and ``resume=never`` starts afresh. Either way the checkpoint
+must be readable and must come from the same computation: every checkpoint carries its run's
+config (:data:`CONFIG_KEY`), and a difference in any key that changes what is computed stops the
+run with those keys named, before anything is written. Keys that only say where results go or how
+they are shown (:data:`BOOKKEEPING_KEYS`) may differ.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from isotune.errors import IsotuneError
+
+RESUME_MODES = ("auto", "never")
+LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
+CONFIG_KEY = "isotune_config"  # the run's resolved config, in every checkpoint it writes
+OVERRIDES_KEY = "isotune_overrides"  # its command-line overrides, to put .hydra/ back on refusal
+
+# Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,
+# what is logged where, how the console looks. Everything else must match to resume.
+BOOKKEEPING_KEYS = (
+    "paths.",
+    "ckpt_path",
+    "resume",
+    "logger",
+    "write_test_predictions",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+    "trainer.log_every_n_steps",
+    "trainer.default_root_dir",
+    "data.num_workers",
+    "callbacks.isotropy.figures",
+    "callbacks.isotropy.output_dir",
+    "callbacks.model_checkpoint.dirpath",
+    "callbacks.last_checkpoint.dirpath",
+)
+# Sections of the model's hyperparameters, compared for checkpoints older than CONFIG_KEY.
+MODEL_SECTIONS = ("task", "model", "norm", "optim", "reg", "adapt")
+
+
+def run_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config of a run as plain values, without Hydra's own section."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    return plain
+
+
+def checkpoint_to_resume(cfg: DictConfig) -> Path | None:
+    """``ckpt_path`` if given; else, with ``resume=auto``, the run folder's ``last.ckpt`` if it
+    has one (the same run started again in its folder); else None: a fresh start."""
+    if cfg.ckpt_path is not None:
+        return Path(cfg.ckpt_path).expanduser()
+    last = Path(cfg.paths.output_dir) / LAST_CHECKPOINT
+    return last if cfg.get("resume", "auto") == "auto" and last.is_file() else None
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint written by train.py, loaded on the CPU (memory-mapped: the weights are read
+    only when used); one clear error if it is missing, truncated or not such a checkpoint."""
+    import torch
+
+    if not path.is_file():
+        raise IsotuneError(
+            f"ckpt_path={path} is not a file. Fix: point it at checkpoints/last.ckpt (or "
+            "best.ckpt) inside a run folder written by train.py, or leave ckpt_path unset: a run "
+            "started again in its own folder resumes from its last.ckpt by itself."
+        )
+    if not zipfile.is_zipfile(path):  # what torch.save writes; a truncated one has lost its end
+        raise IsotuneError(
+            f"Cannot read {path} as a checkpoint written by train.py: it is not a complete "
+            "PyTorch checkpoint file (a job killed while saving leaves a truncated one; a "
+            "results.json or a log is not one). Fix: point ckpt_path at another checkpoint of "
+            "the run (checkpoints/last.ckpt or best.ckpt), or start afresh with resume=never."
+        )
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as error:
+        reason = str(error).strip().split(". ")[0][:200]  # torch's messages run on for lines
+        raise IsotuneError(
+            f"Cannot read {path} as a checkpoint written by train.py ({type(error).__name__}: "
+            f"{reason}). Fix: point ckpt_path at another checkpoint of the run, or start afresh "
+            "with resume=never."
+        ) from error
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise IsotuneError(
+            f"{path} is not a checkpoint written by train.py (no model weights in it). Fix: "
+            "point ckpt_path at checkpoints/last.ckpt or best.ckpt of a run folder."
+        )
+    return checkpoint
+
+
+def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """``key: saved -> current`` for every computation key whose value differs."""
+    old, new = _flatten(saved), _flatten(current)
+    return [
+        f"{key}: {old.get(key, '(absent)')!r} -> {new.get(key, '(absent)')!r}"
+        for key in sorted(old.keys() | new.keys())
+        if old.get(key) != new.get(key) and not _bookkeeping(key)
+    ]
+
+
+def check_same_run(checkpoint: Mapping[str, Any], path: Path, current: Mapping[str, Any]) -> None:
+    """Refuse to continue from ``checkpoint`` a run configured otherwise (never a silent mix).
+
+    Checkpoints older than :data:`CONFIG_KEY` are compared on the model's hyperparameters."""
+    saved = checkpoint.get(CONFIG_KEY)
+    if saved is None:
+        hyperparameters = checkpoint.get("hyper_parameters") or {}
+        saved = {key: hyperparameters[key] for key in MODEL_SECTIONS if hyperparameters.get(key)}
+        current = {key: current.get(key) for key in saved}
+    differences = config_differences(saved, current)
+    if differences:
+        listed = "\n".join(f"  {line}" for line in differences)
+        raise IsotuneError(
+            f"The checkpoint {path} comes from a run configured otherwise, so continuing from it "
+            f"would mix two computations. The keys that differ (checkpoint -> now):\n{listed}\n"
+            "Fix: run with the checkpoint's settings (its run folder's .hydra/overrides.yaml), "
+            "or start afresh in a new folder (or here with resume=never)."
+        )
+
+
+def _bookkeeping(key: str) -> bool:
+    return any(
+        key.startswith(prefix)
+        if prefix.endswith(".")
+        else key == prefix or key.startswith(prefix + ".")
+        for prefix in BOOKKEEPING_KEYS
+    )
+
+
+def _flatten(values: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as ``{"a.b": leaf}``; lists and scalars are leaves."""
+    if not isinstance(values, Mapping):
+        return {prefix.rstrip("."): values}
+    if not values and prefix:
+        return {prefix.rstrip("."): {}}
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        flat.update(_flatten(value, f"{prefix}{key}."))
+    return flat
+
+
+def put_back_run_files(output_dir: Path, checkpoint: Mapping[str, Any]) -> None:
+    """Put the folder's own ``.hydra/config.yaml`` and ``overrides.yaml`` back after a refused
+    start: Hydra rewrote them with the refused command's before the run began, and
+    ``isotune.rerun`` reads the overrides to run the job again."""
+    hydra_dir = Path(output_dir) / ".hydra"
+    if CONFIG_KEY in checkpoint and hydra_dir.is_dir():
+        OmegaConf.save(OmegaConf.create(checkpoint[CONFIG_KEY]), hydra_dir / "config.yaml")
+    if OVERRIDES_KEY in checkpoint and hydra_dir.is_dir():
+        OmegaConf.save(
+            OmegaConf.create(list(checkpoint[OVERRIDES_KEY])), hydra_dir / "overrides.yaml"
+        )

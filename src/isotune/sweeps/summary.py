@@ -1,0 +1,49 @@
+"""The few lines a sweep ends with: how many of its jobs completed, and each one that did not,
+with its folder and message, read from the jobs' results.json (so it says the same whichever
+launcher ran them, and whether they ran here or on a cluster)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from isotune.sweeps.runs import Sweep, load_runs, missing_jobs, unfinished_runs
+
+MESSAGE_WIDTH = 160  # characters of a failed job's message; the whole one is in its results.json
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    text: str
+    all_completed: bool
+
+
+def summarize_sweep(sweep_dir: Path) -> SweepSummary:
+    """How the jobs of the sweep in ``sweep_dir`` ended, as lines for the console."""
+    sweep = Sweep.load(sweep_dir)
+    runs = load_runs(sweep.dir)
+    unfinished = unfinished_runs(runs, [sweep])
+    missing = missing_jobs([sweep], runs)
+    completed = sum(run.completed for run in runs)
+    total = len(sweep.expected_jobs) if sweep.enumerable else len(runs)
+    now = datetime.now().astimezone()
+    lines = [
+        f"Sweep {sweep.dir.resolve()}: {completed} of {total} jobs completed"
+        + (f", {len(unfinished) + len(missing)} did not:" if unfinished or missing else ".")
+    ]
+    lines += [
+        f"  #{run.job_dir.name} {_short(run.describe(now))}  ({run.job_dir})" for run in unfinished
+    ]
+    lines += [
+        f"  #{job.number} missing (no results.json): {shlex.join(job.overrides)}" for job in missing
+    ]
+    if unfinished or missing:
+        lines.append(f"Rerun them with: python -m isotune.rerun {sweep.dir}")
+    return SweepSummary("\n".join(lines), all_completed=not unfinished and not missing)
+
+
+def _short(message: str) -> str:
+    first = " ".join(message.split())
+    return first if len(first) <= MESSAGE_WIDTH else first[: MESSAGE_WIDTH - 3] + "..."
