@@ -274,7 +274,8 @@ def test_an_interrupted_run_is_listed_and_rerun_in_place(sweep_dir, capsys):
     assert rerun.main([str(sweep_dir), "--dry-run"]) == 0
     out = capsys.readouterr().out
     (command,) = rerun_commands(sweep_dir, [(overrides, sweep_dir / "9")])
-    assert f"# interrupted (SIGTERM) before it finished\n{command}\n" in out
+    continues = "starts again from the beginning (no checkpoint saved)"
+    assert f"# interrupted (SIGTERM) before it finished; {continues}\n{command}\n" in out
 
 
 def test_duplicate_runs_keep_the_latest(sweep_dir):
@@ -335,7 +336,8 @@ def test_wandb_summary_run_is_online_with_credentials(sweep_dir, monkeypatch):
     )
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.setenv("WANDB_MODE", "online")
-    monkeypatch.setenv("WANDB_API_KEY", "not-a-real-key")
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)  # well-formed, and the server answers:
+    monkeypatch.setattr("isotune.wandb_logging.reachable", lambda url, timeout=3.0: True)
     assert aggregate.main([str(sweep_dir), "--wandb", "--wandb-project", "p"]) == 0
     init = logged["init"]
     assert (init["mode"], init["project"], init["group"]) == ("online", "p", sweep_dir.name)
@@ -445,3 +447,29 @@ def test_rerun_refuses_while_the_sweep_still_runs(sweep_dir, capsys):
 def test_rerun_needs_a_sweep_directory(tmp_path, capsys):
     assert rerun.main([str(tmp_path), "--dry-run"]) == 2
     assert "is not a Hydra multirun directory (no multirun.yaml)" in capsys.readouterr().err
+
+
+def test_runs_that_took_several_attempts_are_counted_and_a_warned_one_is_not_failed(sweep_dir):
+    ended = [
+        {"status": "interrupted", "ended_by": "SIGUSR2"},
+        {"status": "interrupted", "ended_by": "SIGUSR2"},
+    ]
+    job = sweep_dir / str(job_number(1, "rte", "none"))
+    requeued = json.loads((job / "results.json").read_text())
+    requeued.update(status="interrupted", interrupted_by="SIGUSR2", error=None, attempts=ended)
+    (job / "results.json").write_text(json.dumps(requeued))
+    done = sweep_dir / "extra" / "results.json"
+    (done).write_text(
+        json.dumps({**json.loads(done.read_text()), "attempts": [*ended, {"status": "completed"}]})
+    )
+
+    report = aggregate.aggregate([sweep_dir]).report()
+    assert (
+        f"- {job}: interrupted (SIGUSR2) before it finished, waiting to be requeued if its "
+        "launcher requeues it (attempt 2)"
+    ) in report
+    assert "## Runs that took several attempts (2)" in report
+    assert (
+        f"- {sweep_dir / 'extra'}: 3 attempts: interrupted (SIGUSR2), interrupted (SIGUSR2), "
+        "completed"
+    ) in report

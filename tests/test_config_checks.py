@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from isotune.config_checks import check_train_config
 from isotune.errors import IsotuneError
 from isotune.training import train
 from tests.conftest import CONF_DIR, compose_train_config
-from tests.test_train import run_cli
+from tests.helpers.cli import run_cli
 
 NOT_A_MODEL = "/no/such/model-folder"  # loading it would fail: a failure must come before that
 
@@ -38,7 +39,7 @@ def problems(*overrides: str) -> list[str]:
         ["norm=isobn", "norm.momentum=1", "norm.beta=0", "trainer.max_epochs=null"],
     ],
 )
-def test_shipped_configs_and_range_edges_pass(overrides):
+def test_shipped_configs_and_range_edges_pass(overrides, gpu_visible):
     check_train_config(compose_train_config(overrides))
 
 
@@ -83,6 +84,112 @@ def test_norm_options_are_checked_where_the_norm_has_them(norm, override, line):
     assert [reported.strip() for reported in problems(f"norm={norm}", override)] == [line]
 
 
+@pytest.mark.parametrize(
+    ("norm", "line"),
+    [
+        (
+            "isobn",
+            "data.batch_size=1: must be >= 2 with norm=isobn: IsoBN skips training batches of "
+            "fewer than 2 examples, so its running statistics would never update and the run, "
+            "recorded as norm=isobn, would go without it (a batch of one has no variance); or use "
+            "norm=none",
+        ),
+        (
+            "whitening",
+            "data.batch_size=1: must be >= 2 with norm=whitening: IterNormWhitening skips "
+            "training batches of fewer than 2 examples, so its running statistics would never "
+            "update and the run, recorded as norm=whitening, would go without it (a batch of one "
+            "has no variance); or use norm=none",
+        ),
+        (
+            "batchnorm",
+            "data.batch_size=1: must be >= 2 with norm=batchnorm: BatchNorm1d raises on a training "
+            "batch of fewer than 2 examples (a batch of one has no variance); or use norm=none",
+        ),
+    ],
+)
+def test_a_batch_of_one_is_refused_for_norms_with_statistics(norm, line):
+    (reported,) = problems(f"norm={norm}", "data.batch_size=1")
+    assert reported.strip() == line
+
+
+def test_a_last_batch_of_one_is_refused_where_the_norm_raises_on_it():
+    (reported,) = problems("norm=batchnorm", "data.drop_last=false")
+    assert reported.strip() == (
+        "data.drop_last=False: must be true with norm=batchnorm: the last training batch of each "
+        "epoch holds the len(train) mod data.batch_size leftover examples, and BatchNorm1d raises "
+        "on a training batch of fewer than 2 examples (the run stops in its first epoch where that "
+        "leaves a batch of fewer than 2)"
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["norm=none", "data.batch_size=1", "data.drop_last=false"],  # no statistics to learn
+        ["norm=isobn", "data.batch_size=2", "data.drop_last=false"],  # a last batch of one: skipped
+        ["norm=whitening", "data.batch_size=2", "data.drop_last=false"],
+        ["norm=batchnorm", "data.batch_size=2"],
+    ],
+)
+def test_batches_every_norm_can_learn_from_pass(overrides):
+    check_train_config(compose_train_config(overrides))
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """A machine whose torch sees no GPU, CUDA or Apple's."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    return monkeypatch
+
+
+GPU_FIX = "use trainer=cpu, or trainer=default (accelerator auto: a GPU where there is one)"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "value"),
+    [
+        (["trainer=gpu"], "'gpu'"),
+        (["trainer=ddp"], "'gpu'"),
+        (["trainer=cpu", "trainer.accelerator=cuda"], "'cuda'"),
+        (["experiment=isobn_glue"], "'gpu'"),
+    ],
+)
+def test_a_gpu_accelerator_without_a_gpu_names_the_value_the_build_and_the_fix(
+    no_gpu, overrides, value
+):
+    no_gpu.setattr(torch.version, "cuda", None)
+    (reported,) = problems(*overrides)
+    assert reported.strip() == (
+        f"trainer.accelerator={value}: needs a CUDA GPU, but torch sees none (this torch, "
+        f"{torch.__version__}, is a CPU build: torch.version.cuda is None); {GPU_FIX}"
+    )
+    no_gpu.setattr(torch.version, "cuda", "12.8")
+    (reported,) = problems(*overrides)
+    assert reported.strip() == (
+        f"trainer.accelerator={value}: needs a CUDA GPU, but torch sees none (check nvidia-smi "
+        f"and CUDA_VISIBLE_DEVICES); {GPU_FIX}"
+    )
+
+
+def test_a_gpu_accelerator_passes_where_torch_sees_one(gpu_visible):
+    for trainer in ("gpu", "ddp"):
+        check_train_config(compose_train_config([f"trainer={trainer}"]))
+
+
+def test_gpu_may_be_apples_mps_but_cuda_may_not(no_gpu):
+    no_gpu.setattr(torch.backends.mps, "is_available", lambda: True)
+    check_train_config(compose_train_config(["trainer=gpu"]))  # Lightning takes MPS for "gpu"
+    (reported,) = problems("trainer.accelerator=cuda")
+    assert reported.strip().startswith("trainer.accelerator='cuda': needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("trainer", ["default", "cpu", "cpu_bf16"])
+def test_cpu_and_auto_accelerators_need_no_gpu(no_gpu, trainer):
+    check_train_config(compose_train_config([f"trainer={trainer}"]))
+
+
 def test_every_problem_is_reported_at_once_one_line_each():
     reported = problems("seed=abc", "data.batch_size=0", "optim.lr=-1")
     assert reported == [
@@ -90,6 +197,31 @@ def test_every_problem_is_reported_at_once_one_line_each():
         "  data.batch_size=0: must be an integer >= 1",
         "  optim.lr=-1: must be a finite number > 0",
     ]
+
+
+def test_norm_and_machine_problems_are_listed_with_the_others(no_gpu):
+    reported = problems("seed=abc", "norm=isobn", "data.batch_size=1", "trainer=gpu")
+    assert [line.split(":")[0] for line in reported] == [
+        "  seed='abc'",
+        "  data.batch_size=1",
+        "  trainer.accelerator='gpu'",
+    ]
+
+
+def test_a_norm_without_batches_fails_the_run_before_the_model_loads(
+    no_gpu, train_config, tmp_path
+):
+    cfg = train_config(
+        "norm=isobn",
+        "data.batch_size=1",
+        "trainer.accelerator=gpu",
+        f"model.name_or_path={NOT_A_MODEL}",
+    )
+    with pytest.raises(IsotuneError, match=r"data.batch_size=1: must be >= 2 with norm=isobn"):
+        train(cfg)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["status"] == "failed"
+    assert "trainer.accelerator='gpu': needs a CUDA GPU" in results["error"]
 
 
 def test_a_bad_value_fails_the_run_before_the_model_loads(train_config, tmp_path):

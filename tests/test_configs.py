@@ -6,13 +6,16 @@ from pathlib import Path
 
 import pytest
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.callbacks import EarlyStopping
+from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from omegaconf import OmegaConf
 
+from isotune.checkpoints import RunCheckpoint
+from isotune.csv_logging import RunCSVLogger
+from isotune.errors import IsotuneError
 from isotune.isotropy.callback import IsotropyMonitor
 from isotune.norms import NORMS, build_norm
-from isotune.rng_state import EpochRngState
+from isotune.rng_state import BatchRngState
 from isotune.sweeps import gpu_slots
 from isotune.tasks import TaskSpec
 from tests.conftest import CONF_DIR, compose_train_config
@@ -41,6 +44,40 @@ def test_every_task_composes_and_monitors_its_primary_metric(name, tmp_path):
     assert cfg.callbacks.early_stopping.monitor == f"val/{task.primary_metric}"
 
 
+def task_config(name: str, **changes) -> dict:
+    return {**OmegaConf.to_container(OmegaConf.load(CONF_DIR / "task" / f"{name}.yaml")), **changes}
+
+
+def test_only_regression_tasks_bound_their_labels(tmp_path):
+    for name in options("task"):
+        task = TaskSpec.from_config(task_config(name))
+        assert (task.label_range is not None) == task.is_regression, name
+    stsb = compose_train_config(["task=stsb", "task.label_range=[1,10]"], tmp_path).task
+    assert TaskSpec.from_config(stsb).label_range == (1, 10)  # a list on the command line
+
+
+@pytest.mark.parametrize(
+    ("name", "label_range", "problem"),
+    [
+        ("stsb", [5, 0], "Task stsb: label_range=[5, 0] must be two finite numbers, low < high"),
+        ("stsb", [0, 0], "Task stsb: label_range=[0, 0] must be two finite numbers, low < high"),
+        ("stsb", [0], "Task stsb: label_range=[0] must be two finite numbers, low < high"),
+        ("stsb", [0, float("inf")], "Task stsb: label_range=[0, inf] must be two finite numbers"),
+        ("stsb", "0-5", "Task stsb: label_range='0-5' must be two finite numbers, low < high"),
+        ("rte", [0, 1], "Task rte: label_range=[0, 1] bounds regression scores, but rte has class"),
+    ],
+)
+def test_a_bad_label_range_names_the_task_the_value_and_the_fix(name, label_range, problem):
+    with pytest.raises(IsotuneError) as raised:
+        TaskSpec.from_config(task_config(name, label_range=label_range))
+    message = str(raised.value)
+    assert message.startswith(problem)
+    if name == "rte":
+        assert message.endswith("Fix: remove label_range from conf/task/rte.yaml.")
+    else:
+        assert "Fix: set it in conf/task/stsb.yaml or with task.label_range=[low,high]" in message
+
+
 def test_all_glue_tasks_are_present():
     assert options("task") == ["cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli"]
 
@@ -57,7 +94,7 @@ def test_every_norm_composes_and_builds(name, tmp_path):
     cfg = compose_train_config([f"norm={name}"], tmp_path)
     options_ = OmegaConf.to_container(cfg.norm)
     module = build_norm(options_.pop("name"), 8, **options_)
-    assert type(module) is NORMS[name]
+    assert type(module) is NORMS[name].module
     assert {option: getattr(module, option) for option in options_} == options_
     if name == "isobn":  # the released code's defaults
         assert (module.momentum, module.eps, module.beta, module.bias_correction) == (
@@ -103,7 +140,7 @@ def test_trainer_takes_the_lightning_knobs(name, tmp_path):
 
 
 LOGGERS = {
-    "csv": [CSVLogger],
+    "csv": [RunCSVLogger],
     "tensorboard": [TensorBoardLogger],
     "wandb": [WandbLogger],
     "none": [],
@@ -146,9 +183,9 @@ def test_every_debug_preset_limits_the_run(name, tmp_path):
 
 CALLBACK_SETS = {
     "default": {
-        "model_checkpoint": ModelCheckpoint,
-        "last_checkpoint": ModelCheckpoint,
-        "rng_state": EpochRngState,
+        "model_checkpoint": RunCheckpoint,
+        "last_checkpoint": RunCheckpoint,
+        "rng_state": BatchRngState,
         "early_stopping": EarlyStopping,
         "isotropy": IsotropyMonitor,
     },

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,141 @@ def test_unknown_label_names_value_file_and_line(tmp_path, glue_dir):
     (folder / "dev.tsv").write_text("\n".join(lines) + "\n")
     with pytest.raises(IsotuneError, match=r"dev.tsv, line 4: label 'contradiction'.*entailment"):
         load_split(load_task("rte"), "validation", tmp_path)
+
+
+def glue_copy(tmp_path: Path, glue_dir: Path, folder: str, file: str, line: int, row: str) -> Path:
+    """A copy of the fixtures' ``folder`` whose ``file`` has ``row`` at (1-based) ``line``."""
+    copy = tmp_path / "glue"
+    shutil.copytree(Path(glue_dir) / folder, copy / folder)
+    lines = (copy / folder / file).read_text().splitlines()
+    lines[line - 1] = row
+    (copy / folder / file).write_text("\n".join(lines) + "\n")
+    return copy
+
+
+def stsb_row(score: str) -> str:
+    return f"5\tg\tf\ty\t5\ts\ts\ta cat sat .\ta dog ran .\t{score}"
+
+
+@pytest.mark.parametrize(
+    ("score", "problem"),
+    [
+        ("7.5", "score 7.5 is outside [0, 5], the range of task stsb's scores (label_range in"),
+        ("-0.25", "score -0.25 is outside [0, 5], the range of task stsb's scores (label_range"),
+        ("nan", "score nan is not a finite number, so the training loss of task stsb would "),
+        ("inf", "score inf is not a finite number, so the training loss of task stsb would "),
+    ],
+)
+def test_score_outside_the_range_or_not_finite_names_file_line_and_value(
+    tmp_path, glue_dir, score, problem
+):
+    copy = glue_copy(tmp_path, glue_dir, "STS-B", "train.tsv", 7, stsb_row(score))
+    with pytest.raises(IsotuneError) as raised:
+        load_split(load_task("stsb"), "train", copy)
+    message = str(raised.value)
+    assert message.startswith(f"{copy / 'STS-B' / 'train.tsv'}, line 7: {problem}")
+    assert "Fix: correct or remove the row" in message
+
+
+def test_a_wider_label_range_accepts_scores_on_another_scale(tmp_path, glue_dir):
+    copy = glue_copy(tmp_path, glue_dir, "STS-B", "train.tsv", 7, stsb_row("7.5"))
+    wider = dataclasses.replace(load_task("stsb"), label_range=(0, 10))
+    assert load_split(wider, "train", copy)[5]["label"] == 7.5
+    scores = [example["label"] for example in load_split(load_task("stsb"), "train", glue_dir)]
+    assert min(scores) == 0.5 and max(scores) == 4.5  # the fixtures are within [0, 5]
+
+
+def test_a_nan_score_fails_the_run_naming_the_row_not_the_learning_rate(
+    train_config, tmp_path, glue_dir
+):
+    copy = glue_copy(tmp_path, glue_dir, "STS-B", "dev.tsv", 3, stsb_row("nan"))
+    with pytest.raises(IsotuneError, match=r"dev.tsv, line 3: score nan is not a finite number"):
+        train(train_config("task=stsb", f"paths.glue_dir={copy}"))
+    error = json.loads((tmp_path / "results.json").read_text())["error"]
+    assert "line 3: score nan" in error and "optim.lr" not in error
+
+
+class FakeHub:
+    """``datasets.load_dataset`` answering with the given rows, as a data set of dicts."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = rows
+        self.asked: list[tuple[str, str, str]] = []
+
+    def __call__(self, path: str, name: str, split: str) -> list[dict]:
+        self.asked.append((path, name, split))
+        return self.rows
+
+
+def hub_rows(labels: list) -> list[dict]:
+    return [
+        {"sentence1": "a cat sat .", "sentence2": "a dog ran .", "label": label, "idx": i}
+        for i, label in enumerate(labels)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("task", "labels", "problem"),
+    [
+        ("stsb", [1.0, 4.2, 7.5], "row 2 of nyu-mll/glue/stsb (train): score 7.5 is outside [0, 5"),
+        ("stsb", [float("nan")], "row 0 of nyu-mll/glue/stsb (train): score nan is not a finite"),
+        (
+            "rte",
+            [0, 1, 1, 2],
+            "row 3 of nyu-mll/glue/rte (train): label 2 is not a class id of task rte; expected 0 "
+            "to 1 (entailment, not_entailment).",
+        ),
+        ("rte", [0, -1], "row 1 of nyu-mll/glue/rte (train): label -1 is not a class id"),
+    ],
+)
+def test_hub_labels_get_the_same_check_located_by_row(monkeypatch, task, labels, problem):
+    datasets = pytest.importorskip("datasets")
+    hub = FakeHub(hub_rows(labels))
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    with pytest.raises(IsotuneError) as raised:
+        load_split(load_task(task), "train", None)
+    assert str(raised.value).startswith(problem)
+    assert hub.asked == [("nyu-mll/glue", task, "train")]
+
+
+def test_hub_test_split_labels_are_not_checked(monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets, "load_dataset", FakeHub(hub_rows([-1, -1])))
+    assert [ex["label"] for ex in load_split(load_task("stsb"), "test", None)] == [-1, -1]
+    monkeypatch.setattr(datasets, "load_dataset", FakeHub(hub_rows([0.5, 5.0])))
+    assert [ex["label"] for ex in load_split(load_task("stsb"), "validation", None)] == [0.5, 5.0]
+
+
+def test_empty_file_names_the_file_and_what_a_valid_one_holds(tmp_path):
+    (tmp_path / "RTE").mkdir()
+    (tmp_path / "RTE" / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n\n")
+    with pytest.raises(IsotuneError) as raised:
+        load_split(load_task("rte"), "train", tmp_path)
+    assert str(raised.value) == (
+        f"{tmp_path / 'RTE' / 'train.tsv'} has no examples (the train split of task rte). Fix: "
+        "use the official GLUE file, which has a header row, then one tab-separated example per "
+        "line, with columns (counted from 0) {'sentence1': 1, 'sentence2': 2, 'label': 3} as "
+        "conf/task/rte.yaml reads them."
+    )
+    (tmp_path / "CoLA").mkdir()
+    (tmp_path / "CoLA" / "dev.tsv").write_text("")
+    with pytest.raises(IsotuneError) as raised:
+        load_split(load_task("cola"), "validation", tmp_path)
+    assert str(raised.value).startswith(
+        f"{tmp_path / 'CoLA' / 'dev.tsv'} has no examples (the validation split of task cola). "
+        "Fix: use the official GLUE file, which has no header row: one tab-separated example per "
+        "line, with columns (counted from 0) {'sentence': 3, 'label': 1}"
+    )
+
+
+def test_empty_hub_split_names_the_data_set_and_the_fix(monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets, "load_dataset", FakeHub([]))
+    with pytest.raises(IsotuneError) as raised:
+        load_split(load_task("rte"), "validation", None)
+    message = str(raised.value)
+    assert message.startswith("nyu-mll/glue/rte (validation) has no rows. Fix: delete its folder")
+    assert message.endswith("(<GLUE_DIR>/RTE/dev.tsv).")
 
 
 def test_missing_task_files_name_the_path_and_the_fix(tmp_path):

@@ -1,14 +1,19 @@
-"""Model loading faults point at the real cause: a missing folder, missing files, or the Hub."""
+"""Model loading faults point at the real cause: a missing folder, missing files, or the Hub;
+a Hub that cannot be reached costs seconds, not a minute of retries."""
 
 from __future__ import annotations
 
+import logging
 import shutil
+import time
 from pathlib import Path
 
 import pytest
+from huggingface_hub import constants as hub_constants
 
 from isotune.encoders import load_encoder, load_tokenizer
 from isotune.errors import IsotuneError
+from tests.helpers.network import closed_port_url
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 FOLDER_HELP = (
@@ -53,7 +58,70 @@ def test_hub_names_keep_the_offline_message(name):
         load_tokenizer(name)
     message = str(raised.value)
     assert message.startswith(f"Model {name!r} is not available: it is not a local folder")
+    assert "it cannot be downloaded now: HF_HUB_OFFLINE is set." in message
     assert f"`hf download {name} --local-dir DIR`" in message
+
+
+@pytest.fixture
+def unreachable_hub(monkeypatch, tmp_path):
+    """HF_HUB_OFFLINE unset, HF_ENDPOINT a closed local port, an empty cache. huggingface_hub
+    reads these at import, so its constants are set too, as they would be had the environment
+    said so before Python started (conftest.py sets HF_HUB_OFFLINE=1 for the other tests)."""
+    url = closed_port_url()
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub_constants, "ENDPOINT", url)
+    monkeypatch.setattr(
+        hub_constants,
+        "HUGGINGFACE_CO_URL_TEMPLATE",
+        url + "/{repo_id}/resolve/{revision}/{filename}",
+    )
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    return url
+
+
+def assert_no_retries(caplog, capfd, url: str) -> None:
+    printed = capfd.readouterr()
+    for said in (caplog.text, printed.out, printed.err):
+        assert "retry" not in said.lower() and url not in said
+
+
+@pytest.mark.parametrize("load", [load_tokenizer, load_encoder])
+@pytest.mark.parametrize("name", ["bert-base-cased", "no-such-org/no-such-model"])
+def test_an_unreachable_hub_fails_at_once_without_retries(
+    unreachable_hub, load, name, caplog, capfd
+):
+    start = time.monotonic()
+    with caplog.at_level(logging.DEBUG), pytest.raises(IsotuneError) as raised:
+        load(name)
+    assert time.monotonic() - start < 30  # a sanity bound: retrying took 50 s, this takes ~0
+    assert str(raised.value).startswith(
+        f"Model {name!r} is not available: it is not a local folder, not in the Hugging Face "
+        f"cache, and it cannot be downloaded now: the Hugging Face Hub ({unreachable_hub}) "
+        "could not be reached. Fix: "
+    )
+    assert_no_retries(caplog, capfd, unreachable_hub)
+
+
+def test_a_cached_model_loads_while_the_hub_is_unreachable(
+    unreachable_hub, tiny_bert, caplog, capfd
+):
+    # The layout huggingface_hub's cache uses: a snapshot per revision, refs/main names it.
+    repo = Path(hub_constants.HF_HUB_CACHE) / "models--some-org--tiny-bert"
+    (repo / "snapshots").mkdir(parents=True)
+    copy_of(tiny_bert, repo / "snapshots" / "0123abc")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abc")
+    start = time.monotonic()
+    with caplog.at_level(logging.DEBUG):
+        tokenizer = load_tokenizer("some-org/tiny-bert")
+        encoder = load_encoder("some-org/tiny-bert")
+    assert time.monotonic() - start < 30
+    assert tokenizer.get_vocab() == load_tokenizer(str(tiny_bert)).get_vocab()
+    assert encoder.config.hidden_size == 32
+    assert_no_retries(caplog, capfd, unreachable_hub)
 
 
 def test_a_file_is_not_a_model_folder(tiny_bert):

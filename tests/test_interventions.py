@@ -263,7 +263,7 @@ def test_a_whitening_group_size_that_does_not_divide_the_hidden_size_is_one_clea
 
 
 # -- presets, schedule, tables and groups -------------------------------------------------------
-def test_istar_sst2_is_the_released_protocol_in_one_job(tmp_path):
+def test_istar_sst2_is_the_released_protocol_in_one_job(tmp_path, gpu_visible):
     cfg = compose_train_config(["experiment=istar_sst2"], tmp_path)
     check_train_config(cfg)
     assert cfg.hydra.mode is None and cfg.hydra.sweeper.params is None  # one run, no sweep
@@ -274,7 +274,9 @@ def test_istar_sst2_is_the_released_protocol_in_one_job(tmp_path):
     assert (cfg.optim.lr, cfg.optim.warmup_ratio, cfg.optim.schedule) == (1e-5, 0.0, "constant")
 
 
-def test_interventions_preset_sweeps_every_intervention_over_four_tasks_and_five_seeds(tmp_path):
+def test_interventions_preset_sweeps_every_intervention_over_four_tasks_and_five_seeds(
+    tmp_path, gpu_visible
+):
     cfg = compose_train_config(["experiment=interventions"], tmp_path)
     params = cfg.hydra.sweeper.params
     jobs = basic_sweep_jobs([f"{key}={value}" for key, value in params.items()])

@@ -31,6 +31,7 @@ from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
 from isotune.training import train
 from tests.conftest import compose_train_config, tiny_run_overrides
+from tests.helpers.stops import run_one_epoch
 
 TOKEN_VIEWS = ("layer0_tokens", "layer-1_tokens")
 
@@ -334,14 +335,10 @@ def test_probe_set_is_seeded_and_capped(train_config):
     assert len(probe_indices(3, 1000)) == 24  # the whole (fixture) dev split
 
 
-def test_resume_keeps_epoch_zero_and_continues(train_config, tmp_path):
+def test_resume_keeps_epoch_zero_and_continues(train_config, tmp_path, monkeypatch):
     first, second = tmp_path / "a", tmp_path / "b"
-    train(train_config("trainer.max_epochs=1", output_dir=first))
-    results = train(
-        train_config(
-            "trainer.max_epochs=2", f"ckpt_path={first}/checkpoints/last.ckpt", output_dir=second
-        )
-    )
+    run_one_epoch(lambda: train(train_config(output_dir=first)), monkeypatch)
+    results = train(train_config(f"ckpt_path={first}/checkpoints/last.ckpt", output_dir=second))
     before = json.loads((first / "results.json").read_text())["isotropy"]
     assert sorted(results["isotropy"]["per_epoch"]) == ["0", "1", "2"]
     assert results["isotropy"]["pretrained"] == before["pretrained"]

@@ -7,10 +7,13 @@ import logging
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
-from isotune.norms import IsoBN, build_norm
+from isotune.norms import NORMS, IsoBN, build_norm, statistics_never_updated
 from isotune.training import train
+from isotune.whitening import IterNormWhitening
+from tests.conftest import CONF_DIR
 
 D = 6
 
@@ -361,3 +364,59 @@ def test_build_norm_variants():
     assert isinstance(isobn, IsoBN) and isobn.beta == 0.3
     with pytest.raises(ValueError, match="Unknown norm 'layernorm'"):
         build_norm("layernorm", 8)
+
+
+def configured_norm(name: str, num_features: int = 8) -> nn.Module:
+    """The norm as ``norm=<name>`` builds it, with its config's options."""
+    options = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "norm" / f"{name}.yaml"))
+    return build_norm(options.pop("name"), num_features, **options)
+
+
+@pytest.mark.parametrize("name", [name for name, norm in NORMS.items() if norm.min_batch_size > 1])
+def test_each_norm_learns_from_the_smallest_batch_it_declares_and_not_below(name):
+    norm, smallest = configured_norm(name).train(), NORMS[name].min_batch_size
+    assert statistics_never_updated(norm)
+    too_small = torch.randn(smallest - 1, 8)
+    if NORMS[name].smaller_batch_raises:
+        with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
+            norm(too_small)
+        norm = configured_norm(name).train()  # BatchNorm1d counted the batch before raising
+    else:
+        norm(too_small)
+        assert statistics_never_updated(norm)
+    norm(torch.randn(smallest, 8))
+    assert not statistics_never_updated(norm)
+
+
+WITH_STATISTICS = {
+    "isobn": lambda: IsoBN(D),
+    "batchnorm": lambda: nn.BatchNorm1d(D),
+    "whitening": lambda: IterNormWhitening(D, group_size=3),
+}
+
+
+@pytest.mark.parametrize("make", WITH_STATISTICS.values(), ids=WITH_STATISTICS)
+def test_statistics_never_updated_until_a_batch_is_folded_in(make):
+    norm = make()
+    assert statistics_never_updated(norm)
+    norm.eval()(torch.randn(16, D))  # eval mode leaves the statistics as they are
+    assert statistics_never_updated(norm)
+    norm.train()(torch.randn(16, D))
+    assert not statistics_never_updated(norm)
+    restored = make()
+    restored.load_state_dict(norm.state_dict())
+    assert not statistics_never_updated(restored)  # the count is saved in checkpoints
+
+
+@pytest.mark.parametrize("name", ["isobn", "whitening"])
+def test_a_non_finite_batch_is_not_counted_as_folded_in(name):
+    poisoned = torch.randn(16, D)
+    poisoned[2, 3] = float("nan")
+    norm = WITH_STATISTICS[name]().train()
+    norm(poisoned)
+    assert statistics_never_updated(norm)
+
+
+def test_norms_without_running_statistics_are_never_reported():
+    assert not statistics_never_updated(configured_norm("none"))
+    assert not statistics_never_updated(nn.BatchNorm1d(D, track_running_stats=False))

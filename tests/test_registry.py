@@ -7,7 +7,7 @@ import json
 import yaml
 from torch import nn
 
-from isotune.norms import NORMS, build_norm
+from isotune.norms import NORMS, Norm, build_norm
 from isotune.sweeps import aggregate, comparisons
 from tests.conftest import CONF_DIR
 
@@ -28,7 +28,7 @@ def test_every_norm_config_builds_its_registered_module():
     for options in norm_configs().values():
         name = options.pop("name")
         module = build_norm(name, 8, **options)
-        assert type(module) is NORMS[name]
+        assert type(module) is NORMS[name].module
         for option, value in options.items():
             assert getattr(module, option) == value
 
@@ -40,8 +40,8 @@ def test_the_baseline_norm_is_registered_first():
 def test_aggregate_orders_norms_as_the_registry_does(tmp_path, monkeypatch):
     # Two norms registered after the others, in non-alphabetical order, and one an older version
     # had ("layernorm", not registered): registered ones in registry order, then the rest.
-    monkeypatch.setitem(NORMS, "zeta", nn.Identity)
-    monkeypatch.setitem(NORMS, "alpha", nn.Identity)
+    monkeypatch.setitem(NORMS, "zeta", Norm(nn.Identity))
+    monkeypatch.setitem(NORMS, "alpha", Norm(nn.Identity))
     expected = ["none", "batchnorm", "isobn", "zeta", "alpha", "layernorm"]
     for norm in sorted(expected):
         run_dir = tmp_path / norm

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,7 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 
+from isotune.errors import IsotuneError, RunInterrupted
+from isotune.resume import OVERRIDES_KEY
 from isotune.rng_state import capture_rng_state, restore_rng_state
 from isotune.training import train
 
@@ -144,3 +150,114 @@ def test_rng_state_round_trip_restores_every_generator():
     assert first[:2] == again[:2] and torch.equal(first[2], again[2])
     # Plain Python values and tensors only: loadable with torch.load(weights_only=True).
     assert isinstance(state["numpy"][1], list)
+
+
+LIMIT = ("debug=limit",)  # two epochs of four steps
+
+
+def test_a_resume_with_other_settings_is_refused_and_leaves_the_run_folder_as_it_was(
+    train_config, tmp_path
+):
+    train(train_config(*LIMIT))
+    record = (tmp_path / "results.json").read_text()
+    hydra_dir = tmp_path / ".hydra"  # what Hydra rewrites with the new command before the run
+    hydra_dir.mkdir()
+    (hydra_dir / "overrides.yaml").write_text("- norm=isobn\n")
+
+    with pytest.raises(IsotuneError) as refused:
+        train(train_config(*LIMIT, "norm=isobn"))
+    message = str(refused.value)
+    assert f"The checkpoint {tmp_path / 'checkpoints' / 'last.ckpt'} comes from a run" in message
+    assert "norm.name: 'none' -> 'isobn'" in message and "norm.momentum" in message
+    assert "resume=never" in message
+    assert (tmp_path / "results.json").read_text() == record  # nothing written
+    restored = OmegaConf.load(hydra_dir / "overrides.yaml")
+    assert list(restored) == list(load(tmp_path / "checkpoints/last.ckpt")[OVERRIDES_KEY])
+
+
+def test_an_explicit_checkpoint_of_another_adaptation_is_refused_naming_the_keys(
+    train_config, tmp_path
+):
+    train(train_config(*LIMIT, output_dir=tmp_path / "full"))
+    resume = f"ckpt_path={tmp_path}/full/checkpoints/last.ckpt"
+    with pytest.raises(IsotuneError) as refused:
+        train(train_config(*LIMIT, "adapt=lora", resume, output_dir=tmp_path / "lora"))
+    assert "adapt.name: 'full' -> 'lora'" in str(refused.value)
+    new_record = json.loads((tmp_path / "lora" / "results.json").read_text())
+    assert new_record["status"] == "failed" and "adapt.name" in new_record["error"]
+
+
+def test_a_truncated_checkpoint_or_another_file_is_one_clear_error(train_config, tmp_path):
+    train(train_config(*LIMIT, output_dir=tmp_path / "run"))
+    last = (tmp_path / "run" / "checkpoints" / "last.ckpt").read_bytes()
+    (tmp_path / "truncated.ckpt").write_bytes(last[: len(last) // 2])
+    for bad in (tmp_path / "truncated.ckpt", tmp_path / "run" / "results.json"):
+        with pytest.raises(IsotuneError) as refused:
+            train(train_config(*LIMIT, f"ckpt_path={bad}", output_dir=tmp_path / bad.stem))
+        assert str(refused.value).startswith(
+            f"Cannot read {bad} as a checkpoint written by train.py: it is not a complete "
+            "PyTorch checkpoint file"
+        )
+
+
+def test_resume_never_starts_afresh_in_the_folder_and_keeps_the_earlier_attempt(
+    train_config, tmp_path
+):
+    first = train(train_config(*LIMIT))
+    again = train(train_config(*LIMIT, "resume=never"))
+    assert again["steps"] == first["steps"] == 8
+    assert again["history"] == first["history"]  # the same seeded run, from the start
+    assert [attempt["resumed_from"] for attempt in again["attempts"]] == [None, None]
+    assert [attempt["status"] for attempt in again["attempts"]] == ["completed", "completed"]
+
+
+class SignalAtBatch(L.Callback):
+    """Sends ``signum`` to this process as batch ``batch`` of epoch ``epoch`` (0-based) starts,
+    while ``armed`` (as a scheduler would: the run does not know it comes)."""
+
+    armed = True
+
+    def __init__(self, epoch: int, batch: int, signum: int) -> None:
+        self.epoch, self.batch, self.signum = epoch, batch, signum
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        if self.armed and (trainer.current_epoch, batch_idx) == (self.epoch, self.batch):
+            os.kill(os.getpid(), self.signum)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "signum"),
+    [(("norm=isobn",), signal.SIGUSR2), (("reg=istar",), signal.SIGTERM)],
+    ids=["isobn-SIGUSR2", "istar-SIGTERM"],
+)
+def test_a_signal_mid_epoch_saves_that_step_and_the_run_continues_there_exactly(
+    overrides, signum, train_config, tmp_path
+):
+    run = (*overrides, "debug=limit", "trainer.max_epochs=3", "seed=7")  # 4 batches an epoch
+    send = (
+        f"+callbacks.signal={{_target_:{__name__}.SignalAtBatch,epoch:1,batch:1,signum:{signum}}}"
+    )
+    full = train(train_config(*run, output_dir=tmp_path / "full"))
+    with pytest.raises(RunInterrupted) as stopped:
+        train(train_config(*run, send, output_dir=tmp_path / "run"))
+    assert stopped.value.signal == signum
+
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert (record["status"], record["interrupted_by"]) == ("interrupted", signum.name)
+    assert record["steps"] == 4 + 2  # the batch it came in was finished, and saved
+    assert load(tmp_path / "run" / "checkpoints/last.ckpt")["global_step"] == 6
+
+    SignalAtBatch.armed = False
+    try:
+        resumed = train(train_config(*run, send, output_dir=tmp_path / "run"))
+    finally:
+        SignalAtBatch.armed = True
+    assert resumed["attempts"][1]["resumed_at_step"] == 6
+    assert resumed["steps"] == full["steps"] == 12
+    assert resumed["history"] == full["history"]
+    assert resumed["isotropy"]["per_epoch"] == full["isotropy"]["per_epoch"]
+    expected = load(tmp_path / "full" / "checkpoints/last.ckpt")["state_dict"]
+    actual = load(tmp_path / "run" / "checkpoints/last.ckpt")["state_dict"]
+    assert expected.keys() == actual.keys()
+    for name, tensor in expected.items():  # IsoBN's statistics and I-STAR's Sigma_S included
+        assert torch.equal(actual[name], tensor), name

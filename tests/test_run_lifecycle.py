@@ -49,7 +49,7 @@ def test_results_json_is_rewritten_at_every_epoch_end(train_config, tmp_path, mo
     final = train(train_config("trainer.max_epochs=3"))
 
     start, after_one, after_two = snapshots
-    assert start["status"] == "running" and epochs(start) == [] and "steps" not in start
+    assert start["status"] == "running" and epochs(start) == [] and start["steps"] == 0
     assert start["updated_at"] == start["started_at"]
     for done, snapshot in ((1, after_one), (2, after_two)):
         assert snapshot["status"] == "running"
@@ -93,7 +93,7 @@ def sigterm() -> None:
 @pytest.mark.parametrize(
     ("stop", "stopped_by", "steps_in_epoch_two"),
     [(ctrl_c, signal.SIGINT, 2), (sigterm, signal.SIGTERM, 3)],
-)
+)  # Ctrl-C stops at once (from the last epoch end); SIGTERM after the batch it came in, saved
 def test_a_signal_during_fit_is_recorded_and_the_console_says_how_to_resume(
     stop,
     stopped_by,
@@ -121,13 +121,14 @@ def test_a_signal_during_fit_is_recorded_and_the_console_says_how_to_resume(
     )
     assert epochs(results) == [1] and results["steps"] == STEPS_PER_EPOCH + steps_in_epoch_two
     checkpoint = tmp_path / "checkpoints" / "last.ckpt"
-    assert torch.load(checkpoint, weights_only=False)["global_step"] == STEPS_PER_EPOCH
+    saved_at = STEPS_PER_EPOCH + (steps_in_epoch_two if stopped_by == signal.SIGTERM else 0)
+    assert torch.load(checkpoint, weights_only=False)["global_step"] == saved_at
     resume = shlex.join(
         ["python", "train.py", *cfg.hydra.overrides.task, f"hydra.run.dir={tmp_path}"]
     )
     assert messages == [
         f"Interrupted ({stopped_by.name}). Output directory: {tmp_path}\n"
-        f"Resume it in its folder, from the end of its last full epoch: {resume}"
+        f"Resume it in its folder, from its checkpoints/last.ckpt: {resume}"
     ]
 
     monkeypatch.undo()  # no more signals: the printed command finishes the run in its folder
@@ -143,7 +144,7 @@ def test_a_signal_during_fit_is_recorded_and_the_console_says_how_to_resume(
     assert (second["status"], second["resumed_from"], second["resumed_at_step"]) == (
         "completed",
         str(checkpoint),
-        STEPS_PER_EPOCH,
+        saved_at,
     )
     assert read_results(tmp_path) == resumed
 
@@ -168,3 +169,27 @@ def test_ctrl_c_before_fit_is_recorded_and_the_console_says_how_to_start_again(
         f"Interrupted (SIGINT). Output directory: {tmp_path}\n"
         f"No checkpoint was saved yet; start it again in its folder: {again}"
     ]
+
+
+def test_an_error_while_recording_a_failure_still_ends_the_record_failed_with_both(
+    train_config, tmp_path, monkeypatch
+):
+    def history_without_the_metric(self):
+        raise KeyError("f1")  # as an RTE checkpoint's history read by an MRPC run once did
+
+    monkeypatch.setattr(GLUEClassifier, "best_epoch", history_without_the_metric)
+    with pytest.raises(KeyError):
+        train(train_config("debug=limit"))
+    results = read_results(tmp_path)
+    assert results["status"] == "failed"
+    assert results["error"] == ("KeyError: 'f1'; then, while recording it: KeyError: 'f1'")
+    assert results["attempts"][-1]["status"] == "failed" and "finished_at" in results
+
+
+def test_a_norm_that_never_updated_its_statistics_is_named_in_the_record(train_config, tmp_path):
+    results = train(train_config("norm=isobn", "trainer.limit_train_batches=0"))
+    assert results["status"] == "completed" and results["steps"] == 0
+    (warning,) = results["warnings"]
+    assert warning.startswith("norm=isobn never updated its running statistics")
+    assert read_results(tmp_path)["warnings"] == [warning]
+    assert train(train_config("norm=isobn", "debug=limit"))["warnings"] == []

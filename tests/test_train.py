@@ -17,6 +17,8 @@ from isotune.errors import IsotuneError, NonFiniteLossError
 from isotune.module import GLUEClassifier
 from isotune.training import train
 from tests.conftest import ROOT, tiny_run_overrides
+from tests.helpers.cli import run_cli
+from tests.helpers.stops import run_one_epoch
 
 EXPECTED_OUTPUTS = [
     "results.json",
@@ -99,22 +101,11 @@ def test_tiny_roberta_trains_with_fresh_pooler(train_config, tiny_roberta, tmp_p
     assert set(results["best"]) >= {"f1", "accuracy"}
 
 
-class StoppedAfterOneEpoch(RuntimeError):
-    pass
-
-
 def test_isobn_statistics_are_saved_and_resume_continues_at_the_right_step(
     train_config, tmp_path, monkeypatch
 ):
-    def stop_as_the_second_epoch_starts(self):
-        if self.current_epoch == 1:
-            raise StoppedAfterOneEpoch
-
     first_dir, second_dir = tmp_path / "first", tmp_path / "second"
-    with monkeypatch.context() as patch:
-        patch.setattr(GLUEClassifier, "on_train_epoch_start", stop_as_the_second_epoch_starts)
-        with pytest.raises(StoppedAfterOneEpoch):
-            train(train_config("norm=isobn", output_dir=first_dir))
+    run_one_epoch(lambda: train(train_config("norm=isobn", output_dir=first_dir)), monkeypatch)
     checkpoint = torch.load(first_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["global_step"] == 8
     stats = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("norm.")}
@@ -188,17 +179,6 @@ def test_model_not_available_offline_is_one_clear_error(train_config, tmp_path):
     ):
         train(train_config("model.name_or_path=no-such-org/no-such-model"))
     assert read_results(tmp_path)["status"] == "failed"
-
-
-def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "train.py", *args],
-        cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_cli_reports_a_missing_model_without_a_traceback(tmp_path, glue_dir):

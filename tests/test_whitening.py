@@ -142,13 +142,33 @@ def test_state_dict_round_trip_restores_every_buffer_and_parameter():
     for seed in range(3):
         layer(correlated_batch(32, 12, seed=seed, dtype=torch.float32))
     state = layer.state_dict()
-    assert set(state) == {"running_mean", "running_whitening", "weight", "bias"}
+    assert set(state) == {
+        "running_mean",
+        "running_whitening",
+        "num_batches_tracked",
+        "weight",
+        "bias",
+    }
+    assert state["num_batches_tracked"].item() == 3
     restored = IterNormWhitening(12, group_size=4, affine=True)
     restored.load_state_dict(state)
     for name, value in restored.state_dict().items():
         assert torch.equal(value, state[name]), name
     probe = correlated_batch(8, 12, seed=9, dtype=torch.float32)
     assert torch.equal(restored.eval()(probe), layer.eval()(probe))
+
+
+@pytest.mark.parametrize(("batches", "tracked"), [(0, 0), (2, 1)])
+def test_checkpoint_without_the_counter_loads_with_whether_it_learned(batches, tracked):
+    layer = IterNormWhitening(12, group_size=4)
+    for seed in range(batches):
+        layer(correlated_batch(32, 12, seed=seed, dtype=torch.float32))
+    state = layer.state_dict()
+    del state["num_batches_tracked"]  # as written before the counter existed
+    restored = IterNormWhitening(12, group_size=4)
+    restored.load_state_dict(state)
+    assert restored.num_batches_tracked.item() == tracked  # the count is lost, not whether any
+    assert torch.equal(restored.running_whitening, layer.running_whitening)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -29,8 +29,10 @@ def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
 
     A single run then exits with status 1; in a sweep the error is re-raised so that the job is
     marked failed while the other jobs go on (any other error's traceback goes to the job's log
-    first: the sweep reports only its message). Ctrl-C or SIGTERM stops the run (and a sweep) with
-    the shell's status for the signal (130, 143) after printing how to resume it.
+    first: the sweep reports only its message). Ctrl-C, SIGTERM or SIGUSR2 stops the run (and a
+    sweep) after printing how to continue it: through the signal's earlier handler where it had
+    one (in a SLURM job, submitit's, which requeues the job), else with the shell's status for
+    the signal (130, 143, 140).
     """
     try:
         yield
@@ -51,6 +53,9 @@ def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
             cfg.paths.output_dir,
             resume_hint(cfg),
         )
+        hand_over = getattr(stop, "hand_over", None)
+        if hand_over is not None:  # the handler there before the run: submitit's requeue
+            hand_over()
         sys.exit(128 + stopped_by)
     log.info("Output directory: %s", cfg.paths.output_dir)
 
@@ -71,7 +76,7 @@ def resume_hint(cfg: DictConfig) -> str:
         )
     overrides = [o for o in overrides if not o.startswith("ckpt_path=")]
     return (
-        "Resume it in its folder, from the end of its last full epoch: "
+        f"Resume it in its folder, from its {LAST_CHECKPOINT}: "
         f"{_command([*overrides, f'hydra.run.dir={output_dir}'])}"
     )
 

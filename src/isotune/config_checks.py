@@ -3,38 +3,34 @@
 Hydra passes on whatever the command line says (``data.batch_size=abc`` arrives as the string
 ``'abc'``, ``optim.lr=-1`` as an integer). Unchecked, such a value fails deep inside Lightning or
 PyTorch after the model has loaded, or not at all, with an error naming neither key nor value.
-The keys users set are checked here against their valid ranges, and every problem is reported.
+The keys users set are checked here against their valid ranges, against each other where one
+limits another (a norm and the batches it learns from), and against the machine (a GPU
+accelerator); every problem is reported.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from isotune.errors import IsotuneError
 from isotune.module import SCHEDULES
+from isotune.norms import NORMS
 from isotune.regularization import VIEWS
+from isotune.values import finite_number, integer
 
 _ABSENT = object()
 
 
-def _integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)  # True is an int in Python
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _layers(value: Any) -> bool:
     """``all``, ``last``, an index or a non-empty list of them; the range needs the model."""
-    if value in ("all", "last") or _integer(value):
+    if value in ("all", "last") or integer(value):
         return True
     sequence = isinstance(value, Sequence) and not isinstance(value, str)
-    return sequence and len(value) > 0 and all(map(_integer, value))
+    return sequence and len(value) > 0 and all(map(integer, value))
 
 
 def _module_names(value: Any) -> bool:
@@ -50,25 +46,25 @@ def _betas(value: Any) -> bool:
         isinstance(value, Sequence)
         and not isinstance(value, str)
         and len(value) == 2
-        and all(_number(beta) and 0 <= beta < 1 for beta in value)
+        and all(finite_number(beta) and 0 <= beta < 1 for beta in value)
     )
 
 
 # (key, check, valid range). A key the config does not have is skipped: norm, reg and adapt
 # options exist only for the options that take them.
 RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("seed", _integer, "an integer"),
-    ("data.max_length", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
-    ("data.batch_size", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
-    ("data.eval_batch_size", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
-    ("data.num_workers", lambda v: _integer(v) and v >= 0, "an integer >= 0"),
+    ("seed", integer, "an integer"),
+    ("data.max_length", lambda v: integer(v) and v >= 1, "an integer >= 1"),
+    ("data.batch_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
+    ("data.eval_batch_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
+    ("data.num_workers", lambda v: integer(v) and v >= 0, "an integer >= 0"),
     ("data.drop_last", lambda v: isinstance(v, bool), "true or false"),
     ("data.group_by_length", lambda v: isinstance(v, bool), "true or false"),
-    ("optim.lr", lambda v: _number(v) and v > 0, "a finite number > 0"),
-    ("optim.weight_decay", lambda v: _number(v) and v >= 0, "a finite number >= 0"),
-    ("optim.adam_eps", lambda v: _number(v) and v > 0, "a finite number > 0"),
+    ("optim.lr", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
+    ("optim.weight_decay", lambda v: finite_number(v) and v >= 0, "a finite number >= 0"),
+    ("optim.adam_eps", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
     ("optim.betas", _betas, "two numbers in [0, 1), e.g. [0.9,0.999]"),
-    ("optim.warmup_ratio", lambda v: _number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    ("optim.warmup_ratio", lambda v: finite_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
     (
         "optim.schedule",
         lambda v: isinstance(v, str) and v in SCHEDULES,
@@ -76,28 +72,75 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ),
     (
         "trainer.max_epochs",
-        lambda v: v is None or (_integer(v) and (v >= 1 or v == -1)),
+        lambda v: v is None or (integer(v) and (v >= 1 or v == -1)),
         "an integer >= 1, or -1 or null to stop by trainer.max_steps",
     ),
-    ("norm.momentum", lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
-    ("norm.eps", lambda v: _number(v) and v > 0, "a finite number > 0"),
-    ("norm.beta", lambda v: _number(v) and v >= 0, "a finite number >= 0"),
+    ("norm.momentum", lambda v: finite_number(v) and 0 < v <= 1, "a number in (0, 1]"),
+    ("norm.eps", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
+    ("norm.beta", lambda v: finite_number(v) and v >= 0, "a finite number >= 0"),
     ("norm.bias_correction", lambda v: isinstance(v, bool), "true or false"),
-    ("norm.group_size", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
-    ("norm.iterations", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+    ("norm.group_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
+    ("norm.iterations", lambda v: integer(v) and v >= 1, "an integer >= 1"),
     ("norm.affine", lambda v: isinstance(v, bool), "true or false"),
-    ("reg.weight", _number, "a finite number (> 0 towards isotropy, < 0 away from it)"),
+    ("reg.weight", finite_number, "a finite number (> 0 towards isotropy, < 0 away from it)"),
     ("reg.view", lambda v: v in VIEWS, f"one of {list(VIEWS)}"),
     ("reg.layers", _layers, "all, last, or hidden-state indices such as [-1] or [1,2]"),
     ("reg.include_padding", lambda v: isinstance(v, bool), "true or false"),
-    ("reg.zeta", lambda v: _number(v) and 0 <= v <= 1, "a number in [0, 1]"),
-    ("reg.shrinkage_points", lambda v: _integer(v) and v >= 2, "an integer >= 2"),
-    ("reg.shrinkage_examples", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
-    ("adapt.r", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
-    ("adapt.alpha", lambda v: _number(v) and v > 0, "a finite number > 0"),
-    ("adapt.dropout", lambda v: _number(v) and 0 <= v < 1, "a number in [0, 1)"),
+    ("reg.zeta", lambda v: finite_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    ("reg.shrinkage_points", lambda v: integer(v) and v >= 2, "an integer >= 2"),
+    ("reg.shrinkage_examples", lambda v: integer(v) and v >= 1, "an integer >= 1"),
+    ("adapt.r", lambda v: integer(v) and v >= 1, "an integer >= 1"),
+    ("adapt.alpha", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
+    ("adapt.dropout", lambda v: finite_number(v) and 0 <= v < 1, "a number in [0, 1)"),
     ("adapt.target_modules", _module_names, "null or a list of module names, e.g. [query,value]"),
 )
+
+
+def _norm_batch_problems(cfg: DictConfig) -> list[str]:
+    """Training batches too small for the norm's statistics, by the norm's own entry in NORMS."""
+    name = OmegaConf.select(cfg, "norm.name")
+    norm = NORMS.get(name) if isinstance(name, str) else None
+    batch_size = OmegaConf.select(cfg, "data.batch_size")
+    if norm is None or not integer(batch_size) or batch_size < 1:  # reported elsewhere
+        return []
+    smallest, module = norm.min_batch_size, norm.module.__name__
+    if norm.smaller_batch_raises:
+        fails = f"{module} raises on a training batch of fewer than {smallest} examples"
+    else:
+        fails = (
+            f"{module} skips training batches of fewer than {smallest} examples, so its running "
+            f"statistics would never update and the run, recorded as norm={name}, would go "
+            "without it"
+        )
+    if batch_size < smallest:
+        return [
+            f"  data.batch_size={batch_size!r}: must be >= {smallest} with norm={name}: {fails} "
+            "(a batch of one has no variance); or use norm=none"
+        ]
+    if OmegaConf.select(cfg, "data.drop_last") is False and norm.smaller_batch_raises:
+        return [
+            f"  data.drop_last=False: must be true with norm={name}: the last training batch of "
+            f"each epoch holds the len(train) mod data.batch_size leftover examples, and {fails} "
+            f"(the run stops in its first epoch where that leaves a batch of fewer than {smallest})"
+        ]
+    return []
+
+
+def _accelerator_problems(cfg: DictConfig) -> list[str]:
+    """A GPU accelerator on a machine where torch sees no GPU: Lightning's own error has no fix."""
+    accelerator = OmegaConf.select(cfg, "trainer.accelerator")
+    if accelerator not in ("gpu", "cuda") or torch.cuda.is_available():
+        return []
+    if accelerator == "gpu" and torch.backends.mps.is_available():
+        return []  # Lightning's "gpu" takes Apple's MPS where there is one
+    if torch.version.cuda is None:
+        why = f"this torch, {torch.__version__}, is a CPU build: torch.version.cuda is None"
+    else:
+        why = "check nvidia-smi and CUDA_VISIBLE_DEVICES"
+    return [
+        f"  trainer.accelerator={accelerator!r}: needs a CUDA GPU, but torch sees none ({why}); "
+        "use trainer=cpu, or trainer=default (accelerator auto: a GPU where there is one)"
+    ]
 
 
 def check_train_config(cfg: DictConfig) -> None:
@@ -107,6 +150,7 @@ def check_train_config(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is not _ABSENT and not valid(value):
             problems.append(f"  {key}={value!r}: must be {expected}")
+    problems += _norm_batch_problems(cfg) + _accelerator_problems(cfg)
     if problems:
         raise IsotuneError(
             "Invalid config values; set each on the command line (key=value) or in the config "

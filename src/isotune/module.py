@@ -218,6 +218,7 @@ class GLUEClassifier(L.LightningModule):
         """I-STAR's Sigma_S for ``epoch`` from the model as it stands, in eval mode, over the
         regularizer's seeded training subset; every submodule gets its mode back afterwards."""
         reg = self.regularization
+        log.info("I-STAR: Sigma_S for epoch %d from the training subset", epoch + 1)
         batches = reg.shrinkage_batches(
             datamodule.dataset("train"), datamodule.collate, datamodule.eval_batch_size
         )

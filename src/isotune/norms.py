@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from isotune.whitening import Float32Statistics, IterNormWhitening
 
-__all__ = ["NORMS", "IsoBN", "build_norm"]
+__all__ = ["NORMS", "IsoBN", "Norm", "build_norm", "statistics_never_updated"]
 
 log = logging.getLogger(__name__)
 
@@ -163,15 +164,27 @@ class IsoBN(Float32Statistics):
         return torch.where(varying, c * a, torch.ones_like(a))
 
 
-# The registry of norms, the one list of them: a key is the ``name:`` of ``conf/norm/<key>.yaml``
-# and the value is built as ``cls(num_features, **options)``. Its order is the display order of
-# aggregate's tables and the benchmarks, the baseline ``none`` first. A new norm is one entry here
-# and one YAML file (Python, unlike conf/, works without Hydra and ships in the package).
-NORMS: dict[str, type[nn.Module]] = {
-    "none": nn.Identity,  # takes and ignores any arguments
-    "batchnorm": nn.BatchNorm1d,
-    "isobn": IsoBN,
-    "whitening": IterNormWhitening,  # group whitening: docs in isotune.whitening
+@dataclass(frozen=True)
+class Norm:
+    """One ``norm`` option: its module, built as ``module(num_features, **options)``, and the
+    training batches its running statistics can learn from, so that a config that would leave
+    them empty (``data.batch_size=1``: the norm recorded, the identity applied) is refused before
+    the model loads."""
+
+    module: type[nn.Module]
+    min_batch_size: int = 1  # the smallest batch it folds into its statistics (one has no variance)
+    smaller_batch_raises: bool = False  # a smaller training batch raises (True) or is skipped
+
+
+# The registry of norms, the one list of them: a key is the ``name:`` of ``conf/norm/<key>.yaml``.
+# Its order is the display order of aggregate's tables and the benchmarks, the baseline ``none``
+# first. A new norm is one entry here and one YAML file (Python, unlike conf/, works without Hydra
+# and ships in the package).
+NORMS: dict[str, Norm] = {
+    "none": Norm(nn.Identity),  # takes and ignores any arguments
+    "batchnorm": Norm(nn.BatchNorm1d, min_batch_size=2, smaller_batch_raises=True),
+    "isobn": Norm(IsoBN, min_batch_size=2),  # skips a batch of one: see IsoBN's edge rules
+    "whitening": Norm(IterNormWhitening, min_batch_size=2),  # docs in isotune.whitening
 }
 
 
@@ -181,4 +194,15 @@ def build_norm(name: str, num_features: int, **options) -> nn.Module:
         raise ValueError(
             f"Unknown norm {name!r}. Choose one of {sorted(NORMS)} (for example norm=isobn)."
         )
-    return NORMS[name](num_features, **options)
+    return NORMS[name].module(num_features, **options)
+
+
+def statistics_never_updated(norm: nn.Module) -> bool:
+    """Whether ``norm`` keeps running statistics and has folded no training batch into them.
+
+    Such a norm ran as its initial state throughout (IsoBN and whitening: the identity), though
+    the run is recorded under its name: worth a warning after training. False for norms without
+    running statistics (``none``, BatchNorm without ``track_running_stats``).
+    """
+    tracked = getattr(norm, "num_batches_tracked", None)
+    return tracked is not None and int(tracked) == 0

@@ -81,6 +81,8 @@ class RunRecord:
             "resumed_at_step": resumed_at_step,
         }
         self.results = {
+            "steps": 0,
+            "history": [],
             **{key: value for key, value in self.earlier.items() if key not in _PER_ATTEMPT},
             "status": "running",
             "error": None,

@@ -1,13 +1,15 @@
-"""Exact resume: the random-number generators' state travels with every epoch-end checkpoint.
+"""Exact resume: the random-number generators' state travels with every checkpoint.
 
 Dropout masks (and anything else drawn from the global generators) depend on every draw made
-since seeding. A run resumed from ``last.ckpt`` makes different draws before its first training
+since seeding. A run resumed from a checkpoint makes different draws before its next training
 step than the uninterrupted run did (sanity validation, creating the DataLoader iterators, the
 isotropy probe), so restoring the saved state when the checkpoint is loaded is not enough. Instead
-the state is captured at each epoch's end and put back right before the next epoch's first
-training step, in the uninterrupted run and in the resumed one alike: both then train that epoch
-on identical random numbers. (The length-grouped batch order is seeded by seed + epoch and needs
-no state.) An interruption mid-epoch resumes from the last epoch end.
+the state is captured after every training batch and put back right before the next one, in the
+uninterrupted run and in the resumed one alike: both then train every step on identical random
+numbers, whether the checkpoint was written at an epoch's end or in the middle of one (a run
+stopped by a signal, :mod:`isotune.stopping`). Within an epoch putting it back changes nothing;
+at an epoch's start it undoes the draws of validation and of the new iterators. (The batch
+order is seeded by seed + epoch, and resumes at its position: ``LengthGroupedBatchSampler``.)
 """
 
 from __future__ import annotations
@@ -50,27 +52,26 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-class EpochRngState(L.Callback):
-    """Captures the generators at each epoch's end (saved in checkpoints) and restores them at
-    the next epoch's first training batch, so a resumed run repeats the uninterrupted one."""
+class BatchRngState(L.Callback):
+    """Captures the generators after each training batch (saved in checkpoints) and restores
+    them before the next one, so a resumed run repeats the uninterrupted one."""
 
     def __init__(self) -> None:
-        self.epoch_end_state: dict[str, Any] | None = None
+        self.after_last_batch: dict[str, Any] | None = None
 
-    def on_train_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        # Callbacks run before ModelCheckpoint (Lightning orders checkpointing last), so the
-        # checkpoints written at this epoch end hold this state.
-        self.epoch_end_state = capture_rng_state()
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args) -> None:
+        # Callbacks run before ModelCheckpoint (Lightning orders checkpointing last), so a
+        # checkpoint written at this batch's end, or at the epoch's end, holds this state.
+        self.after_last_batch = capture_rng_state()
 
-    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch, batch_idx):
-        # After the epoch's DataLoader iterator exists: its creation draws from torch's generator
-        # at a different moment in a resumed run than in an uninterrupted one.
-        if batch_idx == 0 and self.epoch_end_state is not None:
-            restore_rng_state(self.epoch_end_state)
-            self.epoch_end_state = None
+    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, *args) -> None:
+        # After the batch was fetched: creating an epoch's DataLoader iterator draws from torch's
+        # generator at a different moment in a resumed run than in an uninterrupted one.
+        if self.after_last_batch is not None:
+            restore_rng_state(self.after_last_batch)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch_end_state": self.epoch_end_state}
+        return {"after_last_batch": self.after_last_batch}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.epoch_end_state = state_dict["epoch_end_state"]
+        self.after_last_batch = state_dict["after_last_batch"]

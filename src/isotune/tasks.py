@@ -7,11 +7,12 @@ about it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from isotune.errors import IsotuneError
 from isotune.metrics import METRICS
+from isotune.values import finite_number, integer
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class TaskSpec:
     tsv_header: bool = True
     columns: Mapping[str, int] = field(default_factory=dict)
     test_columns: Mapping[str, int] = field(default_factory=dict)
+    # regression only: (low, high), the scores a data set may hold (STS-B: [0, 5]); None: any
+    label_range: tuple[float, float] | None = None
 
     @classmethod
     def from_config(cls, config: Mapping) -> TaskSpec:
@@ -49,6 +52,9 @@ class TaskSpec:
             values[key] = tuple(values[key])
         if values.get("labels") is not None:
             values["labels"] = tuple(str(label) for label in values["labels"])
+        bounds = values.get("label_range")
+        if isinstance(bounds, Sequence) and not isinstance(bounds, str):
+            values["label_range"] = tuple(bounds)  # anything else stays as given: _check says
         for key in ("files", "columns", "test_columns"):
             values[key] = dict(values.get(key) or {})
         spec = cls(**values)
@@ -72,6 +78,25 @@ class TaskSpec:
                 f"Task {self.name}: primary_metric {self.primary_metric!r} is not among its "
                 f"metrics {list(self.metrics)}."
             )
+        if self.label_range is not None:
+            self._check_label_range()
+
+    def _check_label_range(self) -> None:
+        bounds = self.label_range
+        shown = list(bounds) if isinstance(bounds, tuple) else bounds  # as written in YAML
+        if not self.is_regression:
+            raise IsotuneError(
+                f"Task {self.name}: label_range={shown!r} bounds regression scores, but "
+                f"{self.name} has class labels {list(self.labels)}. Fix: remove label_range from "
+                f"conf/task/{self.name}.yaml."
+            )
+        pair = isinstance(bounds, tuple) and len(bounds) == 2 and all(map(finite_number, bounds))
+        if not pair or bounds[0] >= bounds[1]:
+            raise IsotuneError(
+                f"Task {self.name}: label_range={shown!r} must be two finite numbers, low < high "
+                f"(STS-B: [0, 5]). Fix: set it in conf/task/{self.name}.yaml or with "
+                "task.label_range=[low,high], or null to accept any finite score."
+            )
 
     @property
     def is_regression(self) -> bool:
@@ -92,12 +117,13 @@ class TaskSpec:
         """The class id (or regression target) of a label string read from ``where``."""
         if self.is_regression:
             try:
-                return float(value)
+                score = float(value)
             except ValueError:
                 raise IsotuneError(
                     f"{where}: label {value!r} is not a number, but task {self.name} is a "
                     "regression task. Check the file's columns against conf/task."
                 ) from None
+            return self.check_label(score, where)
         try:
             return self.labels.index(value)
         except ValueError:
@@ -106,6 +132,35 @@ class TaskSpec:
                 f"{list(self.labels)}. Check that the file belongs to {self.name} and that "
                 f"`columns` in conf/task/{self.name}.yaml match it."
             ) from None
+
+    def check_label(self, label: int | float, where: str) -> int | float:
+        """``label``, read from ``where``, if it is a target this task can train on: a class id,
+        or a finite score within ``label_range``. Checked as the data is read, because a bad
+        label otherwise trains unnoticed (a score of 7.5) or surfaces steps later as a NaN loss
+        that blames the learning rate (a score of nan)."""
+        if not self.is_regression:
+            if integer(label) and 0 <= label < self.num_labels:
+                return label
+            raise IsotuneError(
+                f"{where}: label {label!r} is not a class id of task {self.name}; expected 0 to "
+                f"{self.num_labels - 1} ({', '.join(self.labels)}). Check that the data belong to "
+                f"{self.name}; only a test split may hold -1 (no label)."
+            )
+        if not finite_number(label):
+            raise IsotuneError(
+                f"{where}: score {label!r} is not a finite number, so the training loss of task "
+                f"{self.name} would become {label!r} too. Fix: correct or remove the row."
+            )
+        if self.label_range is None:
+            return label
+        low, high = self.label_range
+        if not low <= label <= high:
+            raise IsotuneError(
+                f"{where}: score {label!r} is outside [{low:g}, {high:g}], the range of task "
+                f"{self.name}'s scores (label_range in conf/task/{self.name}.yaml). Fix: correct "
+                "or remove the row; for data on another scale, set task.label_range=[low,high]."
+            )
+        return label
 
     def decode_label(self, class_id: int | float) -> str:
         """The label string a GLUE leaderboard submission expects for a prediction."""

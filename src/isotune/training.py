@@ -27,15 +27,18 @@ from isotune.errors import IsotuneError, RunInterrupted
 from isotune.instantiate import instantiate_all
 from isotune.isotropy.callback import IsotropyMonitor
 from isotune.module import GLUEClassifier
+from isotune.norms import statistics_never_updated
 from isotune.progress import EpochsFromOneProgressBar
 from isotune.results import RunRecord, describe_error
 from isotune.resume import (
+    LAST_CHECKPOINT,
     check_same_run,
     checkpoint_to_resume,
     put_back_run_files,
     read_checkpoint,
     run_config,
 )
+from isotune.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
 from isotune.tasks import TaskSpec
 from isotune.wandb_logging import finish_wandb_runs
 
@@ -66,6 +69,23 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     )
     resume_from, resumed_at_step = _checked_start(cfg, record)
     record.start(str(resume_from) if resume_from else None, resumed_at_step)
+    stop = StopRequest()  # SIGTERM, SIGUSR2: stop where the run can continue from
+    stop.install()
+    try:
+        return _run(cfg, record, stop, resume_from, resumed_at_step or 0)
+    finally:
+        stop.uninstall()
+
+
+def _run(
+    cfg: DictConfig,
+    record: RunRecord,
+    stop: StopRequest,
+    resume_from: Path | None,
+    resumed_at_step: int,
+) -> dict[str, Any]:
+    """Data, model, trainer, fit, predictions; the record's end, whatever happens."""
+    output_dir = Path(cfg.paths.output_dir)
     trainer = model = None
     try:
         L.seed_everything(cfg.seed, workers=True)
@@ -98,6 +118,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             *instantiate_all(cfg.get("callbacks")),
             RecordEveryEpoch(record),
             RunConfigInCheckpoints(run_config(cfg), _overrides()),
+            StopAtSafePoint(stop, output_dir / LAST_CHECKPOINT),  # after BatchRngState
         ]
         if cfg.trainer.get("enable_progress_bar", True):
             callbacks.append(EpochsFromOneProgressBar())
@@ -105,8 +126,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             cfg.trainer,
             callbacks=callbacks,
             logger=instantiate_all(cfg.get("logger")) or False,
+            plugins=cluster_plugins(),
         )
-        continuing_in_folder = resumed_at_step is not None and record.has_earlier_attempts
+        continuing_in_folder = resume_from is not None and record.has_earlier_attempts
         for logger in trainer.loggers:
             logger.log_hyperparams(_plain(cfg))
             if not continuing_in_folder:  # else logged by the run's first attempt
@@ -118,18 +140,34 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if cfg.write_test_predictions:
             write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
     except BaseException as error:
+        stop.hold()  # a signal now must not cut the record short
         stopped_by = _stopping_signal(error, trainer)
-        results = _record_end(record, error, stopped_by, model, trainer)
+        results = _record_end(record, error, stopped_by, model, trainer, resumed_at_step)
         finish_wandb_runs(trainer.loggers if trainer else [], results)
-        if stopped_by is not None:
-            raise RunInterrupted(stopped_by) from error  # Lightning raises SystemExit for both
+        if stopped_by is not None:  # Lightning raises SystemExit for Ctrl-C
+            raise RunInterrupted(stopped_by, stop.hand_over()) from error
         raise
-    results = record.finish("completed", **outcome)
+    stop.hold()
+    results = record.finish("completed", warnings=_warnings(model), **outcome)
     finish_wandb_runs(trainer.loggers, results)
     log.info(
         "Best dev %s: %s (epoch %s)", task.primary_metric, results["best"], results["best_epoch"]
     )
     return results
+
+
+def _warnings(model: GLUEClassifier) -> list[str]:
+    """What makes a completed run not what its record names, logged and kept in results.json."""
+    warnings = []
+    if statistics_never_updated(model.norm):
+        warnings.append(
+            f"norm={model.hparams['norm']['name']} never updated its running statistics (no "
+            "training batch of 2 or more examples reached it), so it ran as its initial state, "
+            "the identity for isobn and whitening: this run is not a run with that norm."
+        )
+    for warning in warnings:
+        log.warning(warning)
+    return warnings
 
 
 def _checked_start(cfg: DictConfig, record: RunRecord) -> tuple[Path | None, int | None]:
@@ -169,11 +207,14 @@ def _record_end(
     stopped_by: signal.Signals | None,
     model: GLUEClassifier | None,
     trainer: L.Trainer | None,
+    resumed_at_step: int,
 ) -> dict[str, Any]:
     """End the record ``interrupted`` or ``failed``, even when gathering the results fails too:
-    then ``failed`` with both errors, so no record outlives its process as ``running``."""
+    then ``failed`` with both errors, so no record outlives its process as ``running``. An
+    attempt that ended before training got past its checkpoint keeps the record's results."""
     try:
-        outcome = _outcome(model, trainer)
+        trained = trainer is not None and trainer.global_step >= max(resumed_at_step, 1)
+        outcome = _outcome(model, trainer) if trained else {}
     except Exception as second:
         log.exception("Could not gather the results after %s", describe_error(error))
         both = f"{describe_error(error)}; then, while recording it: {describe_error(second)}"
@@ -212,11 +253,13 @@ class RecordEveryEpoch(L.Callback):
 
 
 def _stopping_signal(error: BaseException, trainer: L.Trainer | None) -> signal.Signals | None:
-    """The signal that stopped the run, None for an error. SIGTERM: Lightning's handler raises
-    ``SIGTERMException`` at the next batch. SIGINT: a ``KeyboardInterrupt``, or the plain
-    ``SystemExit`` Lightning raises after catching one inside ``fit`` (it marks the trainer
+    """The signal that stopped the run, None for an error. SIGTERM and SIGUSR2: the
+    :class:`StopRequested` of :mod:`isotune.stopping`. SIGINT: a ``KeyboardInterrupt``, or the
+    plain ``SystemExit`` Lightning raises after catching one inside ``fit`` (it marks the trainer
     interrupted then, as for any error, hence the exact type)."""
-    if isinstance(error, SIGTERMException):
+    if isinstance(error, StopRequested):
+        return error.signal
+    if isinstance(error, SIGTERMException):  # Lightning's own handler, where ours is not set
         return signal.SIGTERM
     lightning_ctrl_c = type(error) is SystemExit and trainer is not None and trainer.interrupted
     if isinstance(error, KeyboardInterrupt) or lightning_ctrl_c:

@@ -74,6 +74,7 @@ class IterNormWhitening(Float32Statistics):
     and in at least float32; the output has the input's dtype. A batch of one example in training
     mode has no covariance: it is normalised with the running statistics and leaves them
     unchanged; a batch with NaN or inf leaves them unchanged as well (its output is not finite).
+    ``num_batches_tracked`` counts the batches folded in, as IsoBN's and BatchNorm's do.
     """
 
     STATISTICS = ("running_mean", "running_whitening")
@@ -115,6 +116,7 @@ class IterNormWhitening(Float32Statistics):
             "running_whitening",
             torch.eye(group_size, dtype=torch.float32).repeat(self.num_groups, 1, 1),
         )
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
         if affine:
             self.weight = nn.Parameter(torch.ones(num_features))
             self.bias = nn.Parameter(torch.zeros(num_features))
@@ -127,6 +129,14 @@ class IterNormWhitening(Float32Statistics):
             f"{self.num_features}, group_size={self.group_size}, iterations={self.iterations}, "
             f"eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
         )
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Checkpoints written before the counter existed: how many batches they folded in is
+        # unknown, but whether they folded in any is not (the running mean leaves zero at once).
+        mean = state_dict.get(f"{prefix}running_mean")
+        if mean is not None:
+            state_dict.setdefault(f"{prefix}num_batches_tracked", torch.tensor(int(mean.any())))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, h: Tensor) -> Tensor:
         if h.dim() != 2 or h.shape[1] != self.num_features:
@@ -177,3 +187,4 @@ class IterNormWhitening(Float32Statistics):
         self.running_whitening.lerp_(
             torch.where(finite, whitening, self.running_whitening), self.momentum
         )
+        self.num_batches_tracked += finite

@@ -17,10 +17,13 @@ replaced, and the other jobs go on. Workers are reused, so a job must release wh
 
 import logging
 import multiprocessing
+import os
 import signal
+import threading
+import time
 import traceback
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnContext, SpawnProcess
@@ -43,7 +46,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import MISSING, DictConfig, open_dict
 
-from isotune.errors import IsotuneError
+from isotune.errors import IsotuneError, RunInterrupted
+from isotune.stopping import STOP_SIGNALS
 from isotune.sweeps import gpu_slots
 
 log = logging.getLogger(__name__)
@@ -201,9 +205,14 @@ class _SlotPool:
         pending = deque(range(len(jobs)))
         returns: list[JobReturn] = [JobReturn()] * len(jobs)
         busy = [self._start_worker(jobs, pending.popleft()) for _ in range(n_workers)]
+        stop = _ForwardedStop(lambda: busy)
         try:
             while busy:
-                ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy]))
+                if stop.signal is not None:
+                    pending.clear()  # no new job after a stop signal
+                    stop.kill_stragglers()
+                waiting = [w.conn for w in busy] + [w.process.sentinel for w in busy]
+                ready = set(wait(waiting, timeout=None if stop.signal is None else 1.0))
                 for worker in [w for w in busy if {w.conn, w.process.sentinel} & ready]:
                     job_num, overrides = jobs[worker.job_index]
                     job_return = _receive(worker.conn)
@@ -215,9 +224,9 @@ class _SlotPool:
                     log.info(f"#{job_num} {job_return.status.name}; {len(pending)} jobs queued")
                     if not worker.process.is_alive():
                         busy.remove(worker)
-                        if pending:
+                        if pending and stop.signal is None:
                             busy.append(self._start_worker(jobs, pending.popleft()))
-                    elif pending:
+                    elif pending and stop.signal is None:
                         worker.job_index = pending.popleft()
                         worker.conn.send(jobs[worker.job_index])
                     else:
@@ -225,10 +234,21 @@ class _SlotPool:
                         worker.process.join()
                         busy.remove(worker)
         finally:
+            stop.uninstall()
             for worker in busy:
                 worker.process.terminate()
                 worker.process.join()
-        return returns  # the sweeper sums them up
+        if stop.signal is not None:  # every job stopped and recorded itself: the sweep stops
+            raise RunInterrupted(stop.signal)
+        failed = [
+            (num, o)
+            for (num, o), r in zip(jobs, returns, strict=True)
+            if r.status != JobStatus.COMPLETED
+        ]
+        if failed:
+            listed = "; ".join(f"#{num} {' '.join(o)}" for num, o in failed)
+            log.error(f"{len(failed)} of {len(jobs)} jobs failed: {listed}")
+        return returns
 
     def _start_worker(self, jobs: list[tuple[int, list[str]]], job_index: int) -> _Worker:
         parent_conn, child_conn = self.spawn.Pipe()
@@ -241,6 +261,46 @@ class _SlotPool:
         child_conn.close()  # so that a dead worker reads as end-of-file here
         parent_conn.send(jobs[job_index])
         return _Worker(process, parent_conn, job_index)
+
+
+class _ForwardedStop:
+    """Passes SIGTERM and SIGUSR2 sent to the sweep on to every worker, whose job then stops
+    where it can continue from and records itself interrupted (:mod:`isotune.stopping`); a
+    worker still alive ``grace_s`` seconds later is killed. Without this, ``kill <sweep pid>``
+    (what a scheduler or a user does) left the workers running their jobs as orphans."""
+
+    def __init__(self, workers: Callable[[], list[_Worker]], grace_s: float = 60.0) -> None:
+        self.workers = workers
+        self.grace_s = grace_s
+        self.signal: signal.Signals | None = None
+        self.deadline = 0.0
+        self.previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for stop in STOP_SIGNALS:
+                self.previous[stop] = signal.signal(stop, self.forward)
+
+    def forward(self, signum: int, frame: Any) -> None:
+        self.signal = self.signal or signal.Signals(signum)
+        self.deadline = time.monotonic() + self.grace_s
+        log.warning(f"Received {signal.Signals(signum).name}: passing it to the running jobs")
+        for worker in self.workers():
+            if worker.process.is_alive():
+                os.kill(worker.process.pid, signum)
+
+    def kill_stragglers(self) -> None:
+        if time.monotonic() < self.deadline:
+            return
+        for worker in self.workers():
+            if worker.process.is_alive():
+                log.error(
+                    f"Worker {worker.process.pid} still alive {self.grace_s:.0f} s after "
+                    f"{self.signal.name}: killing it"
+                )
+                worker.process.kill()
+
+    def uninstall(self) -> None:
+        for stop, handler in self.previous.items():
+            signal.signal(stop, handler)
 
 
 def _receive(conn: Connection) -> JobReturn | None:

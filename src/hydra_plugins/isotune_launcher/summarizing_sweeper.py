@@ -7,11 +7,13 @@ launcher ran them: :mod:`isotune.sweeps.summary`), with exit status 1 if any did
 Hydra's basic sweeper instead re-raises the first failed job's error, which Hydra prints as a
 traceback of the whole sweep (and stops before later batches); here the launcher's returns are
 kept aside and handed to it as completed, so that only the summary speaks. A launcher's refusal
-of its own settings (an :class:`~isotune.errors.IsotuneError`) is one message too.
+of its own settings (an :class:`~isotune.errors.IsotuneError`) is one message too, and a sweep
+stopped by a signal prints the summary before it exits with the signal's status.
 """
 
 import dataclasses
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,6 +77,11 @@ class SummarizingSweeper(BasicSweeper):
         except IsotuneError as error:  # the launcher refused its settings: no job ran
             log.error(f"{error}\nSweep folder: {sweep_dir}")
             sys.exit(1)
+        except (KeyboardInterrupt, SystemExit) as stop:  # a signal stopped the sweep
+            log.warning(summarize_sweep(sweep_dir).text)
+            if isinstance(stop, SystemExit):
+                raise
+            sys.exit(128 + getattr(stop, "signal", signal.SIGINT))
         returns = [job for batch in self.launcher.returns for job in batch]
         summary = summarize_sweep(sweep_dir)
         unrecorded = [job for job in returns if _failed_without_record(job)]

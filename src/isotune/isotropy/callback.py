@@ -197,6 +197,7 @@ class IsotropyMonitor(L.Callback):
     # -- hooks ----------------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if 0 not in self.history and trainer.is_global_zero:  # not again when resuming
+            log.info("Isotropy at epoch 0: encoding the probe with the pre-trained model")
             self._measure(trainer, module, self.new_capture(trainer.datamodule), epoch=0)
 
     def on_validation_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:

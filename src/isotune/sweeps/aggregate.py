@@ -89,6 +89,7 @@ class Aggregate:
     curves: pd.DataFrame  # isotropy over the epochs
     points: pd.DataFrame  # best-epoch isotropy and score per run
     correlations: pd.DataFrame
+    runs: list[Run]  # every results.json read
     unfinished: list[Run]
     missing: list[MissingJob]
     sweeps: list[Sweep]
@@ -106,7 +107,7 @@ class Aggregate:
 
     def status(self) -> str:
         return report.status_markdown(
-            self.unfinished, self.missing, self.sweeps, self.duplicates, self.checked_at
+            self.runs, self.unfinished, self.missing, self.sweeps, self.duplicates, self.checked_at
         )
 
     def tables(self) -> dict[str, pd.DataFrame]:
@@ -204,6 +205,7 @@ def aggregate(
         curves=isotropy_epochs_data(isotropy_epochs_frame(kept, configurations, measures)),
         points=points,
         correlations=correlations,
+        runs=list(runs),
         unfinished=unfinished_runs(runs, sweeps),
         missing=missing_jobs(sweeps, runs),
         sweeps=sweeps,

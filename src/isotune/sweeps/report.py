@@ -106,14 +106,16 @@ def figures_markdown(figures: Mapping[str, Path]) -> str:
 
 
 def status_markdown(
+    runs: Sequence[Run],
     unfinished: Sequence[Run],
     missing: Sequence[MissingJob],
     sweeps: Sequence[Sweep],
     duplicates: Sequence[tuple[str, Sequence[Run]]],
     now: datetime,
 ) -> str:
-    """Unfinished and missing jobs (rerun them with ``python -m isotune.rerun <sweep_dir>``) and
-    the duplicates (label, runs) of which the tables keep the latest."""
+    """Unfinished and missing jobs (rerun them with ``python -m isotune.rerun <sweep_dir>``), the
+    runs that took several attempts (time limits, preemptions, reruns) and the duplicates
+    (label, runs) of which the tables keep the latest."""
     lines = [f"## Failed or unfinished runs ({len(unfinished)})", ""]
     lines += [f"- {run.job_dir}: {run.describe(now)}" for run in unfinished] or ["None."]
     lines += ["", f"## Missing runs ({len(missing)})", ""]
@@ -133,6 +135,9 @@ def status_markdown(
             "may be alive, only with --include-running):",
         ]
         lines += [f"    python -m isotune.rerun {sweep.dir}" for sweep in sweeps]
+    if several := [run for run in runs if run.attempts > 1]:
+        lines += ["", f"## Runs that took several attempts ({len(several)})", ""]
+        lines += [f"- {run.job_dir}: {_attempts(run)}" for run in several]
     if duplicates:
         lines += ["", "## Duplicate runs (the tables keep the latest of each)", ""]
         lines += [
@@ -140,6 +145,17 @@ def status_markdown(
             for label, runs in duplicates
         ]
     return "\n".join(lines) + "\n"
+
+
+def _attempts(run: Run) -> str:
+    """``3 attempts: interrupted (SIGUSR2), interrupted (SIGUSR2), completed``."""
+    ends = [
+        f"{attempt.get('status')} ({attempt['ended_by']})"
+        if attempt.get("status") != "completed" and attempt.get("ended_by")
+        else str(attempt.get("status"))
+        for attempt in run.result.get("attempts", [])
+    ]
+    return f"{run.attempts} attempts: " + ", ".join(ends)
 
 
 def log_to_wandb(

@@ -1,7 +1,9 @@
 """Rerun only the unfinished or missing jobs of a Hydra sweep, since a multirun cannot be resumed.
 
-A failed or interrupted job reruns from the start in its own job directory with the overrides
-Hydra recorded for it; a missing job (no results.json at all) runs in a new
+A failed or interrupted job runs again in its own job directory with the overrides Hydra
+recorded for it, and so continues from the ``checkpoints/last.ckpt`` it saved at its last epoch
+end (a run started in its folder resumes, ``resume=auto``); one without a checkpoint starts from
+the beginning, and the plan says which does which. A missing job (no results.json) runs in a new
 ``<sweep_dir>/rerun-<n>``, which from then on counts as that job (a failed rerun reruns there). A
 job whose results.json still says ``running`` may be alive, so it reruns only with
 ``--include-running`` (its age in ``python -m isotune.aggregate`` tells a dead one). Each job is
@@ -25,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 from isotune.errors import IsotuneError
+from isotune.resume import LAST_CHECKPOINT
 from isotune.sweeps import gpu_slots
 from isotune.sweeps.runs import Run, Sweep, job_id, load_runs, missing_jobs, unfinished_runs
 
@@ -106,7 +109,8 @@ def plan_reruns(
             left_alone += job_runs
             continue
         first = job_runs[0]
-        reruns.append(Rerun(command(first.overrides, first.job_dir), cwd, first.describe(now)))
+        reason = f"{first.describe(now)}; {_continues(first.job_dir)}"
+        reruns.append(Rerun(command(first.overrides, first.job_dir), cwd, reason))
     first_free = next_rerun_index(sweep.dir)
     reruns += [
         Rerun(
@@ -117,6 +121,12 @@ def plan_reruns(
         for i, job in enumerate(missing_jobs([sweep], runs))
     ]
     return reruns, left_alone
+
+
+def _continues(job_dir: Path) -> str:
+    if (job_dir / LAST_CHECKPOINT).is_file():
+        return f"resumes from {LAST_CHECKPOINT}"
+    return "starts again from the beginning (no checkpoint saved)"
 
 
 def next_rerun_index(sweep_dir: Path) -> int:

@@ -50,17 +50,26 @@ class Run:
     def completed(self) -> bool:
         return self.status == "completed"
 
+    @property
+    def attempts(self) -> int:
+        """How many times the run started in its folder (records older than attempts: one)."""
+        return len(self.result.get("attempts") or [None])
+
     def describe(self, now: datetime) -> str:
         """How an unfinished run stands; a ``running`` one with the age of its last update."""
         if self.status == "running":
-            return (
-                f"running, last update {_age(self.result.get('updated_at'), now)}: still running, "
-                "or killed (a live job rewrites results.json at every epoch end)"
+            state = (
+                f"running, last update {_age(self.result.get('updated_at'), now)}: still "
+                "running, or killed (a live job rewrites results.json at every epoch end)"
             )
-        if self.status == "interrupted":
+        elif self.status == "interrupted":
             stopped_by = self.result.get("interrupted_by", "SIGINT")  # older runs: Ctrl-C only
-            return f"interrupted ({stopped_by}) before it finished"
-        return f"{self.status}: {self.result.get('error')}"
+            state = f"interrupted ({stopped_by}) before it finished"
+            if stopped_by == "SIGUSR2":  # a time limit's warning: submitit requeues the job
+                state += ", waiting to be requeued if its launcher requeues it"
+        else:
+            state = f"{self.status}: {self.result.get('error')}"
+        return state if self.attempts == 1 else f"{state} (attempt {self.attempts})"
 
     @cached_property
     def overrides(self) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from isotune.sweeps.runs import Sweep, load_runs, missing_jobs, unfinished_runs
 
-MESSAGE_WIDTH = 160  # characters of a failed job's message; the whole one is in its results.json
+MESSAGE_WIDTH = 300  # characters of a failed job's message; the whole one is in its results.json
 
 
 @dataclass(frozen=True)

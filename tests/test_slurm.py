@@ -1,0 +1,204 @@
+"""Sweeps on a real SLURM (``scripts/local_slurm.sh``, which ``.ci/run`` starts): a job array
+completes; a job longer than its time limit is requeued until it completes, equal to an
+uninterrupted run; a cancelled job is continued by ``isotune.rerun``; a preempted (requeued) job
+continues where it stopped. Skipped, with the reason, where no SLURM answers."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from isotune.training import train
+from tests.conftest import compose_train_config
+from tests.helpers.cli import ROOT, run_script
+
+
+def _slurm_answers() -> str | None:
+    if shutil.which("sbatch") is None:
+        return "sbatch is not installed (apt-get install slurm-wlm munge)"
+    try:
+        idle = subprocess.run(
+            ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"sinfo does not answer: {error}"
+    if idle.returncode != 0 or not idle.stdout.strip():
+        return f"no SLURM controller answers (bash scripts/local_slurm.sh start): {idle.stderr}"
+    return None
+
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.slurm,
+    pytest.mark.skipif(_slurm_answers() is not None, reason=str(_slurm_answers())),
+]
+
+
+@pytest.fixture(autouse=True)
+def no_job_left_behind():
+    yield
+    subprocess.run(["scancel", "--user", getpass.getuser()], check=False)
+
+
+ON_THIS_NODE = (  # a CPU job that fits the single test node
+    "hydra/launcher=slurm",
+    "hydra.launcher.gpus_per_node=0",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=2",
+)
+
+
+def tiny(tiny_bert: Path, glue_dir: Path, *more: str) -> list[str]:
+    return [
+        f"model.name_or_path={tiny_bert}",
+        "model.pooling=cls",
+        f"paths.glue_dir={glue_dir}",
+        "debug=limit",
+        "callbacks.isotropy.figures=false",
+        "trainer.enable_progress_bar=false",
+        *more,
+    ]
+
+
+def records(sweep: Path) -> dict[str, dict]:
+    return {path.parent.name: json.loads(path.read_text()) for path in sweep.glob("*/results.json")}
+
+
+def the_sweep(cwd: Path) -> Path:
+    (sweep,) = (cwd / "logs" / "multirun").iterdir()
+    return sweep
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(1)
+    raise AssertionError(f"not within {timeout:.0f} s: {what}")
+
+
+def job_id(sweep: Path) -> str:
+    return wait_for(
+        lambda: next((p.name.split("_")[0] for p in sweep.glob(".submitit/*/*_submitted.pkl")), ""),
+        60,
+        "the job was submitted",
+    )
+
+
+def test_a_job_array_completes(tiny_bert, glue_dir, tmp_path):
+    result = run_script(
+        "train.py", "-m", *ON_THIS_NODE, "seed=1,2", *tiny(tiny_bert, glue_dir), cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    sweep = the_sweep(tmp_path)
+    assert {job: r["status"] for job, r in records(sweep).items()} == {
+        "0": "completed",
+        "1": "completed",
+    }
+    assert f"Sweep {sweep}: 2 of 2 jobs completed." in result.stdout + result.stderr
+
+
+def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly(
+    tiny_bert, glue_dir, tmp_path
+):
+    # About a minute and a half of training (6,400 steps of batch 2); SLURM warns with SIGUSR2
+    # 20 s before each 1-minute limit (give or take its 30 s resolution).
+    run = [
+        *tiny(tiny_bert, glue_dir, "callbacks.early_stopping=null", "data.batch_size=2"),
+        "trainer.max_epochs=200",
+        "trainer.limit_train_batches=1.0",
+    ]
+    limit = ("hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=20")
+    result = run_script("train.py", "-m", *ON_THIS_NODE, *limit, *run, cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    job = the_sweep(tmp_path) / "0"
+    record = json.loads((job / "results.json").read_text())
+    attempts = record["attempts"]
+    assert record["status"] == "completed" and len(attempts) >= 3, attempts
+    assert all(a["ended_by"] == "SIGUSR2" for a in attempts[:-1]), attempts
+    assert [a["resumed_at_step"] for a in attempts[1:]] == [a["steps"] for a in attempts[:-1]]
+
+    uninterrupted = train(compose_train_config(run, tmp_path / "uninterrupted"))
+    assert record["history"] == uninterrupted["history"]
+    assert record["steps"] == uninterrupted["steps"] == 200 * 32
+    expected = torch.load(tmp_path / "uninterrupted/checkpoints/last.ckpt", weights_only=False)
+    actual = torch.load(job / "checkpoints/last.ckpt", weights_only=False)
+    for name, tensor in expected["state_dict"].items():
+        assert torch.equal(actual["state_dict"][name], tensor), name
+
+
+def _long_job(tiny_bert: Path, glue_dir: Path, cwd: Path) -> subprocess.Popen:
+    run = tiny(tiny_bert, glue_dir, "callbacks.early_stopping=null", "trainer.max_epochs=30")
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), "-m", *ON_THIS_NODE, *run],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _some_epochs_done(job: Path) -> bool:
+    record = job / "results.json"
+    return record.is_file() and len(json.loads(record.read_text()).get("history", [])) >= 3
+
+
+def test_a_cancelled_job_is_interrupted_and_rerun_continues_it_from_its_checkpoint(
+    tiny_bert, glue_dir, tmp_path
+):
+    sweep_process = _long_job(tiny_bert, glue_dir, tmp_path)
+    try:
+        sweep = wait_for(
+            lambda: next((tmp_path / "logs" / "multirun").glob("*"), None), 60, "sweep"
+        )
+        wait_for(lambda: _some_epochs_done(sweep / "0"), 180, "three epochs")
+        subprocess.run(["scancel", job_id(sweep)], check=True)
+        wait_for(
+            lambda: records(sweep)["0"]["status"] == "interrupted", 60, "an interrupted record"
+        )
+    finally:
+        sweep_process.send_signal(signal.SIGTERM)  # without accounting it cannot see the cancel
+        sweep_process.wait(60)
+    stopped = records(sweep)["0"]
+    assert stopped["interrupted_by"] == "SIGTERM" and stopped["steps"] > 0
+
+    rerun = subprocess.run(
+        [sys.executable, "-m", "isotune.rerun", str(sweep)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "resumes from checkpoints/last.ckpt" in rerun.stdout
+    done = records(sweep)["0"]
+    assert done["status"] == "completed" and done["steps"] == 30 * 4
+    assert done["attempts"][-1]["resumed_at_step"] == stopped["steps"]
+
+
+def test_a_preempted_job_is_requeued_and_continues_where_it_stopped(tiny_bert, glue_dir, tmp_path):
+    sweep_process = _long_job(tiny_bert, glue_dir, tmp_path)
+    try:
+        sweep = wait_for(
+            lambda: next((tmp_path / "logs" / "multirun").glob("*"), None), 60, "sweep"
+        )
+        wait_for(lambda: _some_epochs_done(sweep / "0"), 180, "three epochs")
+        subprocess.run(["scontrol", "requeue", job_id(sweep)], check=True)  # as a preemption
+        assert sweep_process.wait(600) == 0
+    finally:
+        if sweep_process.poll() is None:
+            sweep_process.kill()
+    done = records(sweep)["0"]
+    assert done["status"] == "completed" and done["steps"] == 30 * 4
+    first, *_, last = done["attempts"]
+    assert first["ended_by"] == "SIGTERM" and first["steps"] > 0
+    assert last["resumed_at_step"] is not None and last["status"] == "completed"
