@@ -10,21 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import run_script
+from tests.helpers.cli import run_script, tiny_cli_overrides
 
 pytestmark = pytest.mark.slow  # each case is a real `python train.py` (imports take seconds)
-
-
-def tiny(tiny_bert: Path, glue_dir: Path) -> list[str]:
-    """The tiny test encoder on the fixture data, for a few batches."""
-    return [
-        f"model.name_or_path={tiny_bert}",
-        "model.pooling=cls",
-        f"paths.glue_dir={glue_dir}",
-        "debug=limit",
-        "callbacks.isotropy.figures=false",
-        "trainer.enable_progress_bar=false",
-    ]
 
 
 def edited_glue_dir(glue_dir: Path, into: Path, task: str, old: bytes, new: bytes) -> Path:
@@ -82,7 +70,7 @@ def test_a_single_run_fault_is_one_message(fault, tiny_bert, glue_dir, tmp_path)
     expanded = []
     for override in overrides:
         if override == "{tiny}":
-            expanded += tiny(tiny_bert, glue_dir)
+            expanded += tiny_cli_overrides(tiny_bert, glue_dir)
         elif override == "{data}":
             expanded += [f"paths.glue_dir={glue_dir}", "debug=limit"]
         else:
@@ -106,7 +94,10 @@ def test_bad_data_is_one_message_naming_file_and_line(
     task, old, new, message, tiny_bert, glue_dir, tmp_path
 ):
     data = edited_glue_dir(glue_dir, tmp_path, task, old, new)
-    overrides = [*tiny(tiny_bert, data), f"task={'stsb' if task == 'STS-B' else 'rte'}"]
+    overrides = [
+        *tiny_cli_overrides(tiny_bert, data),
+        f"task={'stsb' if task == 'STS-B' else 'rte'}",
+    ]
     result = run_script("train.py", *overrides, cwd=tmp_path)
     assert result.returncode == 1
     one_message(result.stdout + result.stderr, message)
@@ -126,7 +117,12 @@ def test_a_failed_job_in_a_sweep_fails_alone_and_the_sweep_ends_with_a_summary(
 ):
     extra = ["hydra/launcher=gpus", "hydra.launcher.n_jobs=2"] if launcher == "gpus" else []
     result = run_script(
-        "train.py", "-m", "seed=1,abc", *extra, *tiny(tiny_bert, glue_dir), cwd=tmp_path
+        "train.py",
+        "-m",
+        "seed=1,abc",
+        *extra,
+        *tiny_cli_overrides(tiny_bert, glue_dir),
+        cwd=tmp_path,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 1

@@ -19,7 +19,7 @@ import torch
 
 from isotune.training import train
 from tests.conftest import compose_train_config
-from tests.helpers.cli import ROOT, run_script
+from tests.helpers.cli import ROOT, run_script, tiny_cli_overrides
 
 
 def _slurm_answers() -> str | None:
@@ -57,18 +57,6 @@ ON_THIS_NODE = (  # a CPU job that fits the single test node
 )
 
 
-def tiny(tiny_bert: Path, glue_dir: Path, *more: str) -> list[str]:
-    return [
-        f"model.name_or_path={tiny_bert}",
-        "model.pooling=cls",
-        f"paths.glue_dir={glue_dir}",
-        "debug=limit",
-        "callbacks.isotropy.figures=false",
-        "trainer.enable_progress_bar=false",
-        *more,
-    ]
-
-
 def records(sweep: Path) -> dict[str, dict]:
     return {path.parent.name: json.loads(path.read_text()) for path in sweep.glob("*/results.json")}
 
@@ -97,7 +85,12 @@ def job_id(sweep: Path) -> str:
 
 def test_a_job_array_completes(tiny_bert, glue_dir, tmp_path):
     result = run_script(
-        "train.py", "-m", *ON_THIS_NODE, "seed=1,2", *tiny(tiny_bert, glue_dir), cwd=tmp_path
+        "train.py",
+        "-m",
+        *ON_THIS_NODE,
+        "seed=1,2",
+        *tiny_cli_overrides(tiny_bert, glue_dir),
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     sweep = the_sweep(tmp_path)
@@ -114,7 +107,9 @@ def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly
     # About a minute and a half of training (6,400 steps of batch 2); SLURM warns with SIGUSR2
     # 20 s before each 1-minute limit (give or take its 30 s resolution).
     run = [
-        *tiny(tiny_bert, glue_dir, "callbacks.early_stopping=null", "data.batch_size=2"),
+        *tiny_cli_overrides(
+            tiny_bert, glue_dir, "callbacks.early_stopping=null", "data.batch_size=2"
+        ),
         "trainer.max_epochs=200",
         "trainer.limit_train_batches=1.0",
     ]
@@ -138,7 +133,9 @@ def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly
 
 
 def _long_job(tiny_bert: Path, glue_dir: Path, cwd: Path) -> subprocess.Popen:
-    run = tiny(tiny_bert, glue_dir, "callbacks.early_stopping=null", "trainer.max_epochs=30")
+    run = tiny_cli_overrides(
+        tiny_bert, glue_dir, "callbacks.early_stopping=null", "trainer.max_epochs=30"
+    )
     return subprocess.Popen(
         [sys.executable, str(ROOT / "train.py"), "-m", *ON_THIS_NODE, *run],
         cwd=cwd,
@@ -202,3 +199,22 @@ def test_a_preempted_job_is_requeued_and_continues_where_it_stopped(tiny_bert, g
     first, *_, last = done["attempts"]
     assert first["ended_by"] == "SIGTERM" and first["steps"] > 0
     assert last["resumed_at_step"] is not None and last["status"] == "completed"
+
+
+def test_a_failed_job_ends_the_sweep_with_its_summary_not_a_traceback(
+    tiny_bert, glue_dir, tmp_path
+):
+    result = run_script(
+        "train.py",
+        "-m",
+        *ON_THIS_NODE,
+        "seed=1,abc",
+        *tiny_cli_overrides(tiny_bert, glue_dir),
+        cwd=tmp_path,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1
+    assert "Traceback" not in output, output[-3000:]
+    sweep = the_sweep(tmp_path)
+    assert f"Sweep {sweep}: 1 of 2 jobs completed, 1 did not:" in output
+    assert "seed='abc': must be an integer" in output

@@ -31,3 +31,16 @@ def run_script(
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python train.py <args>`` from the repository."""
     return run_script("train.py", *args, env=env, timeout=300)
+
+
+def tiny_cli_overrides(tiny_bert: Path, glue_dir: Path, *more: str) -> list[str]:
+    """The tiny test encoder on the fixture data for a few batches, as command-line overrides."""
+    return [
+        f"model.name_or_path={tiny_bert}",
+        "model.pooling=cls",
+        f"paths.glue_dir={glue_dir}",
+        "debug=limit",
+        "callbacks.isotropy.figures=false",
+        "trainer.enable_progress_bar=false",
+        *more,
+    ]

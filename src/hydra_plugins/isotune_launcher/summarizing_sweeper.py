@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 
 from isotune.errors import IsotuneError
 from isotune.results import RESULTS_FILE
+from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.summary import summarize_sweep
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,15 @@ class SummarizingSweeper(BasicSweeper):
             if isinstance(stop, SystemExit):
                 raise
             sys.exit(128 + getattr(stop, "signal", signal.SIGINT))
+        except Exception as error:  # submitit's launcher raises at the first failed job
+            if not (sweep_dir / SWEEP_FILE).is_file():
+                raise
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            log.error(
+                f"{summarize_sweep(sweep_dir).text}\nThe launcher stopped waiting: "
+                f"{type(error).__name__}: {first_line} (jobs still running on a cluster go on)"
+            )
+            sys.exit(1)
         returns = [job for batch in self.launcher.returns for job in batch]
         summary = summarize_sweep(sweep_dir)
         unrecorded = [job for job in returns if _failed_without_record(job)]

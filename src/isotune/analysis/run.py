@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import pickle
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -57,6 +56,7 @@ from isotune.data import Example, TokenizedDataset, check_max_length, load_split
 from isotune.encoders import load_tokenizer
 from isotune.errors import IsotuneError
 from isotune.module import GLUEClassifier
+from isotune.resume import read_checkpoint
 from isotune.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
@@ -199,28 +199,16 @@ def load_checkpoint(path: str | None) -> GLUEClassifier:
             "ckpt_path=logs/runs/<run>/checkpoints/best.ckpt (or last.ckpt) of a train.py run."
         )
     file = Path(path).expanduser()
-    if not file.is_file():
-        raise IsotuneError(
-            f"ckpt_path={path} is not a file. Fix: point it at checkpoints/best.ckpt or "
-            "checkpoints/last.ckpt inside a run folder written by train.py (logs/runs/...)."
-        )
+    read_checkpoint(file)  # one clear error if it is missing, truncated or not a checkpoint
     try:
         return GLUEClassifier.load_from_checkpoint(file, map_location="cpu")
     except IsotuneError:
         raise  # e.g. the pre-trained encoder it names is not available
-    except (
-        OSError,
-        RuntimeError,
-        EOFError,
-        pickle.UnpicklingError,
-        KeyError,
-        TypeError,
-        ValueError,
-    ) as error:
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as error:
         reason = str(error).strip().split(". ")[0][:200]  # torch's messages run on for lines
         raise IsotuneError(
             f"Cannot read {file} as a checkpoint written by train.py "
-            f"({type(error).__name__}: {reason}). Is it complete, and from this project?"
+            f"({type(error).__name__}: {reason}). Is it from this project?"
         ) from error
 
 
