@@ -49,6 +49,7 @@ def test_shipped_configs_and_range_edges_pass(overrides, gpu_visible):
         ("seed=abc", "seed='abc': must be an integer"),
         ("seed=1.5", "seed=1.5: must be an integer"),
         ("seed=true", "seed=True: must be an integer"),
+        ("resume=always", "resume='always': must be one of ['auto', 'never']"),
         ("data.batch_size=abc", "data.batch_size='abc': must be an integer >= 1"),
         ("data.batch_size=0", "data.batch_size=0: must be an integer >= 1"),
         ("data.eval_batch_size=-8", "data.eval_batch_size=-8: must be an integer >= 1"),

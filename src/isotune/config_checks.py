@@ -20,6 +20,7 @@ from isotune.errors import IsotuneError
 from isotune.module import SCHEDULES
 from isotune.norms import NORMS
 from isotune.regularization import VIEWS
+from isotune.resume import RESUME_MODES
 from isotune.values import finite_number, integer
 
 _ABSENT = object()
@@ -54,6 +55,7 @@ def _betas(value: Any) -> bool:
 # options exist only for the options that take them.
 RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("seed", integer, "an integer"),
+    ("resume", lambda v: v in RESUME_MODES, f"one of {list(RESUME_MODES)}"),
     ("data.max_length", lambda v: integer(v) and v >= 1, "an integer >= 1"),
     ("data.batch_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
     ("data.eval_batch_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
