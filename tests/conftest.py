@@ -167,6 +167,8 @@ def compose_config(name: str, overrides: list[str], output_dir: Path | None = No
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.job.name = name  # as `python <name>.py` names its job
     if output_dir is not None:
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)

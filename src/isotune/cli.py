@@ -82,4 +82,11 @@ def resume_hint(cfg: DictConfig) -> str:
 
 
 def _command(overrides: list[str]) -> str:
-    return shlex.join(["python", sys.argv[0], *overrides])
+    return shlex.join(["python", _script(), *overrides])
+
+
+def _script() -> str:
+    """The entry point as typed; inside a launcher's own process (a SLURM job runs submitit's
+    ``_submit.py``), the Hydra app's ``<job name>.py``."""
+    app = f"{HydraConfig.get().job.name}.py"
+    return sys.argv[0] if Path(sys.argv[0]).name == app else app
