@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import run_script, tiny_cli_overrides
+from tests.helpers.cli import run_script, sweep_with_a_bad_job, tiny_cli_overrides
 
 pytestmark = pytest.mark.slow  # each case is a real `python train.py` (imports take seconds)
 
@@ -116,17 +116,8 @@ def test_a_failed_job_in_a_sweep_fails_alone_and_the_sweep_ends_with_a_summary(
     launcher, tiny_bert, glue_dir, tmp_path
 ):
     extra = ["hydra/launcher=gpus", "hydra.launcher.n_jobs=2"] if launcher == "gpus" else []
-    result = run_script(
-        "train.py",
-        "-m",
-        "seed=1,abc",
-        *extra,
-        *tiny_cli_overrides(tiny_bert, glue_dir),
-        cwd=tmp_path,
-    )
-    output = result.stdout + result.stderr
+    result, output, sweep = sweep_with_a_bad_job(tiny_bert, glue_dir, tmp_path, *extra)
     assert result.returncode == 1
-    (sweep,) = (tmp_path / "logs" / "multirun").iterdir()
     one_message(output, "seed='abc': must be an integer\n")  # the job's own message, once
     assert output.count(f"Sweep folder: {sweep}") == 1  # as it starts
     assert f"Sweep {sweep}: 1 of 2 jobs completed, 1 did not:\n  #1 failed: IsotuneError" in output

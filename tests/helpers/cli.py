@@ -44,3 +44,15 @@ def tiny_cli_overrides(tiny_bert: Path, glue_dir: Path, *more: str) -> list[str]
         "trainer.enable_progress_bar=false",
         *more,
     ]
+
+
+def sweep_with_a_bad_job(
+    tiny_bert: Path, glue_dir: Path, cwd: Path, *launcher: str
+) -> tuple[subprocess.CompletedProcess, str, Path]:
+    """``python train.py -m seed=1,abc ...`` (job 1's seed is not an integer) from ``cwd`` with
+    ``launcher``'s overrides: the result, its whole output and the sweep folder."""
+    result = run_script(
+        "train.py", "-m", "seed=1,abc", *launcher, *tiny_cli_overrides(tiny_bert, glue_dir), cwd=cwd
+    )
+    (sweep,) = (cwd / "logs" / "multirun").iterdir()
+    return result, result.stdout + result.stderr, sweep
