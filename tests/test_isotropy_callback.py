@@ -16,7 +16,14 @@ from transformers import AutoModel
 from isotune.analysis.geometry import collect_layer_vectors
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
-from isotune.isotropy import isobn_stats, measure_all, measure_cloud, spectrum
+from isotune.isotropy import (
+    isobn_stats,
+    measure_all,
+    measure_cloud,
+    measure_outliers,
+    overlap,
+    spectrum,
+)
 from isotune.isotropy import measures as measures_module
 from isotune.isotropy.callback import IsotropyMonitor
 from isotune.isotropy.figures import correlation_matrix, save_geometry_figure
@@ -66,7 +73,15 @@ def test_measures_pretrained_and_every_epoch_into_results(isobn_run):
         for metric in ("iw", "log_iw", "avg_cosine", "isoscore", "std_cv", "corr_abs_mean"):
             assert f"iso/{view}/{metric}" in keys
     assert "iso/pre_norm/local_isoscore" in keys
-    assert json.loads((folder / "results.json").read_text())["isotropy"] == isotropy
+    written = json.loads((folder / "results.json").read_text())["isotropy"]
+    assert written == isotropy
+    outliers = isotropy["outlier_dimensions"]
+    assert outliers["factor"] == 5.0 and sorted(outliers["per_epoch"]) == ["0", "1", "2"]
+    for epoch, views in outliers["per_epoch"].items():
+        assert sorted(views) == sorted(["pre_norm", "post_norm", *TOKEN_VIEWS])
+        for view, dims in views.items():
+            assert all(isinstance(dim, int) for dim in dims)
+            assert isotropy["per_epoch"][epoch][f"iso/{view}/n_outliers"] == len(dims)
     # Before training IsoBN has no statistics yet: it is the identity, so both views agree.
     pre = {k.split("/")[-1]: v for k, v in isotropy["pretrained"].items() if "/pre_norm/" in k}
     post = {k.split("/")[-1]: v for k, v in isotropy["pretrained"].items() if "/post_norm/" in k}
@@ -156,12 +171,14 @@ def tiny_model_and_data(cfg) -> tuple[GLUEClassifier, GLUEDataModule]:
     return model, datamodule
 
 
-def fit_recording(train_config, *overrides: str):
-    """One epoch of a tiny-BERT IsoBN run with a recording monitor; the reference vectors of the
-    pre-trained model (before fit) and of the trained one (after)."""
+def fit_recording(train_config, *overrides: str, **options):
+    """One epoch of a tiny-BERT IsoBN run with a recording monitor (``options`` added to its
+    own); the reference vectors of the pre-trained model (before fit) and of the trained one."""
     cfg = train_config("norm=isobn", "trainer.max_epochs=1", *overrides)
     model, datamodule = tiny_model_and_data(cfg)
-    monitor = RecordingMonitor(probe_size=20, seed=1, token_layers=[0, -1], figures=False)
+    monitor = RecordingMonitor(
+        probe_size=20, seed=1, token_layers=[0, -1], figures=False, **options
+    )
     probe = monitor.probe_indices(datamodule)
     precision = cfg.trainer.precision
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
@@ -214,6 +231,26 @@ def test_vectors_from_validation_equal_a_separate_encoding_of_the_probe(
     assert_same_vectors(monitor.vectors[1], trained)
     assert monitor.vectors[1][PRE_NORM].shape == (20, 32)
     assert not torch.equal(monitor.vectors[0][PRE_NORM], monitor.vectors[1][PRE_NORM])
+
+
+def test_outlier_dimensions_of_every_epoch_are_those_of_the_measured_vectors(train_config):
+    """The indices kept per epoch and view, their scalars and how many of epoch 0's outliers stay,
+    recomputed from the vectors the monitor measured (with a factor low enough to find some in a
+    tiny random model)."""
+    monitor, _, _ = fit_recording(train_config, outlier_factor=2.0)
+    for epoch, vectors in monitor.vectors.items():
+        for view, points in vectors.items():
+            found = measure_outliers(points, 2.0, 3)
+            assert monitor.outliers[epoch][view] == list(found.outliers.indices)
+            values = monitor.history[epoch]
+            assert values[f"iso/{view}/n_outliers"] == found.outliers.count
+            assert values[f"iso/{view}/rogue_share"] == found.rogue.share
+            kept = overlap(monitor.outliers[0][view], monitor.outliers[epoch][view]).kept
+            assert values[f"iso/{view}/outliers_kept"] == len(kept)
+    assert any(monitor.outliers[0].values()), "the test needs a cloud with outlier dimensions"
+    restored = IsotropyMonitor()
+    restored.load_state_dict(monitor.state_dict())
+    assert restored.outliers == monitor.outliers
 
 
 def test_under_bf16_mixed_every_epoch_is_measured_at_validation_precision(train_config):

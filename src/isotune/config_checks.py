@@ -91,6 +91,12 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("reg.zeta", lambda v: finite_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
     ("reg.shrinkage_points", lambda v: integer(v) and v >= 2, "an integer >= 2"),
     ("reg.shrinkage_examples", lambda v: integer(v) and v >= 1, "an integer >= 1"),
+    (
+        "callbacks.isotropy.outlier_factor",
+        lambda v: finite_number(v) and v > 0,
+        "a finite number > 0",
+    ),
+    ("callbacks.isotropy.rogue_k", lambda v: integer(v) and v >= 1, "an integer >= 1"),
     ("adapt.r", lambda v: integer(v) and v >= 1, "an integer >= 1"),
     ("adapt.alpha", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
     ("adapt.dropout", lambda v: finite_number(v) and 0 <= v < 1, "a number in [0, 1)"),

@@ -10,10 +10,12 @@ in a pass of its own, in validation's batches and at its precision: all of the p
 (before training), and the rest under ``limit_val_batches``, ``debug=limit`` or sharded DDP
 validation. Every scalar of :func:`isotune.isotropy.measure_all`, and IsoScore* with the
 library's default shrinkage target (one rule for every run, never a regularized run's own
-Sigma_S), is logged as ``iso/<view>/<metric>`` with the epoch (epoch 0 = the pre-trained
-geometry), figures drawn from the same measurement are saved under ``<output_dir>/isotropy/``
-and sent to W&B, and the per-epoch values are kept in checkpoints and returned for
-``results.json``. Views, settings and measures: ``docs/isotropy.md``.
+Sigma_S), and the outlier-dimension scalars of :func:`isotune.isotropy.measure_outliers` with the
+number of epoch 0's outlier dimensions still outliers, is logged as ``iso/<view>/<metric>`` with
+the epoch (epoch 0 = the pre-trained geometry); figures drawn from the same measurement are saved
+under ``<output_dir>/isotropy/`` and sent to W&B; the per-epoch values and outlier dimensions
+(their indices) are kept in checkpoints and returned for ``results.json``. Views, settings and
+measures: ``docs/isotropy.md``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,15 @@ from torch import Tensor, nn
 
 from isotune.adaptation import eval_mode
 from isotune.data import LengthGroupedBatchSampler
-from isotune.isotropy import CloudMeasures, isoscore_star, measure_cloud
+from isotune.isotropy import (
+    OUTLIER_FACTOR,
+    ROGUE_K,
+    CloudMeasures,
+    isoscore_star,
+    measure_cloud,
+    measure_outliers,
+    overlap,
+)
 from isotune.isotropy.figures import save_geometry_figure
 from isotune.isotropy.vectors import POST_NORM, PRE_NORM, SENTENCE_VIEWS
 
@@ -166,6 +176,10 @@ class IsotropyMonitor(L.Callback):
         max_tokens: token vectors per layer, sampled with ``seed`` (the same tokens every epoch).
         local_k: also measure local isotropy with this many k-means clusters (None: skip).
         dominant_factor: a direction is dominant when its variance exceeds this times the mean.
+        outlier_factor: a dimension is an outlier when its variance is at least this times the
+            mean variance (Rudman et al. 2023: 5).
+        rogue_k: the dimensions of largest contribution to the average cosine whose share is
+            logged (Timkey & van Schijndel 2021: 3).
         figures: save (and log) the std / correlation / spectrum figures every epoch.
         output_dir: where figures go (``<output_dir>/isotropy``).
     """
@@ -178,6 +192,8 @@ class IsotropyMonitor(L.Callback):
         max_tokens: int = 10_000,
         local_k: int | None = None,
         dominant_factor: float = 10.0,
+        outlier_factor: float = OUTLIER_FACTOR,
+        rogue_k: int = ROGUE_K,
         figures: bool = True,
         output_dir: str | None = None,
     ) -> None:
@@ -187,10 +203,13 @@ class IsotropyMonitor(L.Callback):
         self.max_tokens = max_tokens
         self.local_k = local_k
         self.dominant_factor = dominant_factor
+        self.outlier_factor = outlier_factor
+        self.rogue_k = rogue_k
         self.figures = figures
         self.output_dir = Path(output_dir) if output_dir else None
         self.history: dict[int, dict[str, float]] = {}  # epoch -> {"iso/<view>/<metric>": value}
         self.timings: dict[int, float] = {}  # epoch -> seconds the measurement took
+        self.outliers: dict[int, dict[str, list[int]]] = {}  # epoch -> {view: outlier dimensions}
         self._probe: list[int] | None = None
         self._capture: ProbeCapture | None = None  # attached during a measured validation
 
@@ -231,11 +250,12 @@ class IsotropyMonitor(L.Callback):
             self._capture = None
 
     def state_dict(self) -> dict:
-        return {"history": self.history, "timings": self.timings}
+        return {"history": self.history, "timings": self.timings, "outliers": self.outliers}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.history = {int(epoch): values for epoch, values in state_dict["history"].items()}
         self.timings = {int(epoch): s for epoch, s in state_dict.get("timings", {}).items()}
+        self.outliers = {int(epoch): dims for epoch, dims in state_dict.get("outliers", {}).items()}
 
     # -- collecting -----------------------------------------------------------------------------
     def probe_indices(self, datamodule) -> list[int]:
@@ -313,6 +333,7 @@ class IsotropyMonitor(L.Callback):
         start = time.perf_counter() - capture.seconds  # the hooks' time during validation counts
         from_validation = int(capture.captured.sum())
         values: dict[str, float] = {}
+        outliers: dict[str, list[int]] = {}
         collected = self.collect(trainer, module, capture)
         with one_thread():
             for view, points in collected.items():
@@ -322,12 +343,22 @@ class IsotropyMonitor(L.Callback):
                     local_k=self.local_k,
                     seed=self.seed,
                 )
-                scalars = measures.scalars.items()
-                values.update({f"iso/{view}/{name}": value for name, value in scalars})
-                values[f"iso/{view}/isoscore_star"] = isoscore_star(points).item()
+                found = measure_outliers(
+                    points, self.outlier_factor, min(self.rogue_k, points.shape[1])
+                )
+                outliers[view] = list(found.outliers.indices)
+                pretrained = self.outliers.get(0, outliers)[view]  # epoch 0 compares with itself
+                scalars = {
+                    **measures.scalars,
+                    "isoscore_star": isoscore_star(points).item(),
+                    **found.scalars,
+                    "outliers_kept": float(len(overlap(pretrained, outliers[view]).kept)),
+                }
+                values.update({f"iso/{view}/{name}": value for name, value in scalars.items()})
                 if self.figures and view in SENTENCE_VIEWS:
                     self._figure(trainer, measures, view, epoch)
         self.history[epoch] = values
+        self.outliers[epoch] = outliers
         self.timings[epoch] = time.perf_counter() - start
         for logger in trainer.loggers:
             logger.log_metrics({**values, "iso/epoch": epoch}, step=trainer.global_step)
@@ -364,5 +395,9 @@ class IsotropyMonitor(L.Callback):
             "best": self.history.get(best_epoch, {}) if best_epoch is not None else {},
             "final": self.history[final],
             "per_epoch": {str(epoch): values for epoch, values in sorted(self.history.items())},
+            "outlier_dimensions": {
+                "factor": self.outlier_factor,
+                "per_epoch": {str(epoch): dims for epoch, dims in sorted(self.outliers.items())},
+            },
             "seconds": round(sum(self.timings.values()), 2),
         }

@@ -31,7 +31,7 @@ KMEANS_MAX_ITER = 100  # Lloyd iterations at most; they usually stop earlier, wh
 _SELF_PRODUCT_BLOCKS = 4
 
 
-def _validated(X: Tensor) -> Tensor:
+def check_point_cloud(X: Tensor) -> Tensor:
     """``X`` as a floating tensor, after checking that it is a finite (points, dims) matrix."""
     X = torch.as_tensor(X)
     if not X.is_floating_point():
@@ -65,7 +65,7 @@ class _Cloud:
     demand, so that the measures evaluated together by ``measure_all`` share them."""
 
     def __init__(self, X: Tensor):
-        self.data = _validated(X).detach()
+        self.data = check_point_cloud(X).detach()
         self.n, self.dim = self.data.shape
         self.centred = self.data.to(torch.float64, copy=True)
         self.mean = self.centred.mean(dim=0)
@@ -238,7 +238,7 @@ def isoscore_star(X: Tensor, C0: Tensor | None = None, zeta: float = 0.2) -> Ten
     trouble an eigendecomposition's has with repeated eigenvalues. Computed in X's precision, at
     least float32 (float64 for integers); returns a 0-d tensor in that dtype that carries gradients.
     """
-    X = _validated(X)
+    X = check_point_cloud(X)
     if not 0.0 <= zeta <= 1.0:
         raise ValueError(f"zeta must lie in [0, 1], got {zeta}")
     n, d = X.shape
