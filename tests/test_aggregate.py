@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from isotune.sweeps import aggregate, gpu_slots, rerun, runs
+from isotune.sweeps import aggregate, gpu_slots, rerun, runs, tables
 
 # Dev accuracy per (norm, task, seed) of the fake sweep; None: the job failed or never finished.
 SCORES = {
@@ -473,3 +473,20 @@ def test_runs_that_took_several_attempts_are_counted_and_a_warned_one_is_not_fai
         f"- {sweep_dir / 'extra'}: 3 attempts: interrupted (SIGUSR2), interrupted (SIGUSR2), "
         "completed"
     ) in report
+
+
+def test_outlier_table_shows_medians_of_the_counts_and_the_kept_ones():
+    rows = []
+    for view, count, kept in (("pre_norm", (3.0, 4.0), 2.0), ("post_norm", (3.0, 0.0), 0.0)):
+        rows.append(["norm=isobn", "rte", f"iso/{view}/n_outliers", *count, 3])
+        rows.append(["norm=isobn", "rte", f"iso/{view}/outliers_kept", count[0], kept, 3])
+    rows.append(["norm=isobn", "rte", "iso/post_norm/log_iw", -1.0, -0.5, 3])
+    columns = ["configuration", "task", "measure", "pretrained", "finetuned", "n"]
+    table = tables.outliers_markdown(pd.DataFrame(rows, columns=columns))
+    assert table.splitlines()[0] == (
+        "| configuration | task | pre_norm outliers | pre_norm kept | post_norm outliers "
+        "| post_norm kept | n |"
+    )
+    assert table.splitlines()[2] == "| norm=isobn | rte | 3 → 4 | 2 | 3 → 0 | 0 | 3 |"
+    empty = pd.DataFrame([rows[-1]], columns=columns)
+    assert tables.outliers_markdown(empty).startswith("No outlier dimensions in these runs")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -29,7 +30,7 @@ from isotune.analysis.report import (
     new_directions_markdown,
 )
 from isotune.analysis.run import analyze
-from isotune.analysis.verdicts import judge
+from isotune.analysis.verdicts import judge, judge_outliers
 from isotune.errors import IsotuneError
 from isotune.isotropy import measure_all
 from isotune.isotropy.vectors import POST_NORM, PRE_NORM
@@ -90,7 +91,7 @@ def test_writes_the_report_tables_and_figures(analysis):
     for name in FIGURES:
         assert (folder / f"{name}.png").stat().st_size > 1000
         assert f"]({name}.png)" in report
-    for statement in ("T1", "T2", "T3", "T4", "T5"):
+    for statement in ("T1", "T2", "T3", "T4", "T5", "O1", "O2"):
         assert f"| {statement} |" in report
         assert summary["verdicts"][statement]["outcome"] in ("supported", "mixed", "not supported")
     assert json.loads((folder / "analysis.json").read_text()) == summary
@@ -99,6 +100,73 @@ def test_writes_the_report_tables_and_figures(analysis):
         assert f"| {view} | {counts['new']} of 10 |" in directions
     intruders = summary["intruder_dimensions"]
     assert f"{intruders['total']} in {intruders['matrices_with_intruders']} of" in directions
+
+
+def test_outlier_table_summary_and_report_agree(analysis):
+    """The per-dimension table, the summary O1/O2 read and the report tell one story: ratios,
+    ranks, outlier flags, the overlap, the best dimension and the full model's score."""
+    folder, summary = analysis
+    table = pd.read_csv(folder / "outlier_dimensions.csv")
+    outliers = summary["outlier_dimensions"]
+    hidden = summary["hidden_size"]
+    assert len(table) == 2 * hidden and set(table.model) == {"pretrained", "finetuned"}
+    for model in ("pretrained", "finetuned"):
+        rows = table[table.model == model]
+        ratio = rows.variance / rows.variance.mean()
+        np.testing.assert_allclose(rows.variance_ratio, ratio, rtol=1e-9)
+        assert rows.dim[rows.outlier].tolist() == sorted(outliers[model])
+        assert sorted(rows.variance_rank) == list(range(1, hidden + 1))
+        assert (rows.tabulated == (rows.outlier | (rows.variance_rank <= 10))).all()
+        assert rows.score.between(0, 1).all() and rows.train_accuracy.between(0.5, 1).all()
+    kept = [dim for dim in outliers["pretrained"] if dim in outliers["finetuned"]]
+    assert outliers["kept"] == kept
+    fine = table[table.model == "finetuned"]
+    best = fine.loc[fine.score.idxmax()]
+    assert outliers["best_dimension"]["dim"] == best.dim
+    assert outliers["full_score"] == summary["finetuned_dev"]["accuracy"]
+    report = (folder / "report.md").read_text()
+    assert "## Outlier dimensions (Rudman, Chen & Eickhoff 2023)" in report
+    assert "](outlier_variances.png)" in report and "](one_dimension.png)" in report
+
+
+def outlier_summary(**values) -> dict:
+    """A summary of the outlier experiment, as ``outlier_experiment`` returns it."""
+    summary = {
+        "pretrained": [3, 7],
+        "finetuned": [3, 7, 9],
+        "kept": [3, 7],
+        "survival": 1.0,
+        "full_score": 0.8,
+        "baseline_score": 0.5,
+        "best_outlier": {"dim": 3, "score": 0.7, "variance_ratio": 9.0, "recovery": 2 / 3},
+        "best_dimension": {"dim": 3, "score": 0.7, "variance_ratio": 9.0, "recovery": 2 / 3},
+    }
+    return {**summary, **values}
+
+
+THRESHOLDS = OmegaConf.create({"outlier_survival": 0.5, "one_dimension_share": 0.5})
+WEAK = {"dim": 3, "score": 0.6, "variance_ratio": 9.0, "recovery": 1 / 3}
+STRONG_PLAIN = {"dim": 40, "score": 0.75, "variance_ratio": 1.2, "recovery": 5 / 6}
+
+
+@pytest.mark.parametrize(
+    ("values", "o1", "o2"),
+    [
+        ({}, "supported", "supported"),
+        ({"kept": [3], "survival": 0.5}, "supported", "supported"),
+        ({"kept": [3], "survival": 0.34, "pretrained": [3, 7, 8]}, "mixed", "supported"),
+        ({"kept": [], "survival": 0.0}, "not supported", "supported"),
+        ({"pretrained": [], "kept": [], "survival": None}, "not supported", "supported"),
+        ({"best_outlier": WEAK, "best_dimension": STRONG_PLAIN}, "supported", "mixed"),
+        ({"best_outlier": WEAK, "best_dimension": WEAK}, "supported", "not supported"),
+        ({"finetuned": [], "best_outlier": None}, "supported", "mixed"),
+        ({"full_score": 0.5}, "supported", "not supported"),
+    ],
+)
+def test_outlier_verdicts_follow_their_rules(values, o1, o2):
+    first, second = judge_outliers(outlier_summary(**values), THRESHOLDS)
+    assert (first.statement, first.outcome) == ("O1", o1)
+    assert (second.statement, second.outcome) == ("O2", o2)
 
 
 def test_direction_tables_list_the_new_ranks_and_the_matrices_with_most_intruders():

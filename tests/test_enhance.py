@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,9 +11,10 @@ from isotune.enhance import (
     cluster_based,
     cluster_labels,
     cluster_zero_mean,
+    standardize,
     zero_mean,
 )
-from isotune.isotropy import isoscore
+from isotune.isotropy import isoscore, outlier_dimensions
 
 
 def rotation(d: int, seed: int = 0) -> torch.Tensor:
@@ -120,3 +122,17 @@ def test_clustered_methods_apply_their_global_method_inside_each_cluster():
         torch.testing.assert_close(based[members], all_but_the_top(X[members], 2))
     with pytest.raises(ValueError, match="one label per point"):
         cluster_zero_mean(X, labels[:-1])
+
+
+def test_standardize_gives_every_dimension_mean_0_and_std_1_and_removes_outliers():
+    generator = torch.Generator().manual_seed(0)
+    points = torch.randn(500, 8, generator=generator, dtype=torch.float64) * 3 + 1
+    points[:, 2] *= 10  # an outlier dimension
+    points[:, 5] = 4.0  # a constant one
+    result = standardize(points.float())
+    assert result.dtype == torch.float32
+    expected = (points.numpy() - points.numpy().mean(0)) / points.numpy().std(0)
+    expected[:, 5] = 0.0
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert outlier_dimensions(points).indices == (2,)
+    assert outlier_dimensions(result).indices == ()

@@ -2,14 +2,17 @@
 
 The four methods that Rajaee & Pilehvar (Findings of EMNLP 2021) apply to pre-trained and
 fine-tuned representations, to ask whether the dominant directions are noise (removing them is
-harmless) or task knowledge (removing them hurts):
+harmless) or task knowledge (removing them hurts), and a fifth that damps dimensions rather than
+directions:
 
 - ``zero_mean``: subtract the global mean;
 - ``cluster_zero_mean``: subtract each k-means cluster's own mean;
 - ``all_but_the_top`` (Mu & Viswanath, ICLR 2018): centre, then remove the projections on the top
   D principal components;
 - ``cluster_based`` (Rajaee & Pilehvar, ACL 2021): per k-means cluster, centre and remove that
-  cluster's top principal components.
+  cluster's top principal components;
+- ``standardize`` (Timkey & van Schijndel, EMNLP 2021): centre each dimension and divide it by
+  its standard deviation, so that no rogue (outlier) dimension dominates cosine similarity.
 
 Pure torch and unsupervised: each takes an (N, d) tensor and returns the transformed points with
 the same shape and dtype, computed in float64. The clustered methods take the labels from
@@ -28,6 +31,7 @@ __all__ = [
     "cluster_based",
     "cluster_labels",
     "cluster_zero_mean",
+    "standardize",
     "zero_mean",
 ]
 
@@ -36,6 +40,15 @@ def zero_mean(X: Tensor) -> Tensor:
     """The points minus their mean."""
     points = X.double()
     return (points - points.mean(dim=0)).to(X.dtype)
+
+
+def standardize(X: Tensor) -> Tensor:
+    """Each dimension minus its mean, over its standard deviation (ddof 0, as Timkey & van
+    Schijndel's z-scores); a constant dimension becomes 0."""
+    points = X.double()
+    centred = points - points.mean(dim=0)
+    std = centred.square().mean(dim=0).sqrt()
+    return (centred / std.where(std > 0, 1.0)).to(X.dtype)
 
 
 def all_but_the_top(X: Tensor, n_components: int) -> Tensor:

@@ -23,6 +23,7 @@ from isotune.enhance import (
     cluster_based,
     cluster_labels,
     cluster_zero_mean,
+    standardize,
     zero_mean,
 )
 from isotune.isotropy import measure_all
@@ -35,7 +36,14 @@ MODELS = ("pretrained", "finetuned")
 MEASURES = ("iw", "log_iw", "avg_cosine", "isoscore", "n_dominant", "effective_rank")
 PROPERTIES = ("token_type", "frequency")
 SEPARABILITY = ("purity", "probe_accuracy")
-METHODS = ("none", "zero_mean", "cluster_zero_mean", "all_but_the_top", "cluster_based")
+METHODS = (
+    "none",
+    "zero_mean",
+    "cluster_zero_mean",
+    "all_but_the_top",
+    "cluster_based",
+    "standardize",
+)
 # The enhancement experiment's settings: the sentence vectors each one transforms, and what then
 # scores them (the report lists these descriptions).
 SETTING_VIEWS = {
@@ -117,6 +125,7 @@ def enhancements(settings: Mapping, seed: int) -> dict[str, Callable[[Tensor], T
         "cluster_zero_mean": lambda X: cluster_zero_mean(X, clusters(X)),
         "all_but_the_top": lambda X: all_but_the_top(X, settings.abtt_components),
         "cluster_based": lambda X: cluster_based(X, clusters(X), settings.cluster_components),
+        "standardize": standardize,
     }
 
 

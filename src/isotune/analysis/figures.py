@@ -1,5 +1,6 @@
 """The analysis figures, one per question (``docs/analysis.md``): isotropy per layer and the
-last layer's spectrum (T1, T3), local structure (T2), enhancement (T4, T5)."""
+last layer's spectrum (T1, T3), local structure (T2), enhancement (T4, T5), and the outlier
+dimensions with their 1-D scores (O1, O2)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ FIGURES = {
     "spectrum": "Last-layer covariance spectrum (T3)",
     "local_structure": "Local structure of the token space per layer (T2)",
     "enhancement": "Isotropy enhancement: isotropy and task metric (T4, T5)",
+    "outlier_variances": "Variance per dimension, pre-trained vs fine-tuned, outliers marked (O1)",
+    "one_dimension": "1-D score of each dimension against its variance (O2)",
 }
 
 
@@ -43,14 +46,19 @@ def draw_figures(
     sentence_view: str,
     task: TaskSpec,
     cfg: DictConfig,
+    outliers: Mapping,
     output_dir: Path,
 ) -> dict[str, Path]:
-    """Every figure of the report as ``<output_dir>/<name>.png``."""
+    """Every figure of the report as ``<output_dir>/<name>.png`` (``outliers``: the summary of
+    the outlier experiment)."""
+    dimensions = tables["outlier_dimensions"]
     figures = {
         "isotropy_by_layer": isotropy_figure(tables["isotropy_by_layer"]),
         "spectrum": spectrum_figure(vectors, sentence_view, cfg.isotropy.dominant_factor),
         "local_structure": local_structure_figure(tables["local_structure"]),
         "enhancement": enhancement_figure(tables["enhancement"], task.primary_metric),
+        "outlier_variances": outlier_variances_figure(dimensions, outliers["factor"]),
+        "one_dimension": one_dimension_figure(dimensions, outliers, task.primary_metric),
     }
     paths = {}
     for name, figure in figures.items():
@@ -148,5 +156,49 @@ def enhancement_figure(table: pd.DataFrame, metric: str) -> plt.Figure:
             axis.bar(range(len(bars)), bars[measure], color="tab:purple")
             axis.set_xticks(range(len(bars)), bars.method, rotation=30, ha="right")
             axis.set(title=f"{setting}: {MEASURE_TITLES.get(measure, measure)}")
+    figure.tight_layout()
+    return figure
+
+
+def outlier_variances_figure(table: pd.DataFrame, factor: float) -> plt.Figure:
+    """Each dimension's variance over the mean variance, both models, on a log scale; outliers
+    (at or above the dashed line, ``factor``) ringed and numbered."""
+    figure, axis = plt.subplots(figsize=(12, 4.2))
+    for model in MODELS:
+        rows = table[table.model == model]
+        colour = MODEL_COLOURS[model]
+        axis.semilogy(rows.dim, rows.variance_ratio, ".", color=colour, alpha=0.6, label=model)
+        outliers = rows[rows.outlier]
+        axis.semilogy(outliers.dim, outliers.variance_ratio, "o", mfc="none", ms=10, color=colour)
+        for row in outliers.itertuples(index=False):
+            axis.annotate(str(row.dim), (row.dim, row.variance_ratio), color=colour, fontsize=8)
+    axis.axhline(factor, color="grey", linestyle="--", linewidth=1, label=f"{factor:g}x the mean")
+    axis.set(
+        title="variance per dimension of the sentence vector (training subset)",
+        xlabel="dimension",
+        ylabel="variance / mean variance",
+    )
+    axis.legend()
+    figure.tight_layout()
+    return figure
+
+
+def one_dimension_figure(table: pd.DataFrame, outliers: Mapping, metric: str) -> plt.Figure:
+    """The fine-tuned model's 1-D dev score of each dimension against its variance ratio;
+    outliers in red; the full model and the majority baseline as lines."""
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    rows = table[table.model == "finetuned"]
+    plain, marked = rows[~rows.outlier], rows[rows.outlier]
+    axis.semilogx(plain.variance_ratio, plain.score, ".", color="grey", label="dimension")
+    axis.semilogx(marked.variance_ratio, marked.score, "o", color="tab:red", label="outlier")
+    axis.axhline(outliers["full_score"], color="tab:green", label="full model")
+    axis.axhline(outliers["baseline_score"], color="black", linestyle=":", label="majority")
+    axis.axvline(outliers["factor"], color="grey", linestyle="--", linewidth=1)
+    axis.set(
+        title="fine-tuned: one dimension alone",
+        xlabel="variance / mean variance",
+        ylabel=f"dev {metric} of the 1-D rule",
+    )
+    axis.legend()
     figure.tight_layout()
     return figure

@@ -24,7 +24,7 @@ from isotune.instantiate import instantiate_all
 from isotune.reporting import markdown_table
 from isotune.tasks import TaskSpec
 
-TABLES = ("isotropy_by_layer", "local_structure", "enhancement")
+TABLES = ("isotropy_by_layer", "local_structure", "enhancement", "outlier_dimensions")
 
 
 def write_tables(tables: Mapping[str, pd.DataFrame], task: TaskSpec, output_dir: Path) -> None:
@@ -40,7 +40,19 @@ def table_markdown(name: str, table: pd.DataFrame, task: TaskSpec) -> str:
         "isotropy_by_layer": ["model", "view", "layer", "n", *MEASURES],
         "local_structure": ["model", "layer", "property", *SEPARABILITY, "majority", "n_classes"],
         "enhancement": ["setting", "view", "method", *MEASURES, *task.metrics],
+        "outlier_dimensions": [
+            "model",
+            "dim",
+            "variance_ratio",
+            "variance_rank",
+            "outlier",
+            "slope" if task.is_regression else "threshold",
+            "score",
+        ],
     }[name]
+    if name == "outlier_dimensions":  # every dimension is in the CSV; the outliers and the top here
+        shown = table[table["tabulated"]]  # pretrained first, then by variance
+        table = shown.sort_values(["model", "variance_rank"], ascending=[False, True])
     rows = [[_cell(value) for value in row] for row in table[keys].itertuples(index=False)]
     return markdown_table(keys, rows)
 
@@ -89,7 +101,7 @@ def report_markdown(
     cfg: DictConfig,
 ) -> str:
     """``report.md``: what was analysed, the verdict on T1-T5 with its numbers, figures, tables,
-    and the directions fine-tuning made dominant."""
+    the directions fine-tuning made dominant, and the outlier dimensions (O1, O2)."""
     template = resources.files("isotune.analysis").joinpath("report_template.md")
     metric = task.primary_metric
     recorded = summary["checkpoint_dev"]  # the last dev scores saved in the checkpoint
@@ -106,15 +118,28 @@ def report_markdown(
         token_types=", ".join(f"{name} {count}" for name, count in summary["token_types"].items()),
         recomputed=summary["finetuned_dev"][metric],
         recorded=recorded_text,
-        verdicts=markdown_table(
-            ["", "claim", "here", "numbers"],
-            [[v.statement, v.claim, f"**{v.outcome}**", v.evidence] for v in verdicts],
-        ),
+        verdicts=verdicts_markdown([v for v in verdicts if v.statement.startswith("T")]),
+        outlier_verdicts=verdicts_markdown([v for v in verdicts if v.statement.startswith("O")]),
+        outliers=summary["outlier_dimensions"],
+        spearman=_spearman_text(summary["outlier_dimensions"]["variance_score_spearman"]),
         token_type_names=", ".join(TOKEN_TYPES),
         settings="\n".join(f"- `{name}`: {text}" for name, text in SETTINGS.items()),
         **{name: table_markdown(name, tables[name], task) for name in TABLES},
         new_directions=new_directions_markdown(directions["new_directions"]),
         intruder_dimensions=intruder_dimensions_markdown(directions["intruder_dimensions"]),
+    )
+
+
+def _spearman_text(spearman: Mapping[str, Any]) -> str:
+    if spearman["rho"] is None:
+        return "undefined (every dimension scores the same)"
+    return f"{spearman['rho']:.3f} (p = {spearman['p']:.3g})"
+
+
+def verdicts_markdown(verdicts: Sequence[Verdict]) -> str:
+    return markdown_table(
+        ["", "claim", "here", "numbers"],
+        [[v.statement, v.claim, f"**{v.outcome}**", v.evidence] for v in verdicts],
     )
 
 

@@ -11,9 +11,11 @@ each verdict is decided: ``docs/analysis.md``. ``analyze.py`` is only the Hydra 
    non-special tokens, the same for both models) and sentence vectors (the model's pooling), and
    the sentence vector before and after the norm (:mod:`.geometry`);
 3. measure isotropy per layer (T1, T3), the local structure of the token space by token type and
-   training frequency (T2), and the enhancement experiment (T4, T5) (:mod:`.experiments`), and
-   judge T1-T5 (:mod:`.verdicts`); count the directions fine-tuning made dominant, in the last
-   layer's vectors and in the weight matrices (:mod:`.directions`);
+   training frequency (T2), and the enhancement experiment (T4, T5) (:mod:`.experiments`); find
+   the outlier dimensions of both models and score each dimension alone (O1, O2,
+   :mod:`.outlier_dimensions`); judge T1-T5, O1 and O2 (:mod:`.verdicts`); count the directions
+   fine-tuning made dominant, in the last layer's vectors and in the weight matrices
+   (:mod:`.directions`);
 4. write tables (CSV + Markdown), figures, ``report.md`` and ``analysis.json``, and log them to
    the configured loggers (W&B: tables, images and the report) (:mod:`.figures`, :mod:`.report`).
 """
@@ -50,8 +52,9 @@ from isotune.analysis.geometry import (
     sample_tokens,
     token_counts,
 )
+from isotune.analysis.outlier_dimensions import outlier_experiment
 from isotune.analysis.report import log_to_loggers, report_markdown, write_tables
-from isotune.analysis.verdicts import judge
+from isotune.analysis.verdicts import judge, judge_outliers
 from isotune.data import Example, TokenizedDataset, check_max_length, load_split
 from isotune.encoders import load_tokenizer
 from isotune.errors import IsotuneError
@@ -134,21 +137,34 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     lap("directions")
     tables["local_structure"] = local_structure(dev_vectors, token_labels, cfg.local, cfg.seed)
     lap("local_structure")
+    dev_labels, train_labels = labels_of(dev_set, task), labels_of(train_set, task)
     tables["enhancement"] = enhancement_experiment(
         finetuned,
         dev_vectors,
         train_vectors,
-        dev_labels=labels_of(dev_set, task),
-        train_labels=labels_of(train_set, task),
+        dev_labels=dev_labels,
+        train_labels=train_labels,
         settings=cfg.enhance,
         dominant_factor=cfg.isotropy.dominant_factor,
         seed=cfg.seed,
     )
     lap("enhancement")
+    finetuned_dev = metric_values(tables["enhancement"], "finetuned_head", "none")
+    tables["outlier_dimensions"], outliers = outlier_experiment(
+        train_vectors,
+        dev_vectors,
+        train_labels,
+        dev_labels,
+        task,
+        full_score=finetuned_dev[task.primary_metric],
+        settings=cfg.outliers,
+    )
+    lap("outlier_dimensions")
 
     num_layers = dev_vectors["finetuned"].num_layers
     view = sentence_view(pooling)
     verdicts = judge(tables, task, view, num_layers - 1, cfg.verdict)
+    verdicts += judge_outliers(outliers, cfg.verdict)
     checkpoint_dev = finetuned.history[-1] if finetuned.history else None
     summary = {
         "checkpoint": str(Path(cfg.ckpt_path).resolve()),
@@ -171,12 +187,13 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
             name: int((sample.token_type == index).sum()) for index, name in enumerate(TOKEN_TYPES)
         },
         "checkpoint_dev": checkpoint_dev,
-        "finetuned_dev": metric_values(tables["enhancement"], "finetuned_head", "none"),
+        "finetuned_dev": finetuned_dev,
         **direction_counts,
+        "outlier_dimensions": outliers,
         "verdicts": {verdict.statement: asdict(verdict) for verdict in verdicts},
         "seconds": seconds,
     }
-    figures = draw_figures(tables, dev_vectors, view, task, cfg, output_dir)
+    figures = draw_figures(tables, dev_vectors, view, task, cfg, outliers, output_dir)
     write_tables(tables, task, output_dir)
     for name, table in directions.items():
         table.to_csv(output_dir / f"{name}.csv", index=False)

@@ -115,3 +115,68 @@ def _outcome(held: Sequence[bool]) -> str:
     if all(held):
         return "supported"
     return "mixed" if any(held) else "not supported"
+
+
+def judge_outliers(summary: Mapping, thresholds: Mapping) -> list[Verdict]:
+    """O1 and O2 of Rudman, Chen & Eickhoff (2023) from :func:`~.outlier_dimensions.
+    outlier_experiment`'s summary.
+
+    Rules: O1 holds when at least ``thresholds.outlier_survival`` of the pre-trained outlier
+    dimensions are still outliers after fine-tuning (some but fewer: mixed; none, or none to
+    begin with: not supported); O2 when the best fine-tuned outlier dimension alone recovers at
+    least ``thresholds.one_dimension_share`` of the full model's gain over the majority baseline
+    (reached only by a dimension that is not an outlier: mixed).
+    """
+    pretrained, kept = summary["pretrained"], summary["kept"]
+    needed = thresholds.outlier_survival
+    if not pretrained:
+        o1 = ("not supported", "the pre-trained model has no outlier dimension")
+    else:
+        survival = summary["survival"]
+        outcome = "supported" if survival >= needed else "mixed" if kept else "not supported"
+        o1 = (
+            outcome,
+            f"pre-trained outliers {_dims(pretrained)}; fine-tuned {_dims(summary['finetuned'])}; "
+            f"{len(kept)} of {len(pretrained)} kept ({survival:.0%}; needed {needed:.0%})",
+        )
+
+    share = thresholds.one_dimension_share
+    full, baseline = summary["full_score"], summary["baseline_score"]
+    best_outlier, best_dimension = summary["best_outlier"], summary["best_dimension"]
+    scores = f"full model {full:.3f}, majority baseline {baseline:.3f}"
+    if not full > baseline:
+        o2 = ("not supported", f"{scores}: the model does no better than the baseline")
+    else:
+
+        def carries(best: Mapping | None) -> bool:
+            return best is not None and best["recovery"] >= share
+
+        def described(best: Mapping | None, what: str) -> str:
+            if best is None:
+                return f"no {what}"
+            return (
+                f"best {what}: dim {best['dim']} ({best['variance_ratio']:.3g}x the mean "
+                f"variance) scores {best['score']:.3f}, {best['recovery']:.0%} of the gain"
+            )
+
+        outcome = (
+            "supported"
+            if carries(best_outlier)
+            else "mixed"
+            if carries(best_dimension)
+            else "not supported"
+        )
+        o2 = (
+            outcome,
+            f"{scores}; {described(best_outlier, 'outlier dimension')}; "
+            f"{described(best_dimension, 'dimension')} (needed {share:.0%})",
+        )
+    return [
+        Verdict("O1", "outlier dimensions of pre-training persist after fine-tuning", *o1),
+        Verdict("O2", "one outlier dimension carries most of the task", *o2),
+    ]
+
+
+def _dims(dims: Sequence[int], most: int = 8) -> str:
+    shown = ", ".join(str(dim) for dim in dims[:most])
+    return f"[{shown}{', ...' if len(dims) > most else ''}]" if dims else "none"

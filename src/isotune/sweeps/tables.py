@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from isotune.errors import IsotuneError
-from isotune.isotropy.vectors import POST_NORM
+from isotune.isotropy.vectors import POST_NORM, PRE_NORM
 from isotune.reporting import markdown_table
 from isotune.sweeps.comparisons import AXES, Configuration, Configurations
 from isotune.sweeps.runs import Run
@@ -274,6 +274,32 @@ def compact_isotropy_markdown(summary: pd.DataFrame, measures: Sequence[str]) ->
         by_measure = {r.measure: r for r in group.itertuples(index=False)}
         body.append([name, task, *(_change(by_measure.get(k)) for k in keys), group["n"].max()])
     return markdown_table(["configuration", "task", *map(measure_label, measures), "n"], body)
+
+
+def outliers_markdown(summary: pd.DataFrame) -> str:
+    """Per configuration and task, for each sentence view: the median number of outlier
+    dimensions, pre-trained → best epoch, and the median number of the pre-trained ones still
+    outliers at the best epoch (``outliers_kept``)."""
+    views = (PRE_NORM, POST_NORM)
+    keys = {measure_key(m, v) for v in views for m in ("n_outliers", "outliers_kept")}
+    shown = summary[summary["measure"].isin(keys)]
+    if shown.empty:
+        return "No outlier dimensions in these runs (measured by the isotropy callback)."
+    body = []
+    for (name, task), group in shown.groupby(["configuration", "task"], sort=False):
+        by_measure = {r.measure: r for r in group.itertuples(index=False)}
+        cells = []
+        for view in views:
+            kept = by_measure.get(measure_key("outliers_kept", view))
+            cells += [
+                _change(by_measure.get(measure_key("n_outliers", view))),
+                "–" if kept is None else number_cell(kept.finetuned),
+            ]
+        body.append([name, task, *cells, group["n"].max()])
+    header = ["configuration", "task"]
+    for view in views:
+        header += [f"{view} outliers", f"{view} kept"]
+    return markdown_table([*header, "n"], body)
 
 
 def _change(row: Any) -> str:
