@@ -25,8 +25,8 @@ from isotune.encoders import load_encoder
 from isotune.errors import IsotuneError
 from isotune.training import train
 from tests.conftest import CONF_DIR, compose_config, compose_train_config, tiny_run_overrides
-from tests.test_analyze import SMALL
-from tests.test_resume import kill_and_resume, load
+from tests.helpers.analysis import SMALL
+from tests.helpers.resume import kill_and_resume, load
 
 ADAPTER = re.compile(r"\.lora_[AB]\.default\.weight$")
 ALWAYS_TRAINED = ("encoder.pooler.", "norm.", "head.")  # with pooling=pooler and norm=batchnorm

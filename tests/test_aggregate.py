@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from isotune.sweeps import aggregate, gpu_slots, rerun, runs, tables
+from tests.helpers.fake_runs import PRETRAINED_IW, completed, write_run
 
 # Dev accuracy per (norm, task, seed) of the fake sweep; None: the job failed or never finished.
 SCORES = {
@@ -31,36 +32,8 @@ SCORES = {
     ("isobn", "mrpc", 2): 0.86,
     ("isobn", "mrpc", 3): None,  # killed: results.json still says running
 }
-PRETRAINED_IW = 0.01
 LAST_UPDATE = "2026-11-30T09:00:00+00:00"  # of the killed job's results.json
 CHECKED_AT = datetime(2026, 11, 30, 11, 35, tzinfo=UTC)  # 2h35m later
-
-
-def write_run(job_dir: Path, overrides: list[str], result: dict) -> None:
-    """A job directory as a training run leaves it: Hydra's record and results.json."""
-    (job_dir / ".hydra").mkdir(parents=True)
-    (job_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    (job_dir / "results.json").write_text(json.dumps({**result, "overrides": overrides}))
-
-
-def completed(model, norm, task, seed, score, finished_at="2026-11-30T09:00:00") -> dict:
-    return {
-        "status": "completed",
-        "error": None,
-        "task": task,
-        "model": model,
-        "norm": norm,
-        "seed": seed,
-        "primary_metric": "accuracy",
-        "best_epoch": 2,
-        "best": {"accuracy": score, "loss": 0.5},
-        "final": {"accuracy": score - 0.01, "loss": 0.6},
-        "isotropy": {
-            "pretrained": {"iso/cls/iw": PRETRAINED_IW},
-            "best": {"iso/cls/iw": score / 10},  # any value that differs by seed
-        },
-        "finished_at": finished_at,
-    }
 
 
 def write_sweep_config(sweep: Path, project: Path) -> None:

@@ -37,16 +37,9 @@ from isotune.isotropy.vectors import POST_NORM, PRE_NORM
 from isotune.tasks import TaskSpec
 from isotune.training import train
 from tests.conftest import CONF_DIR, ROOT, compose_config, compose_train_config, tiny_run_overrides
+from tests.helpers.analysis import SMALL
 
 NUM_HIDDEN_LAYERS = 2  # the tiny BERT of conftest
-SMALL = [
-    "tokens.max_tokens=300",
-    "local.max_points=200",
-    "local.n_clusters=4",
-    "enhance.n_clusters=3",
-    "enhance.abtt_components=2",
-    "enhance.cluster_components=1",
-]
 
 
 @pytest.fixture(scope="module")

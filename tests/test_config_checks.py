@@ -12,17 +12,9 @@ from isotune.errors import IsotuneError
 from isotune.training import train
 from tests.conftest import CONF_DIR, compose_train_config
 from tests.helpers.cli import run_cli
+from tests.helpers.config_checks import problems
 
 NOT_A_MODEL = "/no/such/model-folder"  # loading it would fail: a failure must come before that
-
-
-def problems(*overrides: str) -> list[str]:
-    """The problem lines reported for ``python train.py <overrides>``."""
-    with pytest.raises(IsotuneError) as raised:
-        check_train_config(compose_train_config(list(overrides)))
-    header, *lines = str(raised.value).splitlines()
-    assert header.startswith("Invalid config values; set each on the command line (key=value)")
-    return lines
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from isotune.data import GLUEDataModule, LengthGroupedBatchSampler, load_split
 from isotune.encoders import load_tokenizer
 from isotune.errors import IsotuneError
 from isotune.training import train
-from tests.test_metrics import load_task
+from tests.helpers.tasks import load_task
 
 SHARED_GLUE = os.environ.get("GLUE_DIR")
 

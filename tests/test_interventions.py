@@ -27,9 +27,9 @@ from isotune.sweeps.runs import basic_sweep_jobs
 from isotune.tasks import TaskSpec
 from isotune.training import train
 from tests.conftest import CONF_DIR, compose_train_config
-from tests.test_aggregate import completed, write_run
-from tests.test_config_checks import problems
-from tests.test_resume import kill_and_resume, load
+from tests.helpers.config_checks import problems
+from tests.helpers.fake_runs import completed, write_run
+from tests.helpers.resume import kill_and_resume, load
 
 
 def options(group: str) -> list[str]:

@@ -94,7 +94,7 @@ def test_pretrained_values_match_an_independent_computation(isobn_run, tiny_bert
     """Epoch 0 equals measure_all on the same probe examples encoded by a fresh pretrained model."""
     _, results = isobn_run
     from isotune.data import load_split
-    from tests.test_metrics import load_task
+    from tests.helpers.tasks import load_task
 
     task = load_task("rte")
     examples = load_split(task, "validation", glue_dir)

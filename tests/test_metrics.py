@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -13,8 +11,8 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from isotune.metrics import build_metrics, compute_scores, predictions
 from isotune.tasks import TaskSpec
+from tests.helpers.tasks import TASK_DIR, load_task
 
-TASK_DIR = Path(__file__).resolve().parents[1] / "conf" / "task"
 REFERENCES = {
     "accuracy": accuracy_score,
     "f1": f1_score,
@@ -33,10 +31,6 @@ EXPECTED_METRICS = {
     "rte": ["accuracy"],
     "wnli": ["accuracy"],
 }
-
-
-def load_task(name: str) -> TaskSpec:
-    return TaskSpec.from_config(OmegaConf.to_container(OmegaConf.load(TASK_DIR / f"{name}.yaml")))
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_METRICS))

@@ -17,7 +17,7 @@ from isotune.sweeps import aggregate, comparisons
 from isotune.sweeps.comparisons import Configuration
 from isotune.sweeps.figures import POOLED, isotropy_vs_score_data, scores_data
 from isotune.sweeps.runs import Run
-from tests.test_aggregate import write_run
+from tests.helpers.fake_runs import write_run
 
 T_975_4DF = 2.7764451051977987  # Student's t table, 4 degrees of freedom
 BASELINE = {"rte": [80, 82, 81, 79, 83], "mrpc": [70, 75, 72, 71, 74]}  # norm=none, seeds 1-5

@@ -1,0 +1,38 @@
+"""Run folders as a training run leaves them, written directly: the sweep tools' tests need
+folders with known numbers, not trainings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+PRETRAINED_IW = 0.01
+
+
+def write_run(job_dir: Path, overrides: list[str], result: dict) -> None:
+    """A job directory as a training run leaves it: Hydra's record and results.json."""
+    (job_dir / ".hydra").mkdir(parents=True)
+    (job_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (job_dir / "results.json").write_text(json.dumps({**result, "overrides": overrides}))
+
+
+def completed(model, norm, task, seed, score, finished_at="2026-11-30T09:00:00") -> dict:
+    return {
+        "status": "completed",
+        "error": None,
+        "task": task,
+        "model": model,
+        "norm": norm,
+        "seed": seed,
+        "primary_metric": "accuracy",
+        "best_epoch": 2,
+        "best": {"accuracy": score, "loss": 0.5},
+        "final": {"accuracy": score - 0.01, "loss": 0.6},
+        "isotropy": {
+            "pretrained": {"iso/cls/iw": PRETRAINED_IW},
+            "best": {"iso/cls/iw": score / 10},  # any value that differs by seed
+        },
+        "finished_at": finished_at,
+    }
