@@ -129,7 +129,10 @@ def cosine_contributions(X: Tensor) -> Tensor:
     ``sum_{n != m} u_ni u_mi = s_i^2 - sum_n u_ni^2``, in O(N d). Zero points have no direction and
     are left out, as in the average cosine; with fewer than two non-zero points every CC_i is NaN.
     """
-    points = _float64(X)
+    return _cosine_contributions(_float64(X))
+
+
+def _cosine_contributions(points: Tensor) -> Tensor:
     norms = torch.linalg.vector_norm(points, dim=1)
     units = points[norms > 0] / norms[norms > 0].unsqueeze(1)
     count = len(units)
@@ -141,7 +144,11 @@ def cosine_contributions(X: Tensor) -> Tensor:
 
 def rogue_dimensions(X: Tensor, k: int = ROGUE_K) -> RogueDimensions:
     """The cosine contributions of ``X`` and its ``k`` rogue dimensions (largest in size)."""
-    contributions = cosine_contributions(X)
+    return _rogue_dimensions(_float64(X), k)
+
+
+def _rogue_dimensions(points: Tensor, k: int) -> RogueDimensions:
+    contributions = _cosine_contributions(points)
     if not 1 <= k <= len(contributions):
         raise ValueError(f"k must lie in [1, {len(contributions)}] for this cloud, got {k}")
     top = contributions.abs().nan_to_num(-1.0).argsort(descending=True, stable=True)[:k]
@@ -192,5 +199,8 @@ class OutlierMeasures:
 def measure_outliers(
     X: Tensor, factor: float = OUTLIER_FACTOR, k: int = ROGUE_K
 ) -> OutlierMeasures:
-    """The outlier dimensions (``factor``) and the ``k`` rogue dimensions of ``X``."""
-    return OutlierMeasures(outlier_dimensions(X, factor), rogue_dimensions(X, k))
+    """The outlier dimensions (``factor``) and the ``k`` rogue dimensions of ``X``, from one
+    checked float64 copy."""
+    points = _float64(X)
+    variances = points.var(dim=0, correction=0).cpu()
+    return OutlierMeasures(outliers_from_variances(variances, factor), _rogue_dimensions(points, k))
