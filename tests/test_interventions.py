@@ -136,10 +136,18 @@ def test_istar_weight_moves_isoscore_star_of_the_regularized_view(train_config, 
     assert final[10] > final[0] + 0.05 and final[-10] < final[0] - 0.05
 
 
-@pytest.mark.parametrize("include_padding", [False, True])
-def test_sigma_s_is_the_covariance_of_the_seeded_training_subset(train_config, include_padding):
+@pytest.mark.parametrize(
+    ("include_padding", "sample", "seed_offset"),
+    [(False, "epoch", 3), (True, "epoch", 3), (False, "fixed", 0)],
+)
+def test_sigma_s_is_the_covariance_of_the_seeded_training_subset(
+    train_config, include_padding, sample, seed_offset
+):
     cfg = train_config(
-        "reg=istar", "reg.shrinkage_examples=8", f"reg.include_padding={include_padding}"
+        "reg=istar",
+        "reg.shrinkage_examples=8",
+        f"reg.include_padding={include_padding}",
+        f"reg.shrinkage_sample={sample}",
     )
     model = GLUEClassifier(
         task=plain(cfg.task),
@@ -159,9 +167,11 @@ def test_sigma_s_is_the_covariance_of_the_seeded_training_subset(train_config, i
     assert model.training and model.encoder.training  # modes given back
     assert not model.regularization.needs_shrinkage(3) and model.regularization.needs_shrinkage(4)
 
-    # Restated: 8 training examples chosen by the run's seed, every layer but the embeddings.
+    # Restated: 8 training examples chosen by the run's seed (plus the epoch, 3, when a fresh
+    # subset is drawn every epoch, as released), every layer but the embeddings.
     dataset = datamodule.dataset("train")
-    chosen = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(cfg.seed))[:8]
+    generator = torch.Generator().manual_seed(cfg.seed + seed_offset)
+    chosen = torch.randperm(len(dataset), generator=generator)[:8]
     batch = datamodule.collate([dataset[i] for i in chosen.tolist()])
     model.eval()
     with torch.no_grad():
@@ -225,6 +235,10 @@ def test_unknown_reg_lists_the_choices(tmp_path):
         (
             ["reg=istar", "reg.shrinkage_points=1"],
             "reg.shrinkage_points=1: must be an integer >= 2",
+        ),
+        (
+            ["reg=istar", "reg.shrinkage_sample=once"],
+            "reg.shrinkage_sample='once': must be one of ['epoch', 'fixed']",
         ),
         (["reg=cosreg", "reg.include_padding=2"], "reg.include_padding=2: must be true or false"),
         (

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from isotune.errors import IsotuneError
 from isotune.module import SCHEDULES
 from isotune.norms import NORMS
-from isotune.regularization import VIEWS
+from isotune.regularization import SHRINKAGE_SAMPLES, VIEWS
 from isotune.resume import RESUME_MODES
 from isotune.values import finite_number, integer
 
@@ -91,6 +91,7 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("reg.zeta", lambda v: finite_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
     ("reg.shrinkage_points", lambda v: integer(v) and v >= 2, "an integer >= 2"),
     ("reg.shrinkage_examples", lambda v: integer(v) and v >= 1, "an integer >= 1"),
+    ("reg.shrinkage_sample", lambda v: v in SHRINKAGE_SAMPLES, f"one of {list(SHRINKAGE_SAMPLES)}"),
     (
         "callbacks.isotropy.outlier_factor",
         lambda v: finite_number(v) and v > 0,

@@ -220,7 +220,7 @@ class GLUEClassifier(L.LightningModule):
         reg = self.regularization
         log.info("I-STAR: Sigma_S for epoch %d from the training subset", epoch + 1)
         batches = reg.shrinkage_batches(
-            datamodule.dataset("train"), datamodule.collate, datamodule.eval_batch_size
+            datamodule.dataset("train"), datamodule.collate, datamodule.eval_batch_size, epoch
         )
         with eval_mode(self):
             reg.refresh_shrinkage((self._regularized_points(batch) for batch in batches), epoch)

@@ -10,9 +10,12 @@ The training loss is ``task loss + weight x penalty(X)`` with a penalty of
   trivially isotropic.
 
 I-STAR shrinks the batch covariance towards Sigma_S, the covariance of the same view over up to
-``shrinkage_points`` rows from ``shrinkage_examples`` training examples (a seeded subset, the same
-every epoch), recomputed in eval mode at every epoch start as released. It is a buffer, so a
-checkpoint carries it. Settings and defaults: README, "Interventions".
+``shrinkage_points`` rows from ``shrinkage_examples`` training examples, recomputed in eval mode at
+every epoch start as released. ``shrinkage_sample`` says which examples: ``epoch`` (default), a
+fresh seeded subset each epoch, as the released code reads the start of each epoch's reshuffled
+training loader; ``fixed``, one seeded subset for every epoch, so that Sigma_S changes only because
+the model does. It is a buffer, so a checkpoint carries it. Settings and defaults:
+``docs/interventions.md``.
 """
 
 from __future__ import annotations
@@ -26,9 +29,17 @@ from isotune.errors import IsotuneError
 from isotune.regularizers import REGULARIZERS, ShrinkageCovariance
 from isotune.whitening import Float32Statistics
 
-__all__ = ["MEASURES", "VIEWS", "Regularization", "ShrinkageTarget", "reg_label"]
+__all__ = [
+    "MEASURES",
+    "SHRINKAGE_SAMPLES",
+    "VIEWS",
+    "Regularization",
+    "ShrinkageTarget",
+    "reg_label",
+]
 
 VIEWS = ("tokens", "sentence")
+SHRINKAGE_SAMPLES = ("epoch", "fixed")  # Sigma_S's examples: drawn anew each epoch, or once
 # What each penalty's value is, logged as train/reg_<name>: I-STAR's penalty is 1 - IsoScore*.
 MEASURES: dict[str, tuple[str, Callable[[Tensor], Tensor]]] = {
     "istar": ("isoscore_star", lambda penalty: 1 - penalty),
@@ -75,6 +86,7 @@ class Regularization(nn.Module):
         zeta: float = 0.2,
         shrinkage_points: int = 50_000,
         shrinkage_examples: int = 1000,
+        shrinkage_sample: str = "epoch",
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -91,6 +103,7 @@ class Regularization(nn.Module):
         self.zeta = zeta
         self.shrinkage_points = shrinkage_points
         self.shrinkage_examples = shrinkage_examples
+        self.shrinkage_sample = shrinkage_sample
         self.seed = seed
         shrinks = name == "istar" and zeta > 0
         self.shrinkage = ShrinkageTarget(hidden_size) if shrinks else None
@@ -140,12 +153,21 @@ class Regularization(nn.Module):
         """Whether Sigma_S must be computed for ``epoch`` (not if a checkpoint already holds it)."""
         return self.active and self.shrinkage is not None and int(self.shrinkage.epoch) != epoch
 
+    def shrinkage_seed(self, epoch: int) -> int:
+        """The seed of ``epoch``'s subset: the run's seed plus the epoch (``epoch`` sampling), or
+        the run's seed alone (``fixed``)."""
+        return self.seed + epoch if self.shrinkage_sample == "epoch" else self.seed
+
     def shrinkage_batches(
-        self, dataset: Sequence, collate: Callable[[list], Mapping[str, Tensor]], batch_size: int
+        self,
+        dataset: Sequence,
+        collate: Callable[[list], Mapping[str, Tensor]],
+        batch_size: int,
+        epoch: int,
     ) -> Iterator[Mapping[str, Tensor]]:
-        """Batches of the seeded training subset, in its random order: the rows come in until
-        the budget is full, so that a prefix of them is still a random sample."""
-        generator = torch.Generator().manual_seed(self.seed)
+        """Batches of ``epoch``'s seeded training subset, in its random order: the rows come in
+        until the budget is full, so that a prefix of them is still a random sample."""
+        generator = torch.Generator().manual_seed(self.shrinkage_seed(epoch))
         chosen = torch.randperm(len(dataset), generator=generator)[: self.shrinkage_examples]
         for start in range(0, len(chosen), batch_size):
             yield collate([dataset[i] for i in chosen[start : start + batch_size].tolist()])
