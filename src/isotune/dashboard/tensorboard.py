@@ -1,0 +1,70 @@
+"""TensorBoard, the offline twin of the W&B dashboard: the same sections and charts
+(:func:`isotune.dashboard.layout.dashboard_sections`) as a custom-scalars layout, and a logger
+that writes each key at the step of its axis.
+
+TensorBoard draws every scalar against its step, so the logger writes ``iso/*`` at step
+``iso/epoch`` (0 = the pre-trained model) and the dev scores at step ``epoch``, as W&B's
+``define_metric`` draws them (:func:`isotune.metric_keys.axis_of`); the training curves stay at
+the global step. ``tensorboard --logdir logs/multirun/<sweep>`` merges the runs' layouts into one
+page (the "Custom Scalars" tab). A scatter of one summary value per run has no custom-scalars
+chart: it is W&B's only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.custom_scalar import summary as custom_scalar_summary
+
+from isotune.dashboard.layout import SCATTER, Chart, Section
+from isotune.metric_keys import STEP, axis_of
+
+
+def chart_regex(chart: Chart) -> str:
+    """The tag regex of a chart: its pattern, or its keys exactly (TensorBoard matches from the
+    start of a tag only, so the end is anchored: ``val/accuracy`` is not ``val/accuracy_best``)."""
+    return chart.pattern or "|".join(re.escape(key) for key in chart.y) + "$"
+
+
+def custom_scalars_layout(sections: Iterable[Section]) -> layout_pb2.Layout:
+    """One category per section (optional sections collapsed), one multiline chart per chart."""
+    return layout_pb2.Layout(
+        category=[
+            layout_pb2.Category(
+                title=section.name,
+                chart=[
+                    layout_pb2.Chart(
+                        title=chart.title,
+                        multiline=layout_pb2.MultilineChartContent(tag=[chart_regex(chart)]),
+                    )
+                    for chart in section.charts
+                    if chart.kind != SCATTER
+                ],
+                closed=section.optional,
+            )
+            for section in sections
+        ]
+    )
+
+
+class EpochAxesTensorBoardLogger(TensorBoardLogger):
+    """Lightning's TensorBoard logger, each key written at the step of its axis (the value of
+    that key in the same row; the row's step where the row lacks it), and the dashboard's layout
+    written with :meth:`write_layout`."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        rows: dict[int | None, dict[str, float]] = {}
+        for key, value in metrics.items():
+            axis = axis_of(key)
+            at = int(metrics[axis]) if axis != STEP and axis in metrics else step
+            rows.setdefault(at, {})[key] = value
+        for at, row in rows.items():
+            super().log_metrics(row, at)
+
+    def write_layout(self, sections: Iterable[Section]) -> None:
+        """The custom-scalars layout of ``sections`` into this run's event file."""
+        summary = custom_scalar_summary.pb(custom_scalars_layout(sections))
+        self.experiment._get_file_writer().add_summary(summary)
