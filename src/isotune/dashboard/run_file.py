@@ -84,4 +84,6 @@ def run_keys(path: Path) -> RunKeys:
 
 
 def _key(item) -> str:
-    return item.key or "/".join(item.nested_key)
+    """The logged key of a history or summary item; a value with fields (an image, a summary's
+    ``max``) has them after the key in ``nested_key``."""
+    return item.key or item.nested_key[0]

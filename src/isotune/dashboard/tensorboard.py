@@ -30,24 +30,23 @@ def chart_regex(chart: Chart) -> str:
 
 
 def custom_scalars_layout(sections: Iterable[Section]) -> layout_pb2.Layout:
-    """One category per section (optional sections collapsed), one multiline chart per chart."""
-    return layout_pb2.Layout(
-        category=[
-            layout_pb2.Category(
-                title=section.name,
-                chart=[
-                    layout_pb2.Chart(
-                        title=chart.title,
-                        multiline=layout_pb2.MultilineChartContent(tag=[chart_regex(chart)]),
-                    )
-                    for chart in section.charts
-                    if chart.kind != SCATTER
-                ],
-                closed=section.optional,
+    """One category per section (optional sections collapsed), one multiline chart per chart;
+    a section of scatters only has none."""
+    categories = []
+    for section in sections:
+        charts = [
+            layout_pb2.Chart(
+                title=chart.title,
+                multiline=layout_pb2.MultilineChartContent(tag=[chart_regex(chart)]),
             )
-            for section in sections
+            for chart in section.charts
+            if chart.kind != SCATTER
         ]
-    )
+        if charts:
+            categories.append(
+                layout_pb2.Category(title=section.name, chart=charts, closed=section.optional)
+            )
+    return layout_pb2.Layout(category=categories)
 
 
 class EpochAxesTensorBoardLogger(TensorBoardLogger):
