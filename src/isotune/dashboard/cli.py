@@ -27,7 +27,8 @@ from isotune.wandb_logging import wandb_online
 
 WORKSPACE_JSON = Path("logs") / "dashboards" / "workspace-{project}.json"
 REPORT_JSON = "wandb_report.json"  # in the sweep folder, beside sweep_report.md
-TASKS = Path("conf") / "task"
+# The task table of the checkout the package runs from (README's set-up: pip install -e .).
+TASKS = Path(__file__).resolve().parents[3] / "conf" / "task"
 
 
 def task_metrics(folder: Path) -> dict[str, str]:
@@ -37,8 +38,8 @@ def task_metrics(folder: Path) -> dict[str, str]:
     tables = sorted(folder.glob("*.yaml"))
     if not tables:
         raise IsotuneError(
-            f"No task table in {folder}: run from the repository's root, or pass --tasks "
-            "with the folder of the task configs (conf/task)."
+            f"No task table in {folder}: pass --tasks with the folder of the task configs "
+            "(conf/task of an isotune checkout)."
         )
     return {task.name: task.primary_metric for task in map(OmegaConf.load, tables)}
 

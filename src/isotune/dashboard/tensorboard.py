@@ -16,8 +16,10 @@ import re
 from collections.abc import Iterable, Mapping
 
 from lightning.pytorch.loggers import TensorBoardLogger
-from tensorboard.plugins.custom_scalar import layout_pb2
-from tensorboard.plugins.custom_scalar import summary as custom_scalar_summary
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
 from isotune.dashboard.layout import SCATTER, Chart, Section
 from isotune.metric_keys import STEP, axis_of
@@ -64,6 +66,14 @@ class EpochAxesTensorBoardLogger(TensorBoardLogger):
             super().log_metrics(row, at)
 
     def write_layout(self, sections: Iterable[Section]) -> None:
-        """The custom-scalars layout of ``sections`` into this run's event file."""
-        summary = custom_scalar_summary.pb(custom_scalars_layout(sections))
-        self.experiment._get_file_writer().add_summary(summary)
+        """The custom-scalars layout of ``sections`` into this run's event file (the summary
+        ``tensorboard.plugins.custom_scalar.summary.pb`` makes, without its TensorFlow import)."""
+        layout = custom_scalars_layout(sections).SerializeToString()
+        value = Summary.Value(
+            tag=metadata.CONFIG_SUMMARY_TAG,
+            metadata=metadata.create_summary_metadata(),
+            tensor=TensorProto(
+                dtype="DT_STRING", string_val=[layout], tensor_shape=TensorShapeProto()
+            ),
+        )
+        self.experiment._get_file_writer().add_summary(Summary(value=[value]))
