@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import EarlyStopping
-from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
+from lightning.pytorch.loggers import WandbLogger
 from omegaconf import OmegaConf
 
 from isotune.checkpoints import RunCheckpoint
 from isotune.csv_logging import RunCSVLogger
+from isotune.dashboard.tensorboard import EpochAxesTensorBoardLogger
 from isotune.errors import IsotuneError
 from isotune.isotropy.callback import IsotropyMonitor
 from isotune.norms import NORMS, build_norm
@@ -141,7 +142,7 @@ def test_trainer_takes_the_lightning_knobs(name, tmp_path):
 
 LOGGERS = {
     "csv": [RunCSVLogger],
-    "tensorboard": [TensorBoardLogger],
+    "tensorboard": [EpochAxesTensorBoardLogger],
     "wandb": [WandbLogger],
     "none": [],
 }

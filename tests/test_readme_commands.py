@@ -295,11 +295,19 @@ def check_rerun(outcome: Outcome) -> None:
     assert "Nothing to rerun" in outcome.process.stdout, outcome.report("expected nothing to rerun")
 
 
+def check_dashboard(outcome: Outcome) -> None:
+    dry_run = r"^Dry run: wrote (\S+): the (workspace|report)"
+    written = re.search(dry_run, outcome.process.stdout, re.MULTILINE)
+    assert written, outcome.report("expected a dry run's JSON")
+    assert (outcome.cwd / written[1]).is_file(), outcome.report(f"no {written[1]}")
+
+
 CHECKS: dict[str, Callable[[Outcome], None]] = {
     "train.py": check_train,
     "analyze.py": check_analyze,
     "isotune.aggregate": check_aggregate,
     "isotune.rerun": check_rerun,
+    "isotune.dashboard": check_dashboard,
 }
 
 

@@ -27,6 +27,7 @@ from isotune.adaptation import (
 )
 from isotune.encoders import load_encoder
 from isotune.errors import IsotuneError, NonFiniteLossError
+from isotune.metric_keys import LOSS, LOSS_REG, LOSS_TASK, REG_PREFIX, train_key, val_key
 from isotune.metrics import build_metrics, compute_scores, predictions
 from isotune.norms import build_norm
 from isotune.regularization import Regularization
@@ -153,23 +154,24 @@ class GLUEClassifier(L.LightningModule):
         sentence = self.pool(output, batch["attention_mask"])
         task_loss = self.loss(self.classify(sentence), batch["labels"])
         if not reg.active:
-            return task_loss, {"loss_task": task_loss}
+            return task_loss, {LOSS_TASK: task_loss}
         penalty = reg(output.hidden_states, sentence, batch["attention_mask"])
         measure, value = reg.measure(penalty)
         term = reg.weight * penalty
-        return task_loss + term, {"loss_task": task_loss, "loss_reg": term, f"reg_{measure}": value}
+        parts = {LOSS_TASK: task_loss, LOSS_REG: term, REG_PREFIX + measure: value}
+        return task_loss + term, parts
 
     def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Tensor:
         loss, parts = self.training_loss(batch)
-        self.log_dict({f"train/{k}": v for k, v in parts.items()}, on_step=True, on_epoch=True)
+        self.log_dict({train_key(k): v for k, v in parts.items()}, on_step=True, on_epoch=True)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(
                 f"The training loss became {loss.item()} at step {self.global_step} "
                 f"(epoch {self.current_epoch}). Stopped instead of training on garbage. Try a "
                 "lower optim.lr, gradient clipping (trainer.gradient_clip_val) or full precision."
             )
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True)
-        self.log("train/lr", self.lr_schedulers().get_last_lr()[0], on_step=True)
+        self.log(train_key(LOSS), loss, on_step=True, on_epoch=True, prog_bar=True)
+        self.log(train_key("lr"), self.lr_schedulers().get_last_lr()[0], on_step=True)
         return loss
 
     def configure_optimizers(self):
@@ -241,11 +243,11 @@ class GLUEClassifier(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         for split in self.task.eval_splits:
             scores = compute_scores(self.val_metrics[split])
-            scores["loss"] = float(self.val_losses[split].compute())
+            scores[LOSS] = float(self.val_losses[split].compute())
             self.val_metrics[split].reset()
             self.val_losses[split].reset()
             prefix = self.task.log_prefix(split)
-            self.log_dict({f"{prefix}/{name}": value for name, value in scores.items()})
+            self.log_dict({val_key(prefix, name): value for name, value in scores.items()})
             fitting = self.trainer.state.fn == "fit" and not self.trainer.sanity_checking
             if split == self.task.primary_split and fitting:  # not for trainer.validate()
                 self._record_epoch(scores)
@@ -254,7 +256,11 @@ class GLUEClassifier(L.LightningModule):
         self.history.append({"epoch": self.current_epoch + 1, "step": self.global_step, **scores})
         primary = self.task.primary_metric
         best = max(entry[primary] for entry in self.history)
-        self.log(f"val/{primary}_best", best, prog_bar=True)
+        self.log(
+            val_key(self.task.log_prefix(self.task.primary_split), f"{primary}_best"),
+            best,
+            prog_bar=True,
+        )
 
     def best_epoch(self) -> dict[str, float] | None:
         """The history entry with the best primary dev metric (the earliest one on ties)."""

@@ -21,11 +21,13 @@ from isotune.adaptation import parameter_counts
 from isotune.checkpoints import RunConfigInCheckpoints
 from isotune.config_checks import check_train_config
 from isotune.csv_logging import RunCSVLogger
+from isotune.dashboard.loggers import declare_dashboard
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
 from isotune.errors import IsotuneError, RunInterrupted
 from isotune.instantiate import instantiate_all
 from isotune.isotropy.callback import IsotropyMonitor
+from isotune.metric_keys import params_key
 from isotune.module import GLUEClassifier
 from isotune.norms import statistics_never_updated
 from isotune.progress import EpochsFromOneProgressBar
@@ -130,10 +132,11 @@ def _run(
             plugins=cluster_plugins(),
         )
         continuing_in_folder = resume_from is not None and record.has_earlier_attempts
+        declare_dashboard(trainer.loggers, task)  # iso/* against its epoch; the layout
         for logger in trainer.loggers:
             logger.log_hyperparams(_plain(cfg))
             if not continuing_in_folder:  # else logged by the run's first attempt
-                logger.log_metrics({f"params/{name}": n for name, n in parameters.items()}, step=0)
+                logger.log_metrics({params_key(name): n for name, n in parameters.items()}, step=0)
             elif isinstance(logger, RunCSVLogger):
                 logger.drop_rows_after(resumed_at_step)  # the steps trained again
         trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from lightning.pytorch.loggers import Logger, WandbLogger
 
+from isotune.metric_keys import LOSS, axis_of, best_key, summary_of, val_key
 from isotune.network import reachable
 from isotune.regularization import reg_label
 
@@ -172,6 +173,20 @@ def wandb_logger(
     return logger
 
 
+def define_axes(run, val_prefixes: Sequence[str], primary_metric: str) -> None:
+    """Draw ``iso/*`` against ``iso/epoch`` and each dev split's scores (``val/*``,
+    ``val_<split>/*``) against ``epoch`` (:func:`isotune.metric_keys.axis_of`), instead of the
+    global step Lightning gives every key; each split's primary metric and loss summarised by
+    their best value (max; min for the loss), as the run's ``best/*`` are."""
+    for prefix in ("iso", *val_prefixes):
+        axis = axis_of(f"{prefix}/")
+        run.define_metric(axis)
+        run.define_metric(f"{prefix}/*", step_metric=axis)
+    for prefix in val_prefixes:
+        for metric in (primary_metric, LOSS):
+            run.define_metric(val_key(prefix, metric), summary=summary_of(metric))
+
+
 def finish_wandb_runs(loggers: Sequence[Logger], results: dict) -> None:
     """Put the run's outcome into the W&B summary and close the run (also after a failure).
 
@@ -191,7 +206,8 @@ def finish_wandb_runs(loggers: Sequence[Logger], results: dict) -> None:
                     {
                         "status": results["status"],
                         "best_epoch": results.get("best_epoch"),
-                        **{f"best/{name}": v for name, v in results.get("best", {}).items()},
+                        **{best_key(name): v for name, v in results.get("best", {}).items()},
+                        **{best_key(key): v for key, v in _best_isotropy(results).items()},
                     }
                 )
                 run.finish(exit_code=0 if results["status"] == "completed" else 1)
@@ -207,3 +223,9 @@ def finish_wandb_runs(loggers: Sequence[Logger], results: dict) -> None:
                 type(error).__name__,
                 error,
             )
+
+
+def _best_isotropy(results: dict) -> dict[str, float]:
+    """The isotropy at the best epoch (``iso/<view>/<measure>``), for the isotropy-score
+    scatter of the dashboard."""
+    return (results.get("isotropy") or {}).get("best") or {}

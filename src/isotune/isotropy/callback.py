@@ -43,6 +43,7 @@ from isotune.isotropy import (
 )
 from isotune.isotropy.figures import save_geometry_figure
 from isotune.isotropy.vectors import POST_NORM, PRE_NORM, SENTENCE_VIEWS
+from isotune.metric_keys import ISO_EPOCH, iso_key
 
 log = logging.getLogger(__name__)
 
@@ -354,21 +355,21 @@ class IsotropyMonitor(L.Callback):
                     **found.scalars,
                     "outliers_kept": float(len(overlap(pretrained, outliers[view]).kept)),
                 }
-                values.update({f"iso/{view}/{name}": value for name, value in scalars.items()})
+                values.update({iso_key(view, name): value for name, value in scalars.items()})
                 if self.figures and view in SENTENCE_VIEWS:
                     self._figure(trainer, measures, view, epoch)
         self.history[epoch] = values
         self.outliers[epoch] = outliers
         self.timings[epoch] = time.perf_counter() - start
         for logger in trainer.loggers:
-            logger.log_metrics({**values, "iso/epoch": epoch}, step=trainer.global_step)
+            logger.log_metrics({**values, ISO_EPOCH: epoch}, step=trainer.global_step)
         log.info(
             "Isotropy at epoch %d (%.1fs, %d of %d probe examples from validation): %s",
             epoch,
             self.timings[epoch],
             from_validation,
             len(capture.captured),
-            ", ".join(f"{view} I(W)={values[f'iso/{view}/iw']:.3g}" for view in SENTENCE_VIEWS),
+            ", ".join(f"{view} I(W)={values[iso_key(view, 'iw')]:.3g}" for view in SENTENCE_VIEWS),
         )
 
     def _figure(self, trainer: L.Trainer, measures: CloudMeasures, view: str, epoch: int) -> None:
@@ -381,7 +382,7 @@ class IsotropyMonitor(L.Callback):
         for logger in trainer.loggers:
             if hasattr(logger, "log_image"):  # W&B
                 logger.log_image(
-                    key=f"iso/{view}/figure", images=[str(path)], step=trainer.global_step
+                    key=iso_key(view, "figure"), images=[str(path)], step=trainer.global_step
                 )
 
     # -- results --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pandas as pd
 
 from isotune.errors import IsotuneError
 from isotune.isotropy.vectors import POST_NORM, PRE_NORM
+from isotune.metric_keys import iso_key
 from isotune.reporting import markdown_table
 from isotune.sweeps.comparisons import AXES, Configuration, Configurations
 from isotune.sweeps.runs import Run
@@ -44,7 +45,7 @@ def configuration_columns() -> list[str]:
 
 def measure_key(measure: str, view: str = POST_NORM) -> str:
     """The results.json key of a measure of a view: ``iso/post_norm/log_iw``."""
-    return f"iso/{view}/{measure}"
+    return iso_key(view, measure)
 
 
 def measure_label(measure: str) -> str:

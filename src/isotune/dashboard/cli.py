@@ -1,0 +1,175 @@
+"""``python -m isotune.dashboard``: save the project's W&B workspace, or a sweep's W&B report.
+
+    python -m isotune.dashboard workspace [--entity E] [--project P] [--dry-run]
+    python -m isotune.dashboard report SWEEP [--entity E] [--project P] [--dry-run]
+
+``workspace`` saves the sections of :mod:`isotune.dashboard.layout` (one score chart per primary
+metric of the tasks in ``conf/task``) as a workspace of the project. ``report`` aggregates the
+sweep as ``python -m isotune.aggregate`` does (tables, paired statistics, figures, written into
+the sweep folder), logs the aggregate's summary run, and saves a report of them with the
+sections its runs logged. With ``--dry-run``, or without W&B credentials or network (one line
+says which), each writes its view as JSON instead and says what it would save.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from isotune.dashboard.layout import Section, dashboard_sections, used_sections
+from isotune.dashboard.run_file import run_keys
+from isotune.dashboard.views import panels_of, sweep_report, workspace, write_json
+from isotune.errors import IsotuneError
+from isotune.wandb_logging import wandb_online
+
+WORKSPACE_JSON = Path("logs") / "dashboards" / "workspace-{project}.json"
+REPORT_JSON = "wandb_report.json"  # in the sweep folder, beside sweep_report.md
+# The task table of the checkout the package runs from (README's set-up: pip install -e .).
+TASKS = Path(__file__).resolve().parents[3] / "conf" / "task"
+
+
+def task_metrics(folder: Path) -> dict[str, str]:
+    """Each task's primary dev metric, from the task table (``conf/task/*.yaml``)."""
+    from omegaconf import OmegaConf
+
+    tables = sorted(folder.glob("*.yaml"))
+    if not tables:
+        raise IsotuneError(
+            f"No task table in {folder}: pass --tasks with the folder of the task configs "
+            "(conf/task of an isotune checkout)."
+        )
+    return {task.name: task.primary_metric for task in map(OmegaConf.load, tables)}
+
+
+def wandb_runs_below(folders: Sequence[Path]) -> dict[str, Path]:
+    """The W&B runs of run folders: id -> run file (``wandb/[offline-]run-<date>-<id>/``)."""
+    return {
+        run_file.parent.name.rsplit("-", 1)[1]: run_file
+        for folder in folders
+        for run_file in sorted(folder.glob("wandb/*run-*/run-*.wandb"))
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m isotune.dashboard",
+        description="Save the project's W&B workspace or a sweep's W&B report (JSON with "
+        "--dry-run or without W&B credentials). Sections: docs/dashboards.md.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (
+        ("workspace", "the project's workspace"),
+        ("report", "a report of one sweep"),
+    ):
+        command = commands.add_parser(name, help=help_text)
+        if name == "report":
+            command.add_argument("sweep", type=Path, help="a sweep's (or a run's) output folder")
+        command.add_argument(
+            "--entity",
+            default=os.environ.get("WANDB_ENTITY", ""),
+            help="W&B entity (default: $WANDB_ENTITY, else your W&B default entity)",
+        )
+        command.add_argument(
+            "--project",
+            default=os.environ.get("WANDB_PROJECT", "isotune"),
+            help="W&B project (default: $WANDB_PROJECT or isotune, as training runs)",
+        )
+        command.add_argument("--out", type=Path, help="where the JSON goes")
+        command.add_argument(
+            "--dry-run", action="store_true", help="write the JSON, save nothing to W&B"
+        )
+    commands.choices["workspace"].add_argument(
+        "--tasks", type=Path, default=TASKS, help=f"the task configs (default: {TASKS})"
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "workspace":
+            return _workspace(args)
+        return _report(args)
+    except IsotuneError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _workspace(args: argparse.Namespace) -> int:
+    sections = dashboard_sections(task_metrics(args.tasks))
+    out = args.out or Path(str(WORKSPACE_JSON).format(project=args.project))
+    return _save_or_write(
+        args, lambda entity: workspace(entity, args.project, sections, args.project), out, None
+    )
+
+
+def _report(args: argparse.Namespace) -> int:
+    from isotune.sweeps.aggregate import aggregate, write_outputs
+    from isotune.sweeps.comparisons import comparison_counts
+    from isotune.sweeps.report import log_to_wandb, paired_markdown
+
+    result = aggregate([args.sweep])
+    _, figures, report_path = write_outputs(result, args.sweep)
+    title = args.sweep.resolve().name  # the group of the aggregate's summary run
+    run_files = wandb_runs_below([run.job_dir for run in result.runs])
+    logged: set[str] = set()
+    for run_file in run_files.values():
+        keys = run_keys(run_file)
+        logged |= keys.history | keys.summary
+    tasks = {run.field("task"): run.field("primary_metric") for run in result.runs}
+    sections: list[Section] = dashboard_sections(tasks)
+    if run_files:
+        sections = used_sections(sections, logged)
+    else:
+        print(
+            f"No run below {args.sweep} logged to W&B (train with logger=wandb): the report's "
+            "run panels will be empty."
+        )
+    holm_wilcoxon, holm_t, _ = comparison_counts(result.paired)
+    texts = [
+        ("Results", result.results()),
+        (
+            "Paired statistics against the baseline",
+            f"{paired_markdown(result.paired)}\n\nHolm-adjusted p over the {holm_wilcoxon} "
+            f"comparisons with a Wilcoxon p and the {holm_t} with a t-test p; methods and "
+            f"caveats: {report_path.name} in the sweep folder.",
+        ),
+    ]
+
+    def build(entity: str):
+        return sweep_report(
+            entity, args.project, title, texts, figures, sorted(run_files), sections
+        )
+
+    def log_summary_run() -> None:
+        log_to_wandb(result.tables(), figures, report_path, args.project, title, online=True)
+
+    return _save_or_write(args, build, args.out or args.sweep / REPORT_JSON, log_summary_run)
+
+
+def _save_or_write(args, build, out: Path, before_saving) -> int:
+    """Save the view built for the entity, or, with --dry-run or offline, write its JSON and
+    say in one line what would be saved."""
+    online, reason = (False, "") if args.dry_run else wandb_online()
+    if online:
+        import wandb
+
+        entity = args.entity or wandb.Api().default_entity
+        if before_saving is not None:
+            before_saving()
+        view = build(entity)
+        view.save()
+        write_json(view, out)
+        print(f"Saved the {args.command} to {entity}/{args.project}: {view.url} (JSON: {out})")
+        return 0
+    view = build(args.entity)
+    write_json(view, out)
+    what = (
+        f"wrote {out}: the {args.command} it would save to "
+        f"{args.entity or '<your default entity>'}/{args.project}, "
+        f"{len(panels_of(view))} panels"
+    )
+    if args.dry_run:
+        print(f"Dry run: {what}.")
+    else:
+        print(f"W&B offline ({reason}): {what}; save it later with the same command.")
+    return 0

@@ -1,0 +1,79 @@
+"""TensorBoard, the offline twin of the W&B dashboard: the same sections and charts
+(:func:`isotune.dashboard.layout.dashboard_sections`) as a custom-scalars layout, and a logger
+that writes each key at the step of its axis.
+
+TensorBoard draws every scalar against its step, so the logger writes ``iso/*`` at step
+``iso/epoch`` (0 = the pre-trained model) and the dev scores at step ``epoch``, as W&B's
+``define_metric`` draws them (:func:`isotune.metric_keys.axis_of`); the training curves stay at
+the global step. ``tensorboard --logdir logs/multirun/<sweep>`` merges the runs' layouts into one
+page (the "Custom Scalars" tab). A scatter of one summary value per run has no custom-scalars
+chart: it is W&B's only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.plugins.custom_scalar import layout_pb2, metadata
+
+from isotune.dashboard.layout import SCATTER, Chart, Section
+from isotune.metric_keys import STEP, axis_of
+
+
+def chart_regex(chart: Chart) -> str:
+    """The tag regex of a chart: its pattern, or its keys exactly (TensorBoard matches from the
+    start of a tag only, so the end is anchored: ``val/accuracy`` is not ``val/accuracy_best``)."""
+    return chart.pattern or "|".join(re.escape(key) for key in chart.y) + "$"
+
+
+def custom_scalars_layout(sections: Iterable[Section]) -> layout_pb2.Layout:
+    """One category per section (optional sections collapsed), one multiline chart per chart;
+    a section of scatters only has none."""
+    categories = []
+    for section in sections:
+        charts = [
+            layout_pb2.Chart(
+                title=chart.title,
+                multiline=layout_pb2.MultilineChartContent(tag=[chart_regex(chart)]),
+            )
+            for chart in section.charts
+            if chart.kind != SCATTER
+        ]
+        if charts:
+            categories.append(
+                layout_pb2.Category(title=section.name, chart=charts, closed=section.optional)
+            )
+    return layout_pb2.Layout(category=categories)
+
+
+class EpochAxesTensorBoardLogger(TensorBoardLogger):
+    """Lightning's TensorBoard logger, each key written at the step of its axis (the value of
+    that key in the same row; the row's step where the row lacks it), and the dashboard's layout
+    written with :meth:`write_layout`."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        rows: dict[int | None, dict[str, float]] = {}
+        for key, value in metrics.items():
+            axis = axis_of(key)
+            at = int(metrics[axis]) if axis != STEP and axis in metrics else step
+            rows.setdefault(at, {})[key] = value
+        for at, row in rows.items():
+            super().log_metrics(row, at)
+
+    def write_layout(self, sections: Iterable[Section]) -> None:
+        """The custom-scalars layout of ``sections`` into this run's event file (the summary
+        ``tensorboard.plugins.custom_scalar.summary.pb`` makes, without its TensorFlow import)."""
+        layout = custom_scalars_layout(sections).SerializeToString()
+        value = Summary.Value(
+            tag=metadata.CONFIG_SUMMARY_TAG,
+            metadata=metadata.create_summary_metadata(),
+            tensor=TensorProto(
+                dtype="DT_STRING", string_val=[layout], tensor_shape=TensorShapeProto()
+            ),
+        )
+        self.experiment._get_file_writer().add_summary(Summary(value=[value]))

@@ -1,0 +1,79 @@
+"""Every key a training run logs, named once.
+
+The module (``train/*``, ``val/*``), the isotropy callback (``iso/*`` with ``iso/epoch``), the
+training story (``params/*``), the loggers' axes and the dashboards build their keys here, so a
+dashboard cannot name a key that no run logs without a test noticing
+(``tests/test_dashboard_keys.py`` reads the keys of real runs' W&B files).
+"""
+
+from __future__ import annotations
+
+STEP = "trainer/global_step"  # Lightning's W&B logger adds it to every logged row
+EPOCH = "epoch"  # Lightning adds it to what the module logs: 0 during the first epoch
+ISO_EPOCH = "iso/epoch"  # the isotropy callback's: 0 = the pre-trained model, N = after epoch N
+# Lightning names a value logged with on_step and on_epoch twice: "<name>_step" and "<name>_epoch".
+PER_STEP, PER_EPOCH = "_step", "_epoch"
+LOSS = "loss"
+
+# The isotropy measures a dashboard draws (of measure_cloud's and measure_outliers' scalars, and
+# IsoScore*); the callback logs them all, and more (docs/isotropy.md).
+DASHBOARD_MEASURES = (
+    "log_iw",
+    "isoscore",
+    "isoscore_star",
+    "avg_cosine",
+    "n_dominant",
+    "n_outliers",  # outlier dimensions (docs/isotropy.md)
+    "outliers_kept",  # epoch 0's outlier dimensions that still are
+)
+# What isotune.adaptation.parameter_counts counts; logged once, at step 0.
+PARAMETER_COUNTS = ("trainable", "total", "trainable_fraction")
+# The training loss's parts (GLUEClassifier.training_loss); a regularizer adds reg_<measure>.
+LOSS_TASK, LOSS_REG, REG_PREFIX = "loss_task", "loss_reg", "reg_"
+
+
+def train_key(name: str) -> str:
+    """``train/<name>`` as the module logs it."""
+    return f"train/{name}"
+
+
+def logged_per_step(key: str) -> str:
+    """The key Lightning writes for a value the module logs with ``on_step=True, on_epoch=True``."""
+    return key + PER_STEP
+
+
+def val_key(prefix: str, metric: str) -> str:
+    """``<prefix>/<metric>``: ``val/accuracy``; ``prefix`` from ``TaskSpec.log_prefix``."""
+    return f"{prefix}/{metric}"
+
+
+def iso_key(view: str, measure: str) -> str:
+    """``iso/<view>/<measure>``: ``iso/post_norm/log_iw``."""
+    return f"iso/{view}/{measure}"
+
+
+def params_key(count: str) -> str:
+    """``params/<count>``: ``params/trainable_fraction``."""
+    return f"params/{count}"
+
+
+def best_key(key: str) -> str:
+    """The run summary's best-epoch value of ``key``: ``best/accuracy``, ``best/iso/...``."""
+    return f"best/{key}"
+
+
+def summary_of(metric: str) -> str:
+    """How a score's summary is its best value: ``min`` for a loss, else ``max``."""
+    return "min" if metric == LOSS or metric.endswith("_" + LOSS) else "max"
+
+
+def axis_of(key: str) -> str:
+    """The key that ``key`` is drawn against: ``iso/*`` against :data:`ISO_EPOCH`, the dev
+    scores (``val/*``, ``val_<split>/*``) against :data:`EPOCH`, the rest against :data:`STEP`.
+    W&B's ``define_metric`` and the TensorBoard logger both follow this rule."""
+    prefix = key.split("/", 1)[0]
+    if prefix == "iso":
+        return ISO_EPOCH
+    if prefix == "val" or prefix.startswith("val_"):
+        return EPOCH
+    return STEP
