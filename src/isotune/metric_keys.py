@@ -9,7 +9,10 @@ dashboard cannot name a key that no run logs without a test noticing
 from __future__ import annotations
 
 STEP = "trainer/global_step"  # Lightning's W&B logger adds it to every logged row
-EPOCH = "epoch"  # Lightning adds it to what the module logs: 0 during the first epoch
+# Logged by the module with the dev scores, counted as iso/epoch is and as every epoch is counted
+# here (from 1): Lightning's own "epoch" is 0 during the first epoch, so the scores of epoch N
+# would sit beside the isotropy of epoch N - 1.
+EPOCH = "val/epoch"
 ISO_EPOCH = "iso/epoch"  # the isotropy callback's: 0 = the pre-trained model, N = after epoch N
 # Lightning names a value logged with on_step and on_epoch twice: "<name>_step" and "<name>_epoch".
 PER_STEP, PER_EPOCH = "_step", "_epoch"

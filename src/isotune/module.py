@@ -27,7 +27,7 @@ from isotune.adaptation import (
 )
 from isotune.encoders import load_encoder
 from isotune.errors import IsotuneError, NonFiniteLossError
-from isotune.metric_keys import LOSS, LOSS_REG, LOSS_TASK, REG_PREFIX, train_key, val_key
+from isotune.metric_keys import EPOCH, LOSS, LOSS_REG, LOSS_TASK, REG_PREFIX, train_key, val_key
 from isotune.metrics import build_metrics, compute_scores, predictions
 from isotune.norms import build_norm
 from isotune.regularization import Regularization
@@ -254,6 +254,7 @@ class GLUEClassifier(L.LightningModule):
 
     def _record_epoch(self, scores: dict[str, float]) -> None:
         self.history.append({"epoch": self.current_epoch + 1, "step": self.global_step, **scores})
+        self.log(EPOCH, float(self.current_epoch + 1))  # the dev scores' axis
         primary = self.task.primary_metric
         best = max(entry[primary] for entry in self.history)
         self.log(

@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from matplotlib.ticker import NullFormatter
 from omegaconf import DictConfig
 
 from isotune.analysis.experiments import MEASURES, MODELS, PROPERTIES, SEPARABILITY, SETTINGS
@@ -173,8 +174,13 @@ def outlier_variances_figure(table: pd.DataFrame, factor: float) -> plt.Figure:
         for row in outliers.itertuples(index=False):
             axis.annotate(str(row.dim), (row.dim, row.variance_ratio), color=colour, fontsize=8)
     axis.axhline(factor, color="grey", linestyle="--", linewidth=1, label=f"{factor:g}x the mean")
+    floor = _ratio_floor(table.variance_ratio)
+    hidden = int((table.variance_ratio < floor).sum())
+    axis.set_ylim(floor, 2 * max(table.variance_ratio.max(), factor))
+    axis.yaxis.set_minor_formatter(NullFormatter())
     axis.set(
-        title="variance per dimension of the sentence vector (training subset)",
+        title="variance per dimension of the sentence vector (training subset)"
+        + (f"; {hidden} near-constant below the axis" if hidden else ""),
         xlabel="dimension",
         ylabel="variance / mean variance",
     )
@@ -194,11 +200,22 @@ def one_dimension_figure(table: pd.DataFrame, outliers: Mapping, metric: str) ->
     axis.axhline(outliers["full_score"], color="tab:green", label="full model")
     axis.axhline(outliers["baseline_score"], color="black", linestyle=":", label="majority")
     axis.axvline(outliers["factor"], color="grey", linestyle="--", linewidth=1)
+    floor = _ratio_floor(rows.variance_ratio)
+    hidden = int((rows.variance_ratio < floor).sum())
+    axis.set_xlim(left=floor)
+    axis.xaxis.set_minor_formatter(NullFormatter())  # a narrow log range labels every minor tick
     axis.set(
-        title="fine-tuned: one dimension alone",
+        title="fine-tuned: one dimension alone"
+        + (f" ({hidden} near-constant left of the axis)" if hidden else ""),
         xlabel="variance / mean variance",
         ylabel=f"dev {metric} of the 1-D rule",
     )
     axis.legend()
     figure.tight_layout()
     return figure
+
+
+def _ratio_floor(ratios: pd.Series) -> float:
+    """Where a log axis of variance ratios starts: half the 1% quantile, so that a few
+    near-constant dimensions (MiniLM has three, 1e-64 of the mean) do not flatten the rest."""
+    return float(ratios[ratios > 0].quantile(0.01)) / 2

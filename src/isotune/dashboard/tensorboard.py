@@ -13,7 +13,7 @@ chart: it is W&B's only.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.compat.proto.summary_pb2 import Summary
@@ -23,6 +23,8 @@ from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
 from isotune.dashboard.layout import SCATTER, Chart, Section
 from isotune.metric_keys import STEP, axis_of
+from isotune.regularization import reg_label
+from isotune.wandb_logging import run_group
 
 
 def chart_regex(chart: Chart) -> str:
@@ -49,6 +51,26 @@ def custom_scalars_layout(sections: Iterable[Section]) -> layout_pb2.Layout:
                 layout_pb2.Category(title=section.name, chart=charts, closed=section.optional)
             )
     return layout_pb2.Layout(category=categories)
+
+
+def tensorboard_logger(
+    save_dir: str,
+    model: str,
+    task: str,
+    norm: str,
+    seed: int,
+    overrides: Sequence[str] = (),
+    reg: str = "none",
+    reg_weight: float = 0.0,
+) -> EpochAxesTensorBoardLogger:
+    """The run's logger, writing to ``<save_dir>/tensorboard/<configuration>-seed<seed>``: the
+    configuration is the run's W&B group (:func:`isotune.wandb_logging.run_group`), so
+    TensorBoard's run list says what each run is (``0/tensorboard/minilm-rte-isobn-seed1``), not
+    only which job folder it came from."""
+    group = run_group(model, task, norm, overrides, reg_label(reg, reg_weight))
+    return EpochAxesTensorBoardLogger(
+        save_dir, name="tensorboard", version=f"{group}-seed{seed}", default_hp_metric=False
+    )
 
 
 class EpochAxesTensorBoardLogger(TensorBoardLogger):
