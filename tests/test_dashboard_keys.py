@@ -55,7 +55,7 @@ def test_every_workspace_panel_names_keys_and_axes_that_runs_logged(logs):
     runs = keys_below(logs)
     assert len(runs) == len(INTERVENTIONS) + 2  # the sweep, the lora run, the summary run
     view = view_json(workspace("entity", "project", dashboard_sections({"rte": "accuracy"}), "t"))
-    assert len(list(panels(view))) == 19
+    assert len(list(panels(view))) == 23  # 2 scores, 2 x 7 isotropy, 2 scatters, 3 + 2 optional
     assert unlogged(view, runs) == []
     # The check sees what is missing: no run trained CoLA.
     other = view_json(
@@ -70,7 +70,7 @@ def test_every_workspace_panel_names_keys_and_axes_that_runs_logged(logs):
 def test_runs_draw_isotropy_against_its_epoch_and_keep_best_values(logs):
     (run,) = keys_below(logs / "runs")
     assert run.step_metrics["iso/*"] == "iso/epoch"
-    assert run.step_metrics["val/*"] == "epoch"
+    assert run.step_metrics["val/*"] == "val/epoch" and "val/epoch" in run.history
     assert {"best/accuracy", "best/iso/post_norm/log_iw", "params/trainable"} <= run.summary
     assert {"train/reg_isoscore_star_step", "iso/pre_norm/isoscore_star"} <= run.history
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
@@ -54,6 +55,9 @@ def test_tiny_bert_trains_and_records_results(train_config, tmp_path, task, norm
     )
     assert set(results["best"]) == metrics and set(results["final"]) == metrics
     assert [entry["epoch"] for entry in results["history"]] == [1, 2]
+    # The dev scores' rows carry val/epoch, the dashboards' axis, counted as the history is.
+    scores = pd.read_csv(tmp_path / "csv" / "metrics.csv").dropna(subset=["val/loss"])
+    assert scores["val/epoch"].tolist() == [1, 2]
     best = max(results["history"], key=lambda entry: entry[results["primary_metric"]])
     assert results["best_epoch"] == best["epoch"]
     assert results["steps"] == 2 * (64 // 8) and results["wall_time_s"] > 0
