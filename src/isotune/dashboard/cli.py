@@ -140,8 +140,10 @@ def _report(args: argparse.Namespace) -> int:
             entity, args.project, title, texts, figures, sorted(run_files), sections
         )
 
-    def log_summary_run() -> None:
-        log_to_wandb(result.tables(), figures, report_path, args.project, title, online=True)
+    def log_summary_run(entity: str) -> None:
+        log_to_wandb(
+            result.tables(), figures, report_path, args.project, title, online=True, entity=entity
+        )
 
     return _save_or_write(args, build, args.out or args.sweep / REPORT_JSON, log_summary_run)
 
@@ -155,7 +157,7 @@ def _save_or_write(args, build, out: Path, before_saving) -> int:
 
         entity = args.entity or wandb.Api().default_entity
         if before_saving is not None:
-            before_saving()
+            before_saving(entity)  # the report's summary run, in the report's entity
         view = build(entity)
         view.save()
         write_json(view, out)

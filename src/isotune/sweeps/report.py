@@ -165,13 +165,16 @@ def log_to_wandb(
     project: str,
     group: str,
     online: bool,
+    entity: str | None = None,
 ) -> Path:
-    """One summary run (job type ``aggregate``) in ``project`` and ``group``: the tables as W&B
+    """One summary run (job type ``aggregate``) in ``entity``/``project`` (the default entity when
+    None) and ``group``: the tables as W&B
     Tables, the figures as images, the report as a file. Offline without credentials (written
     under ``<report folder>/wandb``, ``wandb sync`` uploads it). Returns the run's folder."""
     import wandb
 
     run = wandb.init(
+        entity=entity,
         project=project,
         group=group,
         job_type="aggregate",
