@@ -13,7 +13,8 @@ chart: it is W&B's only.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.compat.proto.summary_pb2 import Summary
@@ -54,20 +55,17 @@ def custom_scalars_layout(sections: Iterable[Section]) -> layout_pb2.Layout:
 
 
 def tensorboard_logger(
-    save_dir: str,
-    model: str,
-    task: str,
-    norm: str,
-    seed: int,
-    overrides: Sequence[str] = (),
-    reg: str = "none",
-    reg_weight: float = 0.0,
+    save_dir: str, seed: int, **configuration: Any
 ) -> EpochAxesTensorBoardLogger:
-    """The run's logger, writing to ``<save_dir>/tensorboard/<configuration>-seed<seed>``: the
-    configuration is the run's W&B group (:func:`isotune.wandb_logging.run_group`), so
-    TensorBoard's run list says what each run is (``0/tensorboard/minilm-rte-isobn-seed1``), not
-    only which job folder it came from."""
-    group = run_group(model, task, norm, overrides, reg_label(reg, reg_weight))
+    """The run's logger, writing to ``<save_dir>/tensorboard/<configuration>-seed<seed>``.
+
+    ``configuration`` (model, task, norm, overrides, reg, reg_weight: the config's, as for
+    :func:`isotune.wandb_logging.wandb_logger`) is named as the run's W&B group, so TensorBoard's
+    run list says what each run is (``0/tensorboard/minilm-rte-isobn-seed1``), not only which job
+    folder it came from.
+    """
+    reg, weight = configuration.pop("reg", "none"), configuration.pop("reg_weight", 0.0)
+    group = run_group(**configuration, reg=reg_label(reg, weight))
     return EpochAxesTensorBoardLogger(
         save_dir, name="tensorboard", version=f"{group}-seed{seed}", default_hp_metric=False
     )
