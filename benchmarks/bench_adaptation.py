@@ -24,9 +24,9 @@ import torch
 from bench_throughput import conf, interleaved_step_seconds, median_ratios, quiet_offline_glue_dir
 
 from isotune.adaptation import ADAPTATIONS, parameter_counts
+from isotune.classifier import GLUEClassifier
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
-from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
 
 MODES = tuple(ADAPTATIONS)  # full first: the reference

@@ -27,7 +27,7 @@ from bench_throughput import (
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from isotune.module import GLUEClassifier
+from isotune.classifier import GLUEClassifier
 from isotune.regularization import reg_label
 
 BASELINE = "none"

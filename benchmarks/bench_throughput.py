@@ -34,9 +34,9 @@ from transformers import (
     TrainingArguments,
 )
 
+from isotune.classifier import GLUEClassifier
 from isotune.data import GLUEDataModule, load_split
 from isotune.encoders import load_tokenizer, resolve_model_path
-from isotune.module import GLUEClassifier
 from isotune.norms import NORMS as NORM_REGISTRY
 from isotune.norms import IsoBN
 from isotune.tasks import TaskSpec

@@ -25,10 +25,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from isotune.classifier import GLUEClassifier
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer, wordpiece_tokenizer
 from isotune.errors import IsotuneError
-from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
 
 RTE, TRAIN = conf("task/rte.yaml"), conf("train.yaml")
@@ -246,7 +246,7 @@ def callback_share(model_cfg: dict, datamodule, device, rounds: int, output_dir:
     times: the median epoch times, the share the callback adds, and its settings."""
     from bench_isotropy_cost import EpochClock  # both import matplotlib (the callback's figures)
 
-    from isotune.isotropy.callback import IsotropyMonitor
+    from isotune.callbacks.isotropy import IsotropyMonitor
 
     defaults = conf("callbacks/isotropy.yaml")["isotropy"]  # ${...} values: the run's config's
     settings = {k: v for k, v in defaults.items() if k != "_target_" and "${" not in str(v)}

@@ -29,6 +29,8 @@ NOT_A_MODEL = "/no/such/model-folder"  # loading it would fail: a failure must c
         ["seed=0", "data.num_workers=0", "optim.weight_decay=0", "optim.warmup_ratio=1"],
         ["optim.betas=[0,0.5]", "trainer.max_epochs=-1"],
         ["norm=isobn", "norm.momentum=1", "norm.beta=0", "trainer.max_epochs=null"],
+        ["callbacks.isotropy.probe_size=1", "callbacks.isotropy.token_layers=[0,-1]"],
+        ["callbacks.isotropy.local_k=1", "callbacks.isotropy.outlier_factor=0.5"],
     ],
 )
 def test_shipped_configs_and_range_edges_pass(overrides, gpu_visible):
@@ -39,6 +41,38 @@ def test_shipped_configs_and_range_edges_pass(overrides, gpu_visible):
     ("override", "line"),
     [
         ("seed=abc", "seed='abc': must be an integer"),
+        # The isotropy callback's settings fail here, not after the model loads (probe_size=0
+        # used to end in a bare ValueError from max(), and a negative one sliced the probe).
+        ("callbacks.isotropy.probe_size=0", "callbacks.isotropy.probe_size=0: must be an integer"),
+        (
+            "callbacks.isotropy.probe_size=-5",
+            "callbacks.isotropy.probe_size=-5: must be an integer >= 1",
+        ),
+        (
+            "callbacks.isotropy.max_tokens=0",
+            "callbacks.isotropy.max_tokens=0: must be an integer >= 1",
+        ),
+        (
+            "callbacks.isotropy.token_layers=last",
+            "callbacks.isotropy.token_layers='last': must be a list of",
+        ),
+        (
+            "callbacks.isotropy.local_k=0",
+            "callbacks.isotropy.local_k=0: must be null or an integer >= 1",
+        ),
+        (
+            "callbacks.isotropy.dominant_factor=0",
+            "callbacks.isotropy.dominant_factor=0: must be a finite number > 0",
+        ),
+        (
+            "callbacks.isotropy.figures=maybe",
+            "callbacks.isotropy.figures='maybe': must be true or false",
+        ),
+        (
+            "callbacks.isotropy.outlier_factor=-1",
+            "callbacks.isotropy.outlier_factor=-1: must be a finite number > 0",
+        ),
+        ("callbacks.isotropy.rogue_k=0", "callbacks.isotropy.rogue_k=0: must be an integer >= 1"),
         ("seed=1.5", "seed=1.5: must be an integer"),
         ("seed=true", "seed=True: must be an integer"),
         ("resume=always", "resume='always': must be one of ['auto', 'never']"),

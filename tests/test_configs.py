@@ -10,11 +10,11 @@ from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import OmegaConf
 
+from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.checkpoints import RunCheckpoint
 from isotune.csv_logging import RunCSVLogger
 from isotune.dashboard.tensorboard import EpochAxesTensorBoardLogger
 from isotune.errors import IsotuneError
-from isotune.isotropy.callback import IsotropyMonitor
 from isotune.norms import NORMS, build_norm
 from isotune.rng_state import BatchRngState
 from isotune.sweeps import gpu_slots

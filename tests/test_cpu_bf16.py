@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
+from isotune.classifier import GLUEClassifier
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
 from isotune.metrics import compute_scores
-from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
 from isotune.training import train
 

@@ -21,9 +21,9 @@ from isotune.analysis.geometry import (
     token_counts,
     token_type,
 )
+from isotune.classifier import GLUEClassifier
 from isotune.data import TokenizedDataset
 from isotune.encoders import load_tokenizer, wordpiece_tokenizer
-from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
 from tests.conftest import CONF_DIR
 

@@ -16,11 +16,11 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from isotune.classifier import SCHEDULES, GLUEClassifier
 from isotune.config_checks import check_train_config
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
 from isotune.errors import IsotuneError
-from isotune.module import SCHEDULES, GLUEClassifier
 from isotune.regularization import Regularization
 from isotune.sweeps import aggregate
 from isotune.sweeps.runs import basic_sweep_jobs

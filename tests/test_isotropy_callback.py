@@ -14,6 +14,8 @@ from lightning.pytorch.plugins.precision import Precision
 from transformers import AutoModel
 
 from isotune.analysis.geometry import collect_layer_vectors
+from isotune.callbacks.isotropy import IsotropyMonitor
+from isotune.classifier import GLUEClassifier
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
 from isotune.isotropy import (
@@ -25,16 +27,9 @@ from isotune.isotropy import (
     spectrum,
 )
 from isotune.isotropy import measures as measures_module
-from isotune.isotropy.callback import IsotropyMonitor
 from isotune.isotropy.figures import correlation_matrix, save_geometry_figure
-from isotune.isotropy.vectors import (
-    POST_NORM,
-    PRE_NORM,
-    SENTENCE_VIEWS,
-    collect_views,
-    sentence_views,
-)
-from isotune.module import GLUEClassifier
+from isotune.metric_keys import POST_NORM, PRE_NORM, SENTENCE_VIEWS
+from isotune.sentence_views import collect_views, sentence_views
 from isotune.tasks import TaskSpec
 from isotune.training import train
 from tests.conftest import compose_train_config, tiny_run_overrides

@@ -342,14 +342,16 @@ def test_rejects_wrong_shape_and_bad_arguments():
         IsoBN(D)(torch.randn(4, 5))
     with pytest.raises(TypeError, match=r"floating-point input, got torch\.int64"):
         IsoBN(D)(torch.ones(4, D, dtype=torch.long))
-    with pytest.raises(ValueError, match="momentum"):
+    with pytest.raises(ValueError, match=r"IsoBN momentum must be a number in \(0, 1\], got 0\.0"):
         IsoBN(D, momentum=0.0)
-    with pytest.raises(ValueError, match=r"eps must be a positive finite number, got -0\.001"):
+    with pytest.raises(ValueError, match=r"IsoBN eps must be a finite number > 0, got -0\.001"):
         IsoBN(D, eps=-1e-3)
-    with pytest.raises(ValueError, match=r"eps must be a positive finite number, got 0\.0"):
+    with pytest.raises(ValueError, match=r"eps must be a finite number > 0, got 0\.0"):
         IsoBN(D, eps=0.0)
-    with pytest.raises(ValueError, match=r"beta must be a non-negative finite number, got -0\.5"):
+    with pytest.raises(ValueError, match=r"IsoBN beta must be a finite number >= 0, got -0\.5"):
         IsoBN(D, beta=-0.5)
+    with pytest.raises(ValueError, match=r"IsoBN bias_correction must be true or false, got 1"):
+        IsoBN(D, bias_correction=1)
 
 
 def test_build_norm_variants():

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from isotune import training
+from isotune.classifier import GLUEClassifier
 from isotune.cli import INTERRUPTED_EXIT_CODE, user_errors_reported
-from isotune.module import GLUEClassifier
 from isotune.training import train
 
 STEPS_PER_EPOCH = 64 // 8  # fixture training examples / data.batch_size of the tiny run

@@ -14,8 +14,8 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
+from isotune.classifier import GLUEClassifier
 from isotune.errors import IsotuneError, NonFiniteLossError
-from isotune.module import GLUEClassifier
 from isotune.training import train
 from tests.conftest import ROOT, tiny_run_overrides
 from tests.helpers.cli import run_cli

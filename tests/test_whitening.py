@@ -219,7 +219,7 @@ def test_a_non_finite_batch_leaves_the_running_statistics_unchanged():
 def test_bad_configuration_and_input_are_rejected():
     with pytest.raises(ValueError, match=r"group_size=5 does not divide num_features=384"):
         IterNormWhitening(384, group_size=5)
-    with pytest.raises(ValueError, match="iterations >= 1"):
+    with pytest.raises(ValueError, match="iterations must be an integer >= 1"):
         IterNormWhitening(12, group_size=4, iterations=0)
     with pytest.raises(ValueError, match="eps"):
         IterNormWhitening(12, group_size=4, eps=0.0)

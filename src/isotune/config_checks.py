@@ -16,9 +16,10 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from isotune.classifier import SCHEDULES
 from isotune.errors import IsotuneError
-from isotune.module import SCHEDULES
 from isotune.norms import NORMS
+from isotune.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
 from isotune.regularization import SHRINKAGE_SAMPLES, VIEWS
 from isotune.resume import RESUME_MODES
 from isotune.values import finite_number, integer
@@ -26,26 +27,28 @@ from isotune.values import finite_number, integer
 _ABSENT = object()
 
 
+def _sequence(value: Any) -> bool:
+    """A list (a config's ListConfig included), not a string."""
+    return isinstance(value, Sequence) and not isinstance(value, str)
+
+
 def _layers(value: Any) -> bool:
     """``all``, ``last``, an index or a non-empty list of them; the range needs the model."""
     if value in ("all", "last") or integer(value):
         return True
-    sequence = isinstance(value, Sequence) and not isinstance(value, str)
-    return sequence and len(value) > 0 and all(map(integer, value))
+    return _sequence(value) and len(value) > 0 and all(map(integer, value))
 
 
 def _module_names(value: Any) -> bool:
     """null (the architecture's default) or a non-empty list of non-empty names."""
     if value is None:
         return True
-    sequence = isinstance(value, Sequence) and not isinstance(value, str)
-    return sequence and len(value) > 0 and all(isinstance(v, str) and v for v in value)
+    return _sequence(value) and len(value) > 0 and all(isinstance(v, str) and v for v in value)
 
 
 def _betas(value: Any) -> bool:
     return (
-        isinstance(value, Sequence)
-        and not isinstance(value, str)
+        _sequence(value)
         and len(value) == 2
         and all(finite_number(beta) and 0 <= beta < 1 for beta in value)
     )
@@ -77,13 +80,14 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         lambda v: v is None or (integer(v) and (v >= 1 or v == -1)),
         "an integer >= 1, or -1 or null to stop by trainer.max_steps",
     ),
-    ("norm.momentum", lambda v: finite_number(v) and 0 < v <= 1, "a number in (0, 1]"),
-    ("norm.eps", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
-    ("norm.beta", lambda v: finite_number(v) and v >= 0, "a finite number >= 0"),
-    ("norm.bias_correction", lambda v: isinstance(v, bool), "true or false"),
-    ("norm.group_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
-    ("norm.iterations", lambda v: integer(v) and v >= 1, "an integer >= 1"),
-    ("norm.affine", lambda v: isinstance(v, bool), "true or false"),
+    # The norms' options: the ranges their constructors check (isotune.ranges).
+    ("norm.momentum", *MOMENTUM),
+    ("norm.eps", *POSITIVE),
+    ("norm.beta", *NON_NEGATIVE),
+    ("norm.bias_correction", *SWITCH),
+    ("norm.group_size", *COUNT),
+    ("norm.iterations", *COUNT),
+    ("norm.affine", *SWITCH),
     ("reg.weight", finite_number, "a finite number (> 0 towards isotropy, < 0 away from it)"),
     ("reg.view", lambda v: v in VIEWS, f"one of {list(VIEWS)}"),
     ("reg.layers", _layers, "all, last, or hidden-state indices such as [-1] or [1,2]"),
@@ -92,6 +96,20 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("reg.shrinkage_points", lambda v: integer(v) and v >= 2, "an integer >= 2"),
     ("reg.shrinkage_examples", lambda v: integer(v) and v >= 1, "an integer >= 1"),
     ("reg.shrinkage_sample", lambda v: v in SHRINKAGE_SAMPLES, f"one of {list(SHRINKAGE_SAMPLES)}"),
+    ("callbacks.isotropy.probe_size", *COUNT),
+    ("callbacks.isotropy.max_tokens", *COUNT),
+    (
+        "callbacks.isotropy.token_layers",
+        lambda v: _sequence(v) and all(integer(layer) for layer in v),
+        "a list of hidden-state indices, e.g. [] or [0,-1]",
+    ),
+    (
+        "callbacks.isotropy.local_k",
+        lambda v: v is None or COUNT.holds(v),
+        "null or an integer >= 1",
+    ),
+    ("callbacks.isotropy.dominant_factor", *POSITIVE),
+    ("callbacks.isotropy.figures", *SWITCH),
     (
         "callbacks.isotropy.outlier_factor",
         lambda v: finite_number(v) and v > 0,

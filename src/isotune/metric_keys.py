@@ -8,6 +8,12 @@ dashboard cannot name a key that no run logs without a test noticing
 
 from __future__ import annotations
 
+# The two views of a sentence vector (isotune.sentence_views): the pooled vector before the norm,
+# and the norm's output, the classifier's input; a key's <view> (iso/<view>/<measure>).
+PRE_NORM = "pre_norm"
+POST_NORM = "post_norm"
+SENTENCE_VIEWS = (PRE_NORM, POST_NORM)
+
 STEP = "trainer/global_step"  # Lightning's W&B logger adds it to every logged row
 # Logged by the module with the dev scores, counted as iso/epoch is and as every epoch is counted
 # here (from 1): Lightning's own "epoch" is 0 during the first epoch, so the scores of epoch N

@@ -10,12 +10,12 @@ zeros have the edge rules listed in :class:`IsoBN`.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from isotune.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
 from isotune.whitening import Float32Statistics, IterNormWhitening
 
 __all__ = ["NORMS", "IsoBN", "Norm", "build_norm", "statistics_never_updated"]
@@ -64,14 +64,11 @@ class IsoBN(Float32Statistics):
         bias_correction: bool = False,
     ) -> None:
         super().__init__()
-        if num_features < 1:
-            raise ValueError(f"IsoBN needs num_features >= 1, got {num_features}.")
-        if not 0.0 < momentum <= 1.0:
-            raise ValueError(f"IsoBN momentum must be in (0, 1], got {momentum}.")
-        if not 0.0 < eps < math.inf:
-            raise ValueError(f"IsoBN eps must be a positive finite number, got {eps}.")
-        if not 0.0 <= beta < math.inf:
-            raise ValueError(f"IsoBN beta must be a non-negative finite number, got {beta}.")
+        COUNT.require(num_features, "IsoBN num_features")
+        MOMENTUM.require(momentum, "IsoBN momentum")
+        POSITIVE.require(eps, "IsoBN eps")
+        NON_NEGATIVE.require(beta, "IsoBN beta")
+        SWITCH.require(bias_correction, "IsoBN bias_correction")
         self.num_features = num_features
         self.momentum = momentum
         self.eps = eps

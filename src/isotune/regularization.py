@@ -1,7 +1,7 @@
 """The ``reg`` axis of a run: what a penalty sees, and I-STAR's shrinkage target Sigma_S.
 
 The training loss is ``task loss + weight x penalty(X)`` with a penalty of
-:mod:`isotune.regularizers`, and X one of two views of the batch:
+:mod:`isotune.penalties`, and X one of two views of the batch:
 
 - ``tokens``: the hidden states of ``layers`` (``all``: every layer but the embeddings, as I-STAR
   releases it; ``last``; or hidden-state indices, 0 = embeddings, negative from the end), stacked
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from isotune.errors import IsotuneError
-from isotune.regularizers import REGULARIZERS, ShrinkageCovariance
+from isotune.penalties import REGULARIZERS, ShrinkageCovariance
 from isotune.whitening import Float32Statistics
 
 __all__ = [

@@ -18,7 +18,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from isotune.adaptation import parameter_counts
+from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.checkpoints import RunConfigInCheckpoints
+from isotune.classifier import GLUEClassifier
 from isotune.config_checks import check_train_config
 from isotune.csv_logging import RunCSVLogger
 from isotune.dashboard.loggers import declare_dashboard
@@ -26,9 +28,7 @@ from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
 from isotune.errors import IsotuneError, RunInterrupted
 from isotune.instantiate import instantiate_all
-from isotune.isotropy.callback import IsotropyMonitor
 from isotune.metric_keys import params_key
-from isotune.module import GLUEClassifier
 from isotune.norms import statistics_never_updated
 from isotune.progress import EpochsFromOneProgressBar
 from isotune.results import RunRecord, describe_error
@@ -41,7 +41,6 @@ from isotune.resume import (
     run_config,
 )
 from isotune.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
-from isotune.tasks import TaskSpec
 from isotune.wandb_logging import finish_wandb_runs
 
 log = logging.getLogger(__name__)
@@ -92,14 +91,6 @@ def _run(
     trainer = model = None
     try:
         L.seed_everything(cfg.seed, workers=True)
-        task = TaskSpec.from_config(cfg.task)
-        datamodule = GLUEDataModule(
-            task,
-            load_tokenizer(cfg.model.name_or_path),
-            glue_dir=cfg.paths.glue_dir,
-            seed=cfg.seed,
-            **cfg.data,
-        )
         model = GLUEClassifier(
             task=_plain(cfg.task),
             model=_plain(cfg.model),
@@ -107,6 +98,14 @@ def _run(
             optim=_plain(cfg.optim),
             reg=_plain(cfg.reg),
             adapt=_plain(cfg.adapt),
+        )
+        task = model.task  # the run's one TaskSpec
+        datamodule = GLUEDataModule(
+            task,
+            load_tokenizer(cfg.model.name_or_path),
+            glue_dir=cfg.paths.glue_dir,
+            seed=cfg.seed,
+            **cfg.data,
         )
         parameters = parameter_counts(model)
         record.update(parameters=parameters)

@@ -10,10 +10,10 @@ Decorrelated BN does.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
+
+from isotune.ranges import COUNT, MOMENTUM, POSITIVE, SWITCH
 
 __all__ = ["Float32Statistics", "IterNormWhitening"]
 
@@ -89,18 +89,18 @@ class IterNormWhitening(Float32Statistics):
         affine: bool = False,
     ) -> None:
         super().__init__()
-        if group_size < 1 or num_features < 1 or num_features % group_size:
+        COUNT.require(num_features, "IterNormWhitening num_features")
+        COUNT.require(group_size, "IterNormWhitening group_size")
+        if num_features % group_size:
             raise ValueError(
                 f"IterNormWhitening group_size={group_size} does not divide "
                 f"num_features={num_features}; choose a divisor of {num_features} below the "
                 "batch size (for example 8)."
             )
-        if iterations < 1:
-            raise ValueError(f"IterNormWhitening needs iterations >= 1, got {iterations}.")
-        if not 0.0 < eps < math.inf:
-            raise ValueError(f"IterNormWhitening eps must be positive and finite, got {eps}.")
-        if not 0.0 < momentum <= 1.0:
-            raise ValueError(f"IterNormWhitening momentum must be in (0, 1], got {momentum}.")
+        COUNT.require(iterations, "IterNormWhitening iterations")
+        POSITIVE.require(eps, "IterNormWhitening eps")
+        MOMENTUM.require(momentum, "IterNormWhitening momentum")
+        SWITCH.require(affine, "IterNormWhitening affine")
         self.num_features = num_features
         self.group_size = group_size
         self.num_groups = num_features // group_size

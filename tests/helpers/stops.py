@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from isotune.module import GLUEClassifier
+from isotune.classifier import GLUEClassifier
 
 
 class StoppedAfterOneEpoch(RuntimeError):

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from isotune.analysis.geometry import LayerVectors
-from isotune.module import GLUEClassifier
+from isotune.classifier import GLUEClassifier
 
 VIEWS = ("tokens", "sentence")  # the last layer's vectors of LayerVectors: .tokens, .sentences
 

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from isotune.analysis.geometry import LayerVectors, probe_predictions, separability
+from isotune.classifier import GLUEClassifier
 from isotune.enhance import (
     all_but_the_top,
     cluster_based,
@@ -27,9 +28,8 @@ from isotune.enhance import (
     zero_mean,
 )
 from isotune.isotropy import measure_all
-from isotune.isotropy.vectors import POST_NORM, PRE_NORM
+from isotune.metric_keys import POST_NORM, PRE_NORM
 from isotune.metrics import build_metrics, compute_scores, predictions
-from isotune.module import GLUEClassifier
 from isotune.tasks import TaskSpec
 
 MODELS = ("pretrained", "finetuned")

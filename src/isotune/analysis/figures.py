@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from isotune.analysis.experiments import MEASURES, MODELS, PROPERTIES, SEPARABILITY, SETTINGS
 from isotune.analysis.geometry import LayerVectors
 from isotune.isotropy import spectrum
-from isotune.isotropy.vectors import PRE_NORM
+from isotune.metric_keys import PRE_NORM
 from isotune.tasks import TaskSpec
 
 MODEL_COLOURS = {"pretrained": "tab:blue", "finetuned": "tab:red"}

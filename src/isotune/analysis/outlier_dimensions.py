@@ -24,7 +24,7 @@ from isotune.analysis.geometry import LayerVectors
 from isotune.analysis.single_dimension import SEARCHES, fit_lines, fit_stumps
 from isotune.errors import IsotuneError
 from isotune.isotropy import dimension_variances, outliers_from_variances, overlap
-from isotune.isotropy.vectors import PRE_NORM
+from isotune.metric_keys import PRE_NORM
 from isotune.tasks import TaskSpec
 
 

@@ -55,10 +55,10 @@ from isotune.analysis.geometry import (
 from isotune.analysis.outlier_dimensions import outlier_experiment
 from isotune.analysis.report import log_to_loggers, report_markdown, write_tables
 from isotune.analysis.verdicts import judge, judge_outliers
+from isotune.classifier import GLUEClassifier
 from isotune.data import Example, TokenizedDataset, check_max_length, load_split
 from isotune.encoders import load_tokenizer
 from isotune.errors import IsotuneError
-from isotune.module import GLUEClassifier
 from isotune.resume import read_checkpoint
 from isotune.tasks import TaskSpec
 

@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from isotune.isotropy.vectors import POST_NORM, PRE_NORM
 from isotune.metric_keys import (
     DASHBOARD_MEASURES,
     EPOCH,
@@ -21,6 +20,8 @@ from isotune.metric_keys import (
     LOSS_REG,
     LOSS_TASK,
     PER_STEP,
+    POST_NORM,
+    PRE_NORM,
     REG_PREFIX,
     STEP,
     best_key,

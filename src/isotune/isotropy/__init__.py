@@ -1,5 +1,5 @@
 """The isotropy family: measures of an embedding cloud and of its outlier dimensions (torch only);
-the sentence views every measurement collects (``isotune.isotropy.vectors``, shared with the
+the sentence views every measurement collects (``isotune.sentence_views``, shared with the
 analysis); and the per-epoch callback and figures that apply them during training (``.callback``,
 ``.figures``).
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from isotune.errors import IsotuneError
-from isotune.isotropy.vectors import POST_NORM
+from isotune.metric_keys import POST_NORM
 from isotune.results import RESULTS_FILE
 from isotune.sweeps import report
 from isotune.sweeps.comparisons import (

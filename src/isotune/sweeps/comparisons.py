@@ -20,7 +20,7 @@ import pandas as pd
 from isotune.adaptation import ADAPTATIONS
 from isotune.errors import IsotuneError
 from isotune.norms import NORMS
-from isotune.regularizers import REGULARIZERS
+from isotune.penalties import REGULARIZERS
 from isotune.sweeps.runs import Run
 from isotune.sweeps.statistics import holm, paired_comparison, seed_count_caveat
 from isotune.wandb_logging import NOT_IN_GROUP

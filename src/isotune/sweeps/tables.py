@@ -16,8 +16,7 @@ from typing import Any
 import pandas as pd
 
 from isotune.errors import IsotuneError
-from isotune.isotropy.vectors import POST_NORM, PRE_NORM
-from isotune.metric_keys import iso_key
+from isotune.metric_keys import POST_NORM, PRE_NORM, iso_key
 from isotune.reporting import markdown_table
 from isotune.sweeps.comparisons import AXES, Configuration, Configurations
 from isotune.sweeps.runs import Run

@@ -31,7 +31,6 @@ import torch
 from torch import Tensor, nn
 
 from isotune.adaptation import eval_mode
-from isotune.data import LengthGroupedBatchSampler
 from isotune.isotropy import (
     OUTLIER_FACTOR,
     ROGUE_K,
@@ -42,8 +41,7 @@ from isotune.isotropy import (
     overlap,
 )
 from isotune.isotropy.figures import save_geometry_figure
-from isotune.isotropy.vectors import POST_NORM, PRE_NORM, SENTENCE_VIEWS
-from isotune.metric_keys import ISO_EPOCH, iso_key
+from isotune.metric_keys import ISO_EPOCH, POST_NORM, PRE_NORM, SENTENCE_VIEWS, iso_key
 
 log = logging.getLogger(__name__)
 
@@ -291,10 +289,7 @@ class IsotropyMonitor(L.Callback):
         dataset = datamodule.dataset(datamodule.task.primary_split)
         probe = self.probe_indices(datamodule)
         wanted = {probe[position] for position in missing}
-        # Validation's batches (data.py's evaluation loaders), whole: DDP deals them to ranks.
-        batches = LengthGroupedBatchSampler(
-            dataset.lengths, datamodule.eval_batch_size, shuffle=False, drop_last=False
-        )
+        batches = datamodule.eval_batches(datamodule.task.primary_split)  # all ranks' batches
         capture.attach(module)
         try:
             with eval_mode(module), trainer.precision_plugin.val_step_context():

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from isotune.isotropy import average_cosine, isoscore_star
-from isotune.regularizers import (
+from isotune.penalties import (
     REGULARIZERS,
     ShrinkageCovariance,
     correg_penalty,

@@ -1,6 +1,6 @@
 """The two views of a sentence vector, and the one pass that collects them.
 
-A :class:`~isotune.module.GLUEClassifier` pools the encoder's output into a sentence vector and
+A :class:`~isotune.classifier.GLUEClassifier` pools the encoder's output into a sentence vector and
 normalises it before dropout and the head. Both sides are measured, under one pair of names:
 ``pre_norm`` (the pooled vector) and ``post_norm`` (the norm's output: the classifier's input).
 The geometry analysis (``docs/analysis.md``) collects them with :func:`collect_views`; the
@@ -19,13 +19,10 @@ import torch
 from torch import Tensor
 
 from isotune.adaptation import eval_mode
+from isotune.metric_keys import POST_NORM, PRE_NORM
 
 if TYPE_CHECKING:
-    from isotune.module import GLUEClassifier
-
-PRE_NORM = "pre_norm"
-POST_NORM = "post_norm"
-SENTENCE_VIEWS = (PRE_NORM, POST_NORM)
+    from isotune.classifier import GLUEClassifier
 
 
 @dataclass(frozen=True)

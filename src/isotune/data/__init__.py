@@ -1,0 +1,21 @@
+"""GLUE data, one job per module: reading a split (:mod:`.reading`), tokenizing it
+(:mod:`.tokenized`), batching by length (:mod:`.batches`), and the Lightning data module that
+puts them together (:mod:`.datamodule`). The names are re-exported here: ``from isotune.data
+import GLUEDataModule``.
+"""
+
+from isotune.data.batches import LengthGroupedBatchSampler
+from isotune.data.datamodule import GLUEDataModule
+from isotune.data.reading import HUB_DATASET, Example, load_split, read_glue_tsv
+from isotune.data.tokenized import TokenizedDataset, check_max_length
+
+__all__ = [
+    "HUB_DATASET",
+    "Example",
+    "GLUEDataModule",
+    "LengthGroupedBatchSampler",
+    "TokenizedDataset",
+    "check_max_length",
+    "load_split",
+    "read_glue_tsv",
+]

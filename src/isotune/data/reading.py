@@ -1,0 +1,120 @@
+"""Reading a GLUE task's split: the official TSVs under ``GLUE_DIR`` (the layout of the GLUE
+download script), or the Hugging Face Hub, as ``{text fields..., "label", "idx"}`` examples with
+every label checked against the task."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from pathlib import Path
+
+from isotune.errors import IsotuneError
+from isotune.tasks import TaskSpec
+
+HUB_DATASET = "nyu-mll/glue"
+Example = dict[str, object]
+
+
+def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
+    """Rows of an official GLUE TSV as ``{text fields..., "label", "idx"}`` dicts.
+
+    Test files carry no labels; their ``label`` is -1 as on the Hub. Labels of the other splits
+    are checked here (:meth:`TaskSpec.encode_label`), where file and line are still known.
+    """
+    is_test = split == task.test_split
+    columns = task.test_columns if is_test else task.columns
+    examples = []
+    for line, row in _tsv_rows(path, has_header=is_test or task.tsv_header):
+        where = f"{path}, line {line}"
+        try:
+            example = {name: row[columns[name]] for name in task.text_fields}
+            label = row[columns["label"]] if not is_test else None
+        except IndexError:
+            raise IsotuneError(
+                f"{where}: {len(row)} columns, but conf/task/{task.name}.yaml reads columns "
+                f"{dict(columns)}. Is this the official GLUE file for {task.name}?"
+            ) from None
+        example["label"] = -1 if label is None else task.encode_label(label, where)
+        example["idx"] = int(row[columns["idx"]]) if is_test else len(examples)
+        examples.append(example)
+    if not examples:
+        header = "a header row, then " if is_test or task.tsv_header else "no header row: "
+        raise IsotuneError(
+            f"{path} has no examples (the {split} split of task {task.name}). Fix: use the "
+            f"official GLUE file, which has {header}one tab-separated example per line, with "
+            f"columns (counted from 0) {dict(columns)} as conf/task/{task.name}.yaml reads them."
+        )
+    return examples
+
+
+def _tsv_rows(path: Path, has_header: bool) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, fields)`` of each non-empty data row of a TSV.
+
+    Read with no quoting (SST-2 and MRPC contain bare quote characters) and ``utf-8-sig`` (MRPC
+    starts with a byte-order mark). A byte that is not UTF-8 is reported with its file and line:
+    the decoder's own error knows only its offset in one buffered chunk of the file.
+    """
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as file:
+            rows = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
+            if has_header:
+                next(rows, None)
+            for line, row in enumerate(rows, start=2 if has_header else 1):
+                if row:
+                    yield line, row
+    except UnicodeDecodeError:
+        raw = path.read_bytes()
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = raw.count(b"\n", 0, error.start) + 1
+            raise IsotuneError(
+                f"{path}, line {line}: byte {raw[error.start : error.end]!r} is not UTF-8 text "
+                "(the file was probably saved in another encoding, such as Latin-1 or "
+                "Windows-1252). Fix: re-save the file as UTF-8; the official GLUE files are UTF-8."
+            ) from None
+        raise  # decodes as a whole now: the file changed while it was read
+
+
+def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[Example]:
+    """One split of ``task``: from ``<glue_dir>/<TASK>/<file>`` if given, else from the Hub."""
+    if glue_dir is not None:
+        path = Path(glue_dir).expanduser() / task.glue_dir / task.files[split]
+        if not path.is_file():
+            raise IsotuneError(
+                f"GLUE_DIR={glue_dir} has no {task.glue_dir}/{task.files[split]} (needed for the "
+                f"{split} split of task {task.name}). Fix: point GLUE_DIR (or paths.glue_dir) at a "
+                "folder in the layout of the official GLUE download script "
+                f"(<GLUE_DIR>/{task.glue_dir}/{{train,dev,test}}.tsv), or unset it to load "
+                f"{HUB_DATASET} from the Hugging Face Hub."
+            )
+        return read_glue_tsv(path, task, split)
+    return _load_split_from_hub(task, split)
+
+
+def _load_split_from_hub(task: TaskSpec, split: str) -> list[Example]:
+    """One split of ``task`` from the Hub, its labels checked as a TSV's (by row number)."""
+    import datasets  # heavy import, only needed without GLUE_DIR
+
+    source = f"{HUB_DATASET}/{task.hub_config} ({split})"
+    try:
+        rows = datasets.load_dataset(HUB_DATASET, task.hub_config, split=split)
+    except Exception as error:
+        raise IsotuneError(
+            f"Could not load {source} from the Hugging Face Hub: {type(error).__name__}: "
+            f"{error}. Fix: set GLUE_DIR to a folder with the official GLUE files "
+            f"(<GLUE_DIR>/{task.glue_dir}/{task.files[split]}), or run with network access once "
+            "to cache the data set."
+        ) from error
+    examples = [dict(row) for row in rows]  # text fields, "label" (-1 on test) and "idx"
+    if not examples:
+        raise IsotuneError(
+            f"{source} has no rows. Fix: delete its folder in the Hugging Face datasets cache "
+            "(HF_DATASETS_CACHE, by default ~/.cache/huggingface/datasets) to download it again, "
+            "or set GLUE_DIR to a folder with the official GLUE files "
+            f"(<GLUE_DIR>/{task.glue_dir}/{task.files[split]})."
+        )
+    if split != task.test_split:
+        for number, example in enumerate(examples):
+            task.check_label(example["label"], f"row {number} of {source}")
+    return examples

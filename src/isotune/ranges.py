@@ -1,0 +1,34 @@
+"""The valid ranges of the norms' options, each written once.
+
+The library constructors (:class:`~isotune.norms.IsoBN`, :class:`~isotune.whitening.
+IterNormWhitening`) check their arguments with :meth:`Range.require`, and the early config check
+(:mod:`isotune.config_checks`) lists the same ranges against the config keys, so a value is
+refused in the same words before a model loads and in a notebook, and a range changes in one
+place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from isotune.values import finite_number, integer
+
+
+class Range(NamedTuple):
+    """What a value must satisfy (``holds``) and how to say it (``text``: "a number in (0, 1]")."""
+
+    holds: Callable[[Any], bool]
+    text: str
+
+    def require(self, value: Any, name: str) -> None:
+        """Raise ValueError naming ``name``, the range and ``value`` unless ``value`` is in it."""
+        if not self.holds(value):
+            raise ValueError(f"{name} must be {self.text}, got {value!r}.")
+
+
+MOMENTUM = Range(lambda v: finite_number(v) and 0 < v <= 1, "a number in (0, 1]")
+POSITIVE = Range(lambda v: finite_number(v) and v > 0, "a finite number > 0")
+NON_NEGATIVE = Range(lambda v: finite_number(v) and v >= 0, "a finite number >= 0")
+COUNT = Range(lambda v: integer(v) and v >= 1, "an integer >= 1")
+SWITCH = Range(lambda v: isinstance(v, bool), "true or false")
