@@ -28,7 +28,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from isotune.classifier import GLUEClassifier
-from isotune.regularization import reg_label
+from isotune.run_names import reg_label
 
 BASELINE = "none"
 # The targets for the step-time ratio over none; batchnorm is sentence-level like isobn.

@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from isotune.run_names import run_group
 from isotune.sweeps.runs import find_sweeps, job_id, load_runs
 from isotune.training import train
-from isotune.wandb_logging import run_group
 from tests.conftest import ROOT, compose_train_config
 
 

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from isotune.wandb_logging import api_key_problem, finish_wandb_runs, wandb_logger
+from isotune.wandb_logging import finish_wandb_runs, wandb_logger
+from isotune.wandb_status import api_key_problem
 from tests.helpers.network import closed_port_url
 
 KEY = "0123456789abcdef" * 2 + "01234567"  # the shape of a real key: 40 characters

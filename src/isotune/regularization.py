@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from isotune.errors import IsotuneError
 from isotune.penalties import REGULARIZERS, ShrinkageCovariance
+from isotune.run_names import reg_label
 from isotune.whitening import Float32Statistics
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
     "VIEWS",
     "Regularization",
     "ShrinkageTarget",
-    "reg_label",
 ]
 
 VIEWS = ("tokens", "sentence")
@@ -46,11 +46,6 @@ MEASURES: dict[str, tuple[str, Callable[[Tensor], Tensor]]] = {
     "correg": ("correlation_fro", lambda penalty: penalty),
     "cosreg": ("mean_cosine", lambda penalty: penalty),
 }
-
-
-def reg_label(name: str, weight: float) -> str:
-    """A regularizer with its weight, as tables and W&B groups name it: ``istar-1``, ``none``."""
-    return name if name == "none" else f"{name}{float(weight):+g}"
 
 
 class ShrinkageTarget(Float32Statistics):

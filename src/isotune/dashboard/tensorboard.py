@@ -24,8 +24,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
 from isotune.dashboard.layout import SCATTER, Chart, Section
 from isotune.metric_keys import STEP, axis_of
-from isotune.regularization import reg_label
-from isotune.wandb_logging import run_group
+from isotune.run_names import reg_label, run_group
 
 
 def chart_regex(chart: Chart) -> str:

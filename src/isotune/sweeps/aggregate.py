@@ -68,7 +68,7 @@ from isotune.sweeps.tables import (
     summarize_isotropy,
     summarize_scores,
 )
-from isotune.wandb_logging import wandb_online
+from isotune.wandb_status import wandb_online
 
 RESULTS_MD, ISOTROPY_MD, REPORT_MD = "results_table.md", "isotropy_table.md", "sweep_report.md"
 

@@ -17,31 +17,33 @@ from typing import Any
 
 import pandas as pd
 
-from isotune.adaptation import ADAPTATIONS
 from isotune.errors import IsotuneError
-from isotune.norms import NORMS
-from isotune.penalties import REGULARIZERS
+from isotune.run_names import NOT_IN_GROUP
 from isotune.sweeps.runs import Run
 from isotune.sweeps.statistics import holm, paired_comparison, seed_count_caveat
-from isotune.wandb_logging import NOT_IN_GROUP
 
 
 @dataclass(frozen=True)
 class Axis:
-    """A field of results.json that sets a run's configuration."""
+    """A field of results.json that sets a run's configuration. Its values are plain strings:
+    reading a sweep needs no registry, so it needs no torch."""
 
-    order: Iterable[str] = ()  # the registry whose key order the tables follow; others after it
     missing: str | None = None  # what a run written before the axis existed had; None: required
     baseline: str | None = None  # its value in the default baseline; None: the baseline keeps it
     override: str | None = None  # the override key that sets it, when not the field's name
+    first: str | None = None  # the value tables list first (default: the baseline's); then A-Z
+
+    @property
+    def leading(self) -> str | None:
+        return self.first if self.first is not None else self.baseline
 
 
 # A new axis is one entry here, in the order the tables sort by.
 AXES: dict[str, Axis] = {
     "model": Axis(),
-    "adapt": Axis(order=ADAPTATIONS, missing="full"),  # compared within each mode
-    "norm": Axis(order=NORMS, baseline="none"),
-    "reg": Axis(order=REGULARIZERS, missing="none", baseline="none"),
+    "adapt": Axis(missing="full", first="full"),  # compared within each mode
+    "norm": Axis(baseline="none"),
+    "reg": Axis(missing="none", baseline="none"),
     "reg_weight": Axis(missing="0.0", baseline="0.0", override="reg.weight"),
 }
 # Override keys (or prefixes ending in "." or "/") that change no result: not in a configuration.
@@ -84,11 +86,8 @@ class Configuration:
         )
 
     def sort_key(self) -> tuple[Any, ...]:
-        """Each axis by its registry's order (unregistered values after, alphabetically)."""
-        positions = []
-        for name, value in self.axes:
-            order = list(AXES[name].order)
-            positions.append((order.index(value) if value in order else len(order), value))
+        """Each axis's leading value (the baseline's: ``norm=none``) first, the rest A-Z."""
+        positions = [(value != AXES[name].leading, value) for name, value in self.axes]
         return (*positions, self.overrides)
 
 
