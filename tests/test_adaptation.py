@@ -18,7 +18,12 @@ from omegaconf import open_dict
 from torch import nn
 
 from isotune.adaptation import ADAPTATIONS, eval_mode, lora_targets, parameter_counts
-from isotune.analysis.directions import intruder_dimensions, linear_weights, new_dominant_directions
+from isotune.analysis.directions import (
+    adapted_matrices,
+    intruder_dimensions,
+    linear_weights,
+    new_dominant_directions,
+)
 from isotune.analysis.run import analyze, load_checkpoint
 from isotune.config_checks import check_train_config
 from isotune.encoders import load_encoder
@@ -184,6 +189,7 @@ def test_analysis_of_a_lora_checkpoint_finds_changed_directions_only_in_adapted_
             f"paths.glue_dir={glue_dir}",
             "data.max_length=128",
             "directions.k=4",
+            "directions.matrices=all",  # every matrix: the unadapted ones must not have moved
             *SMALL,
         ],
         tmp_path,
@@ -203,6 +209,16 @@ def test_analysis_of_a_lora_checkpoint_finds_changed_directions_only_in_adapted_
     fixed = intruders.drop(index=QKV)
     assert (fixed["intruders"] == 0).all() and (fixed["min_max_abs_cos"] > 0.999999).all()
     assert (adapted["min_max_abs_cos"] < 0.999999).all()  # their singular vectors moved
+
+
+@pytest.mark.parametrize("mode", ["full", "lora"])
+def test_intruders_are_counted_by_default_in_the_matrices_lora_adapts(mode, runs):
+    """The released code's set: the LoRA checkpoint's own targets, and for full fine-tuning the
+    architecture's default targets, so that both compare on the same matrices."""
+    model = load_checkpoint(str(runs[mode].folder / "checkpoints" / "last.ckpt"))
+    assert sorted(adapted_matrices(model)) == QKV
+    assert sorted(linear_weights(model.encoder, adapted_matrices(model))) == QKV
+    assert len(linear_weights(model.encoder)) == 12
 
 
 def test_default_targets_are_the_attention_projections_and_never_the_pooler(

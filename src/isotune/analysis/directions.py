@@ -11,9 +11,12 @@ call intruder dimensions. Two measures follow them, with the same ``k`` and ``th
   arbitrary). It counts directions that became dominant, not only directions never seen: one that
   was the pre-trained 50th counts as new when it is now among the top ``k``;
 - :func:`intruder_dimensions`, their measure on the weight matrices: the top ``k`` left singular
-  vectors (output directions) of each fine-tuned linear layer of the transformer blocks (a LoRA
-  layer as ``W + (alpha / r) B A``), each compared with every left singular vector of the
-  pre-trained matrix.
+  vectors (output directions) of each fine-tuned linear layer (a LoRA layer as
+  ``W + (alpha / r) B A``), each compared with every left singular vector of the pre-trained
+  matrix. Which layers (``matrices``): ``adapted``, the released ``find_intruder_dimensions.py``'s
+  set, the modules LoRA adapts (a LoRA checkpoint's own targets; for full fine-tuning the
+  architecture's default targets, so that full and LoRA compare on the same matrices); or
+  ``all``, every linear layer of the transformer blocks.
 
 :func:`changed_directions` applies both to an analysis's pre-trained and fine-tuned models: new
 directions of the last layer's token and sentence vectors, intruders of every block's matrices.
@@ -21,17 +24,20 @@ directions of the last layer's token and sentence vectors, intruders of every bl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from isotune.adaptation import lora_targets
 from isotune.analysis.geometry import LayerVectors
 from isotune.classifier import GLUEClassifier
+from isotune.errors import IsotuneError
 
 VIEWS = ("tokens", "sentence")  # the last layer's vectors of LayerVectors: .tokens, .sentences
+MATRICES = ("adapted", "all")  # the weight matrices intruder dimensions are counted in
 
 
 def _max_abs_cosines(directions: Tensor, reference: Tensor) -> Tensor:
@@ -69,13 +75,16 @@ def new_dominant_directions(
     )
 
 
-def linear_weights(encoder: nn.Module) -> dict[str, Tensor]:
+def linear_weights(encoder: nn.Module, names: Collection[str] | None = None) -> dict[str, Tensor]:
     """The weight matrix of each linear layer of the transformer blocks (not the pooler), as it
-    acts: a peft LoRA layer's base weight plus its active adapters' update."""
+    acts: a peft LoRA layer's base weight plus its active adapters' update; only ``names`` when
+    given."""
     weights: dict[str, Tensor] = {}
     for name, module in encoder.named_modules():
         if name.startswith("pooler") or any(name.startswith(f"{done}.") for done in weights):
             continue  # the pooler, or inside a LoRA layer already taken whole
+        if names is not None and name not in names:
+            continue
         if hasattr(module, "base_layer") and hasattr(module, "get_delta_weight"):
             delta = sum(module.get_delta_weight(adapter) for adapter in module.active_adapters)
             weights[name] = module.base_layer.weight.detach() + delta.detach()
@@ -106,14 +115,29 @@ def intruder_dimensions(
     return pd.DataFrame(rows, columns=["matrix", "intruders", "min_max_abs_cos"])
 
 
+def adapted_matrices(model: GLUEClassifier) -> list[str]:
+    """The linear layers LoRA adapts in ``model``'s encoder: its own ``adapt.target_modules`` with
+    ``adapt=lora``, otherwise the architecture's default targets (:func:`lora_targets`)."""
+    adapt = dict(model.hparams.get("adapt") or {})
+    targets = adapt.get("target_modules") if adapt.get("name") == "lora" else None
+    return lora_targets(model.encoder, targets)
+
+
 def changed_directions(
     models: Mapping[str, GLUEClassifier],
     vectors: Mapping[str, LayerVectors],
     k: int,
     threshold: float,
+    matrices: str = "adapted",
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """The ``new_directions`` table (per view of the last layer) and the ``intruder_dimensions``
-    table of the ``pretrained`` and ``finetuned`` models, and their counts for analysis.json."""
+    table of the ``pretrained`` and ``finetuned`` models (over ``matrices``: ``adapted`` or
+    ``all``), and their counts for analysis.json."""
+    if matrices not in MATRICES:
+        raise IsotuneError(
+            f"directions.matrices={matrices!r}: must be one of {list(MATRICES)} (adapted: the "
+            "modules LoRA adapts, as the released code counts; all: every linear layer)."
+        )
     last = {
         model: {
             "tokens": layers.tokens[-1] if layers.tokens else None,
@@ -131,9 +155,10 @@ def changed_directions(
         ],
         ignore_index=True,
     )
+    names = adapted_matrices(models["finetuned"]) if matrices == "adapted" else None
     intruders = intruder_dimensions(
-        linear_weights(models["pretrained"].encoder),
-        linear_weights(models["finetuned"].encoder),
+        linear_weights(models["pretrained"].encoder, names),
+        linear_weights(models["finetuned"].encoder, names),
         k,
         threshold,
     )
@@ -149,6 +174,7 @@ def changed_directions(
             "total": int(intruders["intruders"].sum()),
             "matrices": len(intruders),
             "matrices_with_intruders": int((intruders["intruders"] > 0).sum()),
+            "set": matrices,
         },
     }
     return {"new_directions": new, "intruder_dimensions": intruders}, counts

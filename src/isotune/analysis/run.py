@@ -132,7 +132,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     }
     lap("isotropy")
     directions, direction_counts = changed_directions(
-        models, dev_vectors, cfg.directions.k, cfg.directions.threshold
+        models, dev_vectors, cfg.directions.k, cfg.directions.threshold, cfg.directions.matrices
     )
     lap("directions")
     tables["local_structure"] = local_structure(dev_vectors, token_labels, cfg.local, cfg.seed)

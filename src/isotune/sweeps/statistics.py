@@ -194,10 +194,13 @@ def signed_rank_p(differences: Sequence[float]) -> float:
     Midranks are multiples of 1/2, so the distribution of 2 T+ is built exactly by the shift
     algorithm (Streitberg & Röhmel 1986), one rank at a time, in O(n^3).
 
-    Why not ``scipy.stats.wilcoxon`` directly: its exact distribution assumes no ties (it rounds a
-    half-integer T+ conservatively), and with ties or zeros it enumerates the 2^n sign flips
-    (8 s at 16 pairs, minutes at 20) or falls back to the normal approximation, which is poor at
-    the 5-10 pairs of a sweep. Without ties this p equals ``wilcoxon(d, method="exact")``.
+    Why not ``scipy.stats.wilcoxon`` directly: with tied |d|, SciPy 1.17 is exact only up to 13
+    pairs, by enumerating the 2^n sign flips (2.1 s a test at 13 pairs on 2 CPU cores), and
+    above that it switches to the normal approximation. Measured on 30 random tied samples per n,
+    with no zeros: SciPy's p equals this one at n = 5, 8, 10 and 13, and differs by up to 1.12x
+    at n = 14 and 1.33x at n = 16. This p is exact at every n, in milliseconds; a brute-force
+    enumeration of the sign flips gives the same value (tests/test_statistics.py). Without ties it
+    equals ``wilcoxon(d, method="exact")``.
     """
     d = np.asarray(differences, dtype=float)
     if d.size == 0 or not np.all(d != 0):
