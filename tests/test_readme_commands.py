@@ -1,20 +1,23 @@
-"""README.md's commands work as written.
+"""The commands of README.md and docs/*.md work as written.
 
-The commands are read from README.md, never listed here, so one added later is tested too: every
-``python train.py``, ``python analyze.py`` and ``python -m isotune.*`` command of its code blocks
-and of its opening lines (Run:, Analyse:). Each runs once, as a real subprocess, from one temporary
-working directory shared by the module, with only size overrides appended (``debug=limit``, a small
-isotropy probe, small analysis samples) and the tiny test encoder in place of a model that is not
-available offline. Multirun jobs use the tiny encoder whatever the model: they test the sweep
-machinery, and the packaged MiniLM already runs in the README's single run. Nothing else is added:
-no ``hydra.run.dir``, ``hydra.sweep.dir`` or ``+key=``. Placeholders such as
-``logs/runs/<run>/checkpoints/best.ckpt`` are filled with what the README's training commands left
-in that directory. Multiruns are cut to two jobs; ``experiment=`` presets and SLURM commands are
-composed into their job lists, not run.
+The commands are read from the pages, never listed here, so one added later is tested too: every
+``python train.py``, ``python analyze.py`` and ``python -m isotune.*`` command of their code blocks
+and of README's opening lines (Run:, Analyse:). Each runs once, as a real subprocess, from one
+temporary working directory shared by the module, with only size overrides appended
+(``debug=limit``, a small isotropy probe, small analysis samples) and the tiny test encoder in
+place of a model that is not available offline. Multirun jobs use the tiny encoder whatever the
+model: they test the sweep machinery, and the packaged MiniLM already runs in the README's single
+run. Nothing else is added: no ``hydra.run.dir``, ``hydra.sweep.dir`` or ``+key=``. Placeholders
+such as ``logs/runs/<run>/checkpoints/best.ckpt`` are filled with what the pages' training
+commands left in that directory, README's first. Multiruns are cut to two jobs; ``experiment=``
+presets and SLURM commands are composed into their job lists, not run. A command written on
+several pages, or two that come to the same after the cut and the filling (``-m task=rte,mrpc,stsb``
+and ``-m task=rte,mrpc``), runs once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -23,7 +26,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,7 @@ from isotune.encoders import resolve_model_path
 from tests.conftest import ROOT, compose_config
 
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]  # README first: its runs fill placeholders
 SCRIPTS = ("train.py", "analyze.py")
 PACKAGE = "isotune"  # python -m isotune.<module>
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -59,12 +63,23 @@ ANALYZE_SIZE = {
 
 @dataclass(frozen=True)
 class Command:
-    """One README command: its line as written, environment prefixes, target and arguments."""
+    """One command of a page: its line as written, environment prefixes, target and arguments,
+    and the page it is written on (README.md, docs/<page>.md)."""
 
     line: str
     env: tuple[tuple[str, str], ...]
     target: str  # "train.py", "analyze.py" or a module such as "isotune.aggregate"
     args: tuple[str, ...]
+    page: str = field(default="README.md", compare=False)
+
+    @property
+    def written(self) -> str:
+        return f"{self.page}: `{self.line}`"
+
+    @property
+    def key(self) -> tuple:
+        """What the command runs, wherever it is written: GLUE_DIR is set by the test anyway."""
+        return (self.target, self.args, tuple(e for e in self.env if e[0] != "GLUE_DIR"))
 
     @property
     def multirun(self) -> bool:
@@ -85,11 +100,11 @@ class Command:
         return any(PLACEHOLDER.search(arg) or ELLIPSIS in arg for arg in self.args)
 
 
-def readme_command_lines(markdown: str) -> list[str]:
-    """The inline code of the opening lines (up to the first ``---``) and every line of the fenced
-    code blocks, with backslash-continued lines joined."""
+def readme_command_lines(markdown: str, opening_lines: bool = True) -> list[str]:
+    """The inline code of the opening lines (up to the first ``---``; README's Run:, Analyse:) and
+    every line of the fenced code blocks, with backslash-continued lines joined."""
     lines = markdown.splitlines()
-    opening = lines[: lines.index("---")] if "---" in lines else []
+    opening = lines[: lines.index("---")] if opening_lines and "---" in lines else []
     found = [span for line in opening for span in re.findall(r"`([^`]+)`", line)]
     in_block, continued = False, False
     for line in lines:
@@ -124,10 +139,24 @@ def parse_commands(line: str) -> Iterator[Command]:
             yield Command(written, tuple(env), segment[2], tuple(segment[3:]))
 
 
-COMMANDS = [
-    command for line in readme_command_lines(README.read_text()) for command in parse_commands(line)
-]
-# The training commands whose run folders fill the placeholders of later ones, in README order.
+def page_commands(page: Path) -> Iterator[Command]:
+    """The isotune commands of one page, README's opening lines included."""
+    name = page.relative_to(ROOT).as_posix()
+    for line in readme_command_lines(page.read_text(), opening_lines=page == README):
+        for command in parse_commands(line):
+            yield dataclasses.replace(command, page=name)
+
+
+def unique(commands: Iterator[Command]) -> list[Command]:
+    """Each command once, where it is first written."""
+    first: dict[tuple, Command] = {}
+    for command in commands:
+        first.setdefault(command.key, command)
+    return list(first.values())
+
+
+COMMANDS = unique(command for page in PAGES for command in page_commands(page))
+# The training commands whose run folders fill the placeholders of later ones, in page order.
 PRODUCERS = [
     c for c in COMMANDS if c.target == "train.py" and not (c.compose_only or c.has_placeholder)
 ]
@@ -167,7 +196,7 @@ class Outcome:
     def report(self, what: str) -> str:
         output = (self.process.stdout + self.process.stderr)[-4000:]
         return (
-            f"README command `{self.command.line}`: {what}\n"
+            f"{self.command.written}: {what}\n"
             f"ran: {shlex.join(self.argv)}\nin: {self.cwd}\nexit code {self.process.returncode}, "
             f"output ends:\n{output}"
         )
@@ -180,24 +209,27 @@ class Outcome:
 
 
 class Workdir:
-    """The module's working directory; runs each README command at most once, so the commands that
-    fill a placeholder reuse the training runs already there."""
+    """The module's working directory; runs each command at most once (by what it runs once its
+    sweeps are cut and its placeholders filled), so the commands that fill a placeholder reuse the
+    training runs already there."""
 
     def __init__(self, root: Path, glue_dir: Path, tiny_encoder: Path):
         self.root = root
         self.glue_dir = glue_dir
         self.tiny_encoder = tiny_encoder
-        self.outcomes: dict[Command, Outcome] = {}
+        self.outcomes: dict[tuple, Outcome] = {}
 
     def run(self, command: Command) -> Outcome:
-        if command not in self.outcomes:
-            self.outcomes[command] = self._run(command)
-        return self.outcomes[command]
-
-    def _run(self, command: Command) -> Outcome:
         args = [self.fill(command, arg) for arg in command.args]
         if command.target == "train.py":
             args = cut_sweeps(args, 2)
+        key = dataclasses.replace(command, args=tuple(args)).key
+        if key not in self.outcomes:
+            self.outcomes[key] = self._run(command, args)
+        return self.outcomes[key]
+
+    def _run(self, command: Command, args: list[str]) -> Outcome:
+        if command.target == "train.py":
             argv = [sys.executable, str(ROOT / command.target), *args, *self.train_sizes(args)]
         elif command.target == "analyze.py":
             argv = [
@@ -231,18 +263,18 @@ class Workdir:
         return sizes_not_given(sizes, args)
 
     def fill(self, command: Command, arg: str) -> str:
-        """``arg`` with each ``<name>`` replaced by a folder that the README's training commands
-        left where the placeholder points (``logs/runs/<run>/checkpoints/best.ckpt``)."""
+        """``arg`` with each ``<name>`` replaced by a folder that the pages' training commands left
+        where the placeholder points (``logs/runs/<run>/checkpoints/best.ckpt``)."""
         while match := PLACEHOLDER.search(arg):
             prefix = arg[: match.start()].rpartition("=")[2]
             suffix = arg[match.end() :]
             arg = arg[: match.start()] + self.produced(command, prefix, suffix) + suffix
         if ELLIPSIS in arg:
-            pytest.fail(f"README command `{command.line}`: placeholder {ELLIPSIS!r} in {arg!r}")
+            pytest.fail(f"{command.written}: placeholder {ELLIPSIS!r} in {arg!r}")
         return arg
 
     def produced(self, command: Command, prefix: str, suffix: str) -> str:
-        """The name of the first folder in ``prefix`` with ``suffix`` inside, running the README's
+        """The name of the first folder in ``prefix`` with ``suffix`` inside, running the pages'
         training commands in order until one leaves such a folder."""
         for producer in [None, *PRODUCERS]:
             if producer is not None:
@@ -251,7 +283,7 @@ class Workdir:
             if found:
                 return found[0].relative_to(self.root / prefix).parts[0]
         pytest.fail(
-            f"README command `{command.line}`: none of the README's training commands left a "
+            f"{command.written}: none of the pages' training commands left a "
             f"folder {prefix}<...>{suffix} in {self.root} to fill its placeholder."
         )
 
@@ -291,7 +323,7 @@ def check_aggregate(outcome: Outcome) -> None:
 
 
 def check_rerun(outcome: Outcome) -> None:
-    # The README's sweeps completed every job, so there is nothing to run again.
+    # The pages' sweeps completed every job, so there is nothing to run again.
     assert "Nothing to rerun" in outcome.process.stdout, outcome.report("expected nothing to rerun")
 
 
@@ -312,18 +344,20 @@ CHECKS: dict[str, Callable[[Outcome], None]] = {
 
 
 @pytest.mark.parametrize(
-    "command", [c for c in COMMANDS if not c.compose_only], ids=lambda c: c.line
+    "command", [c for c in COMMANDS if not c.compose_only], ids=lambda c: c.written
 )
 def test_readme_command_runs_as_written(command: Command, workdir: Workdir):
-    assert command.target in CHECKS, f"`{command.line}`: say in CHECKS what it must leave behind"
+    assert command.target in CHECKS, f"{command.written}: say in CHECKS what it must leave behind"
     outcome = workdir.run(command)
     assert outcome.process.returncode == 0, outcome.report("failed")
     CHECKS[command.target](outcome)
 
 
-@pytest.mark.parametrize("command", [c for c in COMMANDS if c.compose_only], ids=lambda c: c.line)
+@pytest.mark.parametrize(
+    "command", [c for c in COMMANDS if c.compose_only], ids=lambda c: c.written
+)
 def test_readme_preset_composes_into_its_sweep(command: Command):
-    assert not command.has_placeholder, f"`{command.line}`: a command composed here has no runs"
+    assert not command.has_placeholder, f"{command.written}: a command composed here has no runs"
     overrides = command.overrides
     cfg = compose_config("train", cut_sweeps(overrides, 1))
     sweeping = command.multirun or cfg.hydra.mode == RunMode.MULTIRUN
@@ -338,8 +372,8 @@ def test_readme_preset_composes_into_its_sweep(command: Command):
         o.key_or_group: len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
         for o in parsed
     }
-    assert len(jobs) == math.prod(values.values()), f"`{command.line}`: {len(jobs)} jobs, {values}"
-    assert len(set(jobs)) == len(jobs), f"`{command.line}`: a job repeats in {jobs}"
+    assert len(jobs) == math.prod(values.values()), f"{command.written}: {len(jobs)} jobs, {values}"
+    assert len(set(jobs)) == len(jobs), f"{command.written}: a job repeats in {jobs}"
     # Every option the sweep names composes: the jobs that differ from the first in one key
     # between them hold every value.
     for job in jobs:
@@ -385,3 +419,34 @@ def test_a_sweep_is_cut_to_two_jobs():
         "hydra/launcher=gpus",
     ]
     assert cut_sweeps(args, 1) == ["-m", "task=rte", "norm=none", "seed=1", "hydra/launcher=gpus"]
+
+
+def test_docs_pages_have_no_opening_lines_and_a_repeated_command_runs_once():
+    markdown = "\n".join(
+        [
+            "Run: `python train.py seed=2`",
+            "---",
+            "```bash",
+            "python train.py",
+            "GLUE_DIR=../data python train.py",
+            "python train.py seed=1",
+            "```",
+        ]
+    )
+    lines = readme_command_lines(markdown, opening_lines=False)
+    assert lines == [
+        "python train.py",
+        "GLUE_DIR=../data python train.py",
+        "python train.py seed=1",
+    ]
+    commands = unique(c for line in lines for c in parse_commands(line))
+    assert [(c.line, c.args) for c in commands] == [
+        ("python train.py", ()),
+        ("python train.py seed=1", ("seed=1",)),
+    ]
+
+
+def test_commands_are_read_from_readme_and_the_docs():
+    pages = {command.page for command in COMMANDS}
+    assert {"README.md", "docs/sweeps.md", "docs/analysis.md"} <= pages
+    assert len({command.key for command in COMMANDS}) == len(COMMANDS)

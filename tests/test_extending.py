@@ -1,0 +1,257 @@
+"""The steps of docs/extending.md marked *(checked)* are done for every existing entry, and every
+relative link in README.md and docs/*.md points to a file (and heading) that exists.
+
+Each test reads the registries and the config folders, never a list of names written here, so a
+task, model, norm, regularizer, isotropy measure or analysis statement added later is checked too.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from isotune.config_checks import RULES
+from isotune.isotropy import measure_cloud, measure_outliers
+from isotune.norms import NORMS
+from isotune.regularization import MEASURES
+from isotune.regularizers import REGULARIZERS
+from isotune.tasks import TaskSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+DOCS = ROOT / "docs"
+ANALYSIS = ROOT / "src" / "isotune" / "analysis"
+RULE_KEYS = {key for key, _, _ in RULES}
+CODE_SPAN = re.compile(r"`([^`]+)`")
+# What the isotropy callback logs besides measure_cloud's and measure_outliers' scalars.
+CALLBACK_MEASURES = ("isoscore_star", "outliers_kept")
+
+
+def options(group: str) -> list[str]:
+    return sorted(path.stem for path in (CONF / group).glob("*.yaml"))
+
+
+def load(group: str, name: str) -> dict:
+    return yaml.safe_load((CONF / group / f"{name}.yaml").read_text()) or {}
+
+
+def overrides(intervention: str) -> dict[str, str]:
+    """``{"norm": ..., "reg": ...}`` from an intervention's ``override /group: option`` defaults."""
+    found = {}
+    for entry in load("intervention", intervention).get("defaults", []):
+        for key, value in entry.items():
+            found[key.removeprefix("override /")] = value
+    return found
+
+
+def swept_interventions() -> set[str]:
+    params = load("experiment", "interventions")["hydra"]["sweeper"]["params"]
+    return set(params["intervention"].split(","))
+
+
+def code_words(text: str) -> set[str]:
+    """Every word of every code span in ``text``: `a b`, `c` -> {a, b, c}."""
+    return {word for span in CODE_SPAN.findall(text) for word in span.split()}
+
+
+def table_column(markdown: str, header: str) -> set[str]:
+    """The code words of the first cell of each row of the table whose header row starts with
+    ``header``."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    cells = []
+    for line in lines[start + 2 :]:  # after the header and its |---| line
+        if not line.startswith("|"):
+            break
+        cells.append(line.split("|")[1])
+    return code_words(" ".join(cells))
+
+
+def config_group_options(group: str) -> set[str]:
+    """The options docs/training.md's config groups table names for ``group``."""
+    training = (DOCS / "training.md").read_text()
+    row = next(line for line in training.splitlines() if line.startswith(f"| `{group}` |"))
+    return code_words(row.split("|")[2])
+
+
+def unchecked_options(group: str, name: str) -> list[str]:
+    """``group.option`` for each option of ``conf/<group>/<name>.yaml`` without a rule in
+    config_checks.RULES; ``name`` and values taken from elsewhere (``${seed}``) need none."""
+    config = load(group, name)
+    return [
+        f"{group}.{option}"
+        for option, value in config.items()
+        if option != "name"
+        and not (isinstance(value, str) and value.startswith("${"))
+        and f"{group}.{option}" not in RULE_KEYS
+    ]
+
+
+# -- tasks and models -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", options("task"))
+def test_every_task_config_is_a_valid_task_named_as_its_file(name):
+    assert TaskSpec.from_config(load("task", name)).name == name
+
+
+@pytest.mark.parametrize("group", ["task", "model", "norm", "reg", "intervention"])
+def test_the_config_groups_table_names_every_option_and_no_other(group):
+    assert config_group_options(group) == set(options(group))
+
+
+@pytest.mark.parametrize("name", options("model"))
+def test_every_model_config_is_named_as_its_file(name):
+    assert load("model", name)["name"] == name
+
+
+# -- norms -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(NORMS))
+def test_every_norm_has_an_intervention_in_the_interventions_sweep(name):
+    assert (CONF / "intervention" / f"{name}.yaml").is_file(), f"no conf/intervention/{name}.yaml"
+    assert overrides(name) == {"norm": name, "reg": "none"}
+    assert name in swept_interventions(), "not in conf/experiment/interventions.yaml's sweep"
+
+
+@pytest.mark.parametrize("name", list(NORMS))
+def test_every_norm_option_has_a_config_check(name):
+    assert unchecked_options("norm", name) == [], "add a rule to config_checks.RULES"
+
+
+# -- regularizers ------------------------------------------------------------------------------
+
+
+def test_every_reg_config_is_a_registered_regularizer():
+    assert {load("reg", name)["name"]: name for name in options("reg")} == {
+        key: key for key in REGULARIZERS
+    }
+
+
+@pytest.mark.parametrize("name", [key for key in REGULARIZERS if key != "none"])
+def test_every_regularizer_names_its_measure_and_is_an_intervention(name):
+    assert name in MEASURES, "regularization.MEASURES: what the penalty logs as train/reg_<...>"
+    setting_it = [
+        intervention
+        for intervention in options("intervention")
+        if overrides(intervention) == {"norm": "none", "reg": name}
+    ]
+    assert setting_it, f"no conf/intervention/*.yaml sets reg={name} alone"
+    assert set(setting_it) <= swept_interventions()
+
+
+@pytest.mark.parametrize("name", list(REGULARIZERS))
+def test_every_regularizer_option_has_a_config_check(name):
+    assert unchecked_options("reg", name) == [], "add a rule to config_checks.RULES"
+
+
+def test_interventions_doc_tables_every_regularizer_and_intervention():
+    interventions = (DOCS / "interventions.md").read_text()
+    assert table_column(interventions, "| `reg=` |") == set(REGULARIZERS) - {"none"}
+    assert table_column(interventions, "| `intervention=` |") == set(options("intervention"))
+
+
+def test_every_intervention_is_swept_by_the_interventions_preset():
+    assert swept_interventions() == set(options("intervention"))
+
+
+# -- isotropy measures -------------------------------------------------------------------------
+
+
+def test_every_logged_isotropy_measure_is_defined_in_docs():
+    points = torch.randn(40, 6, generator=torch.Generator().manual_seed(0))
+    logged = {
+        *measure_cloud(points).scalars,
+        *measure_outliers(points).scalars,
+        *CALLBACK_MEASURES,
+    }
+    documented = {word.strip(",") for word in code_words((DOCS / "isotropy.md").read_text())}
+    assert sorted(logged - documented) == []
+
+
+# -- analysis statements -----------------------------------------------------------------------
+
+
+def statements() -> list[str]:
+    """The first argument of every ``Verdict(...)`` in verdicts.py: T1-T5, O1, O2."""
+    tree = ast.parse((ANALYSIS / "verdicts.py").read_text())
+    return [
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "Verdict"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    ]
+
+
+def test_verdicts_are_found():
+    assert {"T1", "T5", "O1", "O2"} <= set(statements())
+
+
+@pytest.mark.parametrize("statement", statements())
+def test_every_statement_is_reported_and_documented(statement):
+    assert statement[0] in "TO", "report.py puts verdicts into report.md by their first letter"
+    word = re.compile(rf"\b{statement}\b")
+    assert word.search((ANALYSIS / "report_template.md").read_text()), "its rule in the report"
+    assert word.search((DOCS / "analysis.md").read_text())
+
+
+@pytest.mark.parametrize(
+    "threshold", sorted(yaml.safe_load((CONF / "analyze.yaml").read_text())["verdict"])
+)
+def test_every_verdict_threshold_is_documented_and_in_the_report(threshold):
+    assert f"`verdict.{threshold}`" in (DOCS / "analysis.md").read_text()
+    assert f"cfg.verdict.{threshold}" in (ANALYSIS / "report_template.md").read_text()
+
+
+# -- links -------------------------------------------------------------------------------------
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+def without_code_blocks(markdown: str) -> str:
+    return re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation other than - and _ dropped, spaces
+    to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    headings = re.findall(r"^#+ (.+)$", without_code_blocks(page.read_text()), re.MULTILINE)
+    return {slug(heading) for heading in headings}
+
+
+def links(page: Path) -> list[str]:
+    """The targets of the links and images of ``page``'s prose (not of its code)."""
+    return LINK.findall(CODE_SPAN.sub("", without_code_blocks(page.read_text())))
+
+
+def test_slugs_follow_github():
+    assert slug("I-STAR (`reg=istar`)") == "i-star-registar"
+    assert slug("W&B never holds up a run") == "wb-never-holds-up-a-run"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(ROOT).as_posix())
+def test_every_relative_link_resolves(page):
+    broken = []
+    for target in links(page):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            broken.append(f"{target}: no {linked}")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target}: no heading #{anchor} in {linked.name}")
+    assert broken == []
