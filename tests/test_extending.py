@@ -18,12 +18,12 @@ import yaml
 from isotune.config_checks import RULES
 from isotune.isotropy import measure_cloud, measure_outliers
 from isotune.norms import NORMS
+from isotune.penalties import REGULARIZERS
 from isotune.regularization import MEASURES
-from isotune.regularizers import REGULARIZERS
 from isotune.tasks import TaskSpec
+from tests.conftest import CONF_DIR, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
+CONF = CONF_DIR
 DOCS = ROOT / "docs"
 ANALYSIS = ROOT / "src" / "isotune" / "analysis"
 RULE_KEYS = {key for key, _, _ in RULES}

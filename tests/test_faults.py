@@ -1,4 +1,4 @@
-"""Every fault README's "Faults" section lists, typed as a user types it: one message that names
+"""Every fault docs/faults.md lists, typed as a user types it: one message that names
 the problem and the fix, exit status 1, no traceback, in a single run and inside sweeps (each
 job ends failed with its message, the other jobs go on, and the sweep ends with a summary)."""
 

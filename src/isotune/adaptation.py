@@ -12,7 +12,7 @@ In every mode the pooler (when ``model.pooling=pooler`` makes the sentence vecto
 norm and the head train, and the norm is outside the encoder, in train mode while training, so
 IsoBN's statistics are updated alike. Checkpoints keep what trains (and every buffer); the fixed
 weights are the pre-trained model's, reloaded from it (:func:`drop_fixed_weights`). Options,
-learning rates and defaults: README, "Adaptation".
+learning rates and defaults: docs/adaptation.md.
 """
 
 from __future__ import annotations
