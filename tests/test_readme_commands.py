@@ -34,6 +34,9 @@ from hydra.types import RunMode
 from isotune.encoders import resolve_model_path
 from tests.conftest import ROOT, compose_config
 
+# The README-command tests (each command a real subprocess: a training, an analysis, a sweep).
+pytestmark = pytest.mark.slow
+
 README = ROOT / "README.md"
 SCRIPTS = ("train.py", "analyze.py")
 PACKAGE = "isotune"  # python -m isotune.<module>
