@@ -105,6 +105,7 @@ def runs(tmp_path_factory, tiny_bert, glue_dir) -> dict[str, Run]:
     return done
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lora", "frozen"])
 def test_only_adapters_pooler_norm_and_head_train_and_the_encoder_keeps_its_mode(mode, runs):
     folder, results, watch = runs[mode]
@@ -139,6 +140,7 @@ def test_only_adapters_pooler_norm_and_head_train_and_the_encoder_keeps_its_mode
     assert state["norm.num_batches_tracked"].item() == 8  # statistics updated at every step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lora", "frozen"])
 def test_checkpoints_hold_what_trains_and_load_back_with_the_pretrained_weights(
     mode, runs, tiny_bert
@@ -165,6 +167,7 @@ def test_checkpoints_hold_what_trains_and_load_back_with_the_pretrained_weights(
         assert torch.equal(model.state_dict()[name], tensor), name
 
 
+@pytest.mark.slow
 def test_a_resumed_lora_run_repeats_the_uninterrupted_one(train_config, tmp_path):
     run = ("adapt=lora", "norm=isobn", "debug=limit", "trainer.max_epochs=3", "seed=7")
     full, resumed, full_dir, _, resumed_dir = kill_and_resume(train_config, tmp_path, *run)
@@ -179,6 +182,7 @@ def test_a_resumed_lora_run_repeats_the_uninterrupted_one(train_config, tmp_path
         assert torch.equal(actual[name], tensor), name
 
 
+@pytest.mark.slow
 def test_analysis_of_a_lora_checkpoint_finds_changed_directions_only_in_adapted_matrices(
     runs, glue_dir, tmp_path
 ):

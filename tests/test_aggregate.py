@@ -207,6 +207,7 @@ HYDRA_APP_CONFIG = {
 }
 
 
+@pytest.mark.slow
 def test_basic_sweep_jobs_number_jobs_as_a_real_multirun(tmp_path):
     # The one call into Hydra's private API: a real multirun of a bare Hydra app must number its
     # jobs as basic_sweep_jobs does (params first; a command line value replaces a param's in

@@ -76,6 +76,7 @@ def analysis(tmp_path_factory, checkpoint, glue_dir) -> tuple[Path, dict]:
     return folder, analyze(cfg)
 
 
+@pytest.mark.slow
 def test_writes_the_report_tables_and_figures(analysis):
     folder, summary = analysis
     for name in TABLES:
@@ -95,6 +96,7 @@ def test_writes_the_report_tables_and_figures(analysis):
     assert f"{intruders['total']} in {intruders['matrices_with_intruders']} of" in directions
 
 
+@pytest.mark.slow
 def test_outlier_table_summary_and_report_agree(analysis):
     """The per-dimension table, the summary O1/O2 read and the report tell one story: ratios,
     ranks, outlier flags, the overlap, the best dimension and the full model's score."""
@@ -191,6 +193,7 @@ def test_direction_tables_list_the_new_ranks_and_the_matrices_with_most_intruder
     assert intruder_dimensions_markdown(none) == "No weight matrix has an intruder dimension."
 
 
+@pytest.mark.slow
 def test_measures_every_layer_of_both_models(analysis):
     folder, summary = analysis
     table = pd.read_csv(folder / "isotropy_by_layer.csv")
@@ -210,6 +213,7 @@ def test_measures_every_layer_of_both_models(analysis):
     assert ((local.purity >= local.majority - 1e-9) & (local.purity <= 1)).all()
 
 
+@pytest.mark.slow
 def test_enhancement_keeps_the_checkpoints_metric_and_raises_isotropy(analysis, checkpoint):
     folder, summary = analysis
     table = pd.read_csv(folder / "enhancement.csv").set_index(["setting", "method"])
@@ -227,6 +231,7 @@ def test_enhancement_keeps_the_checkpoints_metric_and_raises_isotropy(analysis, 
         assert table.loc[(setting, "zero_mean"), "isoscore"] == pytest.approx(before.isoscore)
 
 
+@pytest.mark.slow
 def test_outputs_name_the_sentence_views_pre_norm_and_post_norm(analysis):
     folder, summary = analysis
     enhancement = pd.read_csv(folder / "enhancement.csv")
@@ -297,6 +302,7 @@ def test_pooler_pooling_measures_and_judges_the_pre_norm_view():
     assert f"; {PRE_NORM}: " in t3.evidence
 
 
+@pytest.mark.slow
 def test_cli_writes_its_own_folder_and_logs_everything_to_wandb(checkpoint, glue_dir, tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "WANDB_API_KEY"}
     result = subprocess.run(
@@ -347,6 +353,7 @@ def test_unreadable_checkpoint_is_one_clear_error(tmp_path, glue_dir, make_path,
         analyze(cfg)
 
 
+@pytest.mark.slow
 def test_missing_glue_file_is_one_clear_error(checkpoint, tmp_path):
     overrides = [f"ckpt_path={checkpoint}", f"paths.glue_dir={tmp_path}"]
     cfg = compose_analyze_config(overrides, tmp_path)

@@ -261,6 +261,7 @@ def test_a_bad_value_fails_the_run_before_the_model_loads(train_config, tmp_path
     assert results["steps"] == 0 and results["history"] == []
 
 
+@pytest.mark.slow
 def test_cli_reports_bad_values_without_a_traceback(tmp_path, glue_dir):
     result = run_cli(
         "seed=abc",

@@ -16,6 +16,7 @@ from isotune.tasks import TaskSpec
 from isotune.training import train
 
 
+@pytest.mark.slow
 def test_tiny_cpu_bf16_run_completes_with_float32_isobn_statistics(train_config, tmp_path):
     cfg = train_config("trainer=cpu_bf16", "norm=isobn", "debug=limit")
     assert (cfg.trainer.accelerator, cfg.trainer.precision) == ("cpu", "bf16-mixed")

@@ -170,6 +170,7 @@ def test_the_norm_ratio_steps_both_models_on_every_batch(tiny_model, fixture_dat
     assert result["steps"] == 3 and result["ratio"] > 0 and result["none_ms"] > 0
 
 
+@pytest.mark.slow
 def test_the_callback_share_compares_epochs_with_and_without_it(tiny_model, fixture_data, tmp_path):
     result = gpu_measures.callback_share(
         tiny_model, fixture_data, CPU, rounds=1, output_dir=tmp_path, probe_size=16, figures=False
@@ -297,6 +298,7 @@ def test_a_check_whose_packages_are_missing_is_listed_as_skipped(monkeypatch):
     assert gpu_check.skipped("throughput") == []
 
 
+@pytest.mark.slow
 def test_the_whole_check_runs_on_cpu_with_a_tiny_encoder(glue_dir):
     """Every check end to end, the sweep included (2 tiny jobs through the launcher on CPU)."""
     settings = gpu_check.Settings(

@@ -253,6 +253,7 @@ def most_jobs_at_once(records: list[dict]) -> dict[str, int]:
     return most
 
 
+@pytest.mark.slow
 def test_sweep_runs_one_job_per_slot_at_a_time(tmp_path):
     durations = [0.1, 1.0, 0.2, 0.6, 0.3]
     result, records = _run_sweep(
@@ -265,6 +266,7 @@ def test_sweep_runs_one_job_per_slot_at_a_time(tmp_path):
     assert len({r["pid"] for r in records}) <= 2  # more jobs than slots: they queued
 
 
+@pytest.mark.slow
 def test_jobs_per_gpu_packs_each_gpu_but_never_beyond(tmp_path):
     # Two GPUs x 2 = 4 slots and n_jobs by default 4; the first four jobs wait for one another,
     # so they run at once, which needs all four slots; the rest queue with unequal durations.
@@ -289,6 +291,7 @@ def test_jobs_per_gpu_packs_each_gpu_but_never_beyond(tmp_path):
         assert len({r["cuda_visible_devices"] for r in records if r["pid"] == pid}) == 1
 
 
+@pytest.mark.slow
 def test_n_jobs_runs_that_many_cpu_jobs_at_once_without_gpus(tmp_path):
     result, records = _run_sweep(
         tmp_path,
@@ -306,6 +309,7 @@ def test_n_jobs_runs_that_many_cpu_jobs_at_once_without_gpus(tmp_path):
     assert {r["threads"] for r in records} == {max(1, len(os.sched_getaffinity(0)) // 2)}
 
 
+@pytest.mark.slow
 def test_threads_per_job_sets_each_jobs_torch_threads(tmp_path):
     result, records = _run_sweep(
         tmp_path, *TWO_GPUS, "hydra.launcher.threads_per_job=3", "sleep=0.0,0.1,0.2"
@@ -314,6 +318,7 @@ def test_threads_per_job_sets_each_jobs_torch_threads(tmp_path):
     assert [r["threads"] for r in records] == [3, 3, 3]
 
 
+@pytest.mark.slow
 def test_failing_and_crashing_jobs_do_not_stop_the_others(tmp_path):
     result, records = _run_sweep(
         tmp_path, *TWO_GPUS, "hydra.launcher.n_jobs=2", "mode=fail,crash,ok,ok2", "sleep=0.2"

@@ -84,6 +84,7 @@ def test_every_reg_option_composes_and_builds_its_view(name, tmp_path):
     assert (regularization.shrinkage is not None) == (name == "istar")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", options("intervention"))
 def test_every_intervention_trains_under_bf16_autocast_and_logs_its_terms(
     name, train_config, tmp_path
@@ -116,6 +117,7 @@ def test_every_intervention_trains_under_bf16_autocast_and_logs_its_terms(
                 assert added == pytest.approx(weight * value, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_istar_weight_moves_isoscore_star_of_the_regularized_view(train_config, tmp_path):
     """The last layer's tokens, regularized by I-STAR and measured by the callback's fixed rule
     on the probe set: +10 ends more isotropic than 0, -10 less."""
@@ -194,6 +196,7 @@ RUN = ("reg=istar", "reg.shrinkage_examples=16", "debug=limit", "trainer.max_epo
 SIGMA_S = "regularization.shrinkage.covariance"
 
 
+@pytest.mark.slow
 def test_sigma_s_is_checkpointed_and_a_resumed_run_repeats_the_uninterrupted_one(
     train_config, tmp_path
 ):

@@ -56,6 +56,7 @@ def isobn_run(tmp_path_factory, tiny_bert, glue_dir):
     return folder, train(cfg)
 
 
+@pytest.mark.slow
 def test_measures_pretrained_and_every_epoch_into_results(isobn_run):
     folder, results = isobn_run
     isotropy = results["isotropy"]
@@ -85,6 +86,7 @@ def test_measures_pretrained_and_every_epoch_into_results(isobn_run):
     assert isotropy["final"]["iso/post_norm/std_cv"] != isotropy["final"]["iso/pre_norm/std_cv"]
 
 
+@pytest.mark.slow
 def test_pretrained_values_match_an_independent_computation(isobn_run, tiny_bert, glue_dir):
     """Epoch 0 equals measure_all on the same probe examples encoded by a fresh pretrained model."""
     _, results = isobn_run
@@ -205,6 +207,7 @@ def assert_same_vectors(measured: dict, reference: dict) -> None:
         assert torch.equal(vectors, reference[view].float()), view
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "encoded_apart"),
     [
@@ -248,6 +251,7 @@ def test_outlier_dimensions_of_every_epoch_are_those_of_the_measured_vectors(tra
     assert restored.outliers == monitor.outliers
 
 
+@pytest.mark.slow
 def test_under_bf16_mixed_every_epoch_is_measured_at_validation_precision(train_config):
     """Epoch 0 runs under validation's autocast too, so epochs compare; the vectors equal the
     bf16 reference bit for bit on the CPU, and differ from a float32 encoding by bf16 rounding."""
@@ -267,6 +271,7 @@ def stand_in_trainer(datamodule: GLUEDataModule) -> SimpleNamespace:
     return SimpleNamespace(datamodule=datamodule, precision_plugin=Precision())
 
 
+@pytest.mark.slow
 def test_token_vectors_exclude_special_tokens_and_padding(train_config, isobn_run):
     model, datamodule = tiny_model_and_data(train_config())
     trainer = stand_in_trainer(datamodule)
@@ -328,6 +333,7 @@ def test_collect_views_concatenates_extras_in_order_and_keeps_eval_mode(train_co
     assert not model.training
 
 
+@pytest.mark.slow
 def test_figures_saved_per_view_and_epoch(isobn_run):
     folder, _ = isobn_run
     names = sorted(path.name for path in (folder / "isotropy").glob("*.png"))
@@ -367,6 +373,7 @@ def test_probe_set_is_seeded_and_capped(train_config):
     assert len(probe_indices(3, 1000)) == 24  # the whole (fixture) dev split
 
 
+@pytest.mark.slow
 def test_resume_keeps_epoch_zero_and_continues(train_config, tmp_path, monkeypatch):
     first, second = tmp_path / "a", tmp_path / "b"
     run_one_epoch(lambda: train(train_config(output_dir=first)), monkeypatch)

@@ -320,6 +320,7 @@ def test_bf16_module_trains_like_float32_on_the_same_batches():
     torch.testing.assert_close(restored.eval()(probe), half.eval()(probe), rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_bf16_true_training_run_with_isobn_completes(train_config, tmp_path):
     results = train(
         train_config(

@@ -249,6 +249,7 @@ def trained_points(penalty, weight: float, steps: int = 50) -> torch.Tensor:
         return layer(inputs)
 
 
+@pytest.mark.slow
 def test_minimising_istar_raises_isoscore_star_and_its_negation_lowers_it():
     def score(points):
         return isoscore_star(points, zeta=0.2).item()

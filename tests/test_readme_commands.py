@@ -37,6 +37,9 @@ from hydra.types import RunMode
 from isotune.encoders import resolve_model_path
 from tests.conftest import ROOT, compose_config
 
+# The README-command tests (each command a real subprocess: a training, an analysis, a sweep).
+pytestmark = pytest.mark.slow
+
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]  # README first: its runs fill placeholders
 SCRIPTS = ("train.py", "analyze.py")

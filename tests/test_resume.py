@@ -27,6 +27,7 @@ def isotropy_history(checkpoint: dict) -> dict:
     return checkpoint["callbacks"]["IsotropyMonitor"]["history"]
 
 
+@pytest.mark.slow
 def test_last_checkpoint_is_written_after_every_epoch(train_config, tmp_path):
     results = train(train_config(*RUN))
     assert results["steps"] == 12 and len(results["history"]) == 3
@@ -38,6 +39,7 @@ def test_last_checkpoint_is_written_after_every_epoch(train_config, tmp_path):
     assert best["global_step"] == 4 * results["best_epoch"]
 
 
+@pytest.mark.slow
 def test_resume_after_a_non_improving_epoch_repeats_the_uninterrupted_run(train_config, tmp_path):
     full, resumed, full_dir, killed_dir, resumed_dir = kill_and_resume(train_config, tmp_path, *RUN)
     primary = full["primary_metric"]
@@ -58,6 +60,7 @@ def test_resume_after_a_non_improving_epoch_repeats_the_uninterrupted_run(train_
         assert torch.equal(actual["state_dict"][name], tensor), name
 
 
+@pytest.mark.slow
 def test_best_checkpoint_holds_the_best_epoch_whether_resumed_in_its_folder_or_elsewhere(
     train_config, tmp_path
 ):
@@ -99,6 +102,7 @@ def test_rng_state_round_trip_restores_every_generator():
 LIMIT = ("debug=limit",)  # two epochs of four steps
 
 
+@pytest.mark.slow
 def test_a_resume_with_other_settings_is_refused_and_leaves_the_run_folder_as_it_was(
     train_config, tmp_path
 ):
@@ -119,6 +123,7 @@ def test_a_resume_with_other_settings_is_refused_and_leaves_the_run_folder_as_it
     assert list(restored) == list(load(tmp_path / "checkpoints/last.ckpt")[OVERRIDES_KEY])
 
 
+@pytest.mark.slow
 def test_an_explicit_checkpoint_of_another_adaptation_is_refused_naming_the_keys(
     train_config, tmp_path
 ):
@@ -131,6 +136,7 @@ def test_an_explicit_checkpoint_of_another_adaptation_is_refused_naming_the_keys
     assert new_record["status"] == "failed" and "adapt.name" in new_record["error"]
 
 
+@pytest.mark.slow
 def test_a_truncated_checkpoint_or_another_file_is_one_clear_error(train_config, tmp_path):
     train(train_config(*LIMIT, output_dir=tmp_path / "run"))
     last = (tmp_path / "run" / "checkpoints" / "last.ckpt").read_bytes()
@@ -144,6 +150,7 @@ def test_a_truncated_checkpoint_or_another_file_is_one_clear_error(train_config,
         )
 
 
+@pytest.mark.slow
 def test_resume_never_starts_afresh_in_the_folder_and_keeps_the_earlier_attempt(
     train_config, tmp_path
 ):
@@ -169,6 +176,7 @@ class SignalAtBatch(L.Callback):
             os.kill(os.getpid(), self.signum)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "signum"),
     [(("norm=isobn",), signal.SIGUSR2), (("reg=istar",), signal.SIGTERM)],

@@ -39,6 +39,7 @@ def sigint_restored():
     signal.signal(signal.SIGINT, handler)
 
 
+@pytest.mark.slow
 def test_results_json_is_rewritten_at_every_epoch_end(train_config, tmp_path, monkeypatch):
     snapshots = []  # results.json as each epoch starts
     monkeypatch.setattr(
@@ -90,6 +91,7 @@ def sigterm() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("stop", "stopped_by", "steps_in_epoch_two"),
     [(ctrl_c, signal.SIGINT, 2), (sigterm, signal.SIGTERM, 3)],
@@ -186,6 +188,7 @@ def test_an_error_while_recording_a_failure_still_ends_the_record_failed_with_bo
     assert results["attempts"][-1]["status"] == "failed" and "finished_at" in results
 
 
+@pytest.mark.slow
 def test_a_norm_that_never_updated_its_statistics_is_named_in_the_record(train_config, tmp_path):
     results = train(train_config("norm=isobn", "trainer.limit_train_batches=0"))
     assert results["status"] == "completed" and results["steps"] == 0

@@ -351,6 +351,7 @@ def test_a_sweep_without_a_completed_run_still_gets_its_report(tmp_path):
     assert f"- {sweep / '1'}: running, last update " in report
 
 
+@pytest.mark.slow
 def test_wandb_summary_run_offline_holds_the_tables_and_figures(sweeps, tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")

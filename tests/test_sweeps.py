@@ -30,6 +30,7 @@ def no_wandb_credentials(monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_SILENT", "true")
 
 
+@pytest.mark.slow
 def test_wandb_runs_offline_one_run_per_job_grouped_over_seeds(
     train_config, tmp_path, no_wandb_credentials
 ):
@@ -111,6 +112,7 @@ def multirun(working_dir: Path, overrides: list[str]) -> Path:
     return sweep
 
 
+@pytest.mark.slow
 def test_multirun_lands_under_logs_multirun_of_the_working_directory(tmp_path, tiny_bert, glue_dir):
     sweep = multirun(tmp_path, ["seed=1,2", *tiny_sweep_overrides(tiny_bert, glue_dir)])
     assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-\d{6}", sweep.name)
@@ -124,6 +126,7 @@ def test_multirun_lands_under_logs_multirun_of_the_working_directory(tmp_path, t
     assert [job_id(run, sweeps) for run in runs] == [(sweep, 0), (sweep, 1)]
 
 
+@pytest.mark.slow
 def test_real_multirun_then_aggregate(tmp_path, tiny_bert, glue_dir):
     sweep = multirun(
         tmp_path,

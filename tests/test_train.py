@@ -33,6 +33,7 @@ def read_results(folder: Path) -> dict:
     return json.loads((folder / "results.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("task", "norm", "metrics"),
     [
@@ -83,6 +84,7 @@ def test_hyperparameters_are_logged_once_as_the_whole_config(train_config, monke
     assert configs[0]["optim"] == OmegaConf.to_container(cfg.optim)
 
 
+@pytest.mark.slow
 def test_tiny_bert_learns_the_fixture_signal(train_config, tmp_path):
     results = train(
         train_config("task=rte", "norm=isobn", "trainer.max_epochs=10", "optim.lr=3e-3")
@@ -105,6 +107,7 @@ def test_tiny_roberta_trains_with_fresh_pooler(train_config, tiny_roberta, tmp_p
     assert set(results["best"]) >= {"f1", "accuracy"}
 
 
+@pytest.mark.slow
 def test_isobn_statistics_are_saved_and_resume_continues_at_the_right_step(
     train_config, tmp_path, monkeypatch
 ):
@@ -139,6 +142,7 @@ def test_every_weight_the_sentence_vector_uses_trains_and_an_unused_pooler_does_
     assert fixed == (set() if pooling == "pooler" else pooler)
 
 
+@pytest.mark.slow
 def test_ddp_on_two_cpu_processes_trains_isobn_with_istar_and_rank_zero_writes_results(
     tmp_path, tiny_bert, glue_dir
 ):
@@ -185,6 +189,7 @@ def test_model_not_available_offline_is_one_clear_error(train_config, tmp_path):
     assert read_results(tmp_path)["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_cli_reports_a_missing_model_without_a_traceback(tmp_path, glue_dir):
     result = run_cli(
         "model=roberta", "task=mrpc", f"paths.glue_dir={glue_dir}", f"hydra.run.dir={tmp_path}/run"
@@ -196,6 +201,7 @@ def test_cli_reports_a_missing_model_without_a_traceback(tmp_path, glue_dir):
     assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("GLUE_DIR"), reason="GLUE_DIR is not set (the real GLUE files)"
 )
