@@ -215,6 +215,7 @@ def test_analysis_of_a_lora_checkpoint_finds_changed_directions_only_in_adapted_
     assert (adapted["min_max_abs_cos"] < 0.999999).all()  # their singular vectors moved
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["full", "lora"])
 def test_intruders_are_counted_by_default_in_the_matrices_lora_adapts(mode, runs):
     """The released code's set: the LoRA checkpoint's own targets, and for full fine-tuning the
