@@ -1,8 +1,9 @@
-"""The valid ranges of the norms' options, each written once.
+"""The valid ranges of options that a library function and a config check both enforce, each
+written once.
 
-The library constructors (:class:`~isotune.norms.IsoBN`, :class:`~isotune.whitening.
-IterNormWhitening`) check their arguments with :meth:`Range.require`, and the early config check
-(:mod:`isotune.config_checks`) lists the same ranges against the config keys, so a value is
+The library (:class:`~isotune.norms.IsoBN`, :class:`~isotune.whitening.IterNormWhitening`, the
+outlier-dimension factor) checks its arguments with :meth:`Range.require`, and the early config
+check (:mod:`isotune.config_checks`) lists the same ranges against the config keys, so a value is
 refused in the same words before a model loads and in a notebook, and a range changes in one
 place.
 """

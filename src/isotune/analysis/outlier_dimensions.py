@@ -25,6 +25,7 @@ from isotune.analysis.single_dimension import SEARCHES, fit_lines, fit_stumps
 from isotune.errors import IsotuneError
 from isotune.isotropy import dimension_variances, outliers_from_variances, overlap
 from isotune.metric_keys import PRE_NORM
+from isotune.ranges import POSITIVE
 from isotune.tasks import TaskSpec
 
 
@@ -95,8 +96,8 @@ def outlier_experiment(
             "Fix: outliers.search=exact (or grid, the released search)."
         )
     factor, top_dims = settings.factor, settings.top_dims
-    if not (isinstance(factor, int | float) and math.isfinite(factor) and factor > 0):
-        raise IsotuneError(f"outliers.factor={factor!r}: must be a finite number > 0.")
+    if not POSITIVE.holds(factor):
+        raise IsotuneError(f"outliers.factor={factor!r}: must be {POSITIVE.text}.")
     frames, outliers = [], {}
     for model in MODELS:
         train, dev = train_vectors[model].pre_norm, dev_vectors[model].pre_norm

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from isotune.isotropy.measures import check_point_cloud
+from isotune.ranges import POSITIVE
 
 OUTLIER_FACTOR = 5.0  # Rudman et al. (2023): variance at least 5x the mean variance
 ROGUE_K = 3  # Timkey & van Schijndel (2021) show how the top 3 dimensions dominate cosine
@@ -82,8 +83,7 @@ class OutlierDimensions:
 def outliers_from_variances(variances: Tensor, factor: float = OUTLIER_FACTOR) -> OutlierDimensions:
     """The outlier dimensions of per-dimension ``variances``. A constant cloud (every variance 0)
     has none: no dimension stands out."""
-    if not (math.isfinite(factor) and factor > 0):
-        raise ValueError(f"factor must be a finite number > 0, got {factor}")
+    POSITIVE.require(factor, "factor")
     variances = variances.detach().to(torch.float64).cpu()
     mean = variances.mean()
     chosen = (variances >= factor * mean).nonzero().squeeze(1) if mean > 0 else torch.tensor([])
