@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from matplotlib.collections import PathCollection
 
 from isotune.metrics import build_metrics, compute_scores
 from isotune.sweeps import aggregate
 from isotune.sweeps.figures import FAILED_LABEL, scores_data, scores_figure
+from isotune.sweeps.summary import summarize_sweep
 from isotune.training import train
 from isotune.trivial import TrivialScore, learned, trivial_score
 from tests.conftest import write_glue_dir
@@ -186,3 +188,17 @@ def test_a_run_that_cannot_learn_is_marked_failed_in_results_json_and_the_aggreg
     result = aggregate.aggregate([run_dir])
     assert result.failures[["n", "failed"]].values.tolist() == [[1, 1]]
     assert "(n=1, 1 failed)" in result.results() and "all 1 failed" in result.results()
+
+
+def test_a_sweep_ends_saying_how_many_of_its_runs_failed_to_learn(tmp_path):
+    basic = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    multirun = {"hydra": {"sweeper": {"_target_": basic}, "overrides": {"task": ["seed=1,2"]}}}
+    (tmp_path / "multirun.yaml").write_text(yaml.safe_dump(multirun))
+    for job, (seed, learned_) in enumerate(((1, True), (2, False))):
+        result = verdict(completed("minilm", "none", "rte", seed, 0.6), 0.6, learned_)
+        write_run(tmp_path / str(job), [f"seed={seed}"], result)
+    text = summarize_sweep(tmp_path).text
+    assert text.splitlines()[1:] == [
+        "1 of the 2 completed runs failed to learn (not above their dev set's trivial "
+        f"predictor); the aggregate sets them apart: python -m isotune.aggregate {tmp_path}"
+    ]
