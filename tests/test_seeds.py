@@ -7,10 +7,13 @@ import pytest
 import torch
 
 from isotune.classifier import GLUEClassifier
+from isotune.errors import IsotuneError
+from isotune.resume import CONFIG_KEY, check_same_run, run_config
 from isotune.sweeps import aggregate
 from isotune.sweeps.runs import Run
 from isotune.sweeps.seeds import SeedAxis
 from isotune.training import train
+from tests.conftest import compose_train_config
 from tests.helpers.fake_runs import completed, write_run
 
 
@@ -84,3 +87,20 @@ def test_runs_sharing_seed_data_see_the_same_batches_whatever_their_norm_and_ini
     assert reordered != none
     assert not torch.equal(heads[0], heads[1])  # seed_init changes the head
     assert torch.equal(heads[0], heads[2])  # seed_data does not
+
+
+def test_a_resume_compares_the_split_seeds_but_not_the_margin(tmp_path):
+    def config(*overrides: str) -> dict:
+        return run_config(compose_train_config(list(overrides), tmp_path))
+
+    saved = config()
+    checkpoint = {CONFIG_KEY: saved}
+    for changed in ("failure.margin=0.05", "seed_data=42"):  # seed_data=42: the default, spelled
+        check_same_run(checkpoint, tmp_path, config(changed))
+    with pytest.raises(IsotuneError, match=r"seed_data: 42 -> 2"):
+        check_same_run(checkpoint, tmp_path, config("seed_data=2"))
+    # A checkpoint from before the split seeded both with its seed.
+    older = {CONFIG_KEY: {k: v for k, v in saved.items() if k not in ("seed_init", "seed_data")}}
+    check_same_run(older, tmp_path, config())
+    with pytest.raises(IsotuneError, match=r"seed_init: 42 -> 3"):
+        check_same_run(older, tmp_path, config("seed_init=3"))
