@@ -92,6 +92,7 @@ def test_tiny_bert_learns_the_fixture_signal(train_config, tmp_path):
     # The label is a polar word in sentence 2; chance is 0.5 on the 24 balanced dev examples.
     assert results["best"]["accuracy"] >= 0.75
     assert results["history"][-1]["loss"] < results["history"][0]["loss"]
+    assert results["trivial"]["score"] == 0.5 and results["learned"] is True
 
 
 def test_tiny_roberta_trains_with_fresh_pooler(train_config, tiny_roberta, tmp_path):

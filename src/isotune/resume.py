@@ -35,6 +35,7 @@ BOOKKEEPING_KEYS = (
     "resume",
     "logger",
     "write_test_predictions",
+    "failure.",  # judges the run against the trivial predictor, changes nothing it computes
     "trainer.enable_progress_bar",
     "trainer.enable_model_summary",
     "trainer.log_every_n_steps",
@@ -45,6 +46,8 @@ BOOKKEEPING_KEYS = (
     "callbacks.model_checkpoint.dirpath",
     "callbacks.last_checkpoint.dirpath",
 )
+# Seeds that `seed` set before they could be set apart: a checkpoint without them used `seed`.
+SPLIT_SEEDS = ("seed_init", "seed_data")
 # Sections of the model's hyperparameters, compared for checkpoints older than CONFIG_KEY.
 MODEL_SECTIONS = ("task", "model", "norm", "optim", "reg", "adapt")
 
@@ -119,6 +122,8 @@ def check_same_run(checkpoint: Mapping[str, Any], path: Path, current: Mapping[s
         hyperparameters = checkpoint.get("hyper_parameters") or {}
         saved = {key: hyperparameters[key] for key in MODEL_SECTIONS if hyperparameters.get(key)}
         current = {key: current.get(key) for key in saved}
+    elif "seed" in saved:
+        saved = {**{key: saved["seed"] for key in SPLIT_SEEDS}, **saved}
     differences = config_differences(saved, current)
     if differences:
         listed = "\n".join(f"  {line}" for line in differences)

@@ -41,6 +41,7 @@ from isotune.resume import (
     run_config,
 )
 from isotune.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
+from isotune.trivial import TrivialScore, failure_record, trivial_score
 from isotune.wandb_logging import finish_wandb_runs
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         reg_weight=_as_float(cfg.reg.weight),
         adapt=cfg.adapt.name,
         seed=cfg.seed,
+        seed_init=cfg.seed_init,
+        seed_data=cfg.seed_data,
         primary_metric=cfg.task.primary_metric,
         overrides=_overrides(),
     )
@@ -88,9 +91,12 @@ def _run(
 ) -> dict[str, Any]:
     """Data, model, trainer, fit, predictions; the record's end, whatever happens."""
     output_dir = Path(cfg.paths.output_dir)
-    trainer = model = None
+    trainer = model = trivial = None
+    margin = cfg.failure.margin
     try:
-        L.seed_everything(cfg.seed, workers=True)
+        # The global generators: the new layers' initialisation and dropout. The batch order and
+        # the subsets drawn from the data have generators of their own, seeded by seed_data.
+        L.seed_everything(cfg.seed_init, workers=True)
         model = GLUEClassifier(
             task=_plain(cfg.task),
             model=_plain(cfg.model),
@@ -104,11 +110,12 @@ def _run(
             task,
             load_tokenizer(cfg.model.name_or_path),
             glue_dir=cfg.paths.glue_dir,
-            seed=cfg.seed,
+            seed=cfg.seed_data,
             **cfg.data,
         )
+        trivial = trivial_score(task, datamodule.dataset(task.primary_split).labels)
         parameters = parameter_counts(model)
-        record.update(parameters=parameters)
+        record.update(parameters=parameters, **failure_record(trivial, margin, {}))
         log.info(
             "adapt=%s: %d of %d parameters train (%.3g%%)",
             model.adaptation,
@@ -118,7 +125,7 @@ def _run(
         )
         callbacks = [
             *instantiate_all(cfg.get("callbacks")),
-            RecordEveryEpoch(record),
+            RecordEveryEpoch(record, trivial, margin),
             RunConfigInCheckpoints(run_config(cfg), _overrides()),
             StopAtSafePoint(stop, output_dir / LAST_CHECKPOINT),  # after BatchRngState
         ]
@@ -139,13 +146,14 @@ def _run(
             elif isinstance(logger, RunCSVLogger):
                 logger.drop_rows_after(resumed_at_step)  # the steps trained again
         trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
-        outcome = _outcome(model, trainer)  # before predicting reloads the best checkpoint
+        outcome = _outcome(model, trainer, trivial, margin)  # before predict reloads the best
         if cfg.write_test_predictions:
             write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
     except BaseException as error:
         stop.hold()  # a signal now must not cut the record short
         stopped_by = _stopping_signal(error, trainer)
-        results = _record_end(record, error, stopped_by, model, trainer, resumed_at_step)
+        judge = (trivial, margin)
+        results = _record_end(record, error, stopped_by, model, trainer, resumed_at_step, judge)
         finish_wandb_runs(trainer.loggers if trainer else [], results)
         if stopped_by is not None:  # Lightning raises SystemExit for Ctrl-C
             raise RunInterrupted(stopped_by, stop.hand_over()) from error
@@ -153,10 +161,20 @@ def _run(
     stop.hold()
     results = record.finish("completed", warnings=_warnings(model), **outcome)
     finish_wandb_runs(trainer.loggers, results)
-    log.info(
-        "Best dev %s: %s (epoch %s)", task.primary_metric, results["best"], results["best_epoch"]
-    )
+    log.info("%s", summary_line(results))
     return results
+
+
+def summary_line(results: dict[str, Any]) -> str:
+    """The run's outcome in one line: the best dev score, the trivial predictor's, the verdict."""
+    metric, trivial = results["primary_metric"], results["trivial"]
+    best = results["best"].get(metric)
+    verdict = {True: "learned", False: "FAILED TO LEARN", None: "no verdict"}[results["learned"]]
+    shown = "none" if best is None else f"{best:.4f} (epoch {results['best_epoch']})"
+    return (
+        f"Best dev {metric}: {shown}; {trivial['predictor']}: {trivial['score']:.4f}; "
+        f"{verdict} (margin {results['margin']:g})"
+    )
 
 
 def _warnings(model: GLUEClassifier) -> list[str]:
@@ -211,13 +229,14 @@ def _record_end(
     model: GLUEClassifier | None,
     trainer: L.Trainer | None,
     resumed_at_step: int,
+    judge: tuple[TrivialScore | None, float],
 ) -> dict[str, Any]:
     """End the record ``interrupted`` or ``failed``, even when gathering the results fails too:
     then ``failed`` with both errors, so no record outlives its process as ``running``. An
     attempt that ended before training got past its checkpoint keeps the record's results."""
     try:
         trained = trainer is not None and trainer.global_step >= max(resumed_at_step, 1)
-        outcome = _outcome(model, trainer) if trained else {}
+        outcome = _outcome(model, trainer, *judge) if trained else {}
     except Exception as second:
         log.exception("Could not gather the results after %s", describe_error(error))
         both = f"{describe_error(error)}; then, while recording it: {describe_error(second)}"
@@ -227,8 +246,14 @@ def _record_end(
     return record.finish("interrupted", interrupted_by=stopped_by.name, **outcome)
 
 
-def _outcome(model: GLUEClassifier | None, trainer: L.Trainer | None) -> dict[str, Any]:
-    """Best-epoch and final dev metrics, isotropy, history and step count, as far as they exist."""
+def _outcome(
+    model: GLUEClassifier | None,
+    trainer: L.Trainer | None,
+    trivial: TrivialScore | None,
+    margin: float,
+) -> dict[str, Any]:
+    """Best-epoch and final dev metrics, whether the best beat the ``trivial`` predictor by the
+    ``margin``, isotropy, history and step count, as far as they exist."""
     history = model.history if model is not None else []
     best = model.best_epoch() if model is not None else None
     callbacks = trainer.callbacks if trainer is not None else []
@@ -236,6 +261,7 @@ def _outcome(model: GLUEClassifier | None, trainer: L.Trainer | None) -> dict[st
     return {
         "best_epoch": best["epoch"] if best else None,
         "best": _metrics_only(best) if best else {},
+        **(failure_record(trivial, margin, best or {}) if trivial is not None else {}),
         "final": _metrics_only(history[-1]) if history else {},
         "history": history,
         "isotropy": monitor.summary(best["epoch"] if best else None) if monitor else {},
@@ -248,11 +274,12 @@ class RecordEveryEpoch(L.Callback):
     """Rewrites results.json at every epoch end with the results so far, so that a job killed
     without a chance to record its end (SIGKILL) is told from a slow one by ``updated_at``."""
 
-    def __init__(self, record: RunRecord) -> None:
+    def __init__(self, record: RunRecord, trivial: TrivialScore, margin: float) -> None:
         self.record = record
+        self.judge = (trivial, margin)
 
     def on_train_epoch_end(self, trainer: L.Trainer, module: GLUEClassifier) -> None:
-        self.record.update(**_outcome(module, trainer))
+        self.record.update(**_outcome(module, trainer, *self.judge))
 
 
 def _stopping_signal(error: BaseException, trainer: L.Trainer | None) -> signal.Signals | None:
