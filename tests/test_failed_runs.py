@@ -44,16 +44,16 @@ def test_a_constant_scores_0_correlation_on_stsb():
 
 
 def test_a_collapsed_cola_run_is_not_above_its_trivial_predictor():
-    """Matthews correlation of a constant is 0/0; whatever value the run's metric code gives it,
-    a run that predicts the majority class everywhere, scored batch by batch as validation
-    scores it, is not above the trivial predictor."""
+    """Matthews correlation of a constant is 0/0, scored 0 as scikit-learn does: a run that
+    predicts the majority class everywhere, scored batch by batch as validation scores it, is
+    not above the trivial predictor."""
     labels = torch.tensor([1] * 30 + [0] * 13)
     trivial = trivial_score(load_task("cola"), labels)
     metric = build_metrics(["matthews_correlation"], 2)
     for batch in labels.split(16):
         metric.update(torch.ones_like(batch), batch)
     collapsed = compute_scores(metric)
-    assert abs(trivial.score) < 0.2
+    assert trivial.score == collapsed["matthews_correlation"] == 0.0
     assert learned(collapsed, trivial, margin=0.0) is False
 
 

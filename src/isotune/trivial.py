@@ -10,9 +10,8 @@ that a collapsed run and the trivial predictor score alike:
 - classification (accuracy, F1, Matthews correlation): the dev set's majority class (ties: the
   lower class id). Accuracy is its share. F1 is of the positive class (id 1), so it is
   2p / (1 + p) for a positive share p when the majority is positive, and 0 when the majority is
-  negative (no positive is predicted). Matthews correlation of a constant is 0/0: scikit-learn
-  (Hugging Face's ``run_glue``) scores it 0, torchmetrics' binary version a small value of the
-  majority's sign; the run is scored by torchmetrics, so is the trivial predictor.
+  negative (no positive is predicted). Matthews correlation of a constant is 0/0, scored 0 as
+  GLUE's official scorer does (:class:`isotune.metrics.MatthewsCorrelation`).
 - regression (Pearson, Spearman): the dev labels' mean. A constant has no variance, so its
   correlation is undefined (torchmetrics gives NaN or 0); it counts as 0, the correlation of a
   prediction that carries nothing about the labels' order, so a run learned when it correlates
