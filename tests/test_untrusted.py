@@ -18,8 +18,10 @@ from isotune.analysis.run import literal, load_checkpoint, run_max_length
 from isotune.checkpoints import DataOnlyCheckpointIO
 from isotune.dashboard.tensorboard import tensorboard_logger
 from isotune.errors import IsotuneError
+from isotune.hydra_callbacks import StartCheckInRunFolder
 from isotune.resume import UNSAFE_LOAD_VARIABLE, read_checkpoint
 from isotune.training import train
+from tests.conftest import compose_config
 from tests.helpers.cli import ROOT, run_script, tiny_cli_overrides
 from tests.helpers.untrusted import code_running_checkpoint, folder_digest
 
@@ -131,6 +133,22 @@ def run_folder_holding(tmp_path, tiny_bert, glue_dir, marker):
     (folder / "train.log").write_text("the earlier attempt's log\n")
     code_running_checkpoint(folder / "checkpoints" / "last.ckpt", marker)
     return folder, overrides
+
+
+def test_the_start_check_refuses_before_hydra_rewrites_a_run_folder(
+    tmp_path, tiny_bert, glue_dir, environment, capsys
+):
+    marker = tmp_path / "marker"
+    folder, overrides = run_folder_holding(tmp_path, tiny_bert, glue_dir, marker)
+    before = folder_digest(folder)
+    cfg = compose_config("train", [*overrides, f"hydra.run.dir={folder}"])
+    with pytest.raises(SystemExit) as stopped:
+        StartCheckInRunFolder().on_run_start(cfg)
+    assert stopped.value.code == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"Error: {REFUSED} {folder / 'checkpoints' / 'last.ckpt'}: ")
+    assert error.count("\n") == 1
+    assert folder_digest(folder) == before and not marker.exists()
 
 
 @pytest.mark.slow
