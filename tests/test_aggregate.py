@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from isotune.sweeps import aggregate, gpu_slots, rerun, runs, tables
+from tests.helpers.cli import ROOT
 from tests.helpers.fake_runs import PRETRAINED_IW, completed, write_run
 
 # Dev accuracy per (norm, task, seed) of the fake sweep; None: the job failed or never finished.
@@ -145,17 +146,52 @@ def test_failed_and_missing_runs_are_listed(sweep_dir):
     assert f"- {sweep_dir} #6: seed=2 task=mrpc norm=none" in report
 
 
-@pytest.mark.parametrize("content", ["null", "[1, 2]", "{not json"])
+DEEP = "[" * 100_000 + "]" * 100_000  # nested past Python's recursion limit
+
+
+@pytest.mark.parametrize("content", ["null", "[1, 2]", "{not json", DEEP], ids=str.__len__)
 def test_an_unreadable_results_json_is_listed_as_failed_and_rerun(sweep_dir, content, capsys):
     (sweep_dir / "0" / "results.json").write_text(content)
     assert aggregate.main([str(sweep_dir)]) == 0
     listed = [line for line in capsys.readouterr().out.splitlines() if "/0: " in line]
     assert len(listed) == 1
     assert listed[0].startswith(f"- {sweep_dir / '0'}: failed: unreadable results.json: ")
-    if content != "{not json":
+    if content == DEEP:
+        assert listed[0].endswith("JSON nested too deeply to read")
+    elif content != "{not json":
         assert listed[0].endswith(f"not a JSON object but {content}")
     reruns, _ = rerun.plan_reruns(sweep_dir)
     assert f"hydra.run.dir={sweep_dir / '0'}" in [command.argv[-1] for command in reruns]
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "+callbacks.x._target_=os.system",
+        "+callbacks.x={_target_:os.system,_args_:[touch x]}",
+        "+hydra.callbacks.x._target_=os.system",
+        "hydra/launcher=submitit_local",
+        "hydra/sweeper=optuna",
+        "+hydra.job.env_set.TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1",
+    ],
+)
+def test_rerun_refuses_a_recorded_override_that_names_code(sweep_dir, override, capsys):
+    failed = {"status": "failed", "error": "E: x"}
+    write_run(sweep_dir / "rerun-0", ["seed=2", "task=mrpc", "norm=none", override], failed)
+    assert rerun.main([str(sweep_dir), "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and not out  # one line, and nothing planned or run
+    assert err.startswith(f"error: {sweep_dir / 'rerun-0'}: its recorded override {override!r} ")
+
+
+def test_rerun_keeps_the_shipped_launchers_and_the_users_own_overrides(sweep_dir, capsys):
+    launchers = sorted(path.stem for path in (ROOT / "conf/hydra/launcher").glob("*.yaml"))
+    assert list(rerun.SHIPPED_HYDRA_OPTIONS["hydra/launcher"]) == launchers
+    assert not any(rerun.names_code(f"hydra/launcher={name}") for name in launchers)
+    assert not rerun.names_code("hydra/sweeper=isotune")
+    own = "+callbacks.x._target_=my.Callback"  # typed by the user: theirs to give
+    reruns, _ = rerun.plan_reruns(sweep_dir, extra=[own])
+    assert all(command.argv[-2] == own for command in reruns)
 
 
 def test_a_failed_run_replaced_by_a_completed_one_is_not_listed(sweep_dir):

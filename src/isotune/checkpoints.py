@@ -1,7 +1,9 @@
-"""What a run's checkpoints hold beyond Lightning's own, and how best.ckpt survives a resume.
+"""What a run's checkpoints hold beyond Lightning's own, how Lightning reads them, and how
+best.ckpt survives a resume.
 
 Every checkpoint carries the run's config and overrides (:mod:`isotune.resume` compares them
-before continuing), and the checkpoint callbacks keep their best file right when a run continues
+before continuing), Lightning reads every checkpoint through the project's data-only loader, and
+the checkpoint callbacks keep their best file right when a run continues
 from a checkpoint of another folder (``ckpt_path=`` pointing elsewhere): Lightning then forgets
 the best score ("The dirpath has changed ...") and its first epoch overwrites best.ckpt whatever
 its score, so best.ckpt and results.json's ``best_epoch`` would disagree.
@@ -17,8 +19,9 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from isotune.resume import CONFIG_KEY, OVERRIDES_KEY
+from isotune.resume import CONFIG_KEY, OVERRIDES_KEY, read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,16 @@ class RunConfigInCheckpoints(L.Callback):
     def on_save_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict):
         checkpoint[CONFIG_KEY] = self.config
         checkpoint[OVERRIDES_KEY] = self.overrides
+
+
+class DataOnlyCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint files, read by :func:`isotune.resume.read_checkpoint`: data only,
+    whatever ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (Lightning's own read passes no
+    ``weights_only``, which that variable turns into ``False``). Resuming (``fit``) and
+    predicting with best.ckpt both read here."""
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: Any = None):
+        return read_checkpoint(Path(path))
 
 
 class RunCheckpoint(ModelCheckpoint):

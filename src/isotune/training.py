@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 from pathlib import Path
@@ -19,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from isotune.adaptation import parameter_counts
 from isotune.callbacks.isotropy import IsotropyMonitor
-from isotune.checkpoints import RunConfigInCheckpoints
+from isotune.checkpoints import DataOnlyCheckpointIO, RunConfigInCheckpoints
 from isotune.classifier import GLUEClassifier
 from isotune.config_checks import check_train_config
 from isotune.csv_logging import RunCSVLogger
@@ -34,9 +35,9 @@ from isotune.progress import EpochsFromOneProgressBar
 from isotune.results import RunRecord, describe_error
 from isotune.resume import (
     LAST_CHECKPOINT,
+    RECORD_KEY,
     check_same_run,
     checkpoint_to_resume,
-    put_back_run_files,
     read_checkpoint,
     run_config,
 )
@@ -135,7 +136,7 @@ def _run(
             cfg.trainer,
             callbacks=callbacks,
             logger=instantiate_all(cfg.get("logger")) or False,
-            plugins=cluster_plugins(),
+            plugins=[*cluster_plugins(), DataOnlyCheckpointIO()],
         )
         continuing_in_folder = resume_from is not None and record.has_earlier_attempts
         declare_dashboard(trainer.loggers, task)  # iso/* against its epoch; the layout
@@ -191,26 +192,36 @@ def _warnings(model: GLUEClassifier) -> list[str]:
     return warnings
 
 
+def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None]:
+    """Check the config, and read the checkpoint to continue from (data only) and compare it
+    with the config: the checkpoint's path and contents, or (None, None) for a fresh start.
+    Raises :class:`IsotuneError` for a refused start. Also run before Hydra rewrites a folder
+    that holds a run (:class:`isotune.hydra_callbacks.StartCheckInRunFolder`)."""
+    check_train_config(cfg)  # before any model loads: bad values fail in seconds
+    resume_from = checkpoint_to_resume(cfg)
+    if resume_from is None:
+        return None, None
+    checkpoint = read_checkpoint(resume_from)
+    check_same_run(checkpoint, resume_from, run_config(cfg))
+    return resume_from, checkpoint
+
+
 def _checked_start(cfg: DictConfig, record: RunRecord) -> tuple[Path | None, int | None]:
-    """Check the config and the checkpoint to continue from, before anything heavy happens:
-    the checkpoint and the step it resumes at, or (None, None) for a fresh start.
+    """:func:`check_start` before anything heavy happens: the checkpoint and the step it
+    resumes at, or (None, None) for a fresh start.
 
     A refused start is recorded ``failed`` in a new folder; in a folder that already holds a run
     it changes nothing there (a resume typed with other settings must not overwrite its record)."""
-    checkpoint = None
     try:
-        check_train_config(cfg)  # before any model loads: bad values fail in seconds
-        resume_from = checkpoint_to_resume(cfg)
-        if resume_from is None:
-            return None, None
-        checkpoint = read_checkpoint(resume_from)
-        check_same_run(checkpoint, resume_from, run_config(cfg))
+        resume_from, checkpoint = check_start(cfg)
     except IsotuneError as error:
         if not record.has_earlier_attempts:
             record.finish("failed", error)
-        elif checkpoint is not None:
-            put_back_run_files(record.output_dir, checkpoint)
         raise
+    if checkpoint is None:
+        return None, None
+    if not record.has_earlier_attempts and cfg.ckpt_path is None and RECORD_KEY in checkpoint:
+        record.rebuild(checkpoint[RECORD_KEY], str(resume_from))  # results.json lost or cut
     step = int(checkpoint["global_step"])
     log.info(
         "Resuming from %s: step %d, %d epochs done (%s)",
@@ -272,7 +283,8 @@ def _outcome(
 
 class RecordEveryEpoch(L.Callback):
     """Rewrites results.json at every epoch end with the results so far, so that a job killed
-    without a chance to record its end (SIGKILL) is told from a slow one by ``updated_at``."""
+    without a chance to record its end (SIGKILL) is told from a slow one by ``updated_at``; and
+    keeps it in every checkpoint, so a results.json lost or cut short is rebuilt on resume."""
 
     def __init__(self, record: RunRecord, trivial: TrivialScore, margin: float) -> None:
         self.record = record
@@ -280,6 +292,10 @@ class RecordEveryEpoch(L.Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, module: GLUEClassifier) -> None:
         self.record.update(**_outcome(module, trainer, *self.judge))
+
+    def on_save_checkpoint(self, trainer: L.Trainer, module: GLUEClassifier, checkpoint: dict):
+        """The record so far, as JSON data (what results.json holds), to rebuild it from."""
+        checkpoint[RECORD_KEY] = json.loads(json.dumps(self.record.results, default=str))
 
 
 def _stopping_signal(error: BaseException, trainer: L.Trainer | None) -> signal.Signals | None:

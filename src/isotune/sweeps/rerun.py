@@ -11,7 +11,12 @@ one ``python <script> <overrides> hydra.run.dir=<dir>``, run from the sweep's or
 directory, one after another. It refuses while the workers of a ``gpus``-launcher sweep still hold
 their GPU slots.
 
-    python -m isotune.rerun <sweep_dir> [--dry-run] [--include-running] [--script train.py]
+The overrides read from the folder are data: one that names code to run (a ``_target_``, any
+``hydra`` setting but the project's own launchers and sweeper) is refused, naming the job, and
+nothing runs. Overrides typed after the sweep folder are the user's own, added to every job.
+
+    python -m isotune.rerun <sweep_dir> [overrides ...] [--dry-run] [--include-running]
+        [--script train.py]
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ from isotune.sweeps.runs import Run, Sweep, job_id, load_runs, missing_jobs, unf
 
 RERUN_DIR_PREFIX = "rerun-"
 DEFAULT_SCRIPT = "train.py"
+# The Hydra options the project ships (conf/hydra/launcher/, the isotune sweeper plugin): the
+# only hydra overrides a folder may name, since any other launcher, sweeper or hydra setting
+# (callbacks, env_set, searchpath) can name code to run.
+SHIPPED_HYDRA_OPTIONS = {"hydra/launcher": ("gpus", "slurm"), "hydra/sweeper": ("isotune",)}
 
 
 @dataclass(frozen=True)
@@ -73,11 +82,26 @@ def training_script(sweep: Sweep, script: Path | None = None) -> Path:
     raise IsotuneError(f"No training script at {tried}; pass its path with --script.")
 
 
+def names_code(override: str) -> bool:
+    """Whether an override read from a folder would make Hydra run code of its choosing: a
+    ``_target_`` anywhere in it, or a ``hydra`` key other than a shipped launcher or sweeper."""
+    key, _, value = override.lstrip("+~").partition("=")
+    if "_target_" in override:
+        return True
+    if key in SHIPPED_HYDRA_OPTIONS:
+        return value not in SHIPPED_HYDRA_OPTIONS[key]
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+
+
 def plan_reruns(
-    sweep_dir: Path, script: Path | None = None, include_running: bool = False
+    sweep_dir: Path,
+    script: Path | None = None,
+    include_running: bool = False,
+    extra: Sequence[str] = (),
 ) -> tuple[list[Rerun], list[Run]]:
     """The commands that rerun the sweep's unfinished jobs in place and its missing ones anew,
-    and the runs left alone because they are marked running (unless ``include_running``)."""
+    and the runs left alone because they are marked running (unless ``include_running``).
+    ``extra``: the user's own overrides, added to every job after the folder's."""
     sweep = Sweep.load(sweep_dir)
     running = gpu_slots.held_slots(sweep.dir / gpu_slots.SWEEP_SLOT_DIR)
     if running:
@@ -96,7 +120,21 @@ def plan_reruns(
                 f"{job_dir} records no overrides (no .hydra/overrides.yaml, none in results.json), "
                 "so its job is unknown; rerun it by hand or delete the directory."
             )
-        return [sys.executable, str(script), *overrides, f"hydra.run.dir={job_dir.resolve()}"]
+        refused = next((override for override in overrides if names_code(override)), None)
+        if refused is not None:
+            raise IsotuneError(
+                f"{job_dir}: its recorded override {refused!r} names code to run, and rerun "
+                "runs no code a folder names. Fix: if you trust it, type it yourself after the "
+                "sweep folder (python -m isotune.rerun <sweep_dir> <override>), or rerun the "
+                "job by hand."
+            )
+        return [
+            sys.executable,
+            str(script),
+            *overrides,
+            *extra,
+            f"hydra.run.dir={job_dir.resolve()}",
+        ]
 
     jobs: dict[tuple, list[Run]] = {}  # a job rerun once, in its first folder, however many
     for run in unfinished_runs(runs, [sweep]):
@@ -142,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Rerun the failed or missing jobs of a Hydra sweep, one after another.",
     )
     parser.add_argument("sweep_dir", type=Path, help="the sweep directory (holds multirun.yaml)")
+    parser.add_argument(
+        "overrides", nargs="*", help="your own overrides, added to every job (e.g. trainer=cpu)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument(
         "--include-running",
@@ -156,7 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        reruns, left_alone = plan_reruns(args.sweep_dir, args.script, args.include_running)
+        reruns, left_alone = plan_reruns(
+            args.sweep_dir, args.script, args.include_running, args.overrides
+        )
     except IsotuneError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
