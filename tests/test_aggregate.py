@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+import isotune
 from isotune.sweeps import aggregate, gpu_slots, rerun, runs, tables
 from tests.helpers.cli import ROOT
 from tests.helpers.fake_runs import PRETRAINED_IW, completed, write_run
@@ -60,10 +61,12 @@ def job_number(seed: int, task: str, norm: str) -> int:
 
 
 @pytest.fixture
-def sweep_dir(tmp_path) -> Path:
+def sweep_dir(tmp_path, monkeypatch) -> Path:
+    """A sweep started in ``project/``, where its tests then work, as a user reruns it."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "train.py").write_text("")
+    monkeypatch.chdir(project)
     sweep = tmp_path / "sweep"
     write_sweep_config(sweep, project)
     for (norm, task, seed), score in SCORES.items():
@@ -431,18 +434,40 @@ def test_rerun_runs_the_commands_and_then_nothing_is_left(sweep_dir, capsys):
     assert "Nothing to rerun" in capsys.readouterr().out
 
 
-def test_rerun_finds_the_script_next_to_its_config_when_the_sweep_ran_elsewhere(
-    tmp_path, sweep_dir
-):
+def _ran_from(sweep_dir: Path, cwd: Path, config_dir: Path) -> runs.Sweep:
+    """The sweep as if started with ``python <config_dir.parent>/train.py -m ...`` from ``cwd``."""
     config = yaml.safe_load((sweep_dir / "multirun.yaml").read_text())
-    config["hydra"]["runtime"]["cwd"] = str(tmp_path)  # python project/train.py -m ... from here
+    config["hydra"]["runtime"]["cwd"] = str(cwd)
     config["hydra"]["runtime"]["config_sources"] = [
         {"path": "hydra.conf", "schema": "pkg", "provider": "hydra"},
-        {"path": str(tmp_path / "project" / "conf"), "schema": "file", "provider": "main"},
+        {"path": str(config_dir), "schema": "file", "provider": "main"},
     ]
     (sweep_dir / "multirun.yaml").write_text(yaml.safe_dump(config))
-    script = rerun.training_script(runs.Sweep.load(sweep_dir))
-    assert script == tmp_path / "project" / "train.py"
+    return runs.Sweep.load(sweep_dir)
+
+
+def test_rerun_finds_the_projects_script_next_to_its_config_when_the_sweep_ran_elsewhere(
+    tmp_path, sweep_dir
+):
+    project = Path(isotune.__file__).resolve().parents[2]  # the checkout isotune runs from
+    sweep = _ran_from(sweep_dir, tmp_path, project / "conf")
+    assert rerun.training_script(sweep) == project / "train.py"
+    assert rerun.working_directory(sweep, project / "train.py") == Path.cwd().resolve()
+
+
+def test_rerun_refuses_a_training_script_the_folder_names_that_is_not_the_projects(
+    tmp_path, sweep_dir, capsys
+):
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "conf").mkdir(parents=True)
+    marker = tmp_path / "ran"
+    (elsewhere / "train.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    _ran_from(sweep_dir, elsewhere, elsewhere / "conf")
+    assert rerun.main([str(sweep_dir), "--include-running"]) == 2
+    error = capsys.readouterr().err
+    assert f"names {elsewhere / 'train.py'} as its training script" in error
+    assert "pass --script <path> if you trust that script" in error
+    assert not marker.exists()
 
 
 def test_rerun_refuses_while_the_sweep_still_runs(sweep_dir, capsys):

@@ -1,19 +1,20 @@
 """Rerun only the unfinished or missing jobs of a Hydra sweep, since a multirun cannot be resumed.
 
-A failed or interrupted job runs again in its own job directory with the overrides Hydra
-recorded for it, and so continues from the ``checkpoints/last.ckpt`` it saved at its last epoch
-end (a run started in its folder resumes, ``resume=auto``); one without a checkpoint starts from
-the beginning, and the plan says which does which. A missing job (no results.json) runs in a new
+A failed or interrupted job runs again in its own job directory with the overrides Hydra recorded
+for it, and so continues from the ``checkpoints/last.ckpt`` it saved at its last epoch end (a run
+started in its folder resumes, ``resume=auto``); one without a checkpoint starts from the
+beginning, and the plan says which does which. A missing job (no results.json) runs in a new
 ``<sweep_dir>/rerun-<n>``, which from then on counts as that job (a failed rerun reruns there). A
 job whose results.json still says ``running`` may be alive, so it reruns only with
 ``--include-running`` (its age in ``python -m isotune.aggregate`` tells a dead one). Each job is
 one ``python <script> <overrides> hydra.run.dir=<dir>``, run from the sweep's original working
-directory, one after another. It refuses while the workers of a ``gpus``-launcher sweep still hold
-their GPU slots.
+directory (when it is this one or the script's folder), one after another. It refuses while the
+workers of a ``gpus``-launcher sweep still hold their GPU slots.
 
 The overrides read from the folder are data: one that names code to run (a ``_target_``, any
 ``hydra`` setting but the project's own launchers and sweeper) is refused, naming the job, and
-nothing runs. Overrides typed after the sweep folder are the user's own, added to every job.
+nothing runs; so is a training script the folder names that is not this project's ``train.py``.
+Overrides typed after the sweep folder are the user's own, added to every job.
 
     python -m isotune.rerun <sweep_dir> [overrides ...] [--dry-run] [--include-running]
         [--script train.py]
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import isotune
 from isotune.errors import IsotuneError
 from isotune.resume import LAST_CHECKPOINT
 from isotune.sweeps import gpu_slots
@@ -58,11 +60,42 @@ class Rerun:
 
 def training_script(sweep: Sweep, script: Path | None = None) -> Path:
     """``script`` if given; else the sweep's app, ``hydra.job.name``.py, in ``hydra.runtime.cwd``
-    or next to its config folder (a sweep started from elsewhere); else ``./train.py``."""
+    or next to its config folder (a sweep started from elsewhere), if it is this project's
+    script; else ``./train.py``. A folder from elsewhere can name any file as its app, so rerun
+    runs one only when it is :func:`project_scripts`' or typed with ``--script``."""
     if script is not None:
         if not script.is_file():
             raise IsotuneError(f"--script {script} is not a file; pass the training script.")
         return script.resolve()
+    ours = project_scripts()
+    for recorded in _recorded_scripts(sweep):
+        if not recorded.is_file():
+            continue
+        if recorded.resolve() in ours:
+            return recorded.resolve()
+        known = " or ".join(map(str, ours)) or f"none: no ./{DEFAULT_SCRIPT} here"
+        raise IsotuneError(
+            f"The sweep {sweep.dir} names {recorded} as its training script, which is not this "
+            f"project's {DEFAULT_SCRIPT} ({known}); rerun runs no code a folder names. Fix: run "
+            f"it from the project's folder, or pass --script <path> if you trust that script."
+        )
+    if ours:
+        return ours[0]
+    raise IsotuneError(
+        f"No training script: no ./{DEFAULT_SCRIPT} here and none recorded by {sweep.dir}; "
+        "run it from the project's folder or pass --script <path>."
+    )
+
+
+def project_scripts() -> list[Path]:
+    """The training scripts rerun runs untold: ``./train.py`` where it is run, and the
+    ``train.py`` of the checkout isotune is installed from (an editable install)."""
+    checkout = Path(isotune.__file__).resolve().parents[2]
+    found = (path.resolve() for path in (Path.cwd(), checkout) if (path / DEFAULT_SCRIPT).is_file())
+    return list(dict.fromkeys(path / DEFAULT_SCRIPT for path in found))
+
+
+def _recorded_scripts(sweep: Sweep) -> list[Path]:
     hydra = sweep.config["hydra"]
     app = f"{hydra['job']['name']}.py"
     config_dirs = [
@@ -70,16 +103,21 @@ def training_script(sweep: Sweep, script: Path | None = None) -> Path:
         for source in hydra["runtime"].get("config_sources", [])
         if source["provider"] == "main" and source["schema"] == "file"
     ]
-    candidates = [
+    return [
         Path(hydra["runtime"]["cwd"]) / app,
         *(config_dir.parent / app for config_dir in config_dirs),
-        Path.cwd() / DEFAULT_SCRIPT,
     ]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate.resolve()
-    tried = " or ".join(map(str, candidates))
-    raise IsotuneError(f"No training script at {tried}; pass its path with --script.")
+
+
+def working_directory(sweep: Sweep, script: Path) -> Path:
+    """Where the jobs run: the sweep's own working directory (its relative paths mean what they
+    meant) when it is this one or the script's folder; else this one, since a folder from
+    elsewhere may name a directory holding a ``.env`` of someone else's."""
+    recorded = Path(sweep.config["hydra"]["runtime"]["cwd"])
+    here = Path.cwd().resolve()
+    if recorded.is_dir() and recorded.resolve() in (here, script.parent):
+        return recorded.resolve()
+    return here
 
 
 def names_code(override: str) -> bool:
@@ -110,8 +148,7 @@ def plan_reruns(
             "rerun its failed or missing jobs once it has ended."
         )
     script = training_script(sweep, script)
-    cwd = Path(sweep.config["hydra"]["runtime"]["cwd"])
-    cwd = cwd if cwd.is_dir() else Path.cwd()
+    cwd = working_directory(sweep, script)
     runs = load_runs(sweep.dir)
 
     def command(overrides: Sequence[str], job_dir: Path) -> list[str]:
@@ -192,8 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--script",
         type=Path,
-        help="training script (default: the sweep's app in its original working directory, "
-        f"else ./{DEFAULT_SCRIPT})",
+        help="training script (default: the sweep's app if it is this project's "
+        f"{DEFAULT_SCRIPT}, else ./{DEFAULT_SCRIPT})",
     )
     args = parser.parse_args(argv)
     try:
