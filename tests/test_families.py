@@ -101,6 +101,14 @@ def test_each_familys_facts_hold_for_its_model(model_type):
         assert all(embedding.num_embeddings <= 1 for embedding in embeddings)
 
 
+def test_the_table_names_lora_targets_only_where_peft_has_none():
+    """peft's default table is read, not copied; a family it gains is read from it then."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT
+
+    for model_type, family in FAMILIES.items():
+        assert (family.lora_targets is None) == (model_type in PEFT), model_type
+
+
 def test_bert_takes_its_classifier_dropout_over_the_hidden_dropout():
     assert default_dropout(AutoConfig.for_model("bert", classifier_dropout=0.3)) == 0.3
     assert default_dropout(AutoConfig.for_model("bert")) == 0.1

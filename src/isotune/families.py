@@ -5,8 +5,8 @@ with the embeddings first) but not their config names, inputs or heads. The clas
 token types, the pooler), LoRA's default targets, I-STAR's ``reg.layers``, the isotropy callback's
 token layers and the analysis' intruder matrices ask this module instead of reading a BERT name
 from the config. Each fact follows the family's own Hugging Face sequence-classification model,
-so that ``model.dropout=null`` and the ``conf/model`` presets fine-tune as its model card's
-classifier does (docs/training.md, "Encoder families").
+so that ``model.dropout=null`` and the ``conf/model`` presets fine-tune as its own classifier
+does (docs/training.md, "Encoder families").
 
 A family missing from :data:`FAMILIES` still trains when the settings that stand in for its facts
 are given; asked for a fact, it gets one :class:`IsotuneError` naming them.
@@ -52,11 +52,11 @@ class Family:
     num_layers: str = "num_hidden_layers"  # config attribute of the transformer layers' count
 
 
+# Positional fields: name, dropout, token_types, trained_pooler, head_pooling, lora_targets (given
+# where peft's table lacks the family: DistilBERT, ALBERT, ModernBERT, MPNet).
 FAMILIES: dict[str, Family] = {
-    "bert": Family(
-        "BERT", BERT_DROPOUT, token_types=True, trained_pooler=True, head_pooling="pooler"
-    ),
-    "roberta": Family("RoBERTa", BERT_DROPOUT, True, trained_pooler=False, head_pooling="cls"),
+    "bert": Family("BERT", BERT_DROPOUT, True, True, "pooler"),
+    "roberta": Family("RoBERTa", BERT_DROPOUT, True, False, "cls"),
     "xlm-roberta": Family("XLM-RoBERTa", BERT_DROPOUT, True, False, "cls"),
     "distilbert": Family(
         "DistilBERT",
@@ -64,7 +64,7 @@ FAMILIES: dict[str, Family] = {
         False,
         False,
         "cls",
-        lora_targets=("q_lin", "v_lin"),  # peft's table has no entry for these four
+        ("q_lin", "v_lin"),
         hidden_size="dim",
         num_layers="n_layers",
     ),
