@@ -30,6 +30,7 @@ from isotune.families import (
     num_layers,
     takes_token_types,
 )
+from isotune.norms import NORMS
 from isotune.training import train
 from tests.conftest import CONF_DIR, compose_config, compose_train_config, tiny_run_overrides
 from tests.helpers.analysis import SMALL
@@ -136,12 +137,14 @@ def tiny_ernie(tmp_path_factory) -> Path:
     return folder
 
 
-def classifier(folder: Path, pooling: str = "cls", dropout=None, adapt=None) -> GLUEClassifier:
+def classifier(
+    folder: Path, pooling: str = "cls", dropout=None, adapt=None, norm="none"
+) -> GLUEClassifier:
     task = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "task" / "rte.yaml"))
     return GLUEClassifier(
         task=task,
         model={"name": "tiny", "name_or_path": str(folder), "pooling": pooling, "dropout": dropout},
-        norm={"name": "none"},
+        norm=OmegaConf.to_container(OmegaConf.load(CONF_DIR / "norm" / f"{norm}.yaml")),
         optim={},
         adapt=adapt,
     )
@@ -251,6 +254,31 @@ def test_each_family_trains_resumes_and_is_analysed(model_type, family_folders, 
     assert intruders["matrix"].str.endswith(tuple(f".{t}" for t in targets)).all()
     shared = model_type == "albert"  # one layer group: its modules serve every layer
     assert len(intruders) == len(targets) * (1 if shared else layers)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", list(EXPECTED))
+def test_every_norm_trains_on_each_family(model_type, family_folders):
+    """One training step of each norm on the family's sentence vector (its pooling), in train
+    mode with the tokenizer's batch of 16 sentence pairs, then an eval-mode pass."""
+    folder = family_folders[model_type]
+    tokenizer = load_tokenizer(str(folder))
+    words = [*WORDS] * 2
+    batch = dict(
+        tokenizer(
+            [" ".join(words[i : i + 5]) for i in range(16)],
+            [" ".join(words[i + 3 : i + 6]) for i in range(16)],
+            padding=True,
+            return_tensors="pt",
+        )
+    )
+    labels = torch.arange(16) % 2
+    for norm in NORMS:
+        model = classifier(folder, EXPECTED[model_type][3], norm=norm)
+        model.loss(model(batch), labels).backward()
+        assert model.head.weight.grad.abs().sum() > 0, norm
+        assert all(p.grad is None or p.grad.isfinite().all() for p in model.parameters()), norm
+        assert model.eval()(batch).isfinite().all(), norm
 
 
 @pytest.mark.slow
