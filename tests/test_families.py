@@ -173,6 +173,14 @@ def test_token_layers_the_encoder_lacks_stop_the_run_at_once(train_config):
         train(train_config("callbacks.isotropy.token_layers=[0,3]"))
 
 
+def test_a_lora_checkpoint_of_the_old_query_key_value_default_is_one_clear_error(tiny_bert):
+    lora = {"name": "lora", "r": 2, "alpha": 4, "dropout": 0.0}
+    old = classifier(tiny_bert, adapt={**lora, "target_modules": ["query", "key", "value"]})
+    now = classifier(tiny_bert, adapt={**lora, "target_modules": None})
+    with pytest.raises(IsotuneError, match=r"LoRA adapters on modules .* \(2, e\.g\. encoder\."):
+        now.on_load_checkpoint({"state_dict": old.state_dict()})
+
+
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_each_family_preset_pools_as_its_classifier_and_is_one_line_offline(
     preset, monkeypatch, tmp_path

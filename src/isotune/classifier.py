@@ -317,3 +317,20 @@ class GLUEClassifier(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.history = list(checkpoint.get("isotune_history", []))
         restore_fixed_weights(checkpoint["state_dict"], self)  # the pre-trained weights
+        own = self.state_dict().keys()
+        stray = sorted(
+            {
+                name.partition(".lora_")[0]
+                for name in checkpoint["state_dict"]
+                if ".lora_" in name and name not in own
+            }
+        )
+        if stray:
+            raise IsotuneError(
+                f"The checkpoint holds LoRA adapters on modules this model does not adapt "
+                f"({len(stray)}, e.g. {stray[0]}). With adapt.target_modules=null, LoRA adapted "
+                "query, key and value of BERT and RoBERTa before isotune took each family's "
+                "attention query and value projections (docs/training.md#encoder-families); "
+                "such a checkpoint cannot be rebuilt now. Fix: train it again, with "
+                "adapt.target_modules=[query,key,value] to repeat the old setting."
+            )
