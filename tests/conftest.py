@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random BERT and RoBERTa models with tiny tokenizers, GLUE-format TSVs.
+"""Shared fixtures: tiny random BERT and RoBERTa models with tiny tokenizers (of every family:
+tests/helpers/encoders.py), GLUE-format TSVs.
 
 Everything is built here from configs, so the suite needs no download.
 """
@@ -16,24 +17,13 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from isotune.encoders import wordpiece_tokenizer
+from tests.helpers.encoders import FILLER, NEGATIVE, POSITIVE, save_tiny_encoder, sentence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never wait for the network in tests
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = ROOT / "conf"
-
-POSITIVE = ["good", "great", "fine", "nice", "happy", "bright"]
-NEGATIVE = ["bad", "awful", "poor", "sad", "dark", "grim"]
-FILLER = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "home", "it", "was", "very", "day"]
-WORDS = POSITIVE + NEGATIVE + FILLER
-
-
-def sentence(rng: random.Random, polar: list[str]) -> str:
-    words = [*rng.choices(FILLER, k=rng.randint(3, 12)), rng.choice(polar)]
-    rng.shuffle(words)
-    return " ".join(words) + " ."
 
 
 def write_glue_dir(root: Path, n_train: int = 64, n_dev: int = 24) -> Path:
@@ -102,58 +92,16 @@ def glue_dir(tmp_path_factory) -> Path:
     return write_glue_dir(tmp_path_factory.mktemp("glue"))
 
 
-def _texts() -> list[str]:
-    rng = random.Random(1)
-    return [sentence(rng, POSITIVE + NEGATIVE) for _ in range(200)]
-
-
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     """A randomly initialised 2-layer BERT (hidden 32) and a WordPiece tokenizer, saved to disk."""
-    from transformers import BertConfig, BertModel
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = wordpiece_tokenizer([*WORDS, "."])
-    tokenizer.save_pretrained(folder)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    BertModel(config).save_pretrained(folder)
-    return folder
+    return save_tiny_encoder("bert", tmp_path_factory.mktemp("tiny-bert"))
 
 
 @pytest.fixture(scope="session")
 def tiny_roberta(tmp_path_factory) -> Path:
     """A randomly initialised 2-layer RoBERTa and a byte-level BPE tokenizer fitted to fixtures."""
-    from tokenizers import ByteLevelBPETokenizer, processors
-    from transformers import RobertaConfig, RobertaModel, RobertaTokenizerFast
-
-    folder = tmp_path_factory.mktemp("tiny-roberta")
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(_texts(), vocab_size=400, min_frequency=1, special_tokens=specials)
-    bpe.post_processor = processors.RobertaProcessing(
-        ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>"))
-    )
-    RobertaTokenizerFast(tokenizer_object=bpe._tokenizer).save_pretrained(folder)
-    config = RobertaConfig(
-        vocab_size=bpe.get_vocab_size(),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=130,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-    )
-    RobertaModel(config).save_pretrained(folder)
-    return folder
+    return save_tiny_encoder("roberta", tmp_path_factory.mktemp("tiny-roberta"))
 
 
 @pytest.fixture

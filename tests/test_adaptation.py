@@ -36,10 +36,10 @@ from tests.helpers.resume import kill_and_resume, load
 ADAPTER = re.compile(r"\.lora_[AB]\.default\.weight$")
 ALWAYS_TRAINED = ("encoder.pooler.", "norm.", "head.")  # with pooling=pooler and norm=batchnorm
 RUN = ("model.pooling=pooler", "norm=batchnorm", "debug=limit")  # 2 epochs of 4 steps
-QKV = [
+QV = [  # LoRA's default targets of the tiny BERT (and RoBERTa)
     f"encoder.layer.{layer}.attention.self.{projection}"
     for layer in (0, 1)
-    for projection in ("key", "query", "value")
+    for projection in ("query", "value")
 ]
 
 
@@ -118,7 +118,7 @@ def test_only_adapters_pooler_norm_and_head_train_and_the_encoder_keeps_its_mode
     assert changed == expected  # every other parameter is bit-identical after 8 steps
     adapters = {name for name in expected if ADAPTER.search(name)}
     assert adapters == (
-        {f"encoder.{m}.lora_{ab}.default.weight" for m in QKV for ab in "AB"}
+        {f"encoder.{m}.lora_{ab}.default.weight" for m in QV for ab in "AB"}
         if mode == "lora"
         else set()
     )
@@ -151,7 +151,7 @@ def test_checkpoints_hold_what_trains_and_load_back_with_the_pretrained_weights(
     assert path.stat().st_size < 0.35 * full_size
     state = load(path)["state_dict"]
     assert {name for name in state if name.startswith("encoder.")} == {
-        *(f"encoder.{m}.lora_{ab}.default.weight" for m in QKV for ab in "AB" if mode == "lora"),
+        *(f"encoder.{m}.lora_{ab}.default.weight" for m in QV for ab in "AB" if mode == "lora"),
         "encoder.pooler.dense.weight",
         "encoder.pooler.dense.bias",
     }
@@ -209,8 +209,8 @@ def test_analysis_of_a_lora_checkpoint_finds_changed_directions_only_in_adapted_
     }
     intruders = pd.read_csv(tmp_path / "intruder_dimensions.csv").set_index("matrix")
     assert summary["intruder_dimensions"]["matrices"] == len(intruders) == 12  # 6 per block
-    adapted = intruders.loc[QKV]
-    fixed = intruders.drop(index=QKV)
+    adapted = intruders.loc[QV]
+    fixed = intruders.drop(index=QV)
     assert (fixed["intruders"] == 0).all() and (fixed["min_max_abs_cos"] > 0.999999).all()
     assert (adapted["min_max_abs_cos"] < 0.999999).all()  # their singular vectors moved
 
@@ -221,8 +221,8 @@ def test_intruders_are_counted_by_default_in_the_matrices_lora_adapts(mode, runs
     """The released code's set: the LoRA checkpoint's own targets, and for full fine-tuning the
     architecture's default targets, so that both compare on the same matrices."""
     model = load_checkpoint(str(runs[mode].folder / "checkpoints" / "last.ckpt"))
-    assert sorted(adapted_matrices(model)) == QKV
-    assert sorted(linear_weights(model.encoder, adapted_matrices(model))) == QKV
+    assert sorted(adapted_matrices(model)) == QV
+    assert sorted(linear_weights(model.encoder, adapted_matrices(model))) == QV
     assert len(linear_weights(model.encoder)) == 12
 
 
@@ -230,7 +230,7 @@ def test_default_targets_are_the_attention_projections_and_never_the_pooler(
     tiny_bert, tiny_roberta
 ):
     for folder in (tiny_bert, tiny_roberta):
-        assert lora_targets(load_encoder(str(folder)), None) == QKV
+        assert lora_targets(load_encoder(str(folder)), None) == QV
     dense = lora_targets(load_encoder(str(tiny_bert)), ["dense"])
     assert len(dense) == 6 and "pooler.dense" not in dense
 
@@ -242,10 +242,11 @@ def test_a_target_module_that_matches_nothing_is_one_clear_error(train_config):
         train(cfg)
 
 
-def test_an_architecture_without_default_targets_asks_for_them(tiny_bert):
+def test_a_family_without_default_targets_asks_for_them(tiny_bert):
     encoder = load_encoder(str(tiny_bert))
-    encoder.config.model_type = "electra"
-    with pytest.raises(IsotuneError, match=r"no default target modules for 'electra'.*query"):
+    encoder.config.model_type = "ernie"
+    message = r"family 'ernie'.*adapt.target_modules=.*linear layers \[.*'attention.self.query'"
+    with pytest.raises(IsotuneError, match=message):
         lora_targets(encoder, None)
 
 

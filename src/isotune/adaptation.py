@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from isotune.errors import IsotuneError
+from isotune.families import lora_target_modules
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 __all__ = [
     "ADAPTATIONS",
-    "DEFAULT_TARGET_MODULES",
     "adapt_encoder",
     "drop_fixed_weights",
     "eval_mode",
@@ -39,14 +39,6 @@ __all__ = [
     "parameter_counts",
     "restore_fixed_weights",
 ]
-
-# LoRA's targets when adapt.target_modules is null, by the encoder's config.model_type: the
-# attention projections of every layer (Hu et al. adapt query and value; key as well costs half as
-# much again and leaves no projection of the attention scores fixed).
-DEFAULT_TARGET_MODULES: dict[str, tuple[str, ...]] = {
-    "bert": ("query", "key", "value"),
-    "roberta": ("query", "key", "value"),
-}
 
 
 def full(encoder: PreTrainedModel) -> None:
@@ -78,7 +70,7 @@ def lora(
     except ValueError as error:  # e.g. a target that is no linear layer
         raise IsotuneError(
             f"peft cannot add LoRA adapters to adapt.target_modules={list(target_modules or [])} "
-            f"({error}). Fix: name linear layers, e.g. adapt.target_modules=[query,key,value]."
+            f"({error}). Fix: name linear layers, e.g. adapt.target_modules=[query,value]."
         ) from error
 
 
@@ -115,18 +107,13 @@ def lora_targets(encoder: PreTrainedModel, entries: Sequence[str] | None) -> lis
     """The full names of the modules LoRA adapts: those whose name is an entry or ends with
     ``.<entry>`` (peft's rule), except the pooler's, which trains whole or not at all.
 
-    ``entries`` null: :data:`DEFAULT_TARGET_MODULES` of the encoder's architecture. An entry that
-    matches nothing is an error, not silently skipped (peft only complains when none matches).
+    ``entries`` null: the family's attention query and value projections
+    (:func:`isotune.families.lora_target_modules`). An entry that matches nothing is an error, not
+    silently skipped (peft only complains when none matches).
     """
     model_type = encoder.config.model_type
     if entries is None:
-        if model_type not in DEFAULT_TARGET_MODULES:
-            raise IsotuneError(
-                f"adapt=lora has no default target modules for {model_type!r} encoders (only for "
-                f"{sorted(DEFAULT_TARGET_MODULES)}). Fix: set adapt.target_modules to its "
-                f"attention projections, out of its linear layers: {_linear_layers(encoder)}."
-            )
-        entries = DEFAULT_TARGET_MODULES[model_type]
+        entries = lora_target_modules(encoder.config, _linear_layers(encoder))
     names = [name for name, _ in encoder.named_modules() if name and not _in_pooler(name)]
     matched = {
         entry: [name for name in names if name == entry or name.endswith(f".{entry}")]

@@ -27,6 +27,14 @@ from isotune.adaptation import (
 )
 from isotune.encoders import load_encoder
 from isotune.errors import IsotuneError, NonFiniteLossError
+from isotune.families import (
+    FAMILIES,
+    default_dropout,
+    head_pooling,
+    hidden_size,
+    num_layers,
+    takes_token_types,
+)
 from isotune.metric_keys import EPOCH, LOSS, LOSS_REG, LOSS_TASK, REG_PREFIX, train_key, val_key
 from isotune.metrics import build_metrics, compute_scores, predictions
 from isotune.norms import build_norm
@@ -74,26 +82,30 @@ class GLUEClassifier(L.LightningModule):
         self.encoder = load_encoder(model["name_or_path"])
         self.encoder.train()  # from_pretrained returns eval mode; Lightning keeps modes as found
         config = self.encoder.config
-        if self.pooling == "pooler" and getattr(self.encoder, "pooler", None) is None:
-            raise IsotuneError(
-                f"{model['name_or_path']} has no pooler layer; use model.pooling=cls or mean."
-            )
+        self._check_pooler(model["name_or_path"])
+        width = hidden_size(config)
         norm_options = dict(norm)
         try:
-            self.norm = build_norm(norm_options.pop("name"), config.hidden_size, **norm_options)
+            self.norm = build_norm(norm_options.pop("name"), width, **norm_options)
         except ValueError as error:
             raise IsotuneError(
                 f"norm={norm['name']} does not fit {model['name_or_path']} (hidden size "
-                f"{config.hidden_size}): {error} Set it with norm.<option>=<value>."
+                f"{width}): {error} Set it with norm.<option>=<value>."
             ) from error
         # The loss regularizer (reg=none: the task loss alone); reg.layers checked against the model
-        self.regularization = Regularization(
-            config.num_hidden_layers, config.hidden_size, **dict(reg or {})
-        )
+        self.regularization = Regularization(num_layers(config), width, **dict(reg or {}))
         dropout = model.get("dropout")
-        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
-        self.head = nn.Linear(config.hidden_size, self.task.num_labels)
-        nn.init.normal_(self.head.weight, std=config.initializer_range)
+        self.dropout = nn.Dropout(default_dropout(config) if dropout is None else dropout)
+        # token_type_ids go to the encoder only where they reach a segment embedding (None: a
+        # family the table does not know gets what its tokenizer gives)
+        uses_token_types = takes_token_types(config)
+        self.encoder_inputs = tuple(
+            key
+            for key in ENCODER_INPUTS
+            if key != "token_type_ids" or uses_token_types is not False
+        )
+        self.head = nn.Linear(width, self.task.num_labels)
+        nn.init.normal_(self.head.weight, std=getattr(config, "initializer_range", 0.02))
         nn.init.zeros_(self.head.bias)
         # What of the encoder trains (adapt=full when absent: checkpoints older than the option);
         # after the head's initialisation, so that full fine-tuning draws the same numbers as ever.
@@ -111,10 +123,34 @@ class GLUEClassifier(L.LightningModule):
         # Dev scores of the primary split after each epoch; saved in checkpoints, read by results.
         self.history: list[dict[str, float]] = []
 
+    def _check_pooler(self, name_or_path: str) -> None:
+        """``pooling=pooler`` needs a pooler layer; one that pre-training did not train (RoBERTa,
+        MPNet) trains from where it starts, which the log says once."""
+        if self.pooling != "pooler":
+            return
+        config = self.encoder.config
+        family = FAMILIES.get(config.model_type)
+        if getattr(self.encoder, "pooler", None) is None:
+            head = (
+                f" ({family.name}'s own classifier reads {head_pooling(family, config)})"
+                if family
+                else ""
+            )
+            raise IsotuneError(
+                f"{name_or_path} has no pooler layer{head}; use model.pooling=cls or mean."
+            )
+        if family is not None and not family.trained_pooler:
+            log.info(
+                "model.pooling=pooler: %s checkpoints carry no pooler trained in pre-training; "
+                "it trains from its initial weights (the family's own classifier reads %s).",
+                family.name,
+                head_pooling(family, config),
+            )
+
     # -- the model ------------------------------------------------------------------------------
     def encode(self, batch: Mapping[str, Tensor], output_hidden_states: bool = False):
         """The encoder's output for a batch (with every layer's states when asked)."""
-        inputs = {key: batch[key] for key in ENCODER_INPUTS if key in batch}
+        inputs = {key: batch[key] for key in self.encoder_inputs if key in batch}
         return self.encoder(**inputs, output_hidden_states=output_hidden_states)
 
     def pool(self, output, attention_mask: Tensor) -> Tensor:
@@ -281,3 +317,20 @@ class GLUEClassifier(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.history = list(checkpoint.get("isotune_history", []))
         restore_fixed_weights(checkpoint["state_dict"], self)  # the pre-trained weights
+        own = self.state_dict().keys()
+        stray = sorted(
+            {
+                name.partition(".lora_")[0]
+                for name in checkpoint["state_dict"]
+                if ".lora_" in name and name not in own
+            }
+        )
+        if stray:
+            raise IsotuneError(
+                f"The checkpoint holds LoRA adapters on modules this model does not adapt "
+                f"({len(stray)}, e.g. {stray[0]}). With adapt.target_modules=null, LoRA adapted "
+                "query, key and value of BERT and RoBERTa before isotune took each family's "
+                "attention query and value projections (docs/training.md#encoder-families); "
+                "such a checkpoint cannot be rebuilt now. Fix: train it again, with "
+                "adapt.target_modules=[query,key,value] to repeat the old setting."
+            )

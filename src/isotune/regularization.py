@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from isotune.errors import IsotuneError
+from isotune.families import hidden_state_indices
 from isotune.penalties import REGULARIZERS, ShrinkageCovariance
 from isotune.run_names import reg_label
 from isotune.whitening import Float32Statistics
@@ -187,12 +188,4 @@ def _layer_indices(layers: str | int | Sequence[int], num_layers: int) -> tuple[
     if layers == "last":
         return (num_layers,)
     indices = (layers,) if isinstance(layers, int) else tuple(layers)
-    bad = [i for i in indices if not -(num_layers + 1) <= i <= num_layers]
-    if bad:
-        raise IsotuneError(
-            f"reg.layers={list(indices)} names hidden states {bad} the model does not have: it "
-            f"has {num_layers + 1} (0 = the embeddings, {num_layers} = the last layer, negative "
-            f"indices count from the end). Use indices in [-{num_layers + 1}, {num_layers}], "
-            "all or last."
-        )
-    return tuple(i % (num_layers + 1) for i in indices)
+    return hidden_state_indices(indices, num_layers, "reg.layers", also=", all or last")

@@ -15,6 +15,7 @@ import torch
 from isotune.training import train
 
 KILL = f"+callbacks.kill={{_target_:{__name__}.KillAtEpochStart,epoch:2}}"  # after 2 epochs
+KILL_AFTER_ONE = KILL.replace("epoch:2", "epoch:1")  # for two-epoch runs
 
 
 class Killed(RuntimeError):
@@ -49,14 +50,16 @@ class KilledAndResumed(NamedTuple):
     resumed_dir: Path
 
 
-def kill_and_resume(train_config, tmp_path: Path, *overrides: str) -> KilledAndResumed:
+def kill_and_resume(
+    train_config, tmp_path: Path, *overrides: str, kill: str = KILL
+) -> KilledAndResumed:
     full_dir, killed_dir, resumed_dir = tmp_path / "full", tmp_path / "killed", tmp_path / "resumed"
     full = train(train_config(*overrides, output_dir=full_dir))
     with pytest.raises(Killed):
-        train(train_config(*overrides, KILL, output_dir=killed_dir))
+        train(train_config(*overrides, kill, output_dir=killed_dir))
     resume = f"ckpt_path={killed_dir}/checkpoints/last.ckpt"
     with disarmed():
-        resumed = train(train_config(*overrides, KILL, resume, output_dir=resumed_dir))
+        resumed = train(train_config(*overrides, kill, resume, output_dir=resumed_dir))
     return KilledAndResumed(full, resumed, full_dir, killed_dir, resumed_dir)
 
 

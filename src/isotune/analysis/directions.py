@@ -15,7 +15,7 @@ call intruder dimensions. Two measures follow them, with the same ``k`` and ``th
   ``W + (alpha / r) B A``), each compared with every left singular vector of the pre-trained
   matrix. Which layers (``matrices``): ``adapted``, the released ``find_intruder_dimensions.py``'s
   set, the modules LoRA adapts (a LoRA checkpoint's own targets; for full fine-tuning the
-  architecture's default targets, so that full and LoRA compare on the same matrices); or
+  family's default targets, so that full and LoRA compare on the same matrices); or
   ``all``, every linear layer of the transformer blocks.
 
 :func:`changed_directions` applies both to an analysis's pre-trained and fine-tuned models: new
@@ -117,10 +117,22 @@ def intruder_dimensions(
 
 def adapted_matrices(model: GLUEClassifier) -> list[str]:
     """The linear layers LoRA adapts in ``model``'s encoder: its own ``adapt.target_modules`` with
-    ``adapt=lora``, otherwise the architecture's default targets (:func:`lora_targets`)."""
+    ``adapt=lora``, otherwise the family's default targets (:func:`lora_targets`)."""
     adapt = dict(model.hparams.get("adapt") or {})
     targets = adapt.get("target_modules") if adapt.get("name") == "lora" else None
     return lora_targets(model.encoder, targets)
+
+
+def intruder_matrices(model: GLUEClassifier, matrices: str) -> list[str] | None:
+    """The names of the weight matrices of ``directions.matrices`` in ``model``: those LoRA adapts
+    (``adapted``), or None for every linear layer (``all``). Asked before the analysis collects
+    anything, so that a family without default targets stops it at once."""
+    if matrices not in MATRICES:
+        raise IsotuneError(
+            f"directions.matrices={matrices!r}: must be one of {list(MATRICES)} (adapted: the "
+            "modules LoRA adapts, as the released code counts; all: every linear layer)."
+        )
+    return adapted_matrices(model) if matrices == "adapted" else None
 
 
 def changed_directions(
@@ -128,16 +140,12 @@ def changed_directions(
     vectors: Mapping[str, LayerVectors],
     k: int,
     threshold: float,
-    matrices: str = "adapted",
+    matrices: str,
+    names: Collection[str] | None,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """The ``new_directions`` table (per view of the last layer) and the ``intruder_dimensions``
-    table of the ``pretrained`` and ``finetuned`` models (over ``matrices``: ``adapted`` or
-    ``all``), and their counts for analysis.json."""
-    if matrices not in MATRICES:
-        raise IsotuneError(
-            f"directions.matrices={matrices!r}: must be one of {list(MATRICES)} (adapted: the "
-            "modules LoRA adapts, as the released code counts; all: every linear layer)."
-        )
+    table of the ``pretrained`` and ``finetuned`` models (over the weight matrices ``names`` of
+    ``directions.matrices``, :func:`intruder_matrices`), and their counts for analysis.json."""
     last = {
         model: {
             "tokens": layers.tokens[-1] if layers.tokens else None,
@@ -155,7 +163,6 @@ def changed_directions(
         ],
         ignore_index=True,
     )
-    names = adapted_matrices(models["finetuned"]) if matrices == "adapted" else None
     intruders = intruder_dimensions(
         linear_weights(models["pretrained"].encoder, names),
         linear_weights(models["finetuned"].encoder, names),

@@ -38,7 +38,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
-from isotune.analysis.directions import changed_directions
+from isotune.analysis.directions import changed_directions, intruder_matrices
 from isotune.analysis.experiments import (
     enhancement_experiment,
     isotropy_by_layer,
@@ -80,6 +80,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
         clock = time.perf_counter()
 
     finetuned = load_checkpoint(cfg.ckpt_path)
+    matrices = intruder_matrices(finetuned, cfg.directions.matrices)
     hparams = finetuned.hparams
     task = finetuned.task
     with open_dict(cfg):  # what was analysed, for loggers (and their run names): as data
@@ -134,7 +135,12 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     }
     lap("isotropy")
     directions, direction_counts = changed_directions(
-        models, dev_vectors, cfg.directions.k, cfg.directions.threshold, cfg.directions.matrices
+        models,
+        dev_vectors,
+        cfg.directions.k,
+        cfg.directions.threshold,
+        cfg.directions.matrices,
+        matrices,
     )
     lap("directions")
     tables["local_structure"] = local_structure(dev_vectors, token_labels, cfg.local, cfg.seed)

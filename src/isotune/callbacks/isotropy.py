@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from isotune.adaptation import eval_mode
+from isotune.families import hidden_state_indices, num_layers
 from isotune.isotropy import (
     OUTLIER_FACTOR,
     ROGUE_K,
@@ -213,6 +214,11 @@ class IsotropyMonitor(L.Callback):
         self._capture: ProbeCapture | None = None  # attached during a measured validation
 
     # -- hooks ----------------------------------------------------------------------------------
+    def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
+        """Token layers the encoder has (its family's layer count), or one error before fitting."""
+        layer_count = num_layers(module.encoder.config)
+        hidden_state_indices(self.token_layers, layer_count, "callbacks.isotropy.token_layers")
+
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if 0 not in self.history and trainer.is_global_zero:  # not again when resuming
             log.info("Isotropy at epoch 0: encoding the probe with the pre-trained model")

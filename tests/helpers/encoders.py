@@ -1,0 +1,92 @@
+"""Tiny random encoders of every family in ``isotune.families``, saved as model folders.
+
+Each has 2 layers of width 32 (ModernBERT 3, so that one of its layers attends globally and two
+through a sliding window narrower than the fixtures' sentences), and a tokenizer fitted to the
+fixtures' words: byte-level BPE for RoBERTa and XLM-RoBERTa (no token types, as theirs), BERT's
+WordPiece for the rest (it gives token_type_ids, which only BERT, ALBERT and ELECTRA read).
+No download.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from tokenizers import ByteLevelBPETokenizer, processors
+from transformers import AutoConfig, AutoModel, PretrainedConfig, RobertaTokenizerFast
+
+from isotune.encoders import wordpiece_tokenizer
+
+POSITIVE = ["good", "great", "fine", "nice", "happy", "bright"]
+NEGATIVE = ["bad", "awful", "poor", "sad", "dark", "grim"]
+FILLER = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "home", "it", "was", "very", "day"]
+WORDS = POSITIVE + NEGATIVE + FILLER
+WORDPIECE_IDS = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}  # [PAD] [CLS] [SEP]
+BPE_IDS = {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}  # <pad> <s> </s>
+BERT_SIZES = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+}
+# model_type -> the options of its tiny config (beyond vocab_size and the special token ids)
+TINY_CONFIGS: dict[str, dict] = {
+    "bert": {**BERT_SIZES, "max_position_embeddings": 128},
+    "roberta": {**BERT_SIZES, "max_position_embeddings": 130},
+    "xlm-roberta": {**BERT_SIZES, "max_position_embeddings": 130, "type_vocab_size": 1},
+    "distilbert": {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64},
+    "albert": {**BERT_SIZES, "embedding_size": 16},
+    "electra": {**BERT_SIZES, "embedding_size": 16},
+    "deberta-v2": {**BERT_SIZES, "relative_attention": True, "position_buckets": 16},
+    "modernbert": {
+        **BERT_SIZES,
+        "num_hidden_layers": 3,
+        "local_attention": 8,
+        "cls_token_id": 2,
+        "sep_token_id": 3,
+        "classifier_pooling": "mean",
+    },
+    "mpnet": BERT_SIZES,
+}
+BPE_FAMILIES = ("roberta", "xlm-roberta")
+
+
+def sentence(rng: random.Random, polar: list[str]) -> str:
+    words = [*rng.choices(FILLER, k=rng.randint(3, 12)), rng.choice(polar)]
+    rng.shuffle(words)
+    return " ".join(words) + " ."
+
+
+def _texts() -> list[str]:
+    rng = random.Random(1)
+    return [sentence(rng, POSITIVE + NEGATIVE) for _ in range(200)]
+
+
+def bpe_tokenizer() -> RobertaTokenizerFast:
+    """A byte-level BPE tokenizer with RoBERTa's specials, fitted to the fixtures' sentences."""
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(_texts(), vocab_size=400, min_frequency=1, special_tokens=specials)
+    bpe.post_processor = processors.RobertaProcessing(
+        ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>"))
+    )
+    return RobertaTokenizerFast(tokenizer_object=bpe._tokenizer)
+
+
+def tiny_config(model_type: str, vocab_size: int = 100) -> PretrainedConfig:
+    """The tiny config of a family, for a tokenizer of ``vocab_size`` tokens."""
+    ids = BPE_IDS if model_type in BPE_FAMILIES else WORDPIECE_IDS
+    return AutoConfig.for_model(
+        model_type, vocab_size=vocab_size, **ids, **TINY_CONFIGS[model_type]
+    )
+
+
+def save_tiny_encoder(model_type: str, folder: Path) -> Path:
+    """A randomly initialised tiny encoder of ``model_type`` and its tokenizer, in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = (
+        bpe_tokenizer() if model_type in BPE_FAMILIES else wordpiece_tokenizer([*WORDS, "."])
+    )
+    tokenizer.save_pretrained(folder)
+    AutoModel.from_config(tiny_config(model_type, len(tokenizer))).save_pretrained(folder)
+    return folder
