@@ -12,11 +12,12 @@
 # tells a finished job by its result file). Requeued jobs start again after 10 s instead of SLURM's
 # default 120 s (AuthInfo cred_expire), so a test that needs several allocations stays short.
 #
-# Safe on a machine that has its own SLURM: `start` refuses to overwrite a slurm.conf that lacks
-# this script's marker line, and to start beside a slurmctld or slurmd it did not start. Its
-# munged is its own (own key, socket and pid file under the state folder), so a system munged is
-# neither used nor touched. `stop` stops only the processes named in this script's pid files, and
-# only while each pid still belongs to the program it names (a reused pid is left alone).
+# Safe on a machine that has its own SLURM: `start` refuses to overwrite a slurm.conf whose first
+# line is not this script's marker (or a symlink), and to start beside a slurmctld or slurmd it did
+# not start; it resumes only the node of its own conf. Its munged is its own (own key, socket and
+# pid file under the state folder), so a system munged is neither used nor touched. `stop` stops
+# only the processes named in this script's pid files, and only while each pid still belongs to
+# the program it names (a reused pid is left alone).
 # ISOTUNE_SLURM_CONF (the slurm.conf) and ISOTUNE_SLURM_STATE (spool, logs, munge and pid files)
 # move both elsewhere; the tests point them at a temporary folder.
 set -euo pipefail
