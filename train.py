@@ -6,13 +6,12 @@ python train.py -m task=rte,mrpc norm=none,isobn seed=1,2,3
 """
 
 import hydra
-from dotenv import load_dotenv
 from omegaconf import DictConfig
 
-from isotune.cli import user_errors_reported
+from isotune.cli import load_env_file, user_errors_reported
 from isotune.training import train
 
-load_dotenv()  # .env (see .env.example): GLUE_DIR, HF_HUB_OFFLINE, WANDB_*
+load_env_file()  # the current folder's .env (see .env.example), not a parent's
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

@@ -18,6 +18,7 @@ from hydra_plugins.isotune_launcher.gpus_launcher import GpusLauncher
 from isotune.errors import IsotuneError
 from isotune.sweeps import gpu_slots
 from tests.conftest import CONF_DIR, ROOT
+from tests.helpers.cli import run_script, tiny_cli_overrides
 
 SRC_DIR = ROOT / "src"
 
@@ -83,6 +84,66 @@ def test_held_slots_are_those_of_live_lock_holders(tmp_path):
     assert gpu_slots.held_slots(tmp_path) == ["0"]
     lock.release()
     assert gpu_slots.held_slots(tmp_path) == []
+
+
+def plant(slot_dir: Path, how: str, victim: Path) -> None:
+    """A lock file another user could leave in a shared slot folder, aimed at ``victim``."""
+    slot_dir.mkdir(exist_ok=True)
+    lock = slot_dir / "0.lock"
+    if how == "symlink":
+        lock.symlink_to(victim)
+    elif how == "hard link":
+        os.link(victim, lock)
+    else:
+        os.mkfifo(lock)
+
+
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        ("symlink", "it is a symbolic link"),
+        ("hard link", "it has 2 names"),
+        ("fifo", "it is not a plain file"),
+    ],
+)
+def test_a_planted_lock_file_is_refused_and_its_target_left_whole(tmp_path, how, why):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("a user's file\n")
+    plant(tmp_path / "slots", how, victim)
+    with pytest.raises(
+        IsotuneError, match=f"0.lock cannot hold the GPU launcher's slot locks: {why}"
+    ):
+        gpu_slots.acquire_slot(tmp_path / "slots", ["0"])
+    with pytest.raises(IsotuneError, match=why):
+        gpu_slots.held_slots(tmp_path / "slots")  # what the launcher and isotune.rerun ask
+    assert victim.read_text() == "a user's file\n"
+
+
+def test_a_slot_folder_that_is_a_symlink_is_refused(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "slots").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(IsotuneError, match=r"slots cannot hold .* it is a symbolic link"):
+        gpu_slots.acquire_slot(tmp_path / "slots", ["0"])
+    assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_slot_folder_of_another_user_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_slots.os, "geteuid", lambda: os.stat(tmp_path).st_uid + 1)
+    with pytest.raises(IsotuneError, match=r"belongs to \S+, not to you.*a folder of your own"):
+        gpu_slots.acquire_slot(tmp_path, ["0"])
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_slot_folder_without_write_permission_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_slots.os, "access", lambda path, mode: False)
+    with pytest.raises(IsotuneError, match="you may not write in it"):
+        gpu_slots.acquire_slot(tmp_path, ["0"])
+
+
+def test_a_new_slot_folder_is_the_users_alone(tmp_path):
+    gpu_slots.acquire_slot(tmp_path / "slots", ["0"]).release()
+    assert (tmp_path / "slots").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "slots" / "0.lock").stat().st_mode & 0o777 == 0o600
 
 
 def test_claiming_pins_the_process_environment_once(tmp_path, monkeypatch):
@@ -331,3 +392,25 @@ def test_failing_and_crashing_jobs_do_not_stop_the_others(tmp_path):
     assert "Job #1 (mode=crash sleep=0.2) died with its worker process" in output
     assert "exit code 3" in output
     assert "2 of 4 jobs failed" in output
+
+
+@pytest.mark.slow
+def test_an_unusable_slot_folder_is_one_message_before_any_job(tiny_bert, glue_dir, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("a user's file\n")
+    plant(tmp_path / "shared", "symlink", victim)
+    result = run_script(
+        "train.py",
+        "-m",
+        "hydra/launcher=gpus",
+        f"hydra.launcher.slot_dir={tmp_path / 'shared'}",
+        "seed=1,2",
+        *tiny_cli_overrides(tiny_bert, glue_dir),
+        cwd=tmp_path,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    assert "Traceback" not in output and "PermissionError" not in output, output[-3000:]
+    assert output.count("cannot hold the GPU launcher's slot locks: it is a symbolic link") == 1
+    assert not list(tmp_path.glob("logs/multirun/*/*/results.json"))  # no job ran
+    assert victim.read_text() == "a user's file\n"

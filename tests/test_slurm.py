@@ -1,18 +1,18 @@
 """Sweeps on a real SLURM (``scripts/local_slurm.sh``, which ``.ci/run`` starts): a job array
 completes; a job longer than its time limit is requeued until it completes, equal to an
 uninterrupted run; a cancelled job is continued by ``isotune.rerun``; a preempted (requeued) job
-continues where it stopped. Skipped, with the reason, where no SLURM answers."""
+continues where it stopped. Run only on the project's own local cluster (skipped, with the reason,
+on any other); each test cancels the jobs it submitted and no other, which a job submitted before
+them and still queued after them proves."""
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,35 +20,28 @@ import torch
 
 from isotune.training import train
 from tests.conftest import compose_train_config
+from tests.helpers import slurm
 from tests.helpers.cli import ROOT, run_script, sweep_with_a_bad_job, tiny_cli_overrides
 
-
-def _slurm_answers() -> str | None:
-    if shutil.which("sbatch") is None:
-        return "sbatch is not installed (apt-get install slurm-wlm munge)"
-    try:
-        idle = subprocess.run(
-            ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"sinfo does not answer: {error}"
-    if idle.returncode != 0 or not idle.stdout.strip():
-        return f"no SLURM controller answers (bash scripts/local_slurm.sh start): {idle.stderr}"
-    return None
-
-
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
-NO_SLURM = _slurm_answers()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bystander(tmp_path_factory) -> Iterator[str]:
+    """The project's own local cluster (tests/helpers/slurm.py: skipped, with the reason, on any
+    other); and a job submitted before the module's tests, outside their bookkeeping, which
+    must outlive them. Cancelled by its id at the module's end."""
+    slurm.require_local_cluster()
+    job = slurm.submit_held_job(tmp_path_factory.mktemp("bystander"))
+    yield job
+    slurm.cancel(job)
 
 
 @pytest.fixture(autouse=True)
-def no_job_left_behind():
-    """A SLURM to run on (skipped without one, but a failure under CI=true, where .ci/run
-    starts it: a missing cluster must not pass as a skip); no job left when the test ends."""
-    if NO_SLURM is not None:
-        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)(NO_SLURM)
+def no_job_left_behind(tmp_path):
+    """No job of the test left when it ends: those it submitted (from its tmp_path), only."""
     yield
-    subprocess.run(["scancel", "--user", getpass.getuser()], check=False)
+    slurm.cancel(*slurm.jobs_in(tmp_path))
 
 
 ON_THIS_NODE = (  # a CPU job that fits the single test node
@@ -211,3 +204,16 @@ def test_a_failed_job_ends_the_sweep_with_its_summary_not_a_traceback(
     assert "Traceback" not in output, output[-3000:]
     assert f"Sweep {sweep}: 1 of 2 jobs completed, 1 did not:" in output
     assert "seed='abc': must be an integer" in output
+
+
+def test_the_cleanup_cancels_the_tests_own_jobs_and_no_other(bystander, tmp_path):
+    own = slurm.submit_held_job(tmp_path)
+    assert slurm.jobs_in(tmp_path) == [own]
+    slurm.cancel(*slurm.jobs_in(tmp_path))
+    wait_for(lambda: slurm.job_state(own) == "CANCELLED", 30, "the test's own job cancelled")
+    assert slurm.job_state(bystander) == "PENDING"
+
+
+def test_a_job_the_tests_did_not_submit_outlives_them(bystander):
+    """Last in the module: every test above has submitted jobs and cancelled its own."""
+    assert slurm.job_state(bystander) == "PENDING"

@@ -1,5 +1,6 @@
-"""What the Hydra entry points (train.py, analyze.py) share: user errors without a traceback, and
-after Ctrl-C the run folder and the command that resumes (or restarts) the run."""
+"""What the Hydra entry points (train.py, analyze.py) share: the settings of the current folder's
+``.env``, user errors without a traceback, and after Ctrl-C the run folder and the command that
+resumes (or restarts) the run."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dotenv import load_dotenv
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
@@ -21,6 +23,18 @@ from isotune.resume import LAST_CHECKPOINT
 log = logging.getLogger("isotune")
 
 INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT  # the shell's 130 for Ctrl-C; SIGTERM: 143
+ENV_FILE = ".env"  # GLUE_DIR, HF_HUB_OFFLINE, WANDB_*: see .env.example
+
+
+def load_env_file() -> None:
+    """Set the variables of the ``.env`` in the folder the command runs in, and of no other;
+    variables already in the environment win.
+
+    python-dotenv's ``load_dotenv()`` without a path searches the script's folder and then every
+    parent folder: a ``.env`` left higher up (a shared project or home folder) would set
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, ``WANDB_BASE_URL`` or ``HF_ENDPOINT`` for every run.
+    """
+    load_dotenv(Path.cwd() / ENV_FILE)
 
 
 @contextmanager

@@ -140,6 +140,11 @@ class GpusLauncher(Launcher):
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
 
         slots, n_jobs = self.plan()
+        # A slot folder or lock file this user cannot safely use is one message here, not an
+        # error in every worker; slots another sweep holds are waited for.
+        slot_dir = gpu_slots.usable_slot_dir(Path(self.slot_dir))
+        if held := gpu_slots.held_slots(slot_dir):
+            log.info(f"Slots {held} in {slot_dir} are held by other processes: jobs wait for them")
         n_workers = min(n_jobs, len(job_overrides))
         threads = self.threads_per_job or gpu_slots.cpu_share(n_workers)
         log.info(
@@ -158,7 +163,7 @@ class GpusLauncher(Launcher):
             Singleton.get_state(),
             task_source_file=None if code is None else code.co_filename,
         )
-        pool = _SlotPool(cloudpickle.dumps(context), Path(self.slot_dir), slots, threads)
+        pool = _SlotPool(cloudpickle.dumps(context), slot_dir, slots, threads)
         jobs = [(initial_job_idx + index, list(o)) for index, o in enumerate(job_overrides)]
         return pool.run(jobs, n_workers=n_workers)
 

@@ -4,13 +4,15 @@
 port) over ``LOGDIR``, asks its HTTP API for the custom-scalars layout and the points of every
 chart of every run, saves headless Chromium's screenshot of the Custom Scalars page, counts the
 picture's coloured pixels (the runs' lines: the page itself is grey and white) and stops
-TensorBoard. It fails, naming what is missing, when a chart has no points or nothing is drawn.
+TensorBoard, whatever happened. It fails, naming what is missing, when a chart has no points or
+nothing is drawn. Chromium keeps its sandbox unless the tool runs as root.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -67,8 +69,18 @@ def tensorboard(logdir: Path, timeout: float = 120) -> Iterator[str]:
             time.sleep(1)
         yield url
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(server)
+
+
+def stop(process: subprocess.Popen, grace_s: float = 30) -> None:
+    """End ``process``: SIGTERM, and SIGKILL if it is still alive ``grace_s`` seconds later, so
+    that a TensorBoard that hangs in its shutdown (or ignores SIGTERM) never outlives the tool."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _ready(url: str) -> bool:
@@ -117,11 +129,13 @@ def page_data(url: str, runs: Sequence[str] | None = None) -> Page:
 
 
 def screenshot(url: str, out: Path, chromium: str, size: tuple[int, int] = (1600, 2400)) -> Path:
-    """Headless Chromium's picture of the Custom Scalars page."""
+    """Headless Chromium's picture of the Custom Scalars page, in Chromium's sandbox unless this
+    process runs as root (where Chromium refuses to start with it)."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    no_sandbox = ["--no-sandbox"] if os.geteuid() == 0 else []
     subprocess.run(
         [
-            *(chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"),
+            *(chromium, "--headless", *no_sandbox, "--disable-gpu", "--hide-scrollbars"),
             *(f"--window-size={size[0]},{size[1]}", "--virtual-time-budget=30000"),
             *(f"--screenshot={out.resolve()}", f"{url}/#custom_scalars"),
         ],

@@ -8,6 +8,12 @@ its start, owns that share of the GPU for its whole life, so a GPU never runs mo
 ``jobs_per_gpu`` jobs at once. The operating system drops the lock when the process dies, so a
 crashed worker never leaks its slot. The lock of the current process is kept in this importable
 module (not in a ``__main__`` script), so every job a worker runs sees the same slot.
+
+The slot folder lies in the sweep folder by default. One that another user controls (a shared
+``/tmp``) could hold symlinks whose targets a worker's lock would truncate, locks held forever,
+or refuse every worker's write; so a slot folder must be a folder of this user's own, and a lock
+file a plain file of this user's, opened without following symlinks. Anything else is one
+message, from the launcher before any worker starts.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import fcntl
 import itertools
 import logging
 import os
+import pwd
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -107,11 +115,67 @@ def pinned_environment(slot: Slot) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": "" if slot.gpu is None else slot.gpu, SLOT_ENV_VAR: slot.name}
 
 
+def _unusable(path: Path, why: str) -> IsotuneError:
+    return IsotuneError(
+        f"{path} cannot hold the GPU launcher's slot locks: {why}. Leave hydra.launcher.slot_dir "
+        "at its default (the sweep folder's .slots) or point it at a folder of your own."
+    )
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _check_own(path: Path, info: os.stat_result, kind: str, is_kind: bool) -> None:
+    """Refuse ``path`` unless it is a ``kind`` (not a symlink) owned by this user."""
+    if stat.S_ISLNK(info.st_mode):
+        raise _unusable(path, "it is a symbolic link")
+    if not is_kind:
+        raise _unusable(path, f"it is not a {kind}")
+    if info.st_uid != os.geteuid():
+        raise _unusable(path, f"it belongs to {_owner(info.st_uid)}, not to you")
+
+
+def usable_slot_dir(slot_dir: Path) -> Path:
+    """``slot_dir``, made (mode 0700) where missing, once it is a folder of this user's own that
+    this user may write in; otherwise an :class:`IsotuneError` that names what is wrong."""
+    slot_dir = Path(slot_dir)
+    try:
+        slot_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = slot_dir.lstat()
+    except OSError as error:
+        raise _unusable(slot_dir, f"it cannot be made a folder ({error.strerror})") from None
+    _check_own(slot_dir, info, "folder", stat.S_ISDIR(info.st_mode))
+    if not os.access(slot_dir, os.W_OK | os.X_OK):
+        raise _unusable(slot_dir, "you may not write in it")
+    return slot_dir
+
+
 def try_lock(slot_dir: Path, slot_id: str) -> SlotLock | None:
-    """Lock one slot without waiting; None when another process (or open file) holds it."""
+    """Lock one slot without waiting; None when another process (or open file) holds it.
+
+    The lock file is opened without following a symlink and without blocking (on a FIFO), and is
+    used only when it is a plain file of this user's with no other name (a hard link): the pid
+    written into it never lands in a file someone planted there."""
     path = Path(slot_dir) / f"{slot_id.replace('/', '_')}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    file = open(path, "a+")  # noqa: SIM115 -- the open file IS the lock, held beyond this call
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        descriptor = os.open(path, flags, 0o600)
+    except OSError as error:
+        why = "it is a symbolic link" if path.is_symlink() else error.strerror
+        raise _unusable(path, why) from None
+    try:
+        info = os.fstat(descriptor)
+        _check_own(path, info, "plain file", stat.S_ISREG(info.st_mode))
+        if info.st_nlink != 1:
+            raise _unusable(path, f"it has {info.st_nlink} names (hard links)")
+    except IsotuneError:
+        os.close(descriptor)
+        raise
+    file = os.fdopen(descriptor, "r+")  # the open file IS the lock, held beyond this call
     try:
         fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -127,6 +191,7 @@ def acquire_slot(
     slot_dir: Path, slot_ids: Sequence[str], timeout_s: float | None = 0.0, poll_s: float = 0.2
 ) -> SlotLock:
     """Lock the first free slot, polling until ``timeout_s`` (None: wait as long as it takes)."""
+    slot_dir = usable_slot_dir(slot_dir)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     announced_wait = False
     while True:
