@@ -36,6 +36,7 @@ def test_tiny_cpu_bf16_run_completes_with_float32_isobn_statistics(train_config,
 @pytest.mark.parametrize("task", ["rte", "stsb"])
 def test_under_bf16_autocast_the_loss_and_metrics_are_float32(train_config, task):
     """The head computes in bf16 under autocast; the loss and the metrics' states do not."""
+    torch.manual_seed(0)  # the head's draw: eight bf16 scores of another one can tie (NaN Pearson)
     cfg = train_config(f"task={task}", "norm=isobn")
     model = GLUEClassifier(task=cfg.task, model=cfg.model, norm=cfg.norm, optim=cfg.optim)
     datamodule = GLUEDataModule(
