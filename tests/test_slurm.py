@@ -121,8 +121,8 @@ def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly
     uninterrupted = train(compose_train_config(run, tmp_path / "uninterrupted"))
     assert record["history"] == uninterrupted["history"]
     assert record["steps"] == uninterrupted["steps"] == 200 * 32
-    expected = torch.load(tmp_path / "uninterrupted/checkpoints/last.ckpt", weights_only=False)
-    actual = torch.load(job / "checkpoints/last.ckpt", weights_only=False)
+    expected = torch.load(tmp_path / "uninterrupted/checkpoints/last.ckpt", weights_only=True)
+    actual = torch.load(job / "checkpoints/last.ckpt", weights_only=True)
     for name, tensor in expected["state_dict"].items():
         assert torch.equal(actual["state_dict"][name], tensor), name
 
