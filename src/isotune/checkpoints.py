@@ -1,10 +1,12 @@
-"""What a run's checkpoints hold beyond Lightning's own, and how best.ckpt survives a resume.
+"""What a run's checkpoints hold beyond Lightning's own, how they are written, and how best.ckpt
+survives a resume.
 
 Every checkpoint carries the run's config and overrides (:mod:`isotune.resume` compares them
 before continuing), and the checkpoint callbacks keep their best file right when a run continues
 from a checkpoint of another folder (``ckpt_path=`` pointing elsewhere): Lightning then forgets
 the best score ("The dirpath has changed ...") and its first epoch overwrites best.ckpt whatever
-its score, so best.ckpt and results.json's ``best_epoch`` would disagree.
+its score, so best.ckpt and results.json's ``best_epoch`` would disagree. Every checkpoint is
+written atomically in its own folder (:class:`CheckpointsInTheirFolder`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
+from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from isotune.atomic_files import write_atomically
 from isotune.resume import CONFIG_KEY, OVERRIDES_KEY
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,24 @@ class RunConfigInCheckpoints(L.Callback):
         checkpoint[OVERRIDES_KEY] = self.overrides
 
 
+class CheckpointsInTheirFolder(TorchCheckpointIO):
+    """Lightning's checkpoint I/O, saving through :func:`~isotune.atomic_files.write_atomically`.
+
+    Lightning's own stages each checkpoint in memory and, on a local path, in a temporary file
+    under /tmp that is then moved: across filesystems (/tmp local, logs on NFS or Lustre) the
+    move is a copy straight into ``last.ckpt``, so a kill or a full disk mid-copy leaves a
+    truncated checkpoint under its final name. Here ``torch.save`` writes into a temporary file
+    beside the checkpoint, which replaces it once synced. Every save goes through it: best.ckpt,
+    last.ckpt and the checkpoint of a stop at a safe point."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        write_atomically(path, partial(torch.save, checkpoint))
+
+
 class RunCheckpoint(ModelCheckpoint):
     """``ModelCheckpoint`` that, resumed from a checkpoint written in another folder, copies that
     run's file (best.ckpt, last.ckpt) into its own folder and carries its score over, so the new
@@ -48,7 +72,8 @@ class RunCheckpoint(ModelCheckpoint):
             return
         Path(self.dirpath).mkdir(parents=True, exist_ok=True)
         here = Path(self.dirpath) / earlier_file.name
-        shutil.copy2(earlier_file, here)
+        with earlier_file.open("rb") as earlier:
+            write_atomically(here, partial(shutil.copyfileobj, earlier))
         log.info("Continuing from %s: copied %s to %s", earlier_dir, earlier_file.name, here)
         score = state_dict.get("best_model_score")
         super().load_state_dict(

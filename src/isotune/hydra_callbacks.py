@@ -1,4 +1,4 @@
-"""Checks that must pass before Hydra makes a run's or a sweep's folder.
+"""Checks that must pass before Hydra makes a run's or a sweep's folder, and its lock.
 
 Hydra creates the output folder (and writes ``.hydra/`` into it) before the task function starts,
 so a folder that cannot be created ends in Hydra's chained tracebacks, and a run refused by its
@@ -16,6 +16,9 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+
+from isotune import folder_lock
+from isotune.errors import IsotuneError
 
 
 def stop(message: str) -> None:
@@ -69,3 +72,27 @@ class RequiredBeforeStart(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.on_run_start(config)
+
+
+class FolderLock(Callback):
+    """The run's (or the sweep's) folder is this process's alone (:mod:`isotune.folder_lock`),
+    taken before Hydra writes its log and ``.hydra/`` there: a second process started in a
+    folder whose run is alive stops with one message naming its pid and writes nothing. The
+    other processes of a DDP run (rank > 0) share rank 0's folder and take no lock."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.hold(config.hydra.run.dir, "run")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.hold(config.hydra.sweep.dir, "sweep")
+
+    @staticmethod
+    def hold(folder: str, what: str) -> None:
+        from lightning.pytorch.utilities import rank_zero_only
+
+        if rank_zero_only.rank != 0:
+            return
+        try:
+            folder_lock.hold(Path(str(folder)), what)
+        except IsotuneError as error:
+            stop(str(error))
