@@ -105,5 +105,5 @@ def test_a_full_disk_at_a_checkpoint_ends_the_run_failed_with_one_message_and_lo
         for name in ("last.ckpt", "best.ckpt"):
             assert (run / "checkpoints" / name).read_bytes() == (kept / name).read_bytes()
         assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
-        leftovers = [p for p in run.rglob(".*") if p.name != folder_lock.LOCK_FILE]
-        assert leftovers == [], leftovers
+        temporary = [p for p in run.rglob(".*") if p.is_file() and p.name != folder_lock.LOCK_FILE]
+        assert temporary == [], temporary

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pandas as pd
 import pytest
 
 from isotune import folder_lock
-from tests.helpers.cli import ROOT, run_cli, tiny_cli_overrides
+from tests.helpers.cli import run_cli, start_script, tiny_cli_overrides
 from tests.helpers.locks import WaitForFile, held_by_another_process
 
 
@@ -50,13 +49,8 @@ def test_a_second_process_in_a_live_run_folder_is_refused_and_writes_nothing_the
     run, go = tmp_path / "run", tmp_path / "go"
     wait = f"+callbacks.wait={{_target_:{WaitForFile.__module__}.WaitForFile,path:{go}}}"
     command = [*tiny_cli_overrides(tiny_bert, glue_dir), wait, f"hydra.run.dir={run}"]
-    first = subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), *command],
-        cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    first = start_script(
+        "train.py", *command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     try:
         while not go.with_suffix(".waiting").exists() and first.poll() is None:

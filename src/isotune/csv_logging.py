@@ -4,10 +4,10 @@ Lightning's CSVLogger deletes metrics.csv when a run starts in a folder that alr
 run resumed in its own folder would lose the metrics of its earlier attempts; it also appends to
 the file in place and rewrites it in place when a new column appears, so a kill or a full disk
 there loses every earlier row. This logger keeps the earlier attempts' rows and writes the whole
-file atomically (:mod:`isotune.atomic_files`) at each save. :meth:`RunCSVLogger.drop_rows_after`
-removes the rows an earlier attempt logged after the checkpoint the run continues from (those
-steps are trained again), or all of them when the run starts again from the beginning, so every
-step appears once.
+file (and ``hparams.yaml``) atomically (:mod:`isotune.atomic_files`) at each save.
+:meth:`RunCSVLogger.drop_rows_after` removes the rows an earlier attempt logged after the
+checkpoint the run continues from (those steps are trained again), or all of them when the run
+starts again from the beginning, so every step appears once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from __future__ import annotations
 import csv
 import io
 import os
+from typing import Any
 
+import yaml
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
@@ -42,6 +44,12 @@ class _KeepingWriter(ExperimentWriter):
         rows = [*self.rows, *self.metrics]
         self.write(rows)
         self.rows, self.metrics = rows, []
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        """``hparams.yaml`` beside metrics.csv, written atomically too (plain values only)."""
+        self.hparams.update(params)
+        text = yaml.safe_dump(self.hparams, sort_keys=False, allow_unicode=True)
+        write_text(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), text)
 
     def write(self, rows: list[dict]) -> None:
         text = io.StringIO(newline="")

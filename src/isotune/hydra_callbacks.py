@@ -96,3 +96,5 @@ class FolderLock(Callback):
             folder_lock.hold(Path(str(folder)), what)
         except IsotuneError as error:
             stop(str(error))
+        except OSError:  # a folder that cannot be written: OutputFolderCheck says so
+            pass
