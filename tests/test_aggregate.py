@@ -15,7 +15,9 @@ import pandas as pd
 import pytest
 import yaml
 
+import isotune
 from isotune.sweeps import aggregate, gpu_slots, rerun, runs, tables
+from tests.helpers.cli import ROOT
 from tests.helpers.fake_runs import PRETRAINED_IW, completed, write_run
 from tests.helpers.locks import held_by_another_process
 
@@ -60,10 +62,12 @@ def job_number(seed: int, task: str, norm: str) -> int:
 
 
 @pytest.fixture
-def sweep_dir(tmp_path) -> Path:
+def sweep_dir(tmp_path, monkeypatch) -> Path:
+    """A sweep started in ``project/``, where its tests then work, as a user reruns it."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "train.py").write_text("")
+    monkeypatch.chdir(project)
     sweep = tmp_path / "sweep"
     write_sweep_config(sweep, project)
     for (norm, task, seed), score in SCORES.items():
@@ -146,17 +150,52 @@ def test_failed_and_missing_runs_are_listed(sweep_dir):
     assert f"- {sweep_dir} #6: seed=2 task=mrpc norm=none" in report
 
 
-@pytest.mark.parametrize("content", ["null", "[1, 2]", "{not json"])
+DEEP = "[" * 100_000 + "]" * 100_000  # nested past Python's recursion limit
+
+
+@pytest.mark.parametrize("content", ["null", "[1, 2]", "{not json", DEEP], ids=str.__len__)
 def test_an_unreadable_results_json_is_listed_as_failed_and_rerun(sweep_dir, content, capsys):
     (sweep_dir / "0" / "results.json").write_text(content)
     assert aggregate.main([str(sweep_dir)]) == 0
     listed = [line for line in capsys.readouterr().out.splitlines() if "/0: " in line]
     assert len(listed) == 1
     assert listed[0].startswith(f"- {sweep_dir / '0'}: failed: unreadable results.json: ")
-    if content != "{not json":
+    if content == DEEP:
+        assert listed[0].endswith("JSON nested too deeply to read")
+    elif content != "{not json":
         assert listed[0].endswith(f"not a JSON object but {content}")
     reruns, _ = rerun.plan_reruns(sweep_dir)
     assert f"hydra.run.dir={sweep_dir / '0'}" in [command.argv[-1] for command in reruns]
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "+callbacks.x._target_=os.system",
+        "+callbacks.x={_target_:os.system,_args_:[touch x]}",
+        "+hydra.callbacks.x._target_=os.system",
+        "hydra/launcher=submitit_local",
+        "hydra/sweeper=optuna",
+        "+hydra.job.env_set.TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1",
+    ],
+)
+def test_rerun_refuses_a_recorded_override_that_names_code(sweep_dir, override, capsys):
+    failed = {"status": "failed", "error": "E: x"}
+    write_run(sweep_dir / "rerun-0", ["seed=2", "task=mrpc", "norm=none", override], failed)
+    assert rerun.main([str(sweep_dir), "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and not out  # one line, and nothing planned or run
+    assert err.startswith(f"error: {sweep_dir / 'rerun-0'}: its recorded override {override!r} ")
+
+
+def test_rerun_keeps_the_shipped_launchers_and_the_users_own_overrides(sweep_dir, capsys):
+    launchers = sorted(path.stem for path in (ROOT / "conf/hydra/launcher").glob("*.yaml"))
+    assert list(rerun.SHIPPED_HYDRA_OPTIONS["hydra/launcher"]) == launchers
+    assert not any(rerun.names_code(f"hydra/launcher={name}") for name in launchers)
+    assert not rerun.names_code("hydra/sweeper=isotune")
+    own = "+callbacks.x._target_=my.Callback"  # typed by the user: theirs to give
+    reruns, _ = rerun.plan_reruns(sweep_dir, extra=[own])
+    assert all(command.argv[-2] == own for command in reruns)
 
 
 def test_a_failed_run_replaced_by_a_completed_one_is_not_listed(sweep_dir):
@@ -396,18 +435,40 @@ def test_rerun_runs_the_commands_and_then_nothing_is_left(sweep_dir, capsys):
     assert "Nothing to rerun" in capsys.readouterr().out
 
 
-def test_rerun_finds_the_script_next_to_its_config_when_the_sweep_ran_elsewhere(
-    tmp_path, sweep_dir
-):
+def _ran_from(sweep_dir: Path, cwd: Path, config_dir: Path) -> runs.Sweep:
+    """The sweep as if started with ``python <config_dir.parent>/train.py -m ...`` from ``cwd``."""
     config = yaml.safe_load((sweep_dir / "multirun.yaml").read_text())
-    config["hydra"]["runtime"]["cwd"] = str(tmp_path)  # python project/train.py -m ... from here
+    config["hydra"]["runtime"]["cwd"] = str(cwd)
     config["hydra"]["runtime"]["config_sources"] = [
         {"path": "hydra.conf", "schema": "pkg", "provider": "hydra"},
-        {"path": str(tmp_path / "project" / "conf"), "schema": "file", "provider": "main"},
+        {"path": str(config_dir), "schema": "file", "provider": "main"},
     ]
     (sweep_dir / "multirun.yaml").write_text(yaml.safe_dump(config))
-    script = rerun.training_script(runs.Sweep.load(sweep_dir))
-    assert script == tmp_path / "project" / "train.py"
+    return runs.Sweep.load(sweep_dir)
+
+
+def test_rerun_finds_the_projects_script_next_to_its_config_when_the_sweep_ran_elsewhere(
+    tmp_path, sweep_dir
+):
+    project = Path(isotune.__file__).resolve().parents[2]  # the checkout isotune runs from
+    sweep = _ran_from(sweep_dir, tmp_path, project / "conf")
+    assert rerun.training_script(sweep) == project / "train.py"
+    assert rerun.working_directory(sweep, project / "train.py") == Path.cwd().resolve()
+
+
+def test_rerun_refuses_a_training_script_the_folder_names_that_is_not_the_projects(
+    tmp_path, sweep_dir, capsys
+):
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "conf").mkdir(parents=True)
+    marker = tmp_path / "ran"
+    (elsewhere / "train.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    _ran_from(sweep_dir, elsewhere, elsewhere / "conf")
+    assert rerun.main([str(sweep_dir), "--include-running"]) == 2
+    error = capsys.readouterr().err
+    assert f"names {elsewhere / 'train.py'} as its training script" in error
+    assert "pass --script <path> if you trust that script" in error
+    assert not marker.exists()
 
 
 def test_rerun_refuses_while_the_sweep_still_runs(sweep_dir, capsys):

@@ -218,7 +218,7 @@ def test_enhancement_keeps_the_checkpoints_metric_and_raises_isotropy(analysis, 
     folder, summary = analysis
     table = pd.read_csv(folder / "enhancement.csv").set_index(["setting", "method"])
     assert sorted(set(table.index.get_level_values("method"))) == sorted(METHODS)
-    recorded = torch.load(checkpoint, weights_only=False)["isotune_history"][-1]
+    recorded = torch.load(checkpoint, weights_only=True)["isotune_history"][-1]
     assert table.loc[("finetuned_head", "none"), "accuracy"] == pytest.approx(recorded["accuracy"])
     assert summary["finetuned_dev"]["accuracy"] == pytest.approx(recorded["accuracy"])
     for setting in ("finetuned_head", "pretrained_probe", "finetuned_probe"):

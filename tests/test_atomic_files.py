@@ -15,7 +15,7 @@ import torch
 
 from isotune import folder_lock
 from isotune.atomic_files import write_atomically, write_text
-from isotune.checkpoints import CheckpointsInTheirFolder
+from isotune.checkpoints import RunCheckpointIO
 from tests.helpers.cli import run_cli, tiny_cli_overrides
 from tests.helpers.disks import FillDiskAtEpoch, small_disk
 
@@ -75,7 +75,7 @@ def test_checkpoints_are_staged_beside_themselves_never_in_the_temporary_folder(
 ):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-tmp"))  # /tmp unusable
     path = tmp_path / "checkpoints" / "last.ckpt"
-    CheckpointsInTheirFolder().save_checkpoint({"global_step": 5, "w": torch.ones(3)}, path)
+    RunCheckpointIO().save_checkpoint({"global_step": 5, "w": torch.ones(3)}, path)
     saved = torch.load(path, weights_only=True)
     assert saved["global_step"] == 5 and torch.equal(saved["w"], torch.ones(3))
     assert os.listdir(path.parent) == ["last.ckpt"]

@@ -23,7 +23,7 @@ def test_tiny_cpu_bf16_run_completes_with_float32_isobn_statistics(train_config,
     results = train(cfg)
     assert results["status"] == "completed" and results["steps"] == 8  # 2 epochs x 4 batches
     assert all(math.isfinite(value) for value in results["best"].values())
-    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     for name in ("run_cov", "run_std"):
         assert state[f"norm.{name}"].dtype == torch.float32 and state[f"norm.{name}"].any(), name
     assert state["norm.num_batches_tracked"].item() == 8

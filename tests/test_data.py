@@ -332,3 +332,27 @@ def test_too_short_max_length_fails_the_run_with_the_message(train_config, tmp_p
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "failed"
     assert results["error"].startswith("IsotuneError: data.max_length=1 is too short")
+
+
+def test_a_field_longer_than_csv_reads_names_file_and_line(tmp_path):
+    (tmp_path / "RTE").mkdir()
+    huge = "x" * 200_000  # over csv's field_size_limit (131072)
+    rows = ["index\tsentence1\tsentence2\tlabel", "0\ta .\tb .\tentailment", f"1\t{huge}\tb .\t"]
+    (tmp_path / "RTE" / "dev.tsv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(IsotuneError) as raised:
+        load_split(load_task("rte"), "validation", tmp_path)
+    assert str(raised.value).startswith(
+        f"{tmp_path / 'RTE' / 'dev.tsv'}, line 3: a field longer than csv reads (field larger "
+        "than field limit (131072)), so not a GLUE example"
+    )
+
+
+def test_a_test_index_that_is_not_an_integer_names_file_line_and_value(tmp_path):
+    (tmp_path / "RTE").mkdir()
+    rows = ["index\tsentence1\tsentence2", "0\ta .\tb .", "one\ta .\tb ."]
+    (tmp_path / "RTE" / "test.tsv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(IsotuneError) as raised:
+        load_split(load_task("rte"), "test", tmp_path)
+    assert str(raised.value).startswith(
+        f"{tmp_path / 'RTE' / 'test.tsv'}, line 3: index 'one' is not an integer"
+    )

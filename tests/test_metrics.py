@@ -62,6 +62,20 @@ def test_task_metrics_match_references(name):
     assert task.primary_metric == task.metrics[0]
 
 
+@pytest.mark.parametrize("constant", ["prediction", "label"])
+def test_matthews_correlation_of_a_constant_is_zero_as_in_scikit_learn(constant):
+    labels = np.array([1] * 7 + [0] * 3)
+    predicted = np.array([1, 0, 1, 1, 0, 1, 1, 0, 1, 1])
+    if constant == "prediction":
+        predicted = np.ones_like(labels)  # a collapsed run: the majority class everywhere
+    else:
+        labels = np.ones_like(labels)
+    metrics = build_metrics(["matthews_correlation"], 2)
+    metrics.update(torch.tensor(predicted), torch.tensor(labels))
+    score = compute_scores(metrics)["matthews_correlation"]
+    assert score == matthews_corrcoef(labels, predicted) == 0.0
+
+
 def test_regression_predictions_are_scores_not_argmax():
     logits = torch.tensor([[2.5], [0.3]])
     torch.testing.assert_close(predictions(logits), torch.tensor([2.5, 0.3]))

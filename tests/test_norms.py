@@ -332,7 +332,7 @@ def test_bf16_true_training_run_with_isobn_completes(train_config, tmp_path):
         )
     )
     assert results["status"] == "completed" and results["steps"] == 4
-    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     assert state["head.weight"].dtype == torch.bfloat16
     assert state["norm.run_cov"].dtype == torch.float32 and state["norm.run_cov"].any()
     assert state["norm.num_batches_tracked"].item() == 4

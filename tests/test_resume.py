@@ -12,13 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from isotune.errors import IsotuneError, RunInterrupted
-from isotune.resume import OVERRIDES_KEY
 from isotune.rng_state import capture_rng_state, restore_rng_state
 from isotune.training import train
 from tests.helpers.resume import KILL, Killed, disarmed, kill_and_resume, load
+from tests.helpers.untrusted import folder_digest
 
 RUN = ("norm=isobn", "debug=limit", "trainer.max_epochs=3", "seed=7")
 
@@ -126,10 +125,7 @@ def test_a_resume_with_other_settings_is_refused_and_leaves_the_run_folder_as_it
     train_config, tmp_path
 ):
     train(train_config(*LIMIT))
-    record = (tmp_path / "results.json").read_text()
-    hydra_dir = tmp_path / ".hydra"  # what Hydra rewrites with the new command before the run
-    hydra_dir.mkdir()
-    (hydra_dir / "overrides.yaml").write_text("- norm=isobn\n")
+    before = folder_digest(tmp_path)
 
     with pytest.raises(IsotuneError) as refused:
         train(train_config(*LIMIT, "norm=isobn"))
@@ -137,9 +133,7 @@ def test_a_resume_with_other_settings_is_refused_and_leaves_the_run_folder_as_it
     assert f"The checkpoint {tmp_path / 'checkpoints' / 'last.ckpt'} comes from a run" in message
     assert "norm.name: 'none' -> 'isobn'" in message and "norm.momentum" in message
     assert "resume=never" in message
-    assert (tmp_path / "results.json").read_text() == record  # nothing written
-    restored = OmegaConf.load(hydra_dir / "overrides.yaml")
-    assert list(restored) == list(load(tmp_path / "checkpoints/last.ckpt")[OVERRIDES_KEY])
+    assert folder_digest(tmp_path) == before  # nothing written (the CLI: test_untrusted.py)
 
 
 @pytest.mark.slow
@@ -232,3 +226,21 @@ def test_a_signal_mid_epoch_saves_that_step_and_the_run_continues_there_exactly(
     assert expected.keys() == actual.keys()
     for name, tensor in expected.items():  # IsoBN's statistics and I-STAR's Sigma_S included
         assert torch.equal(actual[name], tensor), name
+
+
+@pytest.mark.slow
+def test_a_results_json_cut_in_half_is_rebuilt_from_the_last_checkpoint(train_config, tmp_path):
+    with pytest.raises(Killed):
+        train(train_config(*RUN, KILL))
+    results = tmp_path / "results.json"
+    earlier = json.loads(results.read_text())
+    results.write_text(results.read_text()[: len(results.read_text()) // 2])
+    with disarmed():
+        rebuilt = train(train_config(*RUN, KILL))
+    assert rebuilt["status"] == "completed" and rebuilt["steps"] == 12
+    assert rebuilt["rebuilt_from"] == str(tmp_path / "checkpoints" / "last.ckpt")
+    first, second = rebuilt["attempts"]  # the killed attempt, as its last.ckpt knew it
+    assert first["started_at"] == earlier["attempts"][0]["started_at"] == rebuilt["started_at"]
+    assert first["status"] == "killed" and second["resumed_at_step"] == 8
+    assert rebuilt["wall_time_s"] == round(first["wall_time_s"] + second["wall_time_s"], 2)
+    assert first["wall_time_s"] > 0

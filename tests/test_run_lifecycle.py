@@ -127,7 +127,7 @@ def test_a_signal_during_fit_is_recorded_and_the_console_says_how_to_resume(
     assert epochs(results) == [1] and results["steps"] == STEPS_PER_EPOCH + steps_in_epoch_two
     checkpoint = tmp_path / "checkpoints" / "last.ckpt"
     saved_at = STEPS_PER_EPOCH + (steps_in_epoch_two if stopped_by == signal.SIGTERM else 0)
-    assert torch.load(checkpoint, weights_only=False)["global_step"] == saved_at
+    assert torch.load(checkpoint, weights_only=True)["global_step"] == saved_at
     resume = shlex.join(
         ["python", "train.py", *cfg.hydra.overrides.task, f"hydra.run.dir={tmp_path}"]
     )

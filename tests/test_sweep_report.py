@@ -237,8 +237,8 @@ def test_two_folders_count_the_latest_of_a_duplicate_and_list_it(sweeps, tmp_pat
     report = (out / "sweep_report.md").read_text()
     assert f"- norm=isobn task=rte seed=1: {a / '10'}, {b / 'rte-again'}" in report
     assert sorted(p.name for p in out.glob("*.csv")) == [
-        "across_tasks.csv", "isotropy_table.csv", "isotropy_vs_score.csv",
-        "paired_statistics.csv", "results_table.csv",
+        "across_tasks.csv", "failed_runs.csv", "isotropy_table.csv", "isotropy_vs_score.csv",
+        "paired_statistics.csv", "paired_statistics_learned.csv", "results_table.csv",
     ]  # fmt: skip
     assert not (a / "sweep_report.md").exists()
 

@@ -92,6 +92,7 @@ def test_tiny_bert_learns_the_fixture_signal(train_config, tmp_path):
     # The label is a polar word in sentence 2; chance is 0.5 on the 24 balanced dev examples.
     assert results["best"]["accuracy"] >= 0.75
     assert results["history"][-1]["loss"] < results["history"][0]["loss"]
+    assert results["trivial"]["score"] == 0.5 and results["learned"] is True
 
 
 def test_tiny_roberta_trains_with_fresh_pooler(train_config, tiny_roberta, tmp_path):
@@ -113,7 +114,7 @@ def test_isobn_statistics_are_saved_and_resume_continues_at_the_right_step(
 ):
     first_dir, second_dir = tmp_path / "first", tmp_path / "second"
     run_one_epoch(lambda: train(train_config("norm=isobn", output_dir=first_dir)), monkeypatch)
-    checkpoint = torch.load(first_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    checkpoint = torch.load(first_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == 8
     stats = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("norm.")}
     assert stats["norm.num_batches_tracked"].item() == 8 and stats["norm.run_cov"].abs().sum() > 0
@@ -127,7 +128,7 @@ def test_isobn_statistics_are_saved_and_resume_continues_at_the_right_step(
     results = train(cfg)
     assert results["steps"] == 16
     assert [entry["epoch"] for entry in results["history"]] == [1, 2]  # history carried over
-    resumed = torch.load(second_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    resumed = torch.load(second_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert resumed["state_dict"]["norm.num_batches_tracked"].item() == 16
 
 

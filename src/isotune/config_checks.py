@@ -65,6 +65,7 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("data.num_workers", lambda v: integer(v) and v >= 0, "an integer >= 0"),
     ("data.drop_last", lambda v: isinstance(v, bool), "true or false"),
     ("data.group_by_length", lambda v: isinstance(v, bool), "true or false"),
+    ("failure.margin", *NON_NEGATIVE),
     ("optim.lr", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
     ("optim.weight_decay", lambda v: finite_number(v) and v >= 0, "a finite number >= 0"),
     ("optim.adam_eps", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
@@ -149,6 +150,18 @@ def _norm_batch_problems(cfg: DictConfig) -> list[str]:
     return []
 
 
+def _split_seed_problems(cfg: DictConfig) -> list[str]:
+    """seed_init and seed_data, each when set apart from seed (by default they are seed, whose
+    own rule reports it once)."""
+    seed = OmegaConf.select(cfg, "seed")
+    problems = []
+    for key in ("seed_init", "seed_data"):
+        value = OmegaConf.select(cfg, key, default=seed)
+        if value != seed and not integer(value):
+            problems.append(f"  {key}={value!r}: must be an integer (default: seed)")
+    return problems
+
+
 def _accelerator_problems(cfg: DictConfig) -> list[str]:
     """A GPU accelerator on a machine where torch sees no GPU: Lightning's own error has no fix."""
     accelerator = OmegaConf.select(cfg, "trainer.accelerator")
@@ -173,7 +186,7 @@ def check_train_config(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is not _ABSENT and not valid(value):
             problems.append(f"  {key}={value!r}: must be {expected}")
-    problems += _norm_batch_problems(cfg) + _accelerator_problems(cfg)
+    problems += _split_seed_problems(cfg) + _norm_batch_problems(cfg) + _accelerator_problems(cfg)
     if problems:
         raise IsotuneError(
             "Invalid config values; set each on the command line (key=value) or in the config "

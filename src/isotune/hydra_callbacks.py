@@ -1,24 +1,31 @@
-"""Checks that must pass before Hydra makes a run's or a sweep's folder, and its lock.
+"""Checks that must pass before Hydra makes a run's or a sweep's folder, or rewrites one, and the
+folder's lock.
 
 Hydra creates the output folder (and writes ``.hydra/`` into it) before the task function starts,
-so a folder that cannot be created ends in Hydra's chained tracebacks, and a run refused by its
-own checks leaves an empty folder behind. These callbacks run first (``on_run_start``,
-``on_multirun_start``) and stop with one message and exit status 1. Hydra turns an ``Exception``
-raised in a callback into a warning and goes on, so they exit (``SystemExit``) instead.
+so a folder that cannot be created ends in Hydra's chained tracebacks, a run refused by its
+own checks leaves an empty folder behind, and a refused start in a folder that holds a run
+would leave that run's ``.hydra/`` and ``train.log`` rewritten. These callbacks run first
+(``on_run_start``, ``on_multirun_start``) and stop with one message and exit status 1. Hydra
+turns an ``Exception`` raised in a callback into a warning and goes on, so they exit
+(``SystemExit``) instead.
 """
 
 from __future__ import annotations
 
+import copy
+import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from isotune import folder_lock
 from isotune.errors import IsotuneError
+from isotune.results import RESULTS_FILE
 
 
 def stop(message: str) -> None:
@@ -98,3 +105,28 @@ class FolderLock(Callback):
             stop(str(error))
         except OSError:  # a folder that cannot be written: OutputFolderCheck says so
             pass
+
+
+class StartCheckInRunFolder(Callback):
+    """A run started in a folder that already holds one (its results.json) is checked, as the
+    run itself checks its start (:func:`isotune.training.check_start`: config values, and the
+    checkpoint it would continue from: data only, from the same configuration), before Hydra
+    rewrites the folder: a refused start leaves every file there byte-identical. In a new
+    folder the run checks itself, and records a refusal in results.json."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        folder = os.path.abspath(str(config.hydra.run.dir))
+        if not os.path.isfile(os.path.join(folder, RESULTS_FILE)):
+            return
+        from isotune.training import check_start  # the training stack, only for this case
+
+        job = copy.deepcopy(config)  # as Hydra's run_job makes it: the folder, then no hydra key
+        with read_write(job.hydra.runtime), open_dict(job.hydra.runtime):
+            job.hydra.runtime.output_dir = folder
+        HydraConfig.instance().set_config(job)  # ${hydra:...} resolves as in the job
+        with read_write(job), open_dict(job):
+            del job["hydra"]
+        try:
+            check_start(job)
+        except IsotuneError as error:
+            stop(str(error))

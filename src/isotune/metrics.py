@@ -13,19 +13,36 @@ from torch import Tensor
 from torchmetrics import (
     Accuracy,
     F1Score,
-    MatthewsCorrCoef,
     Metric,
     MetricCollection,
     PearsonCorrCoef,
     SpearmanCorrCoef,
 )
+from torchmetrics.classification import MulticlassMatthewsCorrCoef
+
+
+class MatthewsCorrelation(MulticlassMatthewsCorrCoef):
+    """Matthews correlation as GLUE's official scorer (scikit-learn's ``matthews_corrcoef``)
+    gives it: 0 when the predictions or the labels are constant, where the formula is 0/0.
+
+    torchmetrics answers that case with an epsilon-scaled value of the majority's sign (+0.026
+    for a constant prediction on CoLA's dev set), so a collapsed CoLA run would read as a little
+    above chance; GLUE's leaderboard and Hugging Face's ``run_glue.py`` score it 0.
+    """
+
+    def compute(self) -> Tensor:
+        confmat = self.confmat.float()
+        total = confmat.sum()
+        for marginal in (confmat.sum(dim=0), confmat.sum(dim=1)):  # predicted, actual classes
+            if total**2 - (marginal**2).sum() == 0:  # one class only: no variance
+                return torch.zeros((), device=confmat.device)
+        return super().compute()
+
 
 METRICS: dict[str, Callable[[int], Metric]] = {
     "accuracy": lambda num_labels: Accuracy(task="multiclass", num_classes=num_labels),
     "f1": lambda num_labels: F1Score(task="binary"),
-    "matthews_correlation": lambda num_labels: MatthewsCorrCoef(
-        task="binary" if num_labels == 2 else "multiclass", num_classes=num_labels
-    ),
+    "matthews_correlation": lambda num_labels: MatthewsCorrelation(num_classes=num_labels),
     "pearson": lambda num_labels: PearsonCorrCoef(),
     "spearmanr": lambda num_labels: SpearmanCorrCoef(),
 }

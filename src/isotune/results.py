@@ -31,7 +31,10 @@ def write_results(output_dir: str | Path, results: dict[str, Any]) -> Path:
 
 def read_results(path: str | Path) -> dict[str, Any]:
     """The results of one run; ``ValueError`` if the file is not JSON or not a JSON object."""
-    results = json.loads(Path(path).read_text())
+    try:
+        results = json.loads(Path(path).read_text())
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
     if not isinstance(results, dict):
         raise ValueError(f"not a JSON object but {json.dumps(results)[:40]}")
     return results
@@ -68,6 +71,12 @@ class RunRecord:
     @property
     def has_earlier_attempts(self) -> bool:
         return bool(self.earlier)
+
+    def rebuild(self, saved: dict[str, Any], checkpoint: str) -> None:
+        """Continue the record a checkpoint of this folder kept (its attempts, wall time and
+        results as of that save), the folder's results.json being missing or unreadable; the
+        record then says ``rebuilt_from`` that checkpoint."""
+        self.earlier = {**saved, "rebuilt_from": checkpoint}
 
     def start(self, resumed_from: str | None = None, resumed_at_step: int | None = None) -> None:
         """Write the record with this attempt ``running`` after the earlier attempts."""

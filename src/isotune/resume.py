@@ -12,9 +12,12 @@ they are shown (:data:`BOOKKEEPING_KEYS`) may differ.
 
 from __future__ import annotations
 
+import os
 import pickle
+import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,12 @@ from isotune.errors import IsotuneError
 RESUME_MODES = ("auto", "never")
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 CONFIG_KEY = "isotune_config"  # the run's resolved config, in every checkpoint it writes
-OVERRIDES_KEY = "isotune_overrides"  # its command-line overrides, to put .hydra/ back on refusal
+OVERRIDES_KEY = "isotune_overrides"  # its command-line overrides
+RECORD_KEY = "isotune_record"  # its results.json as of the save, to rebuild a lost one from
+# What a checkpoint must hold: to rebuild the model (analyze.py), and to continue training.
+MODEL_KEYS = ("state_dict", "hyper_parameters")
+RESUME_KEYS = (*MODEL_KEYS, "global_step", "epoch", "loops", "optimizer_states", "lr_schedulers")
+UNSAFE_LOAD_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 
 # Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,
 # what is logged where, how the console looks. Everything else must match to resume.
@@ -35,6 +43,7 @@ BOOKKEEPING_KEYS = (
     "resume",
     "logger",
     "write_test_predictions",
+    "failure.",  # judges the run against the trivial predictor, changes nothing it computes
     "trainer.enable_progress_bar",
     "trainer.enable_model_summary",
     "trainer.log_every_n_steps",
@@ -45,6 +54,8 @@ BOOKKEEPING_KEYS = (
     "callbacks.model_checkpoint.dirpath",
     "callbacks.last_checkpoint.dirpath",
 )
+# Seeds that `seed` set before they could be set apart: a checkpoint without them used `seed`.
+SPLIT_SEEDS = ("seed_init", "seed_data")
 # Sections of the model's hyperparameters, compared for checkpoints older than CONFIG_KEY.
 MODEL_SECTIONS = ("task", "model", "norm", "optim", "reg", "adapt")
 
@@ -65,9 +76,16 @@ def checkpoint_to_resume(cfg: DictConfig) -> Path | None:
     return last if cfg.get("resume", "auto") == "auto" and last.is_file() else None
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
+def read_checkpoint(path: Path, required: tuple[str, ...] = RESUME_KEYS) -> dict[str, Any]:
     """A checkpoint written by train.py, loaded on the CPU (memory-mapped: the weights are read
-    only when used); one clear error if it is missing, truncated or not such a checkpoint."""
+    only when used) as data only; one clear error if it is missing, truncated, not such a
+    checkpoint, lacks one of the ``required`` keys, or holds anything but data.
+
+    A checkpoint is a pickle, and unpickling can run any code the file names: torch's
+    ``weights_only`` loader refuses every object but containers, numbers, strings and tensors,
+    before any of them is built. Every read of a checkpoint goes through here (Lightning's own,
+    through :class:`isotune.checkpoints.RunCheckpointIO`), whatever the environment says.
+    """
     import torch
 
     if not path.is_file():
@@ -84,20 +102,49 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
             "the run (checkpoints/last.ckpt or best.ckpt), or start afresh with resume=never."
         )
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as error:
+        with _weights_only_not_overridden():
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:  # what the weights_only loader raises for code
+        raise IsotuneError(
+            f"Refused to read {path}: it holds more than data ({_refused_object(error)}), and "
+            "loading it would run code the file names. Checkpoints written by train.py hold "
+            "only numbers, strings, containers and tensors. Fix: use a checkpoint written by "
+            "train.py that you trust the source of; nothing of this one was run."
+        ) from None
+    except (OSError, RuntimeError, EOFError, ValueError) as error:
         reason = str(error).strip().split(". ")[0][:200]  # torch's messages run on for lines
         raise IsotuneError(
             f"Cannot read {path} as a checkpoint written by train.py ({type(error).__name__}: "
             f"{reason}). Fix: point ckpt_path at another checkpoint of the run, or start afresh "
             "with resume=never."
         ) from error
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+    missing = [key for key in required if not isinstance(checkpoint, dict) or key not in checkpoint]
+    if missing:
         raise IsotuneError(
-            f"{path} is not a checkpoint written by train.py (no model weights in it). Fix: "
-            "point ckpt_path at checkpoints/last.ckpt or best.ckpt of a run folder."
+            f"{path} is not a checkpoint written by train.py: it lacks {', '.join(missing)}. "
+            "Fix: point ckpt_path at checkpoints/last.ckpt or best.ckpt of a run folder."
         )
     return checkpoint
+
+
+@contextmanager
+def _weights_only_not_overridden() -> Iterator[None]:
+    """Without ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` for the duration: the variable turns
+    torch's safe loader off where a call does not say ``weights_only`` (Lightning's own loads:
+    torch 2.13 honours an explicit ``weights_only=True`` over it, and pyproject allows torch
+    from 2.1), and a ``.env`` or a shared environment can set it."""
+    saved = os.environ.pop(UNSAFE_LOAD_VARIABLE, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[UNSAFE_LOAD_VARIABLE] = saved
+
+
+def _refused_object(error: pickle.UnpicklingError) -> str:
+    """What torch's safe loader refused, e.g. ``it names posix.system``, from its long message."""
+    found = re.search(r"GLOBAL (\S+)", str(error))
+    return f"it names {found[1]}" if found else "an object that is not data"
 
 
 def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -119,6 +166,8 @@ def check_same_run(checkpoint: Mapping[str, Any], path: Path, current: Mapping[s
         hyperparameters = checkpoint.get("hyper_parameters") or {}
         saved = {key: hyperparameters[key] for key in MODEL_SECTIONS if hyperparameters.get(key)}
         current = {key: current.get(key) for key in saved}
+    elif "seed" in saved:
+        saved = {**{key: saved["seed"] for key in SPLIT_SEEDS}, **saved}
     differences = config_differences(saved, current)
     if differences:
         listed = "\n".join(f"  {line}" for line in differences)
@@ -149,16 +198,3 @@ def _flatten(values: Any, prefix: str = "") -> dict[str, Any]:
     for key, value in values.items():
         flat.update(_flatten(value, f"{prefix}{key}."))
     return flat
-
-
-def put_back_run_files(output_dir: Path, checkpoint: Mapping[str, Any]) -> None:
-    """Put the folder's own ``.hydra/config.yaml`` and ``overrides.yaml`` back after a refused
-    start: Hydra rewrote them with the refused command's before the run began, and
-    ``isotune.rerun`` reads the overrides to run the job again."""
-    hydra_dir = Path(output_dir) / ".hydra"
-    if CONFIG_KEY in checkpoint and hydra_dir.is_dir():
-        OmegaConf.save(OmegaConf.create(checkpoint[CONFIG_KEY]), hydra_dir / "config.yaml")
-    if OVERRIDES_KEY in checkpoint and hydra_dir.is_dir():
-        OmegaConf.save(
-            OmegaConf.create(list(checkpoint[OVERRIDES_KEY])), hydra_dir / "overrides.yaml"
-        )

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 # Overrides that do not change what is computed, that name a run folder, or whose effect results
 # record otherwise (an intervention is its norm and reg): not part of a group or a configuration.
 NOT_IN_GROUP = (
-    "seed",
+    "seed",  # and seed_init, seed_data: prefixes
+    "failure.",  # the margin judging a run, recorded in its results.json
     "ckpt_path",
     "hydra.",
     "paths.",

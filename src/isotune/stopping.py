@@ -134,7 +134,7 @@ class StopAtSafePoint(L.Callback):
 
     def save(self, trainer: L.Trainer) -> None:
         """Write this step's checkpoint as last.ckpt (atomically, as every checkpoint is:
-        :class:`~isotune.checkpoints.CheckpointsInTheirFolder`)."""
+        :class:`~isotune.checkpoints.RunCheckpointIO`)."""
         trainer.save_checkpoint(self.last_checkpoint)
         log.warning(
             "Saved %s at step %d (epoch %d, batch %d) to continue from",

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 from pathlib import Path
@@ -21,7 +22,7 @@ from isotune import folder_lock
 from isotune.adaptation import parameter_counts
 from isotune.atomic_files import write_text
 from isotune.callbacks.isotropy import IsotropyMonitor
-from isotune.checkpoints import CheckpointsInTheirFolder, RunConfigInCheckpoints
+from isotune.checkpoints import RunCheckpointIO, RunConfigInCheckpoints
 from isotune.classifier import GLUEClassifier
 from isotune.config_checks import check_train_config
 from isotune.csv_logging import RunCSVLogger
@@ -36,13 +37,14 @@ from isotune.progress import EpochsFromOneProgressBar
 from isotune.results import RunRecord, describe_error
 from isotune.resume import (
     LAST_CHECKPOINT,
+    RECORD_KEY,
     check_same_run,
     checkpoint_to_resume,
-    put_back_run_files,
     read_checkpoint,
     run_config,
 )
 from isotune.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
+from isotune.trivial import TrivialScore, failure_record, trivial_score
 from isotune.wandb_logging import finish_wandb_runs
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,8 @@ def _started(cfg: DictConfig, output_dir: Path, rank_zero: bool) -> dict[str, An
         reg_weight=_as_float(cfg.reg.weight),
         adapt=cfg.adapt.name,
         seed=cfg.seed,
+        seed_init=cfg.seed_init,
+        seed_data=cfg.seed_data,
         primary_metric=cfg.task.primary_metric,
         overrides=_overrides(),
     )
@@ -106,9 +110,12 @@ def _run(
 ) -> dict[str, Any]:
     """Data, model, trainer, fit, predictions; the record's end, whatever happens."""
     output_dir = Path(cfg.paths.output_dir)
-    trainer = model = None
+    trainer = model = trivial = None
+    margin = cfg.failure.margin
     try:
-        L.seed_everything(cfg.seed, workers=True)
+        # The global generators: the new layers' initialisation and dropout. The batch order and
+        # the subsets drawn from the data have generators of their own, seeded by seed_data.
+        L.seed_everything(cfg.seed_init, workers=True)
         model = GLUEClassifier(
             task=_plain(cfg.task),
             model=_plain(cfg.model),
@@ -122,11 +129,12 @@ def _run(
             task,
             load_tokenizer(cfg.model.name_or_path),
             glue_dir=cfg.paths.glue_dir,
-            seed=cfg.seed,
+            seed=cfg.seed_data,
             **cfg.data,
         )
+        trivial = trivial_score(task, datamodule.dataset(task.primary_split).labels)
         parameters = parameter_counts(model)
-        record.update(parameters=parameters)
+        record.update(parameters=parameters, **failure_record(trivial, margin, {}))
         log.info(
             "adapt=%s: %d of %d parameters train (%.3g%%)",
             model.adaptation,
@@ -136,7 +144,7 @@ def _run(
         )
         callbacks = [
             *instantiate_all(cfg.get("callbacks")),
-            RecordEveryEpoch(record),
+            RecordEveryEpoch(record, trivial, margin),
             RunConfigInCheckpoints(run_config(cfg), _overrides()),
             StopAtSafePoint(stop, output_dir / LAST_CHECKPOINT),  # after BatchRngState
         ]
@@ -146,7 +154,7 @@ def _run(
             cfg.trainer,
             callbacks=callbacks,
             logger=instantiate_all(cfg.get("logger")) or False,
-            plugins=[*cluster_plugins(), CheckpointsInTheirFolder()],
+            plugins=[*cluster_plugins(), RunCheckpointIO()],
         )
         continuing_in_folder = resume_from is not None and record.has_earlier_attempts
         declare_dashboard(trainer.loggers, task)  # iso/* against its epoch; the layout
@@ -158,14 +166,15 @@ def _run(
             if not continuing_in_folder:  # else logged by the run's first attempt
                 logger.log_metrics({params_key(name): n for name, n in parameters.items()}, step=0)
         trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
-        outcome = _outcome(model, trainer)  # before predicting reloads the best checkpoint
+        outcome = _outcome(model, trainer, trivial, margin)  # before predict reloads the best
         if cfg.write_test_predictions:
             write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
     except BaseException as error:
         stop.hold()  # a signal now must not cut the record short
         stopped_by = _stopping_signal(error, trainer)
+        judge = (trivial, margin)
         try:
-            results = _record_end(record, error, stopped_by, model, trainer, resumed_at_step)
+            results = _record_end(record, error, stopped_by, model, trainer, resumed_at_step, judge)
         except OSError as unwritten:  # a full disk: W&B and the requeue hand-over still follow
             log.error("Could not record the run's end in results.json: %s", unwritten)
             results = record.results
@@ -176,10 +185,20 @@ def _run(
     stop.hold()
     results = record.finish("completed", warnings=_warnings(model), **outcome)
     finish_wandb_runs(trainer.loggers, results)
-    log.info(
-        "Best dev %s: %s (epoch %s)", task.primary_metric, results["best"], results["best_epoch"]
-    )
+    log.info("%s", summary_line(results))
     return results
+
+
+def summary_line(results: dict[str, Any]) -> str:
+    """The run's outcome in one line: the best dev score, the trivial predictor's, the verdict."""
+    metric, trivial = results["primary_metric"], results["trivial"]
+    best = results["best"].get(metric)
+    verdict = {True: "learned", False: "FAILED TO LEARN", None: "no verdict"}[results["learned"]]
+    shown = "none" if best is None else f"{best:.4f} (epoch {results['best_epoch']})"
+    return (
+        f"Best dev {metric}: {shown}; {trivial['predictor']}: {trivial['score']:.4f}; "
+        f"{verdict} (margin {results['margin']:g})"
+    )
 
 
 def _warnings(model: GLUEClassifier) -> list[str]:
@@ -196,26 +215,36 @@ def _warnings(model: GLUEClassifier) -> list[str]:
     return warnings
 
 
+def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None]:
+    """Check the config, and read the checkpoint to continue from (data only) and compare it
+    with the config: the checkpoint's path and contents, or (None, None) for a fresh start.
+    Raises :class:`IsotuneError` for a refused start. Also run before Hydra rewrites a folder
+    that holds a run (:class:`isotune.hydra_callbacks.StartCheckInRunFolder`)."""
+    check_train_config(cfg)  # before any model loads: bad values fail in seconds
+    resume_from = checkpoint_to_resume(cfg)
+    if resume_from is None:
+        return None, None
+    checkpoint = read_checkpoint(resume_from)
+    check_same_run(checkpoint, resume_from, run_config(cfg))
+    return resume_from, checkpoint
+
+
 def _checked_start(cfg: DictConfig, record: RunRecord) -> tuple[Path | None, int | None]:
-    """Check the config and the checkpoint to continue from, before anything heavy happens:
-    the checkpoint and the step it resumes at, or (None, None) for a fresh start.
+    """:func:`check_start` before anything heavy happens: the checkpoint and the step it
+    resumes at, or (None, None) for a fresh start.
 
     A refused start is recorded ``failed`` in a new folder; in a folder that already holds a run
     it changes nothing there (a resume typed with other settings must not overwrite its record)."""
-    checkpoint = None
     try:
-        check_train_config(cfg)  # before any model loads: bad values fail in seconds
-        resume_from = checkpoint_to_resume(cfg)
-        if resume_from is None:
-            return None, None
-        checkpoint = read_checkpoint(resume_from)
-        check_same_run(checkpoint, resume_from, run_config(cfg))
+        resume_from, checkpoint = check_start(cfg)
     except IsotuneError as error:
         if not record.has_earlier_attempts:
             record.finish("failed", error)
-        elif checkpoint is not None:
-            put_back_run_files(record.output_dir, checkpoint)
         raise
+    if checkpoint is None:
+        return None, None
+    if not record.has_earlier_attempts and cfg.ckpt_path is None and RECORD_KEY in checkpoint:
+        record.rebuild(checkpoint[RECORD_KEY], str(resume_from))  # results.json lost or cut
     step = int(checkpoint["global_step"])
     log.info(
         "Resuming from %s: step %d, %d epochs done (%s)",
@@ -234,13 +263,14 @@ def _record_end(
     model: GLUEClassifier | None,
     trainer: L.Trainer | None,
     resumed_at_step: int,
+    judge: tuple[TrivialScore | None, float],
 ) -> dict[str, Any]:
     """End the record ``interrupted`` or ``failed``, even when gathering the results fails too:
     then ``failed`` with both errors, so no record outlives its process as ``running``. An
     attempt that ended before training got past its checkpoint keeps the record's results."""
     try:
         trained = trainer is not None and trainer.global_step >= max(resumed_at_step, 1)
-        outcome = _outcome(model, trainer) if trained else {}
+        outcome = _outcome(model, trainer, *judge) if trained else {}
     except Exception as second:
         log.exception("Could not gather the results after %s", describe_error(error))
         both = f"{describe_error(error)}; then, while recording it: {describe_error(second)}"
@@ -250,8 +280,14 @@ def _record_end(
     return record.finish("interrupted", interrupted_by=stopped_by.name, **outcome)
 
 
-def _outcome(model: GLUEClassifier | None, trainer: L.Trainer | None) -> dict[str, Any]:
-    """Best-epoch and final dev metrics, isotropy, history and step count, as far as they exist."""
+def _outcome(
+    model: GLUEClassifier | None,
+    trainer: L.Trainer | None,
+    trivial: TrivialScore | None,
+    margin: float,
+) -> dict[str, Any]:
+    """Best-epoch and final dev metrics, whether the best beat the ``trivial`` predictor by the
+    ``margin``, isotropy, history and step count, as far as they exist."""
     history = model.history if model is not None else []
     best = model.best_epoch() if model is not None else None
     callbacks = trainer.callbacks if trainer is not None else []
@@ -259,6 +295,7 @@ def _outcome(model: GLUEClassifier | None, trainer: L.Trainer | None) -> dict[st
     return {
         "best_epoch": best["epoch"] if best else None,
         "best": _metrics_only(best) if best else {},
+        **(failure_record(trivial, margin, best or {}) if trivial is not None else {}),
         "final": _metrics_only(history[-1]) if history else {},
         "history": history,
         "isotropy": monitor.summary(best["epoch"] if best else None) if monitor else {},
@@ -269,13 +306,19 @@ def _outcome(model: GLUEClassifier | None, trainer: L.Trainer | None) -> dict[st
 
 class RecordEveryEpoch(L.Callback):
     """Rewrites results.json at every epoch end with the results so far, so that a job killed
-    without a chance to record its end (SIGKILL) is told from a slow one by ``updated_at``."""
+    without a chance to record its end (SIGKILL) is told from a slow one by ``updated_at``; and
+    keeps it in every checkpoint, so a results.json lost or cut short is rebuilt on resume."""
 
-    def __init__(self, record: RunRecord) -> None:
+    def __init__(self, record: RunRecord, trivial: TrivialScore, margin: float) -> None:
         self.record = record
+        self.judge = (trivial, margin)
 
     def on_train_epoch_end(self, trainer: L.Trainer, module: GLUEClassifier) -> None:
-        self.record.update(**_outcome(module, trainer))
+        self.record.update(**_outcome(module, trainer, *self.judge))
+
+    def on_save_checkpoint(self, trainer: L.Trainer, module: GLUEClassifier, checkpoint: dict):
+        """The record so far, as JSON data (what results.json holds), to rebuild it from."""
+        checkpoint[RECORD_KEY] = json.loads(json.dumps(self.record.results, default=str))
 
 
 def _stopping_signal(error: BaseException, trainer: L.Trainer | None) -> signal.Signals | None:

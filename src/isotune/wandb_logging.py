@@ -107,6 +107,9 @@ def finish_wandb_runs(loggers: Sequence[Logger], results: dict) -> None:
                     {
                         "status": results["status"],
                         "best_epoch": results.get("best_epoch"),
+                        # whether the best epoch beat a constant predictor (isotune.trivial)
+                        "learned": results.get("learned"),
+                        "trivial_score": (results.get("trivial") or {}).get("score"),
                         **{best_key(name): v for name, v in results.get("best", {}).items()},
                         **{best_key(key): v for key, v in _best_isotropy(results).items()},
                     }

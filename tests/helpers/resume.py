@@ -36,7 +36,7 @@ class KillAtEpochStart(L.Callback):
 
 
 def load(path) -> dict:
-    return torch.load(path, weights_only=False)
+    return torch.load(path, weights_only=True)
 
 
 class KilledAndResumed(NamedTuple):

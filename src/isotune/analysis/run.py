@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+import yaml
+from omegaconf import DictConfig, open_dict
 from torch import Tensor
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
@@ -60,7 +62,7 @@ from isotune.classifier import GLUEClassifier
 from isotune.data import Example, TokenizedDataset, check_max_length, load_split
 from isotune.encoders import load_tokenizer
 from isotune.errors import IsotuneError
-from isotune.resume import read_checkpoint
+from isotune.resume import MODEL_KEYS, read_checkpoint
 from isotune.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,8 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     finetuned = load_checkpoint(cfg.ckpt_path)
     hparams = finetuned.hparams
     task = finetuned.task
-    with open_dict(cfg):  # what was analysed, for loggers (and their run names)
-        cfg.task, cfg.model, cfg.norm = hparams["task"], hparams["model"], hparams["norm"]
+    with open_dict(cfg):  # what was analysed, for loggers (and their run names): as data
+        cfg.task, cfg.model, cfg.norm = (literal(hparams[key]) for key in ("task", "model", "norm"))
     device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(cfg.seed)  # the twin's fresh head, and a pooler its checkpoint lacks
     models = {"pretrained": GLUEClassifier(**hparams), "finetuned": finetuned}
@@ -211,16 +213,22 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
 
 # -- inputs -------------------------------------------------------------------------------------
 def load_checkpoint(path: str | None) -> GLUEClassifier:
-    """The fine-tuned model of a ``train.py`` checkpoint, on the CPU."""
+    """The fine-tuned model of a ``train.py`` checkpoint, on the CPU, built from the checkpoint
+    read as data only (:func:`isotune.resume.read_checkpoint`): its hyperparameters, then its
+    weights and history, as Lightning's ``load_from_checkpoint`` would, without a second read."""
     if path is None:
         raise IsotuneError(
             "No checkpoint to analyse. Fix: python analyze.py "
             "ckpt_path=logs/runs/<run>/checkpoints/best.ckpt (or last.ckpt) of a train.py run."
         )
     file = Path(path).expanduser()
-    read_checkpoint(file)  # one clear error if it is missing, truncated or not a checkpoint
+    checkpoint = read_checkpoint(file, required=MODEL_KEYS)
     try:
-        return GLUEClassifier.load_from_checkpoint(file, map_location="cpu")
+        hyperparameters = dict(checkpoint["hyper_parameters"])
+        model = GLUEClassifier(**hyperparameters)
+        model.on_load_checkpoint(checkpoint)
+        model.load_state_dict(checkpoint["state_dict"])
+        return model
     except IsotuneError:
         raise  # e.g. the pre-trained encoder it names is not available
     except (OSError, RuntimeError, KeyError, TypeError, ValueError) as error:
@@ -229,6 +237,19 @@ def load_checkpoint(path: str | None) -> GLUEClassifier:
             f"Cannot read {file} as a checkpoint written by train.py "
             f"({type(error).__name__}: {reason}). Is it from this project?"
         ) from error
+
+
+def literal(values: Any) -> Any:
+    """``values`` (read from a checkpoint) with every ``${`` escaped, so that merged into the
+    Hydra config a saved ``${oc.env:WANDB_API_KEY}`` stays that string: saved settings are data,
+    never resolved (OmegaConf reads ``\\${`` as a plain ``${``; backslashes before it double)."""
+    if isinstance(values, Mapping):
+        return {key: literal(value) for key, value in values.items()}
+    if isinstance(values, list | tuple):
+        return [literal(value) for value in values]
+    if isinstance(values, str):
+        return re.sub(r"(\\*)\$\{", lambda found: found[1] * 2 + "\\${", values)
+    return values
 
 
 def run_max_length(configured: int | None, ckpt_path: Path) -> int:
@@ -242,7 +263,16 @@ def run_max_length(configured: int | None, ckpt_path: Path) -> int:
             f"No run config at {run_config} to take data.max_length from (the checkpoint is "
             "outside its run folder). Fix: set data.max_length=<the fine-tuning run's value>."
         )
-    return int(OmegaConf.load(run_config).data.max_length)
+    try:  # read as data: a saved ${...} is not resolved
+        saved = yaml.safe_load(run_config.read_text())["data"]["max_length"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
+        saved = f"unreadable ({type(error).__name__})"
+    if not isinstance(saved, int) or isinstance(saved, bool) or saved < 1:
+        raise IsotuneError(
+            f"{run_config} gives data.max_length={saved!r}, not a positive integer. Fix: set "
+            "data.max_length=<the fine-tuning run's value>."
+        )
+    return saved
 
 
 def subset(examples: Sequence[Example], size: int | None, seed: int, task: TaskSpec) -> list:

@@ -61,12 +61,14 @@ def tensorboard_logger(
     ``configuration`` (model, task, norm, overrides, reg, reg_weight: the config's, as for
     :func:`isotune.wandb_logging.wandb_logger`) is named as the run's W&B group, so TensorBoard's
     run list says what each run is (``0/tensorboard/minilm-rte-isobn-seed1``), not only which job
-    folder it came from.
+    folder it came from. The name is one folder: a ``/`` in it (a path among the overrides, or a
+    name read from a checkpoint by analyze.py) becomes ``_``, so it never writes elsewhere.
     """
     reg, weight = configuration.pop("reg", "none"), configuration.pop("reg_weight", 0.0)
     group = run_group(**configuration, reg=reg_label(reg, weight))
+    version = re.sub(r"[/\\]", "_", f"{group}-seed{seed}")
     return EpochAxesTensorBoardLogger(
-        save_dir, name="tensorboard", version=f"{group}-seed{seed}", default_hp_metric=False
+        save_dir, name="tensorboard", version=version, default_hp_metric=False
     )
 
 

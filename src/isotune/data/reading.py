@@ -35,7 +35,7 @@ def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
                 f"{dict(columns)}. Is this the official GLUE file for {task.name}?"
             ) from None
         example["label"] = -1 if label is None else task.encode_label(label, where)
-        example["idx"] = int(row[columns["idx"]]) if is_test else len(examples)
+        example["idx"] = _test_index(row[columns["idx"]], where) if is_test else len(examples)
         examples.append(example)
     if not examples:
         header = "a header row, then " if is_test or task.tsv_header else "no header row: "
@@ -47,12 +47,24 @@ def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
     return examples
 
 
+def _test_index(value: str, where: str) -> int:
+    """A test example's ``idx``: the leaderboard's predictions file names each example by it."""
+    try:
+        return int(value)
+    except ValueError:
+        raise IsotuneError(
+            f"{where}: index {value[:40]!r} is not an integer (the test file's idx column, which "
+            "the predictions file names each example by). Is this the official GLUE test file?"
+        ) from None
+
+
 def _tsv_rows(path: Path, has_header: bool) -> Iterator[tuple[int, list[str]]]:
     """``(line number, fields)`` of each non-empty data row of a TSV.
 
     Read with no quoting (SST-2 and MRPC contain bare quote characters) and ``utf-8-sig`` (MRPC
     starts with a byte-order mark). A byte that is not UTF-8 is reported with its file and line:
-    the decoder's own error knows only its offset in one buffered chunk of the file.
+    the decoder's own error knows only its offset in one buffered chunk of the file. So is a
+    field longer than csv's limit (no GLUE text comes near it).
     """
     try:
         with path.open(encoding="utf-8-sig", newline="") as file:
@@ -62,6 +74,12 @@ def _tsv_rows(path: Path, has_header: bool) -> Iterator[tuple[int, list[str]]]:
             for line, row in enumerate(rows, start=2 if has_header else 1):
                 if row:
                     yield line, row
+    except csv.Error as error:
+        raise IsotuneError(
+            f"{path}, line {rows.line_num}: a field longer than csv reads ({error}), so not a "
+            "GLUE example (its texts are sentences). Fix: use the official GLUE file; a file "
+            "whose line endings were lost, or not tab-separated, reads as one huge field."
+        ) from None
     except UnicodeDecodeError:
         raw = path.read_bytes()
         try:

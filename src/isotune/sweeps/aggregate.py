@@ -1,10 +1,11 @@
 """Turn sweep folders into tables, paired statistics, figures and a report; list unfinished runs.
 
 ``python -m isotune.aggregate <dir> [<dir> ...]`` reads every ``results.json`` below the folders
-(the bookkeeping of :mod:`isotune.sweeps.runs`; the same configuration, task and seed twice counts
-once, the latest completed run), and writes into the first folder (or ``--out``) the tables of
-:mod:`isotune.sweeps.tables` as Markdown and CSV, the paired statistics of
-:mod:`isotune.sweeps.comparisons`, the figures of :mod:`isotune.sweeps.figures` and
+(the bookkeeping of :mod:`isotune.sweeps.runs`; the same configuration, task and seeds twice count
+once, the latest completed run), pairs runs by the seed that varies (:mod:`isotune.sweeps.seeds`),
+counts the runs that failed to learn (:mod:`isotune.sweeps.failures`), and writes into the first
+folder (or ``--out``) the tables of :mod:`isotune.sweeps.tables` as Markdown and CSV, the paired
+statistics of :mod:`isotune.sweeps.comparisons`, the figures of :mod:`isotune.sweeps.figures` and
 ``sweep_report.md`` (:mod:`isotune.sweeps.report`); with ``--wandb`` also one W&B summary run.
 Runs that did not complete and jobs that never left a ``results.json`` are listed;
 :mod:`isotune.sweeps.rerun` reruns them.
@@ -38,6 +39,12 @@ from isotune.sweeps.comparisons import (
     comparison_counts,
     paired_statistics,
 )
+from isotune.sweeps.failures import (
+    failure_counts,
+    failures_markdown,
+    not_failed,
+    with_failures,
+)
 from isotune.sweeps.figures import (
     POOLED,
     draw_figures,
@@ -55,6 +62,7 @@ from isotune.sweeps.runs import (
     missing_jobs,
     unfinished_runs,
 )
+from isotune.sweeps.seeds import SeedAxis, run_seeds
 from isotune.sweeps.tables import (
     AVERAGE,
     KEY_MEASURES,
@@ -82,9 +90,12 @@ class Aggregate:
     configurations: Configurations
     baseline: dict[str, str]  # the axes a configuration's baseline sets
     measures: Sequence[str]  # of the classifier input, in the report and figures
+    seeds: SeedAxis  # the seed that pairs runs: the one that varies
     scores: pd.DataFrame  # one row per counted run
     summary: pd.DataFrame  # the results table
+    failures: pd.DataFrame  # per configuration and task: runs, failed to learn, no verdict
     paired: pd.DataFrame
+    paired_learned: pd.DataFrame  # over the runs that learned
     across: pd.DataFrame
     isotropy_runs: pd.DataFrame  # one row per counted run and measure
     isotropy: pd.DataFrame  # the isotropy table: medians over seeds
@@ -95,7 +106,7 @@ class Aggregate:
     unfinished: list[Run]
     missing: list[MissingJob]
     sweeps: list[Sweep]
-    duplicates: list[tuple[str, list[Run]]]  # (configuration, task and seed; its runs)
+    duplicates: list[tuple[str, list[Run]]]  # (configuration, task and seeds; its runs)
     checked_at: datetime  # the age of running runs is counted to this time
 
     def report(self) -> str:
@@ -116,7 +127,9 @@ class Aggregate:
         """The tables written as ``<name>.csv`` and logged to W&B."""
         return {
             "results_table": self.summary,
+            "failed_runs": self.failures,
             "paired_statistics": self.paired,
+            "paired_statistics_learned": self.paired_learned,
             "across_tasks": self.across,
             "isotropy_table": self.isotropy,
             "isotropy_vs_score": self.correlations,
@@ -136,7 +149,10 @@ class Aggregate:
             shared=", ".join(f"`{part}`" for part in self.configurations.shared) or "nothing",
             baseline=" ".join(f"`{axis}={value}`" for axis, value in self.baseline.items()),
             results=self.results(),
+            failures=failures_markdown(self.failures),
+            paired_by=self.seeds.name,
             paired=report.paired_markdown(self.paired),
+            paired_learned=report.paired_learned_markdown(self.paired_learned),
             bootstrap=report.bootstrap_sentence(self.paired),
             holm_wilcoxon=holm_wilcoxon,
             holm_t=holm_t,
@@ -179,33 +195,45 @@ def aggregate(
         )
     baseline_axes = baseline_values(baseline)
 
-    def identity(run: Run) -> tuple[Configuration, str, int]:
-        return Configuration.of(run), run.field("task"), run.field("seed")
+    def identity(run: Run) -> tuple[Configuration, str, int, int]:
+        return Configuration.of(run), run.field("task"), *run_seeds(run)
 
     kept, duplicate_groups = latest_completed_runs(runs, key=identity)
     configurations = Configurations.of((Configuration.of(run) for run in kept), baseline_axes)
-    scores = scores_frame(kept, configurations)
+    seeds = SeedAxis.of(kept)
+    scores = scores_frame(kept, configurations, seeds)
     summary = summarize_scores(scores, configurations)
-    paired = paired_statistics(scores, configurations)
-    isotropy_runs = isotropy_frame(kept, configurations)
+    failures = failure_counts(scores)
+    baselines = configurations.baseline_names
+    paired = with_failures(paired_statistics(scores, configurations), failures, baselines, False)
+    paired_learned = with_failures(
+        paired_statistics(not_failed(scores), configurations), failures, baselines, True
+    )
+    isotropy_runs = isotropy_frame(kept, configurations, seeds)
     _check_measures(measures, isotropy_runs)
     points, correlations = isotropy_vs_score_data(scores, isotropy_runs, measures)
     duplicates = []
     for group in duplicate_groups:
-        config, task, seed = identity(group[-1])
-        duplicates.append((f"{configurations.name(config)} task={task} seed={seed}", group))
+        config, task, seed_init, seed_data = identity(group[-1])
+        seeds_shown = f"seed_init={seed_init} seed_data={seed_data}"
+        if seed_init == seed_data:
+            seeds_shown = f"seed={seed_init}"
+        duplicates.append((f"{configurations.name(config)} task={task} {seeds_shown}", group))
     return Aggregate(
         directories=directories,
         configurations=configurations,
         baseline=baseline_axes,
         measures=tuple(measures),
+        seeds=seeds,
         scores=scores,
         summary=summary,
+        failures=failures,
         paired=paired,
+        paired_learned=paired_learned,
         across=across_tasks(paired, summary, AVERAGE),
         isotropy_runs=isotropy_runs,
         isotropy=summarize_isotropy(isotropy_runs, configurations),
-        curves=isotropy_epochs_data(isotropy_epochs_frame(kept, configurations, measures)),
+        curves=isotropy_epochs_data(isotropy_epochs_frame(kept, configurations, measures, seeds)),
         points=points,
         correlations=correlations,
         runs=list(runs),

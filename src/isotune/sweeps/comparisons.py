@@ -5,7 +5,8 @@ A configuration is what sets a run apart other than its task and seed: its axes 
 result (paths, launcher, logger, ``hydra.*``). Its baseline is the same configuration with the
 baseline values of the axes (``norm=none`` by default, ``--baseline norm=batchnorm`` to choose
 another), every other axis and override the same (model, adaptation, ...). A configuration's runs
-and its baseline's runs of one task that share a seed are paired, and
+and its baseline's runs of one task that share the seed that varies (:mod:`isotune.sweeps.seeds`)
+are paired, and
 :mod:`isotune.sweeps.statistics` compares them.
 """
 
@@ -48,7 +49,8 @@ AXES: dict[str, Axis] = {
 }
 # Override keys (or prefixes ending in "." or "/") that change no result: not in a configuration.
 BOOKKEEPING = (*NOT_IN_GROUP, "hydra/")
-PAIRED_BY = ("task", "seed")  # not in a configuration either: a table column, and what pairs runs
+# Not in a configuration either: table columns, and what pairs runs (isotune.sweeps.seeds).
+PAIRED_BY = ("task", "seed", "seed_init", "seed_data")
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,11 @@ class Configurations:
     @property
     def names(self) -> list[str]:
         return [self.name(config) for config in self.ordered]
+
+    @property
+    def baseline_names(self) -> dict[str, str]:
+        """The name of each compared configuration's baseline, by the configuration's name."""
+        return {self.name(c): self.name(b) for c, b in self.baselines.items()}
 
 
 def paired_statistics(scores: pd.DataFrame, configurations: Configurations) -> pd.DataFrame:

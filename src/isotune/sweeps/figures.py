@@ -4,8 +4,10 @@ Three kinds, one file per task each: every seed's dev score per configuration wi
 (``scores_<task>.png``); isotropy of the classifier input over the epochs, median across seeds with
 a min-max band (``isotropy_epochs_<task>.png``); and each run's best-epoch isotropy against its
 score with Spearman's rho pooled and within each configuration (``isotropy_vs_score_<task>.png``).
-The ``*_data`` functions compute from the same frames as the tables, so a figure never shows a
-number the tables do not; the drawing functions only draw.
+A run that failed to learn (:mod:`isotune.sweeps.failures`) is a hollow dot in the scores and
+isotropy-against-score figures, with a legend entry. The ``*_data`` functions compute from the same
+frames as the tables, so a figure never shows a number the tables do not; the drawing functions
+only draw.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ FIGURES = {
     "isotropy_vs_score": "Best-epoch isotropy of the classifier input against the dev score",
 }
 POOLED = "pooled"  # the correlation over every configuration's runs together
+FAILED_LABEL = "hollow: failed to learn"
 DPI = 80
 
 
 def scores_data(scores: pd.DataFrame) -> pd.DataFrame:
     """Every run's score with its configuration's median on the task (the results table's)."""
-    points = scores[["configuration", "task", "metric", "seed", "score"]].copy()
+    points = scores[["configuration", "task", "metric", "seed", "score", "learned"]].copy()
     points["median"] = points.groupby(["configuration", "task"])["score"].transform("median")
     return points
 
@@ -61,7 +64,7 @@ def isotropy_vs_score_data(
     values = values.assign(measure=values["measure"].map(keys)).rename(
         columns={"finetuned": "isotropy"}
     )
-    points = scores[["configuration", "task", "seed", "score"]].merge(
+    points = scores[["configuration", "task", "seed", "score", "learned"]].merge(
         values.dropna(subset=["isotropy"]), on=["configuration", "task", "seed"], sort=False
     )
     order = {"task": ordered(scores["task"], GLUE_TASKS), "measure": list(measures)}
@@ -122,9 +125,7 @@ def scores_figure(points: pd.DataFrame, task: str, metric: str) -> plt.Figure:
     for x, name in enumerate(names):
         runs = points[points["configuration"] == name]
         spread = [0.0] if len(runs) == 1 else [i / (len(runs) - 1) - 0.5 for i in range(len(runs))]
-        axis.scatter(
-            [x + 0.3 * s for s in spread], runs["score"], color="tab:blue", alpha=0.7, s=25
-        )
+        _scatter(axis, [x + 0.3 * s for s in spread], runs["score"], runs["learned"], "tab:blue")
         axis.hlines(runs["median"].iloc[0], x - 0.3, x + 0.3, color="black", linewidth=2)
     axis.set_xticks(range(len(names)), names, rotation=20, ha="right")
     axis.set(
@@ -133,7 +134,27 @@ def scores_figure(points: pd.DataFrame, task: str, metric: str) -> plt.Figure:
         ylabel=f"dev {metric} at the best epoch (%)",
         xlim=(-0.6, len(names) - 0.4),
     )
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(fontsize="small")
     return figure
+
+
+def _scatter(axis, x, y, learned: pd.Series, colour, label: str | None = None) -> None:
+    """Runs as dots of ``colour``: filled, or hollow for those that failed to learn (labelled
+    once per axis, so the legend names the marker)."""
+    failed = learned.map(lambda verdict: verdict is False).to_numpy()
+    x, y = pd.Series(list(x)).to_numpy(), pd.Series(list(y)).to_numpy()
+    axis.scatter(x[~failed], y[~failed], color=colour, alpha=0.8, s=25, label=label)
+    if failed.any():
+        labels = axis.get_legend_handles_labels()[1]
+        axis.scatter(
+            x[failed],
+            y[failed],
+            facecolors="none",
+            edgecolors=colour,
+            s=25,
+            label=None if FAILED_LABEL in labels else FAILED_LABEL,
+        )
 
 
 def isotropy_epochs_figure(
@@ -173,7 +194,7 @@ def isotropy_vs_score_figure(
     for axis, measure in zip(axes[0], measures, strict=True):
         for name, runs in points[points["measure"] == measure].groupby("configuration", sort=False):
             label = f"{name}: {_rho_text(rhos[measure, name])}"
-            axis.scatter(runs["isotropy"], runs["score"], color=colours[name], label=label, s=25)
+            _scatter(axis, runs["isotropy"], runs["score"], runs["learned"], colours[name], label)
         axis.set(
             title=f"pooled {_rho_text(rhos[measure, POOLED])}",
             xlabel=f"{measure_label(measure)}\nat the best epoch",

@@ -50,6 +50,14 @@ def paired_markdown(paired: pd.DataFrame) -> str:
     return markdown_table(header, body)
 
 
+def paired_learned_markdown(paired: pd.DataFrame) -> str:
+    """The paired statistics over the runs that learned, or why there are none to show."""
+    failed = paired["failed"].gt(0) | paired["baseline_failed"].gt(0)
+    if not paired.empty and not failed.any():
+        return "The same: no compared run failed to learn."
+    return paired_markdown(paired)
+
+
 def bootstrap_sentence(paired: pd.DataFrame) -> str:
     shown = "shown" if paired["bootstrap_low"].notna().any() else "none here"
     return f"BCa bootstrap interval (seeded) only from {BOOTSTRAP_MIN_PAIRS} pairs ({shown})."

@@ -1,19 +1,26 @@
 """Rerun only the unfinished or missing jobs of a Hydra sweep, since a multirun cannot be resumed.
 
-A failed or interrupted job runs again in its own job directory with the overrides Hydra
-recorded for it, and so continues from the ``checkpoints/last.ckpt`` it saved at its last epoch
-end (a run started in its folder resumes, ``resume=auto``); one without a checkpoint starts from
-the beginning, and the plan says which does which. A missing job (no results.json) runs in a new
+A failed or interrupted job runs again in its own job directory with the overrides Hydra recorded
+for it, and so continues from the ``checkpoints/last.ckpt`` it saved at its last epoch end (a run
+started in its folder resumes, ``resume=auto``); one without a checkpoint starts from the
+beginning, and the plan says which does which. A missing job (no results.json) runs in a new
 ``<sweep_dir>/rerun-<n>``, which from then on counts as that job (a failed rerun reruns there). A
 job whose results.json still says ``running`` may be alive, so it reruns only with
 ``--include-running`` (its age in ``python -m isotune.aggregate`` tells a dead one), and a job
 whose process is alive (it holds its folder's lock, :mod:`isotune.folder_lock`) never reruns. Each
 job is one ``python <script> <overrides> hydra.run.dir=<dir>``, run from the sweep's original
-working directory, one after another. It refuses while the sweep itself or another rerun of it is
-alive (they hold the sweep folder's lock; a rerun holds it while it runs), and while the workers
-of a ``gpus``-launcher sweep still hold their GPU slots.
+working directory (when it is this one or the script's folder), one after another. It refuses
+while the sweep itself or another rerun of it is alive (they hold the sweep folder's lock; a
+rerun holds it while it runs), and while the workers of a ``gpus``-launcher sweep still hold
+their GPU slots.
 
-    python -m isotune.rerun <sweep_dir> [--dry-run] [--include-running] [--script train.py]
+The overrides read from the folder are data: one that names code to run (a ``_target_``, any
+``hydra`` setting but the project's own launchers and sweeper) is refused, naming the job, and
+nothing runs; so is a training script the folder names that is not this project's ``train.py``.
+Overrides typed after the sweep folder are the user's own, added to every job.
+
+    python -m isotune.rerun <sweep_dir> [overrides ...] [--dry-run] [--include-running]
+        [--script train.py]
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import isotune
 from isotune import folder_lock
 from isotune.errors import IsotuneError
 from isotune.resume import LAST_CHECKPOINT
@@ -37,6 +45,10 @@ from isotune.sweeps.runs import Run, Sweep, job_id, load_runs, missing_jobs, unf
 
 RERUN_DIR_PREFIX = "rerun-"
 DEFAULT_SCRIPT = "train.py"
+# The Hydra options the project ships (conf/hydra/launcher/, the isotune sweeper plugin): the
+# only hydra overrides a folder may name, since any other launcher, sweeper or hydra setting
+# (callbacks, env_set, searchpath) can name code to run.
+SHIPPED_HYDRA_OPTIONS = {"hydra/launcher": ("gpus", "slurm"), "hydra/sweeper": ("isotune",)}
 
 
 @dataclass(frozen=True)
@@ -53,11 +65,42 @@ class Rerun:
 
 def training_script(sweep: Sweep, script: Path | None = None) -> Path:
     """``script`` if given; else the sweep's app, ``hydra.job.name``.py, in ``hydra.runtime.cwd``
-    or next to its config folder (a sweep started from elsewhere); else ``./train.py``."""
+    or next to its config folder (a sweep started from elsewhere), if it is this project's
+    script; else ``./train.py``. A folder from elsewhere can name any file as its app, so rerun
+    runs one only when it is :func:`project_scripts`' or typed with ``--script``."""
     if script is not None:
         if not script.is_file():
             raise IsotuneError(f"--script {script} is not a file; pass the training script.")
         return script.resolve()
+    ours = project_scripts()
+    for recorded in _recorded_scripts(sweep):
+        if not recorded.is_file():
+            continue
+        if recorded.resolve() in ours:
+            return recorded.resolve()
+        known = " or ".join(map(str, ours)) or f"none: no ./{DEFAULT_SCRIPT} here"
+        raise IsotuneError(
+            f"The sweep {sweep.dir} names {recorded} as its training script, which is not this "
+            f"project's {DEFAULT_SCRIPT} ({known}); rerun runs no code a folder names. Fix: run "
+            f"it from the project's folder, or pass --script <path> if you trust that script."
+        )
+    if ours:
+        return ours[0]
+    raise IsotuneError(
+        f"No training script: no ./{DEFAULT_SCRIPT} here and none recorded by {sweep.dir}; "
+        "run it from the project's folder or pass --script <path>."
+    )
+
+
+def project_scripts() -> list[Path]:
+    """The training scripts rerun runs untold: ``./train.py`` where it is run, and the
+    ``train.py`` of the checkout isotune is installed from (an editable install)."""
+    checkout = Path(isotune.__file__).resolve().parents[2]
+    found = (path.resolve() for path in (Path.cwd(), checkout) if (path / DEFAULT_SCRIPT).is_file())
+    return list(dict.fromkeys(path / DEFAULT_SCRIPT for path in found))
+
+
+def _recorded_scripts(sweep: Sweep) -> list[Path]:
     hydra = sweep.config["hydra"]
     app = f"{hydra['job']['name']}.py"
     config_dirs = [
@@ -65,23 +108,43 @@ def training_script(sweep: Sweep, script: Path | None = None) -> Path:
         for source in hydra["runtime"].get("config_sources", [])
         if source["provider"] == "main" and source["schema"] == "file"
     ]
-    candidates = [
+    return [
         Path(hydra["runtime"]["cwd"]) / app,
         *(config_dir.parent / app for config_dir in config_dirs),
-        Path.cwd() / DEFAULT_SCRIPT,
     ]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate.resolve()
-    tried = " or ".join(map(str, candidates))
-    raise IsotuneError(f"No training script at {tried}; pass its path with --script.")
+
+
+def working_directory(sweep: Sweep, script: Path) -> Path:
+    """Where the jobs run: the sweep's own working directory (its relative paths mean what they
+    meant) when it is this one or the script's folder; else this one, since a folder from
+    elsewhere may name a directory holding a ``.env`` of someone else's."""
+    recorded = Path(sweep.config["hydra"]["runtime"]["cwd"])
+    here = Path.cwd().resolve()
+    if recorded.is_dir() and recorded.resolve() in (here, script.parent):
+        return recorded.resolve()
+    return here
+
+
+def names_code(override: str) -> bool:
+    """Whether an override read from a folder would make Hydra run code of its choosing: a
+    ``_target_`` anywhere in it, or a ``hydra`` key other than a shipped launcher or sweeper."""
+    key, _, value = override.lstrip("+~").partition("=")
+    if "_target_" in override:
+        return True
+    if key in SHIPPED_HYDRA_OPTIONS:
+        return value not in SHIPPED_HYDRA_OPTIONS[key]
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
 
 
 def plan_reruns(
-    sweep_dir: Path, script: Path | None = None, include_running: bool = False
+    sweep_dir: Path,
+    script: Path | None = None,
+    include_running: bool = False,
+    extra: Sequence[str] = (),
 ) -> tuple[list[Rerun], list[Run]]:
     """The commands that rerun the sweep's unfinished jobs in place and its missing ones anew,
-    and the runs left alone: alive, or marked running (unless ``include_running``)."""
+    and the runs left alone: alive, or marked running (unless ``include_running``).
+    ``extra``: the user's own overrides, added to every job after the folder's."""
     sweep = Sweep.load(sweep_dir)
     pid = folder_lock.holder(sweep.dir)
     if pid not in (None, os.getpid()):
@@ -96,8 +159,7 @@ def plan_reruns(
             "rerun its failed or missing jobs once it has ended."
         )
     script = training_script(sweep, script)
-    cwd = Path(sweep.config["hydra"]["runtime"]["cwd"])
-    cwd = cwd if cwd.is_dir() else Path.cwd()
+    cwd = working_directory(sweep, script)
     runs = load_runs(sweep.dir)
 
     def command(overrides: Sequence[str], job_dir: Path) -> list[str]:
@@ -106,7 +168,21 @@ def plan_reruns(
                 f"{job_dir} records no overrides (no .hydra/overrides.yaml, none in results.json), "
                 "so its job is unknown; rerun it by hand or delete the directory."
             )
-        return [sys.executable, str(script), *overrides, f"hydra.run.dir={job_dir.resolve()}"]
+        refused = next((override for override in overrides if names_code(override)), None)
+        if refused is not None:
+            raise IsotuneError(
+                f"{job_dir}: its recorded override {refused!r} names code to run, and rerun "
+                "runs no code a folder names. Fix: if you trust it, type it yourself after the "
+                "sweep folder (python -m isotune.rerun <sweep_dir> <override>), or rerun the "
+                "job by hand."
+            )
+        return [
+            sys.executable,
+            str(script),
+            *overrides,
+            *extra,
+            f"hydra.run.dir={job_dir.resolve()}",
+        ]
 
     jobs: dict[tuple, list[Run]] = {}  # a job rerun once, in its first folder, however many
     for run in unfinished_runs(runs, [sweep]):
@@ -153,6 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Rerun the failed or missing jobs of a Hydra sweep, one after another.",
     )
     parser.add_argument("sweep_dir", type=Path, help="the sweep directory (holds multirun.yaml)")
+    parser.add_argument(
+        "overrides", nargs="*", help="your own overrides, added to every job (e.g. trainer=cpu)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument(
         "--include-running",
@@ -162,12 +241,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--script",
         type=Path,
-        help="training script (default: the sweep's app in its original working directory, "
-        f"else ./{DEFAULT_SCRIPT})",
+        help="training script (default: the sweep's app if it is this project's "
+        f"{DEFAULT_SCRIPT}, else ./{DEFAULT_SCRIPT})",
     )
     args = parser.parse_args(argv)
     try:
-        reruns, left_alone = plan_reruns(args.sweep_dir, args.script, args.include_running)
+        reruns, left_alone = plan_reruns(
+            args.sweep_dir, args.script, args.include_running, args.overrides
+        )
         # one rerun of a sweep at a time, never beside the sweep itself
         locked = not args.dry_run and folder_lock.hold(args.sweep_dir, "sweep")
     except IsotuneError as error:

@@ -1,8 +1,9 @@
 """Paired statistics across seeds: is a configuration's difference from its baseline more than
 seed noise, and does one per-run number (an isotropy measure) predict another (the score)?
 
-Runs of a configuration and of its baseline that share a seed share the data order and the
-initialisation of the new layers, so they are compared as pairs: every statistic below is of the
+Runs of a configuration and of its baseline that share a seed share the data order (``seed_data``)
+or the initialisation of the new layers (``seed_init``), whichever varies, so they are compared as
+pairs (:mod:`isotune.sweeps.seeds`): every statistic below is of the
 differences ``other - baseline`` over the seeds both have. With the handful of seeds a sweep
 affords the tests are weak (see ``smallest_wilcoxon_p``), which the report must say next to them.
 Undefined values (no spread, too few pairs, constant input) are ``None`` with a ``note`` saying

@@ -1,5 +1,6 @@
-"""The few lines a sweep ends with: how many of its jobs completed, and each one that did not,
-with its folder and message, read from the jobs' results.json (so it says the same whichever
+"""The few lines a sweep ends with: how many of its jobs completed, how many of those failed to
+learn (:mod:`isotune.sweeps.failures`), and each one that did not complete, with its folder and
+message, read from the jobs' results.json (so it says the same whichever
 launcher ran them, and whether they ran here or on a cluster)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from isotune.sweeps.failures import learned_of
 from isotune.sweeps.runs import Sweep, load_runs, missing_jobs, unfinished_runs
 
 MESSAGE_WIDTH = 300  # characters of a failed job's message; the whole one is in its results.json
@@ -39,6 +41,13 @@ def summarize_sweep(sweep_dir: Path) -> SweepSummary:
     lines += [
         f"  #{job.number} missing (no results.json): {shlex.join(job.overrides)}" for job in missing
     ]
+    failed = sum(run.completed and learned_of(run) is False for run in runs)
+    if failed:
+        lines.append(
+            f"{failed} of the {completed} completed runs failed to learn (not above their dev "
+            f"set's trivial predictor); the aggregate sets them apart: python -m isotune.aggregate "
+            f"{sweep.dir}"
+        )
     if unfinished or missing:
         lines.append(f"Rerun them with: python -m isotune.rerun {sweep.dir}")
     return SweepSummary("\n".join(lines), all_completed=not unfinished and not missing)

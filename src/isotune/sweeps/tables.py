@@ -19,7 +19,9 @@ from isotune.errors import IsotuneError
 from isotune.metric_keys import POST_NORM, PRE_NORM, iso_key
 from isotune.reporting import markdown_table
 from isotune.sweeps.comparisons import AXES, Configuration, Configurations
+from isotune.sweeps.failures import failure_counts, learned_of, not_failed
 from isotune.sweeps.runs import Run
+from isotune.sweeps.seeds import SeedAxis
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 AVERAGE = "avg"
@@ -34,6 +36,8 @@ MEASURE_LABELS = {  # with the value an isotropic cloud has (docs/isotropy.md)
     "effective_rank": "effective rank (dimensions)",
 }
 SUMMARY_COLUMNS = ["task", "metric", "median", "std", "n", "baseline", "delta_vs_baseline"]
+# The same over the runs that learned (isotune.sweeps.failures), and the failed runs' count.
+LEARNED_COLUMNS = ["median_learned", "std_learned", "n_learned", "delta_learned", "failed"]
 
 
 def configuration_columns() -> list[str]:
@@ -57,8 +61,11 @@ def _identity(run: Run, configurations: Configurations) -> list[Any]:
     return [*dict(config.axes).values(), " ".join(config.overrides), configurations.name(config)]
 
 
-def scores_frame(runs: Sequence[Run], configurations: Configurations) -> pd.DataFrame:
-    """One row per completed run: its best-epoch dev primary metric, in percent."""
+def scores_frame(
+    runs: Sequence[Run], configurations: Configurations, seeds: SeedAxis
+) -> pd.DataFrame:
+    """One row per completed run: its pairing seed (``seeds``), its best-epoch dev primary
+    metric in percent, and whether it learned (True, False, None: unknown)."""
     rows = []
     for run in runs:
         metric = run.field("primary_metric")
@@ -72,21 +79,43 @@ def scores_frame(runs: Sequence[Run], configurations: Configurations) -> pd.Data
             [
                 *_identity(run, configurations),
                 run.field("task"),
-                run.field("seed"),
+                seeds.key(run),
                 metric,
                 100.0 * best[metric],
+                learned_of(run),
             ]
         )
-    frame = pd.DataFrame(
-        rows, columns=[*configuration_columns(), "task", "seed", "metric", "score"]
-    )
+    columns = [*configuration_columns(), "task", "seed", "metric", "score", "learned"]
+    frame = pd.DataFrame(rows, columns=columns).astype({"learned": object})
     return _sorted(frame, configurations, extra=["seed"])
 
 
 def summarize_scores(scores: pd.DataFrame, configurations: Configurations) -> pd.DataFrame:
     """Median, sample std and count over seeds per configuration x task; the ``avg`` task (mean
     of a row's per-task medians, for rows that have every task, when there are several); and the
-    difference of each median to its baseline's median."""
+    difference of each median to its baseline's median. The same over the runs that learned
+    (:data:`LEARNED_COLUMNS`: NaN and n 0 where every run failed), and the failed runs' count."""
+    if scores.empty:
+        return pd.DataFrame(columns=[*configuration_columns(), *SUMMARY_COLUMNS, *LEARNED_COLUMNS])
+    summary = _medians(scores, configurations)
+    learned = _medians(not_failed(scores), configurations).rename(
+        columns={
+            "median": "median_learned",
+            "std": "std_learned",
+            "n": "n_learned",
+            "delta_vs_baseline": "delta_learned",
+        }
+    )
+    keys = ["configuration", "task"]
+    summary = summary.merge(learned[[*keys, *LEARNED_COLUMNS[:-1]]], on=keys, how="left")
+    summary = summary.merge(failure_counts(scores)[[*keys, "failed"]], on=keys, how="left")
+    summary["n_learned"] = summary["n_learned"].fillna(0).astype("Int64")
+    summary["failed"] = summary["failed"].astype("Int64")
+    return summary
+
+
+def _medians(scores: pd.DataFrame, configurations: Configurations) -> pd.DataFrame:
+    """:func:`summarize_scores` of one set of runs, without the failed runs' columns."""
     if scores.empty:
         return pd.DataFrame(columns=[*configuration_columns(), *SUMMARY_COLUMNS])
     metrics = scores.groupby("task")["metric"].unique()
@@ -109,10 +138,7 @@ def summarize_scores(scores: pd.DataFrame, configurations: Configurations) -> pd
         averages = averages.reset_index().assign(task=AVERAGE, metric="mean of medians")
         summary = pd.concat([summary, averages], ignore_index=True)
 
-    pairs = [
-        (configurations.name(c), configurations.name(b))
-        for c, b in configurations.baselines.items()
-    ]
+    pairs = list(configurations.baseline_names.items())
     summary = summary.merge(
         pd.DataFrame(pairs, columns=["configuration", "baseline"]), on="configuration", how="left"
     )
@@ -124,13 +150,15 @@ def summarize_scores(scores: pd.DataFrame, configurations: Configurations) -> pd
     return _sorted(summary, configurations, tasks=[*tasks, AVERAGE])
 
 
-def isotropy_frame(runs: Sequence[Run], configurations: Configurations) -> pd.DataFrame:
+def isotropy_frame(
+    runs: Sequence[Run], configurations: Configurations, seeds: SeedAxis
+) -> pd.DataFrame:
     """One row per completed run and isotropy measure: pretrained and best-epoch values."""
     rows = []
     for run in runs:
         isotropy = run.result.get("isotropy") or {}
         pretrained, finetuned = isotropy.get("pretrained") or {}, isotropy.get("best") or {}
-        identity = [*_identity(run, configurations), run.field("task"), run.field("seed")]
+        identity = [*_identity(run, configurations), run.field("task"), seeds.key(run)]
         for measure in sorted(set(pretrained) | set(finetuned)):
             rows.append([*identity, measure, pretrained.get(measure), finetuned.get(measure)])
     columns = [*configuration_columns(), "task", "seed", "measure", "pretrained", "finetuned"]
@@ -139,14 +167,14 @@ def isotropy_frame(runs: Sequence[Run], configurations: Configurations) -> pd.Da
 
 
 def isotropy_epochs_frame(
-    runs: Sequence[Run], configurations: Configurations, measures: Sequence[str]
+    runs: Sequence[Run], configurations: Configurations, measures: Sequence[str], seeds: SeedAxis
 ) -> pd.DataFrame:
     """One row per completed run, epoch (0: pre-trained) and measure of the classifier input."""
     rows = []
     for run in runs:
         per_epoch = (run.result.get("isotropy") or {}).get("per_epoch") or {}
         name = configurations.name(Configuration.of(run))
-        identity = [name, run.field("task"), run.field("seed")]
+        identity = [name, run.field("task"), seeds.key(run)]
         for epoch, values in per_epoch.items():
             for measure in measures:
                 value = values.get(measure_key(measure))
@@ -197,7 +225,8 @@ def _sorted(
 
 
 def results_markdown(summary: pd.DataFrame, configurations: Configurations) -> str:
-    """The paper-style table (median ± std (n) per task) and the Δ-to-baseline table."""
+    """The paper-style table (median ± std (n) per task) and the Δ-to-baseline table, over all
+    runs and, where a run failed to learn, over the runs that learned."""
     tasks = ordered(set(summary["task"]) - {AVERAGE}, GLUE_TASKS)
     columns = [*tasks, AVERAGE] if AVERAGE in set(summary["task"]) else tasks
     rows = list(dict.fromkeys(summary["configuration"]))
@@ -205,13 +234,16 @@ def results_markdown(summary: pd.DataFrame, configurations: Configurations) -> s
 
     def table(format_cell, names) -> str:
         body = [
-            [name, *(format_cell(cells.get((name, task))) for task in columns)] for name in names
+            [name, *(format_cell(cells.get((name, task)), cells) for task in columns)]
+            for name in names
         ]
         return markdown_table(["configuration", *columns], body)
 
     metric_of = dict(zip(summary["task"], summary["metric"], strict=True))
+    failed = int(summary.loc[summary["task"] != AVERAGE, "failed"].sum())
     notes = [
-        "Dev primary metric at the best epoch, in %: median ± sample std over seeds (n seeds).",
+        "Dev primary metric at the best epoch, in %: median ± sample std over seeds (n seeds; "
+        "how many failed to learn: not above the trivial predictor by the margin).",
         "Metrics: " + ", ".join(f"{task} = {metric_of[task]}" for task in tasks) + ".",
     ]
     if AVERAGE in columns:
@@ -219,6 +251,13 @@ def results_markdown(summary: pd.DataFrame, configurations: Configurations) -> s
             f"{AVERAGE}: mean of the per-task medians, only for rows with all {len(tasks)} tasks."
         )
     sections = ["## Results", table(_score_cell, rows), "\n".join(notes)]
+    if failed:
+        sections += [
+            "## Results over the runs that learned",
+            table(_learned_cell, rows),
+            f"{failed} runs failed to learn; they are left out here (runs without a verdict, "
+            "older than the check, are kept).",
+        ]
     baselines = dict(zip(summary["configuration"], summary["baseline"], strict=True))
     compared = [name for name in rows if pd.notna(baselines[name])]
     if compared:
@@ -227,20 +266,49 @@ def results_markdown(summary: pd.DataFrame, configurations: Configurations) -> s
             table(_delta_cell, compared),
             "Baselines: " + "; ".join(f"{name} vs {baselines[name]}" for name in compared) + ".",
         ]
+        if failed:
+            sections += [
+                "## Δ median vs the baseline, over the runs that learned",
+                table(_learned_delta_cell, compared),
+            ]
     return "\n\n".join(sections) + "\n"
 
 
-def _score_cell(row: Any) -> str:
+def _score_cell(row: Any, cells: dict) -> str:
     if row is None:
         return "–"
     if row.task == AVERAGE:
         return f"{row.median:.2f}"
     spread = f" ± {row.std:.2f}" if row.n > 1 else ""
-    return f"{row.median:.2f}{spread} (n={row.n})"
+    failed = f", {row.failed} failed" if row.failed else ""
+    return f"{row.median:.2f}{spread} (n={row.n}{failed})"
 
 
-def _delta_cell(row: Any) -> str:
+def _learned_cell(row: Any, cells: dict) -> str:
+    if row is None:
+        return "–"
+    if row.task == AVERAGE:
+        return "–" if pd.isna(row.median_learned) else f"{row.median_learned:.2f}"
+    if row.n_learned == 0:
+        return f"all {row.n} failed"
+    spread = f" ± {row.std_learned:.2f}" if row.n_learned > 1 else ""
+    return f"{row.median_learned:.2f}{spread} (n={row.n_learned})"
+
+
+def _delta_cell(row: Any, cells: dict) -> str:
     return "–" if row is None or pd.isna(row.delta_vs_baseline) else f"{row.delta_vs_baseline:+.2f}"
+
+
+def _learned_delta_cell(row: Any, cells: dict) -> str:
+    """The Δ over the runs that learned, or which side's runs all failed."""
+    if row is None:
+        return "–"
+    baseline = cells.get((row.baseline, row.task))
+    if row.task != AVERAGE and row.n_learned == 0:
+        return "all failed"
+    if row.task != AVERAGE and baseline is not None and baseline.n_learned == 0:
+        return "baseline all failed"
+    return "–" if pd.isna(row.delta_learned) else f"{row.delta_learned:+.2f}"
 
 
 def isotropy_markdown(summary: pd.DataFrame) -> str:

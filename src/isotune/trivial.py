@@ -1,0 +1,82 @@
+"""The trivial predictor of a dev set, and whether a run beat it: failed runs told from worse ones.
+
+Fine-tuning BERT-family encoders fails for a share of seeds on small tasks: the classifier ends up
+predicting one class. Mosbach, Andriushchenko & Klakow (ICLR 2021) call a run *failed* when its dev
+accuracy is not above the majority-class baseline; without that line, a regularizer that breaks
+training reads as a small negative effect. The trivial predictor is a constant prediction, scored
+by the task's own metric functions (:mod:`isotune.metrics`), the code path of the run's score, so
+that a collapsed run and the trivial predictor score alike:
+
+- classification (accuracy, F1, Matthews correlation): the dev set's majority class (ties: the
+  lower class id). Accuracy is its share. F1 is of the positive class (id 1), so it is
+  2p / (1 + p) for a positive share p when the majority is positive, and 0 when the majority is
+  negative (no positive is predicted). Matthews correlation of a constant is 0/0, scored 0 as
+  GLUE's official scorer does (:class:`isotune.metrics.MatthewsCorrelation`).
+- regression (Pearson, Spearman): the dev labels' mean. A constant has no variance, so its
+  correlation is undefined (torchmetrics gives NaN or 0); it counts as 0, the correlation of a
+  prediction that carries nothing about the labels' order, so a run learned when it correlates
+  positively by more than the margin.
+
+A task with several metrics (MRPC: accuracy and F1) is judged by its primary metric. Torch only,
+no Lightning: a notebook judges a run as the training run does.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from isotune.metrics import build_metrics, compute_scores
+from isotune.ranges import NON_NEGATIVE
+from isotune.tasks import TaskSpec
+
+DECIMALS = 9  # a score equal to the trivial one in float noise is not above it
+
+
+@dataclass(frozen=True)
+class TrivialScore:
+    """What a constant prediction scores on a dev set, by the task's primary metric."""
+
+    predictor: str  # "majority class (not_entailment)", "mean of the dev labels (2.36)"
+    metric: str
+    score: float
+
+
+def trivial_score(task: TaskSpec, labels: Sequence[float] | torch.Tensor) -> TrivialScore:
+    """The trivial predictor of ``labels`` (the dev split's, in any order) and its score."""
+    labels = torch.as_tensor(labels)
+    if task.is_regression:
+        mean = float(labels.float().mean())
+        predicted = torch.full(labels.shape, mean)
+        predictor = f"mean of the dev labels ({mean:.3g})"
+        labels = labels.float()
+    else:
+        counts = torch.bincount(labels.long(), minlength=task.num_labels)
+        majority = int(counts.argmax())  # the first of tied counts: the lower class id
+        predicted = torch.full(labels.shape, majority)
+        predictor = f"majority class ({task.labels[majority]})"
+    with warnings.catch_warnings():  # torchmetrics: a constant has no variance, Spearman's buffer
+        warnings.simplefilter("ignore")
+        metrics = build_metrics(task.metrics, task.num_labels)
+        metrics.update(predicted, labels)
+        score = compute_scores(metrics)[task.primary_metric]
+    return TrivialScore(predictor, task.primary_metric, score if math.isfinite(score) else 0.0)
+
+
+def learned(best: Mapping[str, float], trivial: TrivialScore, margin: float) -> bool | None:
+    """Whether the best epoch's score is above the trivial one by more than ``margin`` (in the
+    metric's units: 0.01 is one point of accuracy); None without a best epoch."""
+    NON_NEGATIVE.require(margin, "failure.margin")
+    score = best.get(trivial.metric)
+    if score is None or not math.isfinite(score):
+        return None if score is None else False
+    return round(score - trivial.score, DECIMALS) > margin
+
+
+def failure_record(trivial: TrivialScore, margin: float, best: Mapping[str, float]) -> dict:
+    """results.json's fields: ``trivial`` (predictor, metric, score), ``margin``, ``learned``."""
+    return {"trivial": asdict(trivial), "margin": margin, "learned": learned(best, trivial, margin)}

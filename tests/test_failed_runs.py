@@ -1,0 +1,204 @@
+"""Failed runs told from worse ones: the trivial predictor per metric, the verdict in results.json
+and the console, its counts and separate statistics in the aggregate, and the figures' markers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from matplotlib.collections import PathCollection
+
+from isotune.metrics import build_metrics, compute_scores
+from isotune.sweeps import aggregate
+from isotune.sweeps.figures import FAILED_LABEL, scores_data, scores_figure
+from isotune.sweeps.summary import summarize_sweep
+from isotune.training import train
+from isotune.trivial import TrivialScore, learned, trivial_score
+from tests.conftest import write_glue_dir
+from tests.helpers.config_checks import problems
+from tests.helpers.fake_runs import completed, write_run
+from tests.helpers.tasks import load_task
+
+
+def test_the_majority_class_scores_its_share_and_its_f1_only_when_positive():
+    rte = trivial_score(load_task("rte"), [0] * 5 + [1] * 7)
+    assert rte == TrivialScore("majority class (not_entailment)", "accuracy", pytest.approx(7 / 12))
+    # MRPC is judged by F1 of the positive class: 0 when the majority is negative ...
+    assert trivial_score(load_task("mrpc"), [0] * 7 + [1] * 5).score == 0.0
+    # ... and 2p / (1 + p) for a positive share p: precision p, recall 1.
+    p = 7 / 12
+    assert trivial_score(load_task("mrpc"), [1] * 7 + [0] * 5).score == pytest.approx(
+        2 * p / (1 + p)
+    )
+    tie = trivial_score(load_task("rte"), [1, 0, 1, 0])
+    assert tie.predictor == "majority class (entailment)"  # a tie: the lower class id
+
+
+def test_a_constant_scores_0_correlation_on_stsb():
+    stsb = trivial_score(load_task("stsb"), [0.5, 1.0, 4.5, 2.0])
+    assert (stsb.metric, stsb.score) == ("pearson", 0.0)  # undefined (NaN) counts as 0
+    assert stsb.predictor == "mean of the dev labels (2)"
+
+
+def test_a_collapsed_cola_run_is_not_above_its_trivial_predictor():
+    """Matthews correlation of a constant is 0/0, scored 0 as scikit-learn does: a run that
+    predicts the majority class everywhere, scored batch by batch as validation scores it, is
+    not above the trivial predictor."""
+    labels = torch.tensor([1] * 30 + [0] * 13)
+    trivial = trivial_score(load_task("cola"), labels)
+    metric = build_metrics(["matthews_correlation"], 2)
+    for batch in labels.split(16):
+        metric.update(torch.ones_like(batch), batch)
+    collapsed = compute_scores(metric)
+    assert trivial.score == collapsed["matthews_correlation"] == 0.0
+    assert learned(collapsed, trivial, margin=0.0) is False
+
+
+def test_learned_means_above_the_trivial_score_by_more_than_the_margin():
+    trivial = TrivialScore("majority class (not_entailment)", "accuracy", 0.527)
+    assert learned({"accuracy": 0.527}, trivial, 0.0) is False  # Mosbach et al.: not above
+    assert learned({"accuracy": 0.53}, trivial, 0.0) is True
+    assert learned({"accuracy": 0.53}, trivial, 0.01) is False
+    assert learned({"accuracy": float("nan")}, trivial, 0.0) is False
+    assert learned({}, trivial, 0.0) is None  # no epoch finished
+    with pytest.raises(ValueError, match=r"failure\.margin must be a finite number >= 0, got -1"):
+        learned({"accuracy": 0.6}, trivial, -1)
+
+
+def test_the_margin_and_the_seeds_are_checked_before_a_run_starts():
+    assert problems("failure.margin=-0.1", "seed_init=abc", "seed_data=1.5") == [
+        "  failure.margin=-0.1: must be a finite number >= 0",
+        "  seed_init='abc': must be an integer (default: seed)",
+        "  seed_data=1.5: must be an integer (default: seed)",
+    ]
+    assert problems("seed=abc") == ["  seed='abc': must be an integer"]  # once, not thrice
+
+
+def verdict(result: dict, score: float, learned_: bool | None) -> dict:
+    """A completed fake run judged against a majority class of 0.53 (no verdict: None)."""
+    if learned_ is None:
+        return result  # written before runs recorded a verdict
+    trivial = {"predictor": "majority class (not_entailment)", "metric": "accuracy", "score": 0.53}
+    return {**result, "trivial": trivial, "margin": 0.0, "learned": learned_}
+
+
+# (norm, seed): (score, learned). isobn: one of three failed; whitening: all failed;
+# batchnorm: older runs without a verdict.
+FAKE = {
+    ("none", 1): (0.57, True),
+    ("none", 2): (0.59, True),
+    ("none", 3): (0.55, True),
+    ("isobn", 1): (0.60, True),
+    ("isobn", 2): (0.62, True),
+    ("isobn", 3): (0.53, False),
+    ("whitening", 1): (0.53, False),
+    ("whitening", 2): (0.53, False),
+    ("whitening", 3): (0.52, False),
+    ("batchnorm", 1): (0.58, None),
+    ("batchnorm", 2): (0.60, None),
+    ("batchnorm", 3): (0.56, None),
+}
+
+
+@pytest.fixture
+def judged_sweep(tmp_path) -> Path:
+    for (norm, seed), (score, learned_) in FAKE.items():
+        result = verdict(completed("minilm", norm, "rte", seed, score), score, learned_)
+        write_run(tmp_path / f"{norm}-{seed}", [f"norm={norm}", f"seed={seed}"], result)
+    return tmp_path
+
+
+def test_the_aggregate_counts_failed_runs_and_compares_the_runs_that_learned(judged_sweep):
+    result = aggregate.aggregate([judged_sweep])
+    counts = result.failures.set_index("configuration")
+    assert counts.loc["norm=isobn", ["n", "failed", "unknown"]].tolist() == [3, 1, 0]
+    assert counts.loc["norm=whitening", ["n", "failed", "unknown"]].tolist() == [3, 3, 0]
+    assert counts.loc["norm=batchnorm", ["n", "failed", "unknown"]].tolist() == [3, 0, 3]
+    summary = result.summary.set_index("configuration")
+    # Over all runs, and beside it over the runs that learned (unknown ones kept).
+    assert summary.loc["norm=isobn", "median"] == pytest.approx(60.0)
+    assert summary.loc["norm=isobn", "median_learned"] == pytest.approx(61.0)
+    assert summary.loc["norm=isobn", "n_learned"] == 2
+    assert summary.loc["norm=whitening", "n_learned"] == 0
+    assert summary.loc["norm=batchnorm", "n_learned"] == 3
+    paired = result.paired.set_index("configuration")
+    learned_only = result.paired_learned.set_index("configuration")
+    assert paired.loc["norm=isobn", "n"] == 3 and learned_only.loc["norm=isobn", "n"] == 2
+    assert learned_only.loc["norm=isobn", "median_difference"] == pytest.approx(3.0)  # 3, 3
+    # Every whitening run failed: over all runs the difference stands with a note; over the runs
+    # that learned there is none, and the row says why.
+    assert paired.loc["norm=whitening", "note"].startswith("All 3 runs of the configuration")
+    assert learned_only.loc["norm=whitening", "n"] == 0
+    assert learned_only.loc["norm=whitening", "median_difference"] is None
+    assert learned_only.loc["norm=whitening", "note"] == (
+        "All 3 runs of the configuration failed to learn: no difference."
+    )
+    report = result.results()
+    assert "60.00 ± 4.73 (n=3, 1 failed)" in report
+    assert "## Results over the runs that learned" in report and "all 3 failed" in report
+
+
+def test_the_sweep_report_and_its_figure_mark_failed_runs(judged_sweep, tmp_path):
+    assert aggregate.main([str(judged_sweep), "--out", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "sweep_report.md").read_text()
+    assert "| norm=whitening | rte | 3 of 3 (all) |" in report
+    assert "| norm=batchnorm | rte | 0 of 3; 3 without a verdict (older runs) |" in report
+    assert "runs are paired by `seed`" in report
+    scores = aggregate.aggregate([judged_sweep]).scores
+    figure = scores_figure(scores_data(scores[scores["task"] == "rte"]), "rte", "accuracy")
+    axis = figure.axes[0]
+    dots = [c for c in axis.collections if isinstance(c, PathCollection)]  # not the median bars
+    hollow = [c for c in dots if len(c.get_facecolors()) == 0]
+    assert sum(len(c.get_offsets()) for c in hollow) == 4  # isobn's seed 3, whitening's three
+    assert FAILED_LABEL in axis.get_legend_handles_labels()[1]
+
+
+@pytest.mark.slow
+def test_a_run_that_cannot_learn_is_marked_failed_in_results_json_and_the_aggregate(
+    train_config, tmp_path, caplog
+):
+    """A learning rate too small to move the tiny model, on a dev set of 22 of 24 one class: the
+    best epoch cannot be above the majority class."""
+    glue = write_glue_dir(tmp_path / "glue")
+    dev = (glue / "RTE" / "dev.tsv").read_text().splitlines()
+    rows = [row.split("\t") for row in dev[1:]]
+    labels = ["entailment" if int(i) % 12 == 0 else "not_entailment" for i, *_ in rows]
+    lines = [dev[0]] + [
+        "\t".join([*row[:-1], label]) for row, label in zip(rows, labels, strict=True)
+    ]
+    (glue / "RTE" / "dev.tsv").write_text("\n".join(lines) + "\n")
+    run_dir = tmp_path / "run"
+    caplog.set_level("INFO", logger="isotune.training")
+    results = train(
+        train_config("optim.lr=1e-12", f"paths.glue_dir={glue}", "seed=3", output_dir=run_dir)
+    )
+    assert json.loads((run_dir / "results.json").read_text()) == results
+    assert results["trivial"] == {
+        "predictor": "majority class (not_entailment)",
+        "metric": "accuracy",
+        "score": pytest.approx(22 / 24),
+    }
+    assert results["margin"] == 0.0 and results["learned"] is False
+    assert (results["seed"], results["seed_init"], results["seed_data"]) == (3, 3, 3)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Best dev")]
+    assert line.endswith("majority class (not_entailment): 0.9167; FAILED TO LEARN (margin 0)")
+    result = aggregate.aggregate([run_dir])
+    assert result.failures[["n", "failed"]].values.tolist() == [[1, 1]]
+    assert "(n=1, 1 failed)" in result.results() and "all 1 failed" in result.results()
+
+
+def test_a_sweep_ends_saying_how_many_of_its_runs_failed_to_learn(tmp_path):
+    basic = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    multirun = {"hydra": {"sweeper": {"_target_": basic}, "overrides": {"task": ["seed=1,2"]}}}
+    (tmp_path / "multirun.yaml").write_text(yaml.safe_dump(multirun))
+    for job, (seed, learned_) in enumerate(((1, True), (2, False))):
+        result = verdict(completed("minilm", "none", "rte", seed, 0.6), 0.6, learned_)
+        write_run(tmp_path / str(job), [f"seed={seed}"], result)
+    text = summarize_sweep(tmp_path).text
+    assert text.splitlines()[1:] == [
+        "1 of the 2 completed runs failed to learn (not above their dev set's trivial "
+        f"predictor); the aggregate sets them apart: python -m isotune.aggregate {tmp_path}"
+    ]

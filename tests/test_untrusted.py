@@ -1,0 +1,197 @@
+"""Checkpoints and folders from elsewhere are data: a checkpoint that would run code is refused
+on every route before any of it runs, saved settings are never resolved, and a refused start
+leaves the folder it was typed in byte-identical (docs/security.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from omegaconf import OmegaConf
+
+from isotune.analysis.run import literal, load_checkpoint, run_max_length
+from isotune.checkpoints import RunCheckpointIO
+from isotune.dashboard.tensorboard import tensorboard_logger
+from isotune.errors import IsotuneError
+from isotune.hydra_callbacks import StartCheckInRunFolder
+from isotune.resume import UNSAFE_LOAD_VARIABLE, read_checkpoint
+from isotune.training import train
+from tests.conftest import compose_config
+from tests.helpers.cli import ROOT, run_script, tiny_cli_overrides
+from tests.helpers.untrusted import code_running_checkpoint, folder_digest
+
+REFUSED = "Refused to read"
+UNSAFE_ENVIRONMENTS = [{}, {UNSAFE_LOAD_VARIABLE: "1"}]  # the variable must change nothing
+
+
+@pytest.fixture(params=UNSAFE_ENVIRONMENTS, ids=["plain", "force-no-weights-only"])
+def environment(request, monkeypatch) -> dict[str, str]:
+    for name, value in request.param.items():
+        monkeypatch.setenv(name, value)
+    return request.param
+
+
+def test_every_in_process_read_refuses_a_code_running_checkpoint(tmp_path, environment):
+    marker = tmp_path / "marker"
+    evil = code_running_checkpoint(tmp_path / "evil.ckpt", marker)
+    reads = {
+        "read_checkpoint": lambda: read_checkpoint(evil),
+        "Lightning's load": lambda: RunCheckpointIO().load_checkpoint(evil),
+        "analyze.py's load": lambda: load_checkpoint(str(evil)),
+    }
+    for route, read in reads.items():
+        with pytest.raises(IsotuneError) as refused:
+            read()
+        assert str(refused.value).startswith(f"{REFUSED} {evil}: "), route
+        assert "it names posix.system" in str(refused.value), route
+    assert not marker.exists()
+    assert os.environ.get(UNSAFE_LOAD_VARIABLE) == environment.get(UNSAFE_LOAD_VARIABLE)
+
+
+def test_a_refused_checkpoint_is_recorded_in_a_new_run_folder(train_config, tmp_path, environment):
+    marker = tmp_path / "marker"
+    evil = code_running_checkpoint(tmp_path / "elsewhere" / "evil.ckpt", marker)
+    with pytest.raises(IsotuneError) as refused:
+        train(train_config(f"ckpt_path={evil}", output_dir=tmp_path / "run"))
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert record["status"] == "failed"
+    assert record["error"] == f"IsotuneError: {refused.value}"
+    assert not marker.exists()
+
+
+def test_a_checkpoint_without_the_keys_train_py_writes_names_them(tmp_path):
+    torch.save({"state_dict": {"weight": torch.zeros(1)}}, tmp_path / "weights.ckpt")
+    with pytest.raises(IsotuneError) as refused:
+        read_checkpoint(tmp_path / "weights.ckpt")
+    assert "it lacks hyper_parameters, global_step, epoch, loops" in str(refused.value)
+
+
+def test_a_saved_interpolation_stays_a_string_in_the_config(monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "secret-key")
+    saved = {"name": "${oc.env:WANDB_API_KEY}", "tags": ["a\\${x}", "${oc.env:HOME}"], "n": 3}
+    cfg = OmegaConf.create({"model": literal(saved), "logger": {"name": "${model.name}"}})
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert resolved["model"] == saved
+    assert resolved["logger"]["name"] == "${oc.env:WANDB_API_KEY}"
+
+
+def test_a_saved_max_length_is_read_as_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOME_LENGTH", "64")
+    (tmp_path / ".hydra").mkdir()
+    config = tmp_path / ".hydra" / "config.yaml"
+    config.write_text(yaml.safe_dump({"data": {"max_length": "${oc.env:SOME_LENGTH}"}}))
+    with pytest.raises(IsotuneError, match=r"data.max_length='\$\{oc.env:SOME_LENGTH\}', not a"):
+        run_max_length(None, tmp_path / "checkpoints" / "best.ckpt")
+    config.write_text(yaml.safe_dump({"data": {"max_length": 64}}))
+    assert run_max_length(None, tmp_path / "checkpoints" / "best.ckpt") == 64
+
+
+def test_a_name_with_slashes_stays_one_tensorboard_folder(tmp_path):
+    logger = tensorboard_logger(str(tmp_path), 1, model="../../x", task="rte", norm="none")
+    assert logger.log_dir == str(tmp_path / "tensorboard" / ".._.._x-rte-none-seed1")
+
+
+def one_message(result) -> str:
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "Traceback" not in output, output[-3000:]
+    assert output.count(REFUSED) == 1, output[-3000:]
+    return output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("environment", UNSAFE_ENVIRONMENTS, ids=["plain", "force-no-weights"])
+def test_train_and_analyze_refuse_a_code_running_checkpoint(
+    tmp_path, tiny_bert, glue_dir, environment
+):
+    marker = tmp_path / "marker"
+    evil = code_running_checkpoint(tmp_path / "evil.ckpt", marker)
+    overrides = tiny_cli_overrides(tiny_bert, glue_dir, f"ckpt_path={evil}")
+    trained = run_script(
+        "train.py", *overrides, f"hydra.run.dir={tmp_path / 'run'}", env=environment
+    )
+    one_message(trained)
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "failed"
+    analysed = run_script(
+        "analyze.py", f"ckpt_path={evil}", f"hydra.run.dir={tmp_path / 'analysis'}", env=environment
+    )
+    one_message(analysed)
+    assert not marker.exists()
+
+
+def run_folder_holding(tmp_path, tiny_bert, glue_dir, marker):
+    """A run folder as a failed run leaves it, its last.ckpt replaced by a code-running one."""
+    folder = tmp_path / "sweep" / "0"
+    overrides = tiny_cli_overrides(tiny_bert, glue_dir)
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (folder / "results.json").write_text(json.dumps({"status": "failed", "error": "E: x"}))
+    (folder / "train.log").write_text("the earlier attempt's log\n")
+    code_running_checkpoint(folder / "checkpoints" / "last.ckpt", marker)
+    return folder, overrides
+
+
+def test_the_start_check_refuses_before_hydra_rewrites_a_run_folder(
+    tmp_path, tiny_bert, glue_dir, environment, capsys
+):
+    marker = tmp_path / "marker"
+    folder, overrides = run_folder_holding(tmp_path, tiny_bert, glue_dir, marker)
+    before = folder_digest(folder)
+    cfg = compose_config("train", [*overrides, f"hydra.run.dir={folder}"])
+    with pytest.raises(SystemExit) as stopped:
+        StartCheckInRunFolder().on_run_start(cfg)
+    assert stopped.value.code == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"Error: {REFUSED} {folder / 'checkpoints' / 'last.ckpt'}: ")
+    assert error.count("\n") == 1
+    assert folder_digest(folder) == before and not marker.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("environment", UNSAFE_ENVIRONMENTS, ids=["plain", "force-no-weights"])
+def test_a_run_folder_holding_a_code_running_checkpoint_is_left_as_it_was(
+    tmp_path, tiny_bert, glue_dir, environment
+):
+    marker = tmp_path / "marker"
+    folder, overrides = run_folder_holding(tmp_path, tiny_bert, glue_dir, marker)
+    before = folder_digest(folder)
+    started = run_script("train.py", *overrides, f"hydra.run.dir={folder}", env=environment)
+    one_message(started)
+    assert folder_digest(folder) == before
+
+    sweep = folder.parent
+    sweeper = {"_target_": "an.OptunaSweeper"}  # jobs not known in advance: none missing
+    hydra = {"sweeper": sweeper, "overrides": {"task": []}}
+    hydra |= {"runtime": {"cwd": str(ROOT)}, "job": {"name": "train"}}
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": hydra}))
+    rerun = subprocess.run(
+        [sys.executable, "-m", "isotune.rerun", str(sweep)],
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **environment},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    one_message(rerun)
+    assert "Reran 1 jobs, 1 failed again." in rerun.stdout
+    assert folder_digest(folder) == before
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_a_refused_resume_typed_in_a_run_folder_leaves_its_files_as_they_were(
+    tmp_path, tiny_bert, glue_dir
+):
+    folder = tmp_path / "run"
+    overrides = [*tiny_cli_overrides(tiny_bert, glue_dir), f"hydra.run.dir={folder}"]
+    first = run_script("train.py", *overrides)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    before = folder_digest(folder)
+    refused = run_script("train.py", *overrides, "norm=isobn")
+    output = refused.stdout + refused.stderr
+    assert refused.returncode == 1 and "Traceback" not in output, output[-3000:]
+    assert output.count("comes from a run configured otherwise") == 1
+    assert folder_digest(folder) == before  # .hydra/, train.log, results.json, metrics.csv
