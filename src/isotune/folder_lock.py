@@ -3,16 +3,22 @@
 Two processes in one run folder (the same ``hydra.run.dir=`` typed twice, a rerun of a job that
 is still alive) would both resume from its last.ckpt, both log every step into its metrics.csv
 and overwrite each other's results.json. So a run takes its folder's lock before it writes
-anything there, and a sweep (or a rerun of it) takes the sweep folder's: ``fcntl.flock`` on
-``.isotune.lock``, which holds the pid of its owner. The kernel releases it when the process
-ends however it ends (``kill -9`` too), so nothing stale is left; a second process is refused
-with one message naming the first one's pid.
+anything there, and a sweep (or a rerun of it) takes the sweep folder's: a POSIX record lock
+(``fcntl``) on the empty file ``.isotune.lock``. The kernel releases it when the process ends
+however it ends (``kill -9`` too), so nothing stale is left, and tells who holds it, so a second
+process is refused with one message naming the first one's pid without writing a byte (a
+refused start leaves the folder byte-identical). Unlike ``flock``, the lock is not inherited by
+forked children (data loader workers) and is seen across NFS clients.
+
+A POSIX lock belongs to the process and goes when the process closes any descriptor of the
+file, so this module opens a folder's lock file once per process and keeps it open.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import struct
 from pathlib import Path
 
 from isotune.errors import IsotuneError
@@ -20,6 +26,7 @@ from isotune.errors import IsotuneError
 LOCK_FILE = ".isotune.lock"
 
 _held: dict[Path, int] = {}  # folder -> the open lock file this process holds it with
+_FLOCK = struct.Struct("hhqqi")  # struct flock: type, whence, start, length, pid (Linux)
 
 
 class FolderInUse(IsotuneError):
@@ -36,18 +43,17 @@ def hold(folder: str | Path, what: str = "run") -> bool:
     folder.mkdir(parents=True, exist_ok=True)
     descriptor = _open(folder, os.O_RDWR | os.O_CREAT)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pid = _pid_in(descriptor)
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pid = _holder_pid(descriptor)
         os.close(descriptor)
+        if pid is None:  # it ended between the two calls: try once more
+            return hold(folder, what)
         raise FolderInUse(
-            f"The {what} folder {folder} is in use by another process, still alive: "
-            f"{f'pid {pid}' if pid else 'its pid not yet written'}. Two processes in one folder "
-            "would write the same files. Fix: wait for it to end (or stop it: "
-            f"kill {pid or '<pid>'}), or run elsewhere."
+            f"The {what} folder {folder} is in use by another process, still alive: pid {pid}. "
+            "Two processes in one folder would write the same files. Fix: wait for it to end "
+            f"(or stop it: kill {pid}), or run elsewhere."
         ) from None
-    os.ftruncate(descriptor, 0)
-    os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
     _held[folder] = descriptor
     return True
 
@@ -60,8 +66,7 @@ def release(folder: str | Path) -> None:
 
 
 def holder(folder: str | Path) -> int | None:
-    """The pid of the live process that holds ``folder``'s lock (0 if it has not written its
-    pid yet), or None where no process holds it."""
+    """The pid of the live process that holds ``folder``'s lock, or None where none does."""
     folder = Path(folder).resolve()
     if folder in _held:
         return os.getpid()
@@ -69,12 +74,16 @@ def holder(folder: str | Path) -> int | None:
         return None
     descriptor = _open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return _pid_in(descriptor)
+        return _holder_pid(descriptor)
     finally:
         os.close(descriptor)
-    return None
+
+
+def _holder_pid(descriptor: int) -> int | None:
+    """Who holds a lock on the file that a write lock of this process would conflict with."""
+    query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    kind, _, _, _, pid = _FLOCK.unpack(fcntl.fcntl(descriptor, fcntl.F_GETLK, query))
+    return None if kind == fcntl.F_UNLCK else pid
 
 
 def _open(folder: Path, flags: int) -> int:
@@ -86,9 +95,3 @@ def _open(folder: Path, flags: int) -> int:
             f"Cannot open the lock file {folder / LOCK_FILE} ({error.strerror}); it must be a "
             "plain file (not a link). Fix: remove it, or run elsewhere."
         ) from None
-
-
-def _pid_in(descriptor: int) -> int:
-    """The pid the holder wrote; 0 in the moment between its taking the lock and writing it."""
-    text = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
-    return int(text) if text.isdigit() else 0
