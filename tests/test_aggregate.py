@@ -19,6 +19,7 @@ import isotune
 from isotune.sweeps import aggregate, gpu_slots, rerun, runs, tables
 from tests.helpers.cli import ROOT
 from tests.helpers.fake_runs import PRETRAINED_IW, completed, write_run
+from tests.helpers.locks import held_by_another_process
 
 # Dev accuracy per (norm, task, seed) of the fake sweep; None: the job failed or never finished.
 SCORES = {
@@ -477,6 +478,25 @@ def test_rerun_refuses_while_the_sweep_still_runs(sweep_dir, capsys):
     finally:
         lock.release()
     assert "is still running (its workers hold GPU slots ['0'])" in capsys.readouterr().err
+
+
+def test_rerun_never_starts_a_job_whose_process_is_alive(sweep_dir, capsys):
+    failed_job = sweep_dir / "9"  # its results.json says failed, but a process runs it again
+    with held_by_another_process(failed_job) as holder:
+        assert rerun.main([str(sweep_dir), "--dry-run", "--include-running"]) == 0
+    out = capsys.readouterr().out
+    assert f"# left alone (alive, pid {holder.pid}): {failed_job}: failed" in out
+    assert f"hydra.run.dir={failed_job}\n" not in out
+    assert f"hydra.run.dir={sweep_dir / '11'}" in out  # a dead "running" job: its lock is free
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["rerun", "dry-run"])
+def test_rerun_refuses_beside_the_sweep_itself_or_another_rerun_of_it(sweep_dir, capsys, dry_run):
+    with held_by_another_process(sweep_dir) as holder:
+        assert rerun.main([str(sweep_dir), *dry_run]) == 2
+    err = capsys.readouterr().err
+    assert f"The sweep {sweep_dir} is still running, or being rerun (pid {holder.pid}" in err
+    assert not (sweep_dir / "rerun-0").exists()
 
 
 def test_rerun_needs_a_sweep_directory(tmp_path, capsys):

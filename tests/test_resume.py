@@ -88,6 +88,25 @@ def test_best_checkpoint_holds_the_best_epoch_whether_resumed_in_its_folder_or_e
     pd.testing.assert_frame_equal(in_place_csv[full_csv.columns], full_csv)
 
 
+@pytest.mark.slow
+def test_a_run_killed_before_its_first_checkpoint_starts_again_without_its_earlier_rows(
+    train_config, tmp_path
+):
+    full_dir, killed_dir = tmp_path / "full", tmp_path / "killed"
+    train(train_config(*RUN, output_dir=full_dir))
+    kill_in_first_epoch = KILL.replace("epoch:2", "epoch:0")
+    with pytest.raises(Killed):
+        train(train_config(*RUN, kill_in_first_epoch, output_dir=killed_dir))
+    assert not (killed_dir / "checkpoints" / "last.ckpt").exists()
+    assert len(pd.read_csv(killed_dir / "csv/metrics.csv")) > 0  # the killed attempt's rows
+    with disarmed():  # started again in its folder: from step 0, as there is no checkpoint
+        again = train(train_config(*RUN, kill_in_first_epoch, output_dir=killed_dir))
+    assert [attempt["resumed_from"] for attempt in again["attempts"]] == [None, None]
+    full_csv = pd.read_csv(full_dir / "csv/metrics.csv")
+    again_csv = pd.read_csv(killed_dir / "csv/metrics.csv")
+    pd.testing.assert_frame_equal(again_csv[full_csv.columns], full_csv)
+
+
 def test_rng_state_round_trip_restores_every_generator():
     state = capture_rng_state()
     first = (random.random(), np.random.rand(), torch.rand(3))

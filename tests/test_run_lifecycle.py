@@ -4,6 +4,7 @@ command that resumes the run."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -16,8 +17,10 @@ import pytest
 import torch
 
 from isotune import training
+from isotune.atomic_files import write_text
 from isotune.classifier import GLUEClassifier
 from isotune.cli import INTERRUPTED_EXIT_CODE, user_errors_reported
+from isotune.errors import NoSpaceLeft
 from isotune.training import train
 
 STEPS_PER_EPOCH = 64 // 8  # fixture training examples / data.batch_size of the tiny run
@@ -186,6 +189,25 @@ def test_an_error_while_recording_a_failure_still_ends_the_record_failed_with_bo
     assert results["status"] == "failed"
     assert results["error"] == ("KeyError: 'f1'; then, while recording it: KeyError: 'f1'")
     assert results["attempts"][-1]["status"] == "failed" and "finished_at" in results
+
+
+def test_a_full_disk_while_recording_is_one_message_and_wandb_still_finishes(
+    train_config, tmp_path, monkeypatch
+):
+    def full_after_the_start(path, text):
+        if (tmp_path / "results.json").exists():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return write_text(path, text)
+
+    finished = []
+    monkeypatch.setattr("isotune.results.write_text", full_after_the_start)
+    monkeypatch.setattr(
+        training, "finish_wandb_runs", lambda loggers, record: finished.append(record["status"])
+    )
+    with pytest.raises(NoSpaceLeft, match=r"Cannot write .*results\.json: No space left on device"):
+        train(train_config("debug=limit"))
+    assert finished == ["failed"]  # the handler survived the failed record write
+    assert read_results(tmp_path)["status"] == "running"  # as last written, whole and readable
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from isotune.folder_lock import LOCK_FILE
 from isotune.run_names import run_group
 from isotune.sweeps.runs import find_sweeps, job_id, load_runs
 from isotune.training import train
@@ -116,7 +117,7 @@ def multirun(working_dir: Path, overrides: list[str]) -> Path:
 def test_multirun_lands_under_logs_multirun_of_the_working_directory(tmp_path, tiny_bert, glue_dir):
     sweep = multirun(tmp_path, ["seed=1,2", *tiny_sweep_overrides(tiny_bert, glue_dir)])
     assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-\d{6}", sweep.name)
-    assert sorted(path.name for path in sweep.iterdir()) == ["0", "1", "multirun.yaml"]
+    assert sorted(path.name for path in sweep.iterdir()) == [LOCK_FILE, "0", "1", "multirun.yaml"]
     for job_number, seed in ((0, 1), (1, 2)):
         results = json.loads((sweep / str(job_number) / "results.json").read_text())
         assert (results["status"], results["seed"]) == ("completed", seed)

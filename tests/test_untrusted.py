@@ -15,7 +15,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from isotune.analysis.run import literal, load_checkpoint, run_max_length
-from isotune.checkpoints import DataOnlyCheckpointIO
+from isotune.checkpoints import RunCheckpointIO
 from isotune.dashboard.tensorboard import tensorboard_logger
 from isotune.errors import IsotuneError
 from isotune.hydra_callbacks import StartCheckInRunFolder
@@ -41,7 +41,7 @@ def test_every_in_process_read_refuses_a_code_running_checkpoint(tmp_path, envir
     evil = code_running_checkpoint(tmp_path / "evil.ckpt", marker)
     reads = {
         "read_checkpoint": lambda: read_checkpoint(evil),
-        "Lightning's load": lambda: DataOnlyCheckpointIO().load_checkpoint(evil),
+        "Lightning's load": lambda: RunCheckpointIO().load_checkpoint(evil),
         "analyze.py's load": lambda: load_checkpoint(str(evil)),
     }
     for route, read in reads.items():

@@ -1,12 +1,13 @@
-"""What a run's checkpoints hold beyond Lightning's own, how Lightning reads them, and how
-best.ckpt survives a resume.
+"""What a run's checkpoints hold beyond Lightning's own, how Lightning reads and writes them, and
+how best.ckpt survives a resume.
 
 Every checkpoint carries the run's config and overrides (:mod:`isotune.resume` compares them
-before continuing), Lightning reads every checkpoint through the project's data-only loader, and
-the checkpoint callbacks keep their best file right when a run continues
-from a checkpoint of another folder (``ckpt_path=`` pointing elsewhere): Lightning then forgets
-the best score ("The dirpath has changed ...") and its first epoch overwrites best.ckpt whatever
-its score, so best.ckpt and results.json's ``best_epoch`` would disagree.
+before continuing); Lightning reads every checkpoint through the project's data-only loader and
+writes it atomically in its own folder (:class:`RunCheckpointIO`); and the checkpoint callbacks
+keep their best file right when a run continues from a checkpoint of another folder
+(``ckpt_path=`` pointing elsewhere): Lightning then forgets the best score ("The dirpath has
+changed ...") and its first epoch overwrites best.ckpt whatever its score, so best.ckpt and
+results.json's ``best_epoch`` would disagree.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from isotune.atomic_files import write_atomically
 from isotune.resume import CONFIG_KEY, OVERRIDES_KEY, read_checkpoint
 
 log = logging.getLogger(__name__)
@@ -38,14 +42,31 @@ class RunConfigInCheckpoints(L.Callback):
         checkpoint[OVERRIDES_KEY] = self.overrides
 
 
-class DataOnlyCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint files, read by :func:`isotune.resume.read_checkpoint`: data only,
-    whatever ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (Lightning's own read passes no
-    ``weights_only``, which that variable turns into ``False``). Resuming (``fit``) and
-    predicting with best.ckpt both read here."""
+class RunCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint files, read as data and written whole in their own folder.
+
+    Read by :func:`isotune.resume.read_checkpoint`: data only, whatever
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (Lightning's own read passes no ``weights_only``,
+    which that variable turns into ``False``). Resuming (``fit``) and predicting with best.ckpt
+    both read here.
+
+    Written through :func:`~isotune.atomic_files.write_atomically`: Lightning's own writer
+    stages each checkpoint in memory and, on a local path, in a temporary file under /tmp that
+    is then moved; across filesystems (/tmp local, logs on NFS or Lustre) the move is a copy
+    straight into ``last.ckpt``, so a kill or a full disk mid-copy leaves a truncated checkpoint
+    under its final name. Here ``torch.save`` writes into a temporary file beside the
+    checkpoint, which replaces it once synced. Every save goes through it: best.ckpt, last.ckpt
+    and the checkpoint of a stop at a safe point."""
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: Any = None):
         return read_checkpoint(Path(path))
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        write_atomically(path, partial(torch.save, checkpoint))
 
 
 class RunCheckpoint(ModelCheckpoint):
@@ -61,7 +82,8 @@ class RunCheckpoint(ModelCheckpoint):
             return
         Path(self.dirpath).mkdir(parents=True, exist_ok=True)
         here = Path(self.dirpath) / earlier_file.name
-        shutil.copy2(earlier_file, here)
+        with earlier_file.open("rb") as earlier:
+            write_atomically(here, partial(shutil.copyfileobj, earlier))
         log.info("Continuing from %s: copied %s to %s", earlier_dir, earlier_file.name, here)
         score = state_dict.get("best_model_score")
         super().load_state_dict(

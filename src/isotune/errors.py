@@ -1,8 +1,13 @@
 """Errors a user can fix: reported as one clear message, never as a traceback; and a run stopped
 by a signal, which is no error."""
 
+from __future__ import annotations
+
+import errno
 import signal
 from collections.abc import Callable
+
+from isotune.atomic_files import system_error
 
 
 class IsotuneError(Exception):
@@ -11,6 +16,27 @@ class IsotuneError(Exception):
 
 class NonFiniteLossError(IsotuneError):
     """The training loss became NaN or infinite: the run stops instead of training on garbage."""
+
+
+class NoSpaceLeft(IsotuneError):
+    """A write found its filesystem full (or the user's quota spent): the run stops ``failed``,
+    and what it wrote before stays whole (:mod:`isotune.atomic_files`)."""
+
+    ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+    @classmethod
+    def behind(cls, error: BaseException) -> NoSpaceLeft | None:
+        """The one message for ``error`` if a full disk or quota caused it, else None."""
+        error = system_error(error)
+        if error is None or error.errno not in cls.ERRNOS:
+            return None
+        where = error.filename or "a file"
+        return cls(
+            f"Cannot write {where}: {error.strerror}. The run stopped and is recorded "
+            "failed; the files it wrote before are whole, its last checkpoint included. Fix: "
+            "free space there (df -h shows it), or set paths.log_dir to a filesystem with room; "
+            "then start the run again in its folder (it continues from its last.ckpt)."
+        )
 
 
 class RunInterrupted(KeyboardInterrupt):

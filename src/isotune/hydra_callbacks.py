@@ -1,4 +1,5 @@
-"""Checks that must pass before Hydra makes a run's or a sweep's folder, or rewrites one.
+"""Checks that must pass before Hydra makes a run's or a sweep's folder, or rewrites one, and the
+folder's lock.
 
 Hydra creates the output folder (and writes ``.hydra/`` into it) before the task function starts,
 so a folder that cannot be created ends in Hydra's chained tracebacks, a run refused by its
@@ -22,6 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from isotune import folder_lock
 from isotune.errors import IsotuneError
 from isotune.results import RESULTS_FILE
 
@@ -77,6 +79,32 @@ class RequiredBeforeStart(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.on_run_start(config)
+
+
+class FolderLock(Callback):
+    """The run's (or the sweep's) folder is this process's alone (:mod:`isotune.folder_lock`),
+    taken before Hydra writes its log and ``.hydra/`` there: a second process started in a
+    folder whose run is alive stops with one message naming its pid and writes nothing. The
+    other processes of a DDP run (rank > 0) share rank 0's folder and take no lock."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.hold(config.hydra.run.dir, "run")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.hold(config.hydra.sweep.dir, "sweep")
+
+    @staticmethod
+    def hold(folder: str, what: str) -> None:
+        from lightning.pytorch.utilities import rank_zero_only
+
+        if rank_zero_only.rank != 0:
+            return
+        try:
+            folder_lock.hold(Path(str(folder)), what)
+        except IsotuneError as error:
+            stop(str(error))
+        except OSError:  # a folder that cannot be written: OutputFolderCheck says so
+            pass
 
 
 class StartCheckInRunFolder(Callback):

@@ -11,23 +11,22 @@ and a job killed without a chance to record its end (SIGKILL, out of memory) sho
 from __future__ import annotations
 
 import json
-import os
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from isotune.atomic_files import write_text
+
 RESULTS_FILE = "results.json"
 
 
 def write_results(output_dir: str | Path, results: dict[str, Any]) -> Path:
-    """Write ``results.json`` atomically: readers never see a half-written file."""
-    path = Path(output_dir) / RESULTS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".json.partial")
-    partial.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    os.replace(partial, path)
-    return path
+    """Write ``results.json`` atomically (:mod:`isotune.atomic_files`): readers never see a
+    half-written file, and a full disk or a kill leaves the previous one whole."""
+    return write_text(
+        Path(output_dir) / RESULTS_FILE, json.dumps(results, indent=2, default=str) + "\n"
+    )
 
 
 def read_results(path: str | Path) -> dict[str, Any]:

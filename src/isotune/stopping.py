@@ -20,7 +20,6 @@ job twice and save checkpoints submitit's bookkeeping does not know.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from collections.abc import Callable
@@ -134,12 +133,9 @@ class StopAtSafePoint(L.Callback):
         self.request.deferring = False
 
     def save(self, trainer: L.Trainer) -> None:
-        """Write this step's checkpoint as last.ckpt; through a temporary file, so a kill while
-        writing leaves the previous one whole."""
-        partial = self.last_checkpoint.with_name(self.last_checkpoint.name + ".partial")
-        trainer.save_checkpoint(partial)
-        if trainer.is_global_zero:
-            os.replace(partial, self.last_checkpoint)
+        """Write this step's checkpoint as last.ckpt (atomically, as every checkpoint is:
+        :class:`~isotune.checkpoints.RunCheckpointIO`)."""
+        trainer.save_checkpoint(self.last_checkpoint)
         log.warning(
             "Saved %s at step %d (epoch %d, batch %d) to continue from",
             self.last_checkpoint,

@@ -18,16 +18,18 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from isotune import folder_lock
 from isotune.adaptation import parameter_counts
+from isotune.atomic_files import write_text
 from isotune.callbacks.isotropy import IsotropyMonitor
-from isotune.checkpoints import DataOnlyCheckpointIO, RunConfigInCheckpoints
+from isotune.checkpoints import RunCheckpointIO, RunConfigInCheckpoints
 from isotune.classifier import GLUEClassifier
 from isotune.config_checks import check_train_config
 from isotune.csv_logging import RunCSVLogger
 from isotune.dashboard.loggers import declare_dashboard
 from isotune.data import GLUEDataModule
 from isotune.encoders import load_tokenizer
-from isotune.errors import IsotuneError, RunInterrupted
+from isotune.errors import IsotuneError, NoSpaceLeft, RunInterrupted
 from isotune.instantiate import instantiate_all
 from isotune.metric_keys import params_key
 from isotune.norms import statistics_never_updated
@@ -57,9 +59,25 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     caller to report. A folder holding the run's ``last.ckpt`` continues from it (``resume``).
     """
     output_dir = Path(cfg.paths.output_dir)
+    rank_zero = rank_zero_only.rank == 0  # a DDP run's processes share the folder: rank 0 writes
+    locked_here = rank_zero and folder_lock.hold(output_dir)  # one process per run folder
+    try:
+        return _started(cfg, output_dir, rank_zero)
+    except Exception as error:
+        full = NoSpaceLeft.behind(error)  # one message, not the chained tracebacks of the saves
+        if full is None:
+            raise
+        raise full from error
+    finally:
+        if locked_here:  # else the entry point's (Hydra callback), held until the process ends
+            folder_lock.release(output_dir)
+
+
+def _started(cfg: DictConfig, output_dir: Path, rank_zero: bool) -> dict[str, Any]:
+    """The record started (after the checks), then the run, with the stop signals handled."""
     record = RunRecord(
         output_dir,
-        write=rank_zero_only.rank == 0,  # a DDP run's processes share the folder: rank 0 writes
+        write=rank_zero,
         task=cfg.task.name,
         model=cfg.model.name,
         model_name_or_path=cfg.model.name_or_path,
@@ -136,16 +154,17 @@ def _run(
             cfg.trainer,
             callbacks=callbacks,
             logger=instantiate_all(cfg.get("logger")) or False,
-            plugins=[*cluster_plugins(), DataOnlyCheckpointIO()],
+            plugins=[*cluster_plugins(), RunCheckpointIO()],
         )
         continuing_in_folder = resume_from is not None and record.has_earlier_attempts
         declare_dashboard(trainer.loggers, task)  # iso/* against its epoch; the layout
         for logger in trainer.loggers:
             logger.log_hyperparams(_plain(cfg))
+            if isinstance(logger, RunCSVLogger) and record.has_earlier_attempts:
+                # the steps trained again; all of them when the run starts from the beginning
+                logger.drop_rows_after(resumed_at_step if continuing_in_folder else None)
             if not continuing_in_folder:  # else logged by the run's first attempt
                 logger.log_metrics({params_key(name): n for name, n in parameters.items()}, step=0)
-            elif isinstance(logger, RunCSVLogger):
-                logger.drop_rows_after(resumed_at_step)  # the steps trained again
         trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
         outcome = _outcome(model, trainer, trivial, margin)  # before predict reloads the best
         if cfg.write_test_predictions:
@@ -154,7 +173,11 @@ def _run(
         stop.hold()  # a signal now must not cut the record short
         stopped_by = _stopping_signal(error, trainer)
         judge = (trivial, margin)
-        results = _record_end(record, error, stopped_by, model, trainer, resumed_at_step, judge)
+        try:
+            results = _record_end(record, error, stopped_by, model, trainer, resumed_at_step, judge)
+        except OSError as unwritten:  # a full disk: W&B and the requeue hand-over still follow
+            log.error("Could not record the run's end in results.json: %s", unwritten)
+            results = record.results
         finish_wandb_runs(trainer.loggers if trainer else [], results)
         if stopped_by is not None:  # Lightning raises SystemExit for Ctrl-C
             raise RunInterrupted(stopped_by, stop.hand_over()) from error
@@ -333,11 +356,11 @@ def write_test_predictions(
     indices = torch.cat([idx for idx, _ in batches]).tolist()
     predicted = torch.cat([prediction for _, prediction in batches]).tolist()
     task = datamodule.task
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{task.glue_dir}.tsv"
     rows = sorted(zip(indices, predicted, strict=True))
     lines = [f"{index}\t{task.decode_label(prediction)}" for index, prediction in rows]
-    path.write_text("index\tprediction\n" + "\n".join(lines) + "\n")
+    path = write_text(
+        folder / f"{task.glue_dir}.tsv", "index\tprediction\n" + "\n".join(lines) + "\n"
+    )
     log.info("Test predictions (%d) written to %s", len(lines), path)
     return path
 

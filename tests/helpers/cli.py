@@ -28,6 +28,16 @@ def run_script(
     )
 
 
+def start_script(script: str, *args: str, **popen) -> subprocess.Popen:
+    """``python <repository>/<script> <args>`` from the repository, offline, not waited for."""
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / script), *args],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        **popen,
+    )
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python train.py <args>`` from the repository."""
     return run_script("train.py", *args, env=env, timeout=300)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from isotune.folder_lock import LOCK_FILE
+
 
 class RunsCode:
     """Unpickled, runs ``touch <marker>``: the file appears only if the checkpoint's code ran."""
@@ -42,9 +44,10 @@ def code_running_checkpoint(path: Path, marker: Path) -> Path:
 
 def folder_digest(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` and the SHA-256 of its bytes: equal before and after means
-    nothing in the folder was written."""
+    nothing in the folder was written. The folder's lock file is left out: an empty file that
+    any start creates where there is none, and whose lock the kernel keeps, not its bytes."""
     return {
         str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(folder.rglob("*"))
-        if path.is_file()
+        if path.is_file() and path.name != LOCK_FILE
     }

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from isotune.analysis.experiments import MEASURES, MODELS, PROPERTIES, SEPARABILITY, SETTINGS
 from isotune.analysis.geometry import LayerVectors
+from isotune.atomic_files import save_figure
 from isotune.isotropy import spectrum
 from isotune.metric_keys import PRE_NORM
 from isotune.tasks import TaskSpec
@@ -64,7 +65,7 @@ def draw_figures(
     paths = {}
     for name, figure in figures.items():
         paths[name] = output_dir / f"{name}.png"
-        figure.savefig(paths[name], dpi=80)
+        save_figure(figure, paths[name], dpi=80)
         plt.close(figure)
     return paths
 

@@ -20,6 +20,7 @@ from isotune.analysis.experiments import MEASURES, SEPARABILITY, SETTINGS
 from isotune.analysis.figures import FIGURES
 from isotune.analysis.geometry import TOKEN_TYPES
 from isotune.analysis.verdicts import Verdict
+from isotune.atomic_files import write_text
 from isotune.instantiate import instantiate_all
 from isotune.reporting import markdown_table
 from isotune.tasks import TaskSpec
@@ -30,8 +31,8 @@ TABLES = ("isotropy_by_layer", "local_structure", "enhancement", "outlier_dimens
 def write_tables(tables: Mapping[str, pd.DataFrame], task: TaskSpec, output_dir: Path) -> None:
     """Each table as ``<name>.csv`` (every column) and ``<name>.md`` (the main ones)."""
     for name, table in tables.items():
-        table.to_csv(output_dir / f"{name}.csv", index=False)
-        (output_dir / f"{name}.md").write_text(table_markdown(name, table, task) + "\n")
+        write_text(output_dir / f"{name}.csv", table.to_csv(index=False))
+        write_text(output_dir / f"{name}.md", table_markdown(name, table, task) + "\n")
 
 
 def table_markdown(name: str, table: pd.DataFrame, task: TaskSpec) -> str:

@@ -57,6 +57,7 @@ from isotune.analysis.geometry import (
 from isotune.analysis.outlier_dimensions import outlier_experiment
 from isotune.analysis.report import log_to_loggers, report_markdown, write_tables
 from isotune.analysis.verdicts import judge, judge_outliers
+from isotune.atomic_files import write_text
 from isotune.classifier import GLUEClassifier
 from isotune.data import Example, TokenizedDataset, check_max_length, load_split
 from isotune.encoders import load_tokenizer
@@ -204,12 +205,13 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     figures = draw_figures(tables, dev_vectors, view, task, cfg, outliers, output_dir)
     write_tables(tables, task, output_dir)
     for name, table in directions.items():
-        table.to_csv(output_dir / f"{name}.csv", index=False)
+        write_text(output_dir / f"{name}.csv", table.to_csv(index=False))
     lap("outputs")
     seconds["total"] = round(sum(seconds.values()), 2)
-    report = output_dir / "report.md"
-    report.write_text(report_markdown(summary, tables, directions, verdicts, task, cfg))
-    (output_dir / "analysis.json").write_text(json.dumps(summary, indent=2) + "\n")
+    report = write_text(
+        output_dir / "report.md", report_markdown(summary, tables, directions, verdicts, task, cfg)
+    )
+    write_text(output_dir / "analysis.json", json.dumps(summary, indent=2) + "\n")
     log_to_loggers(cfg, summary, tables, figures, report)
     log.info("Analysis written to %s (%.0fs)", output_dir, summary["seconds"]["total"])
     return summary

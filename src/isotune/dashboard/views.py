@@ -20,6 +20,7 @@ import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
 from wandb_workspaces import expr
 
+from isotune.atomic_files import write_text
 from isotune.dashboard.layout import BAR, LINE, SCATTER, Chart, Section
 
 GROUP = "Group"  # the run attribute W&B groups by: wandb_logging.run_group's configuration
@@ -144,6 +145,4 @@ def panels_of(view: Any) -> list[Any]:
 
 def write_json(view: Any, path: Path) -> Path:
     """``view`` as JSON into ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(view_json(view), indent=1) + "\n")
-    return path
+    return write_text(path, json.dumps(view_json(view), indent=1) + "\n")

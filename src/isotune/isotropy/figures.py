@@ -15,6 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from isotune.atomic_files import save_figure
 from isotune.isotropy import CloudMeasures, IsoBNStats
 
 
@@ -60,6 +61,4 @@ def geometry_figure(measures: CloudMeasures, title: str) -> Figure:
 
 def save_geometry_figure(measures: CloudMeasures, title: str, path: Path) -> Path:
     """Draw :func:`geometry_figure` into a PNG file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    geometry_figure(measures, title).savefig(path, dpi=80)
-    return path
+    return save_figure(geometry_figure(measures, title), path, dpi=80)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
 from isotune.metric_keys import POST_NORM
 from isotune.results import RESULTS_FILE
@@ -272,9 +273,8 @@ def write_outputs(result: Aggregate, directory: Path) -> tuple[list[Path], dict[
     outputs = {RESULTS_MD: result.report(), ISOTROPY_MD: isotropy_markdown(result.isotropy)}
     outputs |= {f"{name}.csv": table.to_csv(index=False) for name, table in result.tables().items()}
     for name, text in outputs.items():
-        (directory / name).write_text(text)
-    report_path = directory / REPORT_MD
-    report_path.write_text(result.sweep_report(figures))
+        write_text(directory / name, text)
+    report_path = write_text(directory / REPORT_MD, result.sweep_report(figures))
     return [directory / name for name in outputs], figures, report_path
 
 

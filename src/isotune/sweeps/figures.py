@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
+from isotune.atomic_files import save_figure
 from isotune.sweeps.statistics import spearman
 from isotune.sweeps.tables import GLUE_TASKS, measure_key, measure_label, ordered
 
@@ -112,7 +113,7 @@ def draw_figures(
     paths = {}
     for name, figure in figures.items():
         paths[name] = Path(output_dir) / f"{name}.png"
-        figure.savefig(paths[name], dpi=DPI)
+        save_figure(figure, paths[name], dpi=DPI)
         plt.close(figure)
     return paths
 

@@ -6,10 +6,13 @@ started in its folder resumes, ``resume=auto``); one without a checkpoint starts
 beginning, and the plan says which does which. A missing job (no results.json) runs in a new
 ``<sweep_dir>/rerun-<n>``, which from then on counts as that job (a failed rerun reruns there). A
 job whose results.json still says ``running`` may be alive, so it reruns only with
-``--include-running`` (its age in ``python -m isotune.aggregate`` tells a dead one). Each job is
-one ``python <script> <overrides> hydra.run.dir=<dir>``, run from the sweep's original working
-directory (when it is this one or the script's folder), one after another. It refuses while the
-workers of a ``gpus``-launcher sweep still hold their GPU slots.
+``--include-running`` (its age in ``python -m isotune.aggregate`` tells a dead one), and a job
+whose process is alive (it holds its folder's lock, :mod:`isotune.folder_lock`) never reruns. Each
+job is one ``python <script> <overrides> hydra.run.dir=<dir>``, run from the sweep's original
+working directory (when it is this one or the script's folder), one after another. It refuses
+while the sweep itself or another rerun of it is alive (they hold the sweep folder's lock; a
+rerun holds it while it runs), and while the workers of a ``gpus``-launcher sweep still hold
+their GPU slots.
 
 The overrides read from the folder are data: one that names code to run (a ``_target_``, any
 ``hydra`` setting but the project's own launchers and sweeper) is refused, naming the job, and
@@ -23,6 +26,7 @@ Overrides typed after the sweep folder are the user's own, added to every job.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import subprocess
@@ -33,6 +37,7 @@ from datetime import datetime
 from pathlib import Path
 
 import isotune
+from isotune import folder_lock
 from isotune.errors import IsotuneError
 from isotune.resume import LAST_CHECKPOINT
 from isotune.sweeps import gpu_slots
@@ -138,9 +143,15 @@ def plan_reruns(
     extra: Sequence[str] = (),
 ) -> tuple[list[Rerun], list[Run]]:
     """The commands that rerun the sweep's unfinished jobs in place and its missing ones anew,
-    and the runs left alone because they are marked running (unless ``include_running``).
+    and the runs left alone: alive, or marked running (unless ``include_running``).
     ``extra``: the user's own overrides, added to every job after the folder's."""
     sweep = Sweep.load(sweep_dir)
+    pid = folder_lock.holder(sweep.dir)
+    if pid not in (None, os.getpid()):
+        raise IsotuneError(
+            f"The sweep {sweep.dir} is still running, or being rerun (pid {pid} holds its "
+            "folder); rerun its failed or missing jobs once that has ended."
+        )
     running = gpu_slots.held_slots(sweep.dir / gpu_slots.SWEEP_SLOT_DIR)
     if running:
         raise IsotuneError(
@@ -180,7 +191,8 @@ def plan_reruns(
     reruns: list[Rerun] = []
     left_alone: list[Run] = []
     for job_runs in jobs.values():
-        if not include_running and any(run.status == "running" for run in job_runs):
+        alive = any(folder_lock.holder(run.job_dir) is not None for run in job_runs)
+        if alive or (not include_running and any(run.status == "running" for run in job_runs)):
             left_alone += job_runs
             continue
         first = job_runs[0]
@@ -237,20 +249,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         reruns, left_alone = plan_reruns(
             args.sweep_dir, args.script, args.include_running, args.overrides
         )
+        # one rerun of a sweep at a time, never beside the sweep itself
+        locked = not args.dry_run and folder_lock.hold(args.sweep_dir, "sweep")
     except IsotuneError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    try:
+        return run_reruns(reruns, left_alone, args.sweep_dir, args.dry_run)
+    finally:
+        if locked:
+            folder_lock.release(args.sweep_dir)
+
+
+def run_reruns(reruns: list[Rerun], left_alone: list[Run], sweep_dir: Path, dry_run: bool) -> int:
+    """Print the plan and run it, one job after another; 1 if any job failed again."""
     now = datetime.now().astimezone()
     for run in left_alone:
-        print(f"# left alone (--include-running reruns it): {run.job_dir}: {run.describe(now)}")
+        pid = folder_lock.holder(run.job_dir)
+        why = "--include-running reruns it" if pid is None else f"alive, pid {pid}"
+        print(f"# left alone ({why}): {run.job_dir}: {run.describe(now)}")
     if not reruns:
-        print(f"Nothing to rerun in {args.sweep_dir}: no failed, interrupted or missing jobs.")
+        print(f"Nothing to rerun in {sweep_dir}: no failed, interrupted or missing jobs.")
         return 0
     failures = 0
     for rerun in reruns:
         print(f"# {' '.join(rerun.reason.split())}\n{rerun.shell()}", flush=True)
-        if not args.dry_run:
+        if not dry_run:
             failures += subprocess.run(rerun.argv, cwd=rerun.cwd).returncode != 0
-    if not args.dry_run:
+    if not dry_run:
         print(f"Reran {len(reruns)} jobs, {failures} failed again.")
     return int(failures > 0)

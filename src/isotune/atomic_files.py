@@ -1,0 +1,98 @@
+"""Files written whole or not at all: checkpoints, results.json, metrics.csv, reports, figures.
+
+Every file the project writes into a run or sweep folder goes through :func:`write_atomically`:
+
+- into a uniquely named temporary file (``.<name>.<random>``) in the destination's own folder:
+  the same filesystem, so the last step is a rename, never a copy across filesystems (a /tmp
+  staging file moved to NFS or Lustre is copied straight into its final name), and two writers
+  never share a temporary name;
+- flushed and ``fsync``'d, then ``os.replace``'d onto the destination, and the folder fsync'd: a
+  reader, a kill or a crash of the machine sees the previous file or the new one, never a part;
+- on any error (a full disk, a kill's exception) the temporary file is removed and the error
+  re-raised (a system error as an ``OSError`` naming the destination): the previous file stays
+  whole and nothing is left behind.
+
+A symlink planted at the destination is replaced, never written through (``os.replace`` renames
+over the link itself), and the temporary name is created with ``O_EXCL``, which refuses to follow
+a symlink: a write never leaves its folder. Stdlib only: the library's figures use it too.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+
+def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+    """Call ``write`` with a binary file that becomes ``path`` once it returns (module doc)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(descriptor, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the group
+        with os.fdopen(descriptor, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException as error:
+        Path(temporary).unlink(missing_ok=True)
+        cause = system_error(error)
+        if cause is not None and cause.filename is None:  # a write() names no file
+            raise OSError(cause.errno, cause.strerror, str(path)) from None
+        raise
+    _sync_folder(path.parent)
+    return path
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    return write_atomically(path, lambda file: file.write(data))
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """``text`` as UTF-8 (reports, tables, JSON), whatever the machine's locale."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+@functools.cache
+def save_figure(figure: Any, path: str | Path, **savefig: Any) -> Path:
+    """A matplotlib figure as ``path``, in the format its suffix names (``.png``)."""
+    path = Path(path)
+    return write_atomically(
+        path, lambda file: figure.savefig(file, format=path.suffix.lstrip("."), **savefig)
+    )
+
+
+def system_error(error: BaseException | None) -> OSError | None:
+    """The system's error behind ``error``, if any: torch.save reports a full disk as a
+    RuntimeError ("unexpected pos ...") raised while handling the write's ``OSError``."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+@functools.cache
+def _umask() -> int:
+    """The process's umask (only settable, so set and put back; once, the first time)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the rename itself durable; filesystems that cannot sync a folder are left as they
+    are (the file's own data is already synced)."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
