@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from isotune import folder_lock
-from isotune.atomic_files import write_atomically, write_text
+from isotune.atomic_files import save_figure, write_atomically, write_text
 from isotune.checkpoints import RunCheckpointIO
 from tests.helpers.cli import run_cli, tiny_cli_overrides
 from tests.helpers.disks import FillDiskAtEpoch, small_disk
@@ -55,6 +55,25 @@ def test_a_full_disk_is_an_os_error_naming_the_file_even_through_torch_save(tmp_
     assert raised.value.errno == errno.ENOSPC
     assert raised.value.filename == str(tmp_path / "best.ckpt")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_figure_saved_again_is_written_again_and_not_kept(tmp_path):
+    """A figure redrawn and saved to the same file (an epoch's figure updated) is written each
+    time, and saving keeps no reference to it (a figure per epoch must not pile up in memory)."""
+    import gc
+    import weakref
+
+    from matplotlib.figure import Figure
+
+    figure, path = Figure(figsize=(2, 2)), tmp_path / "figure.png"
+    figure.add_subplot().plot([0, 1], [0, 1])
+    first = save_figure(figure, path, dpi=40).read_bytes()
+    figure.axes[0].plot([0, 1], [1, 0])
+    assert save_figure(figure, path, dpi=40).read_bytes() != first
+    alive = weakref.ref(figure)
+    del figure
+    gc.collect()
+    assert alive() is None
 
 
 def test_a_symlink_planted_at_the_destination_is_replaced_not_followed(tmp_path):

@@ -58,7 +58,6 @@ def write_text(path: str | Path, text: str) -> Path:
     return write_bytes(path, text.encode("utf-8"))
 
 
-@functools.cache
 def save_figure(figure: Any, path: str | Path, **savefig: Any) -> Path:
     """A matplotlib figure as ``path``, in the format its suffix names (``.png``)."""
     path = Path(path)
