@@ -15,7 +15,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from isotune.analysis.run import literal, load_checkpoint, run_max_length
-from isotune.checkpoints import RunCheckpointIO
+from isotune.checkpoints import RunCheckpoint, RunCheckpointIO
 from isotune.dashboard.tensorboard import tensorboard_logger
 from isotune.errors import IsotuneError
 from isotune.hydra_callbacks import StartCheckInRunFolder
@@ -195,3 +195,17 @@ def test_a_refused_resume_typed_in_a_run_folder_leaves_its_files_as_they_were(
     assert refused.returncode == 1 and "Traceback" not in output, output[-3000:]
     assert output.count("comes from a run configured otherwise") == 1
     assert folder_digest(folder) == before  # .hydra/, train.log, results.json, metrics.csv
+
+
+def test_a_best_file_a_checkpoint_names_is_copied_only_if_it_is_a_checkpoint(tmp_path):
+    """Continuing from another folder's checkpoint copies the best file it names into the new
+    folder; a path read from a checkpoint is data, so a file that is not a train.py checkpoint
+    (a private key, say) is never copied."""
+    secret = tmp_path / "elsewhere" / "id_rsa"
+    secret.parent.mkdir()
+    secret.write_text("PRIVATE KEY")
+    callback = RunCheckpoint(dirpath=tmp_path / "run" / "checkpoints", filename="best")
+    earlier = {"dirpath": str(secret.parent), "best_model_path": str(secret)}
+    callback.load_state_dict({**earlier, "best_model_score": torch.tensor(0.9)})
+    assert not (tmp_path / "run" / "checkpoints" / "id_rsa").exists()
+    assert callback.best_model_path == ""  # this run's best epoch starts afresh

@@ -25,6 +25,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from isotune.atomic_files import write_atomically
+from isotune.errors import IsotuneError
 from isotune.resume import CONFIG_KEY, OVERRIDES_KEY, read_checkpoint
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,12 @@ class RunCheckpoint(ModelCheckpoint):
         earlier_file = Path(state_dict.get("best_model_path") or "")
         if earlier_dir in (None, self.dirpath) or not earlier_file.is_file():
             super().load_state_dict(state_dict)
+            return
+        try:  # a path read from a checkpoint is data: copy only a checkpoint train.py wrote
+            read_checkpoint(earlier_file)
+        except IsotuneError as error:
+            log.warning("Not copying the best file the checkpoint names, nor using it: %s", error)
+            super().load_state_dict({**state_dict, "best_model_path": ""})
             return
         Path(self.dirpath).mkdir(parents=True, exist_ok=True)
         here = Path(self.dirpath) / earlier_file.name
