@@ -58,8 +58,8 @@ INTERVENTIONS = {
     "batchnorm": ("batchnorm", "none", 0.0),
     "isobn": ("isobn", "none", 0.0),
     "whitening": ("whitening", "none", 0.0),
-    "istar_less": ("none", "istar", -1.0),
-    "istar_more": ("none", "istar", 1.0),
+    "istar_less": ("none", "istar", -0.1),
+    "istar_more": ("none", "istar", 0.1),
     "correg": ("none", "correg", 0.04),
     "cosreg": ("none", "cosreg", 1.0),
 }
@@ -333,8 +333,8 @@ def test_wandb_group_names_norm_and_reg_with_its_weight(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     cfg = compose_train_config(["logger=wandb", "intervention=istar_less", "seed=3"], tmp_path)
     logger = instantiate(cfg.logger.wandb)
-    assert logger._wandb_init["group"] == "minilm-rte-none-istar-1"
-    assert logger._wandb_init["name"] == "minilm-rte-none-istar-1-seed3"
+    assert logger._wandb_init["group"] == "minilm-rte-none-istar-0.1"
+    assert logger._wandb_init["name"] == "minilm-rte-none-istar-0.1-seed3"
     cfg = compose_train_config(["logger=wandb", "intervention=isobn"], tmp_path)
     assert instantiate(cfg.logger.wandb)._wandb_init["group"] == "minilm-rte-isobn"
 
