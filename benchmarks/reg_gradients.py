@@ -31,6 +31,7 @@ from bench_throughput import quiet_offline_glue_dir, rte_datamodule
 from omegaconf import OmegaConf
 
 from isotune.classifier import GLUEClassifier
+from isotune.metric_keys import LOSS_REG, LOSS_TASK
 from isotune.run_names import reg_label
 
 
@@ -46,14 +47,13 @@ def gradient(loss: torch.Tensor, parameters: list[torch.Tensor]) -> torch.Tensor
 
 
 def task_and_penalty_gradients(model: GLUEClassifier, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """The gradients of the task loss and of the unweighted penalty over the encoder, one batch."""
+    """The gradients of the task loss and of the unweighted penalty over the encoder, one batch:
+    the training step's own loss parts (``GLUEClassifier.training_loss``), the penalty's term
+    divided by its weight."""
     parameters = [p for p in model.encoder.parameters() if p.requires_grad]
-    reg = model.regularization
-    output = model.encode(batch, output_hidden_states=reg.needs_hidden_states)
-    sentence = model.pool(output, batch["attention_mask"])
-    task_loss = model.loss(model.classify(sentence), batch["labels"])
-    penalty = reg(output.hidden_states, sentence, batch["attention_mask"])
-    return gradient(task_loss, parameters), gradient(penalty, parameters)
+    _, parts = model.training_loss(batch)
+    penalty = parts[LOSS_REG] / model.regularization.weight
+    return gradient(parts[LOSS_TASK], parameters), gradient(penalty, parameters)
 
 
 def main() -> None:
