@@ -1,0 +1,2 @@
+"""A run's record: results.json, checkpoints and resume, metrics.csv, stops, its folder's lock.
+May import: no wing."""
