@@ -8,7 +8,7 @@ import hydra
 from omegaconf import DictConfig
 
 from isotune.analysis.run import analyze
-from isotune.cli import load_env_file, user_errors_reported
+from isotune.training.cli import load_env_file, user_errors_reported
 
 load_env_file()  # the current folder's .env (see .env.example), not a parent's
 

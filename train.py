@@ -8,8 +8,8 @@ python train.py -m task=rte,mrpc norm=none,isobn seed=1,2,3
 import hydra
 from omegaconf import DictConfig
 
-from isotune.cli import load_env_file, user_errors_reported
-from isotune.training import train
+from isotune.training.cli import load_env_file, user_errors_reported
+from isotune.training.run import train
 
 load_env_file()  # the current folder's .env (see .env.example), not a parent's
 

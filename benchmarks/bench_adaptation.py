@@ -23,11 +23,11 @@ from pathlib import Path
 import torch
 from bench_throughput import conf, interleaved_step_seconds, median_ratios, quiet_offline_glue_dir
 
-from isotune.adaptation import ADAPTATIONS, parameter_counts
-from isotune.classifier import GLUEClassifier
 from isotune.data import GLUEDataModule
-from isotune.encoders import load_tokenizer
-from isotune.tasks import TaskSpec
+from isotune.data.tasks import TaskSpec
+from isotune.model.adaptation import ADAPTATIONS, parameter_counts
+from isotune.model.classifier import GLUEClassifier
+from isotune.model.encoders import load_tokenizer
 
 MODES = tuple(ADAPTATIONS)  # full first: the reference
 

@@ -27,8 +27,8 @@ from bench_throughput import (
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from isotune.classifier import GLUEClassifier
-from isotune.run_names import reg_label
+from isotune.model.classifier import GLUEClassifier
+from isotune.tracking.run_names import reg_label
 
 BASELINE = "none"
 # The targets for the step-time ratio over none; batchnorm is sentence-level like isobn.

@@ -22,10 +22,10 @@ import torch
 from bench_throughput import conf, quiet_offline_glue_dir
 
 from isotune.callbacks.isotropy import IsotropyMonitor
-from isotune.classifier import GLUEClassifier
 from isotune.data import GLUEDataModule
-from isotune.encoders import load_tokenizer
-from isotune.tasks import TaskSpec
+from isotune.data.tasks import TaskSpec
+from isotune.model.classifier import GLUEClassifier
+from isotune.model.encoders import load_tokenizer
 
 TARGET = 0.01  # issue 12: the callback adds at most 1% to the default run's epoch
 

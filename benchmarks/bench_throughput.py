@@ -34,12 +34,12 @@ from transformers import (
     TrainingArguments,
 )
 
-from isotune.classifier import GLUEClassifier
 from isotune.data import GLUEDataModule, load_split
-from isotune.encoders import load_tokenizer, resolve_model_path
-from isotune.norms import NORMS as NORM_REGISTRY
-from isotune.norms import IsoBN
-from isotune.tasks import TaskSpec
+from isotune.data.tasks import TaskSpec
+from isotune.model.classifier import GLUEClassifier
+from isotune.model.encoders import load_tokenizer, resolve_model_path
+from isotune.norms.registry import NORMS as NORM_REGISTRY
+from isotune.norms.registry import IsoBN
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 NORMS = tuple(NORM_REGISTRY)  # every registered norm, the baseline none first

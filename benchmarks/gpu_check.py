@@ -48,8 +48,8 @@ from gpu_measures import (
 )
 from gpu_sweep import run_sweep, sweep_command
 
-from isotune.reporting import markdown_table
 from isotune.sweeps.gpu_slots import visible_gpus
+from isotune.tracking.reporting import markdown_table
 
 # Encoders built with random weights: their name in the table, the model config they stand in
 # for (its pooling), and their BertConfig sizes (BertConfig's defaults are BERT-base's).

@@ -25,11 +25,11 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from isotune.classifier import GLUEClassifier
 from isotune.data import GLUEDataModule
-from isotune.encoders import load_tokenizer, wordpiece_tokenizer
+from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
-from isotune.tasks import TaskSpec
+from isotune.model.classifier import GLUEClassifier
+from isotune.model.encoders import load_tokenizer, wordpiece_tokenizer
 
 RTE, TRAIN = conf("task/rte.yaml"), conf("train.yaml")
 # Token counts (MiniLM's WordPiece, special tokens excluded) of RTE's 2490 training pairs at these

@@ -20,7 +20,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from isotune.results import RESULTS_FILE, read_results
+from isotune.record.results import RESULTS_FILE, read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORY_FILE = "gpu_memory.json"

@@ -30,9 +30,9 @@ from bench_interventions import build, intervention_configs
 from bench_throughput import quiet_offline_glue_dir, rte_datamodule
 from omegaconf import OmegaConf
 
-from isotune.classifier import GLUEClassifier
-from isotune.metric_keys import LOSS_REG, LOSS_TASK
-from isotune.run_names import reg_label
+from isotune.model.classifier import GLUEClassifier
+from isotune.tracking.metric_keys import LOSS_REG, LOSS_TASK
+from isotune.tracking.run_names import reg_label
 
 
 def gradient(loss: torch.Tensor, parameters: list[torch.Tensor]) -> torch.Tensor:

@@ -17,7 +17,6 @@ import yaml
 from omegaconf import open_dict
 from torch import nn
 
-from isotune.adaptation import ADAPTATIONS, eval_mode, lora_targets, parameter_counts
 from isotune.analysis.directions import (
     adapted_matrices,
     intruder_dimensions,
@@ -25,10 +24,11 @@ from isotune.analysis.directions import (
     new_dominant_directions,
 )
 from isotune.analysis.run import analyze, load_checkpoint
-from isotune.config_checks import check_train_config
-from isotune.encoders import load_encoder
 from isotune.errors import IsotuneError
-from isotune.training import train
+from isotune.model.adaptation import ADAPTATIONS, eval_mode, lora_targets, parameter_counts
+from isotune.model.encoders import load_encoder
+from isotune.training.config_checks import check_train_config
+from isotune.training.run import train
 from tests.conftest import CONF_DIR, compose_config, compose_train_config, tiny_run_overrides
 from tests.helpers.analysis import SMALL
 from tests.helpers.resume import kill_and_resume, load
@@ -348,7 +348,7 @@ def test_intruder_dimensions_flag_a_large_update_off_the_pretrained_singular_vec
 
 
 def test_linear_weights_of_a_lora_layer_are_its_base_plus_the_scaled_update(tiny_bert):
-    from isotune.adaptation import lora
+    from isotune.model.adaptation import lora
 
     encoder = load_encoder(str(tiny_bert))
     pretrained = linear_weights(encoder)

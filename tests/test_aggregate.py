@@ -351,7 +351,7 @@ def test_wandb_summary_run_is_online_with_credentials(sweep_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.setenv("WANDB_MODE", "online")
     monkeypatch.setenv("WANDB_API_KEY", "0" * 40)  # well-formed, and the server answers:
-    monkeypatch.setattr("isotune.wandb_status.reachable", lambda url, timeout=3.0: True)
+    monkeypatch.setattr("isotune.tracking.wandb_status.reachable", lambda url, timeout=3.0: True)
     assert aggregate.main([str(sweep_dir), "--wandb", "--wandb-project", "p"]) == 0
     init = logged["init"]
     assert (init["mode"], init["project"], init["group"]) == ("online", "p", sweep_dir.name)

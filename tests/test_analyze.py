@@ -31,11 +31,11 @@ from isotune.analysis.report import (
 )
 from isotune.analysis.run import analyze
 from isotune.analysis.verdicts import judge, judge_outliers
+from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.isotropy import measure_all
-from isotune.metric_keys import POST_NORM, PRE_NORM
-from isotune.tasks import TaskSpec
-from isotune.training import train
+from isotune.tracking.metric_keys import POST_NORM, PRE_NORM
+from isotune.training.run import train
 from tests.conftest import CONF_DIR, ROOT, compose_config, compose_train_config, tiny_run_overrides
 from tests.helpers.analysis import SMALL
 

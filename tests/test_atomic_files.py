@@ -13,9 +13,9 @@ import tempfile
 import pytest
 import torch
 
-from isotune import folder_lock
 from isotune.atomic_files import save_figure, write_atomically, write_text
-from isotune.checkpoints import RunCheckpointIO
+from isotune.record import folder_lock
+from isotune.record.checkpoints import RunCheckpointIO
 from tests.helpers.cli import run_cli, tiny_cli_overrides
 from tests.helpers.disks import FillDiskAtEpoch, small_disk
 

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from isotune.config_checks import check_train_config
 from isotune.errors import IsotuneError
-from isotune.training import train
+from isotune.training.config_checks import check_train_config
+from isotune.training.run import train
 from tests.conftest import CONF_DIR, compose_train_config
 from tests.helpers.cli import run_cli
 from tests.helpers.config_checks import problems

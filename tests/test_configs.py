@@ -11,14 +11,14 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import OmegaConf
 
 from isotune.callbacks.isotropy import IsotropyMonitor
-from isotune.checkpoints import RunCheckpoint
-from isotune.csv_logging import RunCSVLogger
 from isotune.dashboard.tensorboard import EpochAxesTensorBoardLogger
+from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
-from isotune.norms import NORMS, build_norm
-from isotune.rng_state import BatchRngState
+from isotune.norms.registry import NORMS, build_norm
+from isotune.record.checkpoints import RunCheckpoint
+from isotune.record.csv_logging import RunCSVLogger
+from isotune.record.rng_state import BatchRngState
 from isotune.sweeps import gpu_slots
-from isotune.tasks import TaskSpec
 from tests.conftest import CONF_DIR, compose_train_config
 
 

@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from isotune.classifier import GLUEClassifier
 from isotune.data import GLUEDataModule
-from isotune.encoders import load_tokenizer
-from isotune.metrics import compute_scores
-from isotune.tasks import TaskSpec
-from isotune.training import train
+from isotune.data.metrics import compute_scores
+from isotune.data.tasks import TaskSpec
+from isotune.model.classifier import GLUEClassifier
+from isotune.model.encoders import load_tokenizer
+from isotune.training.run import train
 
 
 @pytest.mark.slow

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from isotune.data import GLUEDataModule, LengthGroupedBatchSampler, load_split
-from isotune.encoders import load_tokenizer
 from isotune.errors import IsotuneError
-from isotune.training import train
+from isotune.model.encoders import load_tokenizer
+from isotune.training.run import train
 from tests.helpers.tasks import load_task
 
 SHARED_GLUE = os.environ.get("GLUE_DIR")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants as hub_constants
 
-from isotune.encoders import load_encoder, load_tokenizer
 from isotune.errors import IsotuneError
+from isotune.model.encoders import load_encoder, load_tokenizer
 from tests.helpers.network import closed_port_url
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from isotune.enhance import (
+from isotune.isotropy import isoscore, outlier_dimensions
+from isotune.isotropy.enhance import (
     all_but_the_top,
     cluster_based,
     cluster_labels,
@@ -14,7 +15,6 @@ from isotune.enhance import (
     standardize,
     zero_mean,
 )
-from isotune.isotropy import isoscore, outlier_dimensions
 
 
 def rotation(d: int, seed: int = 0) -> torch.Tensor:

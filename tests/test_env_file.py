@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from isotune.cli import ENV_FILE, load_env_file
+from isotune.training.cli import ENV_FILE, load_env_file
 from tests.helpers.cli import ROOT
 
 VARIABLE = "ISOTUNE_TEST_ENV_FILE"

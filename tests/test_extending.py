@@ -15,12 +15,12 @@ import pytest
 import torch
 import yaml
 
-from isotune.config_checks import RULES
+from isotune.data.tasks import TaskSpec
 from isotune.isotropy import measure_cloud, measure_outliers
-from isotune.norms import NORMS
-from isotune.penalties import REGULARIZERS
-from isotune.regularization import MEASURES
-from isotune.tasks import TaskSpec
+from isotune.isotropy.penalties import REGULARIZERS
+from isotune.model.regularization import MEASURES
+from isotune.norms.registry import NORMS
+from isotune.training.config_checks import RULES
 from tests.conftest import CONF_DIR, ROOT
 
 CONF = CONF_DIR

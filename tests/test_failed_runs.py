@@ -11,12 +11,12 @@ import torch
 import yaml
 from matplotlib.collections import PathCollection
 
-from isotune.metrics import build_metrics, compute_scores
+from isotune.data.metrics import build_metrics, compute_scores
 from isotune.sweeps import aggregate
 from isotune.sweeps.figures import FAILED_LABEL, scores_data, scores_figure
 from isotune.sweeps.summary import summarize_sweep
-from isotune.training import train
-from isotune.trivial import TrivialScore, learned, trivial_score
+from isotune.training.run import train
+from isotune.training.trivial import TrivialScore, learned, trivial_score
 from tests.conftest import write_glue_dir
 from tests.helpers.config_checks import problems
 from tests.helpers.fake_runs import completed, write_run
@@ -171,7 +171,7 @@ def test_a_run_that_cannot_learn_is_marked_failed_in_results_json_and_the_aggreg
     ]
     (glue / "RTE" / "dev.tsv").write_text("\n".join(lines) + "\n")
     run_dir = tmp_path / "run"
-    caplog.set_level("INFO", logger="isotune.training")
+    caplog.set_level("INFO", logger="isotune.training.run")
     results = train(
         train_config("optim.lr=1e-12", f"paths.glue_dir={glue}", "seed=3", output_dir=run_dir)
     )

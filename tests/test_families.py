@@ -1,4 +1,4 @@
-"""Every encoder family of ``isotune.families`` trains, resumes and is analysed, with its own
+"""Every encoder family of ``isotune.model.families`` trains, resumes and is analysed, with its own
 dropout, token types, pooling and LoRA targets; a family the table does not know gets one message.
 
 Tiny random models of each family (tests/helpers/encoders.py), no download.
@@ -17,10 +17,10 @@ from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoModel
 
 from isotune.analysis.run import analyze
-from isotune.classifier import GLUEClassifier
-from isotune.encoders import load_tokenizer, wordpiece_tokenizer
 from isotune.errors import IsotuneError
-from isotune.families import (
+from isotune.model.classifier import GLUEClassifier
+from isotune.model.encoders import load_tokenizer, wordpiece_tokenizer
+from isotune.model.families import (
     FAMILIES,
     default_dropout,
     family_of,
@@ -30,8 +30,8 @@ from isotune.families import (
     num_layers,
     takes_token_types,
 )
-from isotune.norms import NORMS
-from isotune.training import train
+from isotune.norms.registry import NORMS
+from isotune.training.run import train
 from tests.conftest import CONF_DIR, compose_config, compose_train_config, tiny_run_overrides
 from tests.helpers.analysis import SMALL
 from tests.helpers.encoders import TINY_CONFIGS, WORDS, save_tiny_encoder, tiny_config

@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import pytest
 
-from isotune import folder_lock
+from isotune.record import folder_lock
 from tests.helpers.cli import run_cli, start_script, tiny_cli_overrides
 from tests.helpers.locks import WaitForFile, held_by_another_process
 

@@ -21,10 +21,10 @@ from isotune.analysis.geometry import (
     token_counts,
     token_type,
 )
-from isotune.classifier import GLUEClassifier
 from isotune.data import TokenizedDataset
-from isotune.encoders import load_tokenizer, wordpiece_tokenizer
-from isotune.tasks import TaskSpec
+from isotune.data.tasks import TaskSpec
+from isotune.model.classifier import GLUEClassifier
+from isotune.model.encoders import load_tokenizer, wordpiece_tokenizer
 from tests.conftest import CONF_DIR
 
 PUNCTUATION, STOP_WORD, SUB_WORD, OTHER = range(len(TOKEN_TYPES))

@@ -18,9 +18,9 @@ from omegaconf import OmegaConf
 from transformers import BertConfig, BertModel
 
 from isotune.data import load_split
-from isotune.encoders import resolve_model_path
+from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
-from isotune.tasks import TaskSpec
+from isotune.model.encoders import resolve_model_path
 from tests.conftest import compose_config
 
 CPU = torch.device("cpu")

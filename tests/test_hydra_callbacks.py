@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from isotune.hydra_callbacks import OutputFolderCheck, RequiredBeforeStart
+from isotune.training.hydra_callbacks import OutputFolderCheck, RequiredBeforeStart
 
 
 def config(run_dir, sweep_dir=None, **values):

@@ -16,16 +16,16 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from isotune.classifier import SCHEDULES, GLUEClassifier
-from isotune.config_checks import check_train_config
 from isotune.data import GLUEDataModule
-from isotune.encoders import load_tokenizer
+from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
-from isotune.regularization import Regularization
+from isotune.model.classifier import SCHEDULES, GLUEClassifier
+from isotune.model.encoders import load_tokenizer
+from isotune.model.regularization import Regularization
 from isotune.sweeps import aggregate
 from isotune.sweeps.runs import basic_sweep_jobs
-from isotune.tasks import TaskSpec
-from isotune.training import train
+from isotune.training.config_checks import check_train_config
+from isotune.training.run import train
 from tests.conftest import CONF_DIR, compose_train_config
 from tests.helpers.config_checks import problems
 from tests.helpers.fake_runs import completed, write_run

@@ -15,9 +15,8 @@ from transformers import AutoModel
 
 from isotune.analysis.geometry import collect_layer_vectors
 from isotune.callbacks.isotropy import IsotropyMonitor
-from isotune.classifier import GLUEClassifier
 from isotune.data import GLUEDataModule
-from isotune.encoders import load_tokenizer
+from isotune.data.tasks import TaskSpec
 from isotune.isotropy import (
     isobn_stats,
     measure_all,
@@ -28,10 +27,11 @@ from isotune.isotropy import (
 )
 from isotune.isotropy import measures as measures_module
 from isotune.isotropy.figures import correlation_matrix, save_geometry_figure
-from isotune.metric_keys import POST_NORM, PRE_NORM, SENTENCE_VIEWS
-from isotune.sentence_views import collect_views, sentence_views
-from isotune.tasks import TaskSpec
-from isotune.training import train
+from isotune.model.classifier import GLUEClassifier
+from isotune.model.encoders import load_tokenizer
+from isotune.model.sentence_views import collect_views, sentence_views
+from isotune.tracking.metric_keys import POST_NORM, PRE_NORM, SENTENCE_VIEWS
+from isotune.training.run import train
 from tests.conftest import compose_train_config, tiny_run_overrides
 from tests.helpers.stops import run_one_epoch
 

@@ -9,8 +9,8 @@ from omegaconf import OmegaConf
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from isotune.metrics import build_metrics, compute_scores, predictions
-from isotune.tasks import TaskSpec
+from isotune.data.metrics import build_metrics, compute_scores, predictions
+from isotune.data.tasks import TaskSpec
 from tests.helpers.tasks import TASK_DIR, load_task
 
 REFERENCES = {

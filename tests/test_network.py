@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from isotune import network
-from isotune.network import reachable
+from isotune.tracking import network
+from isotune.tracking.network import reachable
 from tests.helpers.network import closed_port_url
 
 

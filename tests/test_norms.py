@@ -10,9 +10,9 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from isotune.norms import NORMS, IsoBN, build_norm, statistics_never_updated
-from isotune.training import train
-from isotune.whitening import IterNormWhitening
+from isotune.norms.registry import NORMS, IsoBN, build_norm, statistics_never_updated
+from isotune.norms.whitening import IterNormWhitening
+from isotune.training.run import train
 from tests.conftest import CONF_DIR
 
 D = 6
@@ -252,7 +252,7 @@ def test_skipped_batches_are_reported_when_training_mode_ends(caplog):
     layer = IsoBN(D).train()
     poisoned = torch.randn(8, D)
     poisoned[3, 1] = float("nan")
-    with caplog.at_level(logging.WARNING, logger="isotune.norms"):
+    with caplog.at_level(logging.WARNING, logger="isotune.norms.registry"):
         layer(poisoned)
         assert not caplog.records  # no host-device sync in the training step
         layer.eval()

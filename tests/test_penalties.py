@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from isotune.isotropy import average_cosine, isoscore_star
-from isotune.penalties import (
+from isotune.isotropy.penalties import (
     REGULARIZERS,
     ShrinkageCovariance,
     correg_penalty,

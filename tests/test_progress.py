@@ -6,7 +6,7 @@ import lightning as L
 from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from isotune.progress import EpochsFromOneProgressBar
+from isotune.record.progress import EpochsFromOneProgressBar
 
 
 def test_the_bar_counts_epochs_from_one_and_shows_no_version(tmp_path):

@@ -34,7 +34,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 
-from isotune.encoders import resolve_model_path
+from isotune.model.encoders import resolve_model_path
 from tests.conftest import ROOT, compose_config
 
 # The README-command tests (each command a real subprocess: a training, an analysis, a sweep).

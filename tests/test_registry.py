@@ -7,7 +7,7 @@ import json
 
 import yaml
 
-from isotune.norms import NORMS, build_norm
+from isotune.norms.registry import NORMS, build_norm
 from isotune.sweeps import aggregate, comparisons
 from tests.conftest import CONF_DIR
 

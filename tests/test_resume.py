@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from isotune.errors import IsotuneError, RunInterrupted
-from isotune.rng_state import capture_rng_state, restore_rng_state
-from isotune.training import train
+from isotune.record.rng_state import capture_rng_state, restore_rng_state
+from isotune.training.run import train
 from tests.helpers.resume import KILL, Killed, disarmed, kill_and_resume, load
 from tests.helpers.untrusted import folder_digest
 

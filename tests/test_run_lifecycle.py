@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from isotune import training
 from isotune.atomic_files import write_text
-from isotune.classifier import GLUEClassifier
-from isotune.cli import INTERRUPTED_EXIT_CODE, user_errors_reported
 from isotune.errors import NoSpaceLeft
-from isotune.training import train
+from isotune.model.classifier import GLUEClassifier
+from isotune.training import run as training
+from isotune.training.cli import INTERRUPTED_EXIT_CODE, user_errors_reported
+from isotune.training.run import train
 
 STEPS_PER_EPOCH = 64 // 8  # fixture training examples / data.batch_size of the tiny run
 
@@ -200,7 +200,7 @@ def test_a_full_disk_while_recording_is_one_message_and_wandb_still_finishes(
         return write_text(path, text)
 
     finished = []
-    monkeypatch.setattr("isotune.results.write_text", full_after_the_start)
+    monkeypatch.setattr("isotune.record.results.write_text", full_after_the_start)
     monkeypatch.setattr(
         training, "finish_wandb_runs", lambda loggers, record: finished.append(record["status"])
     )

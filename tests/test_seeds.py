@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from isotune.classifier import GLUEClassifier
 from isotune.errors import IsotuneError
-from isotune.resume import CONFIG_KEY, check_same_run, run_config
+from isotune.model.classifier import GLUEClassifier
+from isotune.record.resume import CONFIG_KEY, check_same_run, run_config
 from isotune.sweeps import aggregate
 from isotune.sweeps.runs import Run
 from isotune.sweeps.seeds import SeedAxis
-from isotune.training import train
+from isotune.training.run import train
 from tests.conftest import compose_train_config
 from tests.helpers.fake_runs import completed, write_run
 

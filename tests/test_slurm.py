@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from isotune.training import train
+from isotune.training.run import train
 from tests.conftest import compose_train_config
 from tests.helpers import slurm
 from tests.helpers.cli import ROOT, run_script, sweep_with_a_bad_job, tiny_cli_overrides

@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from isotune.folder_lock import LOCK_FILE
-from isotune.run_names import run_group
+from isotune.record.folder_lock import LOCK_FILE
 from isotune.sweeps.runs import find_sweeps, job_id, load_runs
-from isotune.training import train
+from isotune.tracking.run_names import run_group
+from isotune.training.run import train
 from tests.conftest import ROOT, compose_train_config
 
 

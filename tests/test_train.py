@@ -14,9 +14,9 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
-from isotune.classifier import GLUEClassifier
 from isotune.errors import IsotuneError, NonFiniteLossError
-from isotune.training import train
+from isotune.model.classifier import GLUEClassifier
+from isotune.training.run import train
 from tests.conftest import ROOT, tiny_run_overrides
 from tests.helpers.cli import run_cli
 from tests.helpers.stops import run_one_epoch
@@ -228,7 +228,7 @@ def test_validate_alone_reports_scores_without_adding_an_epoch(train_config, tmp
     import lightning as L
 
     from isotune.data import GLUEDataModule
-    from isotune.encoders import load_tokenizer
+    from isotune.model.encoders import load_tokenizer
 
     cfg = train_config("trainer.max_epochs=1")
     train(cfg)

@@ -15,12 +15,12 @@ import yaml
 from omegaconf import OmegaConf
 
 from isotune.analysis.run import literal, load_checkpoint, run_max_length
-from isotune.checkpoints import RunCheckpoint, RunCheckpointIO
 from isotune.dashboard.tensorboard import tensorboard_logger
 from isotune.errors import IsotuneError
-from isotune.hydra_callbacks import StartCheckInRunFolder
-from isotune.resume import UNSAFE_LOAD_VARIABLE, read_checkpoint
-from isotune.training import train
+from isotune.record.checkpoints import RunCheckpoint, RunCheckpointIO
+from isotune.record.resume import UNSAFE_LOAD_VARIABLE, read_checkpoint
+from isotune.training.hydra_callbacks import StartCheckInRunFolder
+from isotune.training.run import train
 from tests.conftest import compose_config
 from tests.helpers.cli import ROOT, run_script, tiny_cli_overrides
 from tests.helpers.untrusted import code_running_checkpoint, folder_digest

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from isotune.wandb_logging import finish_wandb_runs, wandb_logger
-from isotune.wandb_status import api_key_problem
+from isotune.tracking.wandb_logging import finish_wandb_runs, wandb_logger
+from isotune.tracking.wandb_status import api_key_problem
 from tests.helpers.network import closed_port_url
 
 KEY = "0123456789abcdef" * 2 + "01234567"  # the shape of a real key: 40 characters
@@ -32,9 +32,9 @@ def wandb_env(monkeypatch, tmp_path):
 def make_logger(save_dir, caplog):
     """A logger as logger=wandb builds it, its log records, and the seconds it took."""
     start = time.monotonic()
-    with caplog.at_level(logging.INFO, logger="isotune.wandb_logging"):
+    with caplog.at_level(logging.INFO, logger="isotune.tracking.wandb_logging"):
         logger = wandb_logger(str(save_dir), "minilm", "rte", "none", seed=1)
-    records = [r for r in caplog.records if r.name == "isotune.wandb_logging"]
+    records = [r for r in caplog.records if r.name == "isotune.tracking.wandb_logging"]
     return logger, records, time.monotonic() - start
 
 
@@ -131,7 +131,7 @@ def test_a_run_that_cannot_be_finished_is_one_warning(wandb_env, tmp_path, caplo
     logger, _, _ = make_logger(tmp_path, caplog)
     logger._experiment = BrokenRun()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="isotune.wandb_logging"):
+    with caplog.at_level(logging.WARNING, logger="isotune.tracking.wandb_logging"):
         finish_wandb_runs([logger], {"status": "failed"})
     (record,) = caplog.records
     assert record.getMessage() == (

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from isotune.whitening import IterNormWhitening
+from isotune.norms.whitening import IterNormWhitening
 
 
 def correlated_batch(n: int, d: int, seed: int = 0, dtype=torch.float64) -> torch.Tensor:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from isotune.config_checks import check_train_config
 from isotune.errors import IsotuneError
+from isotune.training.config_checks import check_train_config
 from tests.conftest import compose_train_config
 
 

@@ -1,4 +1,4 @@
-"""Tiny random encoders of every family in ``isotune.families``, saved as model folders.
+"""Tiny random encoders of every family in ``isotune.model.families``, saved as model folders.
 
 Each has 2 layers of width 32 (ModernBERT 3, so that one of its layers attends globally and two
 through a sliding window narrower than the fixtures' sentences), and a tokenizer fitted to the
@@ -15,7 +15,7 @@ from pathlib import Path
 from tokenizers import ByteLevelBPETokenizer, processors
 from transformers import AutoConfig, AutoModel, PretrainedConfig, RobertaTokenizerFast
 
-from isotune.encoders import wordpiece_tokenizer
+from isotune.model.encoders import wordpiece_tokenizer
 
 POSITIVE = ["good", "great", "fine", "nice", "happy", "bright"]
 NEGATIVE = ["bad", "awful", "poor", "sad", "dark", "grim"]

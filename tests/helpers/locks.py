@@ -13,7 +13,7 @@ from pathlib import Path
 import lightning as L
 
 HOLD = (
-    "import sys; from isotune import folder_lock; folder_lock.hold(sys.argv[1]); "
+    "import sys; from isotune.record import folder_lock; folder_lock.hold(sys.argv[1]); "
     "print('held', flush=True); sys.stdin.read()"
 )
 

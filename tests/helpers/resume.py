@@ -12,7 +12,7 @@ import lightning as L
 import pytest
 import torch
 
-from isotune.training import train
+from isotune.training.run import train
 
 KILL = f"+callbacks.kill={{_target_:{__name__}.KillAtEpochStart,epoch:2}}"  # after 2 epochs
 KILL_AFTER_ONE = KILL.replace("epoch:2", "epoch:1")  # for two-epoch runs

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from isotune.classifier import GLUEClassifier
+from isotune.model.classifier import GLUEClassifier
 
 
 class StoppedAfterOneEpoch(RuntimeError):

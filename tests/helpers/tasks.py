@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from isotune.tasks import TaskSpec
+from isotune.data.tasks import TaskSpec
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "conf" / "task"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from isotune.folder_lock import LOCK_FILE
+from isotune.record.folder_lock import LOCK_FILE
 
 
 class RunsCode:

@@ -47,7 +47,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import MISSING, DictConfig, open_dict
 
 from isotune.errors import IsotuneError, RunInterrupted
-from isotune.stopping import STOP_SIGNALS
+from isotune.record.stopping import STOP_SIGNALS
 from isotune.sweeps import gpu_slots
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ class _SlotPool:
 
 class _ForwardedStop:
     """Passes SIGTERM and SIGUSR2 sent to the sweep on to every worker, whose job then stops
-    where it can continue from and records itself interrupted (:mod:`isotune.stopping`); a
+    where it can continue from and records itself interrupted (:mod:`isotune.record.stopping`); a
     worker still alive ``grace_s`` seconds later is killed. Without this, ``kill <sweep pid>``
     (what a scheduler or a user does) left the workers running their jobs as orphans."""
 

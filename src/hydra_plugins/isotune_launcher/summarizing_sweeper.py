@@ -28,7 +28,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from isotune.errors import IsotuneError
-from isotune.results import RESULTS_FILE
+from isotune.record.results import RESULTS_FILE
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.summary import summarize_sweep
 

@@ -31,10 +31,10 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from isotune.adaptation import lora_targets
 from isotune.analysis.geometry import LayerVectors
-from isotune.classifier import GLUEClassifier
 from isotune.errors import IsotuneError
+from isotune.model.adaptation import lora_targets
+from isotune.model.classifier import GLUEClassifier
 
 VIEWS = ("tokens", "sentence")  # the last layer's vectors of LayerVectors: .tokens, .sentences
 MATRICES = ("adapted", "all")  # the weight matrices intruder dimensions are counted in

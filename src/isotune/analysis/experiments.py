@@ -18,8 +18,10 @@ import torch
 from torch import Tensor
 
 from isotune.analysis.geometry import LayerVectors, probe_predictions, separability
-from isotune.classifier import GLUEClassifier
-from isotune.enhance import (
+from isotune.data.metrics import build_metrics, compute_scores, predictions
+from isotune.data.tasks import TaskSpec
+from isotune.isotropy import measure_all
+from isotune.isotropy.enhance import (
     all_but_the_top,
     cluster_based,
     cluster_labels,
@@ -27,10 +29,8 @@ from isotune.enhance import (
     standardize,
     zero_mean,
 )
-from isotune.isotropy import measure_all
-from isotune.metric_keys import POST_NORM, PRE_NORM
-from isotune.metrics import build_metrics, compute_scores, predictions
-from isotune.tasks import TaskSpec
+from isotune.model.classifier import GLUEClassifier
+from isotune.tracking.metric_keys import POST_NORM, PRE_NORM
 
 MODELS = ("pretrained", "finetuned")
 MEASURES = ("iw", "log_iw", "avg_cosine", "isoscore", "n_dominant", "effective_rank")
@@ -114,7 +114,8 @@ def local_structure(
 
 
 def enhancements(settings: Mapping, seed: int) -> dict[str, Callable[[Tensor], Tensor]]:
-    """The methods of :mod:`isotune.enhance` with the configured settings, ``none`` first."""
+    """The methods of :mod:`isotune.isotropy.enhance` with the configured settings, ``none``
+    first."""
 
     def clusters(X: Tensor) -> Tensor:
         return cluster_labels(X, min(settings.n_clusters, len(X)), seed)

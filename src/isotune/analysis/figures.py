@@ -19,9 +19,9 @@ from omegaconf import DictConfig
 from isotune.analysis.experiments import MEASURES, MODELS, PROPERTIES, SEPARABILITY, SETTINGS
 from isotune.analysis.geometry import LayerVectors
 from isotune.atomic_files import save_figure
+from isotune.data.tasks import TaskSpec
 from isotune.isotropy import spectrum
-from isotune.metric_keys import PRE_NORM
-from isotune.tasks import TaskSpec
+from isotune.tracking.metric_keys import PRE_NORM
 
 MODEL_COLOURS = {"pretrained": "tab:blue", "finetuned": "tab:red"}
 MEASURE_TITLES = {

@@ -7,10 +7,10 @@ of the token space (do tokens cluster by type and by frequency?). This module pr
 - :func:`sample_tokens`: a seeded sample of the non-special tokens of some examples, each labelled
   with its type (punctuation, stop word, sub-word, other);
 - :func:`collect_layer_vectors`: in one no-grad pass of a
-  :class:`~isotune.classifier.GLUEClassifier` (:func:`isotune.sentence_views.collect_views`: the
-  same views the isotropy callback measures), the sampled tokens' vectors and the sentence vectors
-  (the model's pooling) of every layer, plus the sentence vector before and after the norm
-  (``pre_norm``, ``post_norm``);
+  :class:`~isotune.model.classifier.GLUEClassifier`
+  (:func:`isotune.model.sentence_views.collect_views`: the same views the isotropy callback
+  measures), the sampled tokens' vectors and the sentence vectors (the model's pooling) of every
+  layer, plus the sentence vector before and after the norm (``pre_norm``, ``post_norm``);
 - :func:`token_counts` and :func:`frequency_buckets`: token frequency on training text;
 - :func:`separability`: how well k-means clusters and a linear probe recover a labelling;
 - :func:`probe_predictions`: the same linear probe, trained on one set of vectors and applied to
@@ -35,10 +35,10 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 from transformers.modeling_outputs import BaseModelOutput
 
-from isotune.classifier import GLUEClassifier
-from isotune.enhance import cluster_labels
-from isotune.metric_keys import POST_NORM, PRE_NORM
-from isotune.sentence_views import SentenceViews, collect_views
+from isotune.isotropy.enhance import cluster_labels
+from isotune.model.classifier import GLUEClassifier
+from isotune.model.sentence_views import SentenceViews, collect_views
+from isotune.tracking.metric_keys import POST_NORM, PRE_NORM
 
 TOKEN_TYPES = ("punctuation", "stop_word", "sub_word", "other")
 PROBE_MAX_ITER = 2000  # lbfgs iterations: raw (unscaled) embeddings converge more slowly

@@ -22,11 +22,11 @@ from torch import Tensor
 from isotune.analysis.experiments import MODELS, task_scores
 from isotune.analysis.geometry import LayerVectors
 from isotune.analysis.single_dimension import SEARCHES, fit_lines, fit_stumps
+from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.isotropy import dimension_variances, outliers_from_variances, overlap
-from isotune.metric_keys import PRE_NORM
-from isotune.ranges import POSITIVE
-from isotune.tasks import TaskSpec
+from isotune.norms.ranges import POSITIVE
+from isotune.tracking.metric_keys import PRE_NORM
 
 
 def one_dimension_scores(

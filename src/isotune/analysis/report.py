@@ -21,9 +21,9 @@ from isotune.analysis.figures import FIGURES
 from isotune.analysis.geometry import TOKEN_TYPES
 from isotune.analysis.verdicts import Verdict
 from isotune.atomic_files import write_text
-from isotune.instantiate import instantiate_all
-from isotune.reporting import markdown_table
-from isotune.tasks import TaskSpec
+from isotune.data.tasks import TaskSpec
+from isotune.tracking.reporting import markdown_table
+from isotune.training.instantiate import instantiate_all
 
 TABLES = ("isotropy_by_layer", "local_structure", "enhancement", "outlier_dimensions")
 

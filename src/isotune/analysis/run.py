@@ -58,12 +58,12 @@ from isotune.analysis.outlier_dimensions import outlier_experiment
 from isotune.analysis.report import log_to_loggers, report_markdown, write_tables
 from isotune.analysis.verdicts import judge, judge_outliers
 from isotune.atomic_files import write_text
-from isotune.classifier import GLUEClassifier
 from isotune.data import Example, TokenizedDataset, check_max_length, load_split
-from isotune.encoders import load_tokenizer
+from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
-from isotune.resume import MODEL_KEYS, read_checkpoint
-from isotune.tasks import TaskSpec
+from isotune.model.classifier import GLUEClassifier
+from isotune.model.encoders import load_tokenizer
+from isotune.record.resume import MODEL_KEYS, read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
 # -- inputs -------------------------------------------------------------------------------------
 def load_checkpoint(path: str | None) -> GLUEClassifier:
     """The fine-tuned model of a ``train.py`` checkpoint, on the CPU, built from the checkpoint
-    read as data only (:func:`isotune.resume.read_checkpoint`): its hyperparameters, then its
+    read as data only (:func:`isotune.record.resume.read_checkpoint`): its hyperparameters, then its
     weights and history, as Lightning's ``load_from_checkpoint`` would, without a second read."""
     if path is None:
         raise IsotuneError(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from isotune.analysis.experiments import METHODS, MODELS, PROPERTIES, SEPARABILITY
-from isotune.tasks import TaskSpec
+from isotune.data.tasks import TaskSpec
 
 
 @dataclass(frozen=True)

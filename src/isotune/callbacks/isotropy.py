@@ -30,8 +30,6 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
-from isotune.adaptation import eval_mode
-from isotune.families import hidden_state_indices, num_layers
 from isotune.isotropy import (
     OUTLIER_FACTOR,
     ROGUE_K,
@@ -42,7 +40,9 @@ from isotune.isotropy import (
     overlap,
 )
 from isotune.isotropy.figures import save_geometry_figure
-from isotune.metric_keys import ISO_EPOCH, POST_NORM, PRE_NORM, SENTENCE_VIEWS, iso_key
+from isotune.model.adaptation import eval_mode
+from isotune.model.families import hidden_state_indices, num_layers
+from isotune.tracking.metric_keys import ISO_EPOCH, POST_NORM, PRE_NORM, SENTENCE_VIEWS, iso_key
 
 log = logging.getLogger(__name__)
 

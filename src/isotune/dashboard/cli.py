@@ -23,7 +23,7 @@ from isotune.dashboard.layout import Section, dashboard_sections, used_sections
 from isotune.dashboard.run_file import run_keys
 from isotune.dashboard.views import panels_of, sweep_report, workspace, write_json
 from isotune.errors import IsotuneError
-from isotune.wandb_status import wandb_online
+from isotune.tracking.wandb_status import wandb_online
 
 WORKSPACE_JSON = Path("logs") / "dashboards" / "workspace-{project}.json"
 REPORT_JSON = "wandb_report.json"  # in the sweep folder, beside sweep_report.md

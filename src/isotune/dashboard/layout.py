@@ -1,5 +1,5 @@
 """The dashboard's one definition: sections of charts, each naming the keys it draws and the key
-it draws them against, all built from :mod:`isotune.metric_keys`.
+it draws them against, all built from :mod:`isotune.tracking.metric_keys`.
 
 The W&B workspace and report (:mod:`isotune.dashboard.views`) and the TensorBoard custom-scalars
 layout (:mod:`isotune.dashboard.tensorboard`) are made from these sections, so the three show
@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from isotune.metric_keys import (
+from isotune.tracking.metric_keys import (
     DASHBOARD_MEASURES,
     EPOCH,
     ISO_EPOCH,

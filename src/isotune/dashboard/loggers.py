@@ -1,6 +1,6 @@
 """A training run declares its dashboard to its loggers once, as it starts: W&B gets the axes
-and summaries of :func:`isotune.wandb_logging.define_axes`, TensorBoard the custom-scalars layout
-of the run's task (:mod:`isotune.dashboard.tensorboard`); other loggers need nothing."""
+and summaries of :func:`isotune.tracking.wandb_logging.define_axes`, TensorBoard the custom-scalars
+layout of the run's task (:mod:`isotune.dashboard.tensorboard`); other loggers need nothing."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 
 from isotune.dashboard.layout import dashboard_sections
 from isotune.dashboard.tensorboard import EpochAxesTensorBoardLogger
-from isotune.tasks import TaskSpec
-from isotune.wandb_logging import define_axes
+from isotune.data.tasks import TaskSpec
+from isotune.tracking.wandb_logging import define_axes
 
 
 def declare_dashboard(loggers: Sequence[Logger], task: TaskSpec) -> None:

@@ -4,10 +4,10 @@ that writes each key at the step of its axis.
 
 TensorBoard draws every scalar against its step, so the logger writes ``iso/*`` at step
 ``iso/epoch`` (0 = the pre-trained model) and the dev scores at step ``epoch``, as W&B's
-``define_metric`` draws them (:func:`isotune.metric_keys.axis_of`); the training curves stay at
-the global step. ``tensorboard --logdir logs/multirun/<sweep>`` merges the runs' layouts into one
-page (the "Custom Scalars" tab). A scatter of one summary value per run has no custom-scalars
-chart: it is W&B's only.
+``define_metric`` draws them (:func:`isotune.tracking.metric_keys.axis_of`); the training curves
+stay at the global step. ``tensorboard --logdir logs/multirun/<sweep>`` merges the runs' layouts
+into one page (the "Custom Scalars" tab). A scatter of one summary value per run has no
+custom-scalars chart: it is W&B's only.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
 from isotune.dashboard.layout import SCATTER, Chart, Section
-from isotune.metric_keys import STEP, axis_of
-from isotune.run_names import reg_label, run_group
+from isotune.tracking.metric_keys import STEP, axis_of
+from isotune.tracking.run_names import reg_label, run_group
 
 
 def chart_regex(chart: Chart) -> str:
@@ -59,10 +59,11 @@ def tensorboard_logger(
     """The run's logger, writing to ``<save_dir>/tensorboard/<configuration>-seed<seed>``.
 
     ``configuration`` (model, task, norm, overrides, reg, reg_weight: the config's, as for
-    :func:`isotune.wandb_logging.wandb_logger`) is named as the run's W&B group, so TensorBoard's
-    run list says what each run is (``0/tensorboard/minilm-rte-isobn-seed1``), not only which job
-    folder it came from. The name is one folder: a ``/`` in it (a path among the overrides, or a
-    name read from a checkpoint by analyze.py) becomes ``_``, so it never writes elsewhere.
+    :func:`isotune.tracking.wandb_logging.wandb_logger`) is named as the run's W&B group, so
+    TensorBoard's run list says what each run is (``0/tensorboard/minilm-rte-isobn-seed1``), not
+    only which job folder it came from. The name is one folder: a ``/`` in it (a path among the
+    overrides, or a name read from a checkpoint by analyze.py) becomes ``_``, so it never writes
+    elsewhere.
     """
     reg, weight = configuration.pop("reg", "none"), configuration.pop("reg_weight", 0.0)
     group = run_group(**configuration, reg=reg_label(reg, weight))

@@ -13,8 +13,8 @@ from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from isotune.data.batches import LengthGroupedBatchSampler
 from isotune.data.reading import load_split
+from isotune.data.tasks import TaskSpec
 from isotune.data.tokenized import TokenizedDataset, check_max_length
-from isotune.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
 

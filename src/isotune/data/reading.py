@@ -8,8 +8,8 @@ import csv
 from collections.abc import Iterator
 from pathlib import Path
 
+from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
-from isotune.tasks import TaskSpec
 
 HUB_DATASET = "nyu-mll/glue"
 Example = dict[str, object]

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
+from isotune.data.metrics import METRICS
 from isotune.errors import IsotuneError
-from isotune.metrics import METRICS
-from isotune.values import finite_number, integer
+from isotune.norms.values import finite_number, integer
 
 
 @dataclass(frozen=True)

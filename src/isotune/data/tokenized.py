@@ -10,8 +10,8 @@ from transformers import PreTrainedTokenizerBase
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from isotune.data.reading import Example
+from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
-from isotune.tasks import TaskSpec
 
 
 def check_max_length(max_length: int, task: TaskSpec, tokenizer: PreTrainedTokenizerBase) -> None:

@@ -1,10 +1,10 @@
-"""The isotropy family: measures of an embedding cloud and of its outlier dimensions (torch only);
-the sentence views every measurement collects (``isotune.sentence_views``, shared with the
-analysis); and the per-epoch callback and figures that apply them during training (``.callback``,
-``.figures``).
+"""Library (no Lightning, no Hydra): the isotropy of an embedding cloud, measured (its measures and
+outlier dimensions, :mod:`.measures`, :mod:`.outliers`, drawn by :mod:`.figures`), restored after
+the fact (:mod:`.enhance`) and penalised in training (:mod:`.penalties`).
 
 The measures are re-exported here, so ``from isotune.isotropy import measure_all`` works without
 importing Lightning. Formulas, sources and caveats: ``docs/isotropy.md``.
+May import: norms.
 """
 
 from isotune.isotropy.measures import (

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from isotune.isotropy.measures import check_point_cloud
-from isotune.ranges import POSITIVE
+from isotune.norms.ranges import POSITIVE
 
 OUTLIER_FACTOR = 5.0  # Rudman et al. (2023): variance at least 5x the mean variance
 ROGUE_K = 3  # Timkey & van Schijndel (2021) show how the top 3 dimensions dominate cosine

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from isotune.errors import IsotuneError
-from isotune.families import lora_target_modules
+from isotune.model.families import lora_target_modules
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -108,8 +108,8 @@ def lora_targets(encoder: PreTrainedModel, entries: Sequence[str] | None) -> lis
     ``.<entry>`` (peft's rule), except the pooler's, which trains whole or not at all.
 
     ``entries`` null: the family's attention query and value projections
-    (:func:`isotune.families.lora_target_modules`). An entry that matches nothing is an error, not
-    silently skipped (peft only complains when none matches).
+    (:func:`isotune.model.families.lora_target_modules`). An entry that matches nothing is an error,
+    not silently skipped (peft only complains when none matches).
     """
     model_type = encoder.config.model_type
     if entries is None:

@@ -19,15 +19,17 @@ from torch.nn import functional as F
 from torchmetrics import MeanMetric
 from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
-from isotune.adaptation import (
+from isotune.data.metrics import build_metrics, compute_scores, predictions
+from isotune.data.tasks import TaskSpec
+from isotune.errors import IsotuneError, NonFiniteLossError
+from isotune.model.adaptation import (
     adapt_encoder,
     drop_fixed_weights,
     eval_mode,
     restore_fixed_weights,
 )
-from isotune.encoders import load_encoder
-from isotune.errors import IsotuneError, NonFiniteLossError
-from isotune.families import (
+from isotune.model.encoders import load_encoder
+from isotune.model.families import (
     FAMILIES,
     default_dropout,
     head_pooling,
@@ -35,11 +37,17 @@ from isotune.families import (
     num_layers,
     takes_token_types,
 )
-from isotune.metric_keys import EPOCH, LOSS, LOSS_REG, LOSS_TASK, REG_PREFIX, train_key, val_key
-from isotune.metrics import build_metrics, compute_scores, predictions
-from isotune.norms import build_norm
-from isotune.regularization import Regularization
-from isotune.tasks import TaskSpec
+from isotune.model.regularization import Regularization
+from isotune.norms.registry import build_norm
+from isotune.tracking.metric_keys import (
+    EPOCH,
+    LOSS,
+    LOSS_REG,
+    LOSS_TASK,
+    REG_PREFIX,
+    train_key,
+    val_key,
+)
 
 if TYPE_CHECKING:
     from isotune.data import GLUEDataModule
@@ -72,7 +80,7 @@ class GLUEClassifier(L.LightningModule):
         adapt: Mapping | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(logger=False)  # training.py logs the whole config itself
+        self.save_hyperparameters(logger=False)  # training.run logs the whole config itself
         self.task = TaskSpec.from_config(task)
         self.pooling = model["pooling"]
         if self.pooling not in POOLINGS:

@@ -20,7 +20,7 @@ from huggingface_hub import constants as hub_constants
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from isotune.errors import IsotuneError
-from isotune.network import reachable
+from isotune.tracking.network import reachable
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The ``reg`` axis of a run: what a penalty sees, and I-STAR's shrinkage target Sigma_S.
 
 The training loss is ``task loss + weight x penalty(X)`` with a penalty of
-:mod:`isotune.penalties`, and X one of two views of the batch:
+:mod:`isotune.isotropy.penalties`, and X one of two views of the batch:
 
 - ``tokens``: the hidden states of ``layers`` (``all``: every layer but the embeddings, as I-STAR
   releases it; ``last``; or hidden-state indices, 0 = embeddings, negative from the end), stacked
@@ -26,10 +26,10 @@ import torch
 from torch import Tensor, nn
 
 from isotune.errors import IsotuneError
-from isotune.families import hidden_state_indices
-from isotune.penalties import REGULARIZERS, ShrinkageCovariance
-from isotune.run_names import reg_label
-from isotune.whitening import Float32Statistics
+from isotune.isotropy.penalties import REGULARIZERS, ShrinkageCovariance
+from isotune.model.families import hidden_state_indices
+from isotune.norms.whitening import Float32Statistics
+from isotune.tracking.run_names import reg_label
 
 __all__ = [
     "MEASURES",

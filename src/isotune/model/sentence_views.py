@@ -1,9 +1,9 @@
 """The two views of a sentence vector, and the one pass that collects them.
 
-A :class:`~isotune.classifier.GLUEClassifier` pools the encoder's output into a sentence vector and
-normalises it before dropout and the head. Both sides are measured, under one pair of names:
-``pre_norm`` (the pooled vector) and ``post_norm`` (the norm's output: the classifier's input).
-The geometry analysis (``docs/analysis.md``) collects them with :func:`collect_views`; the
+A :class:`~isotune.model.classifier.GLUEClassifier` pools the encoder's output into a sentence
+vector and normalises it before dropout and the head. Both sides are measured, under one pair of
+names: ``pre_norm`` (the pooled vector) and ``post_norm`` (the norm's output: the classifier's
+input). The geometry analysis (``docs/analysis.md``) collects them with :func:`collect_views`; the
 isotropy callback (every epoch, ``docs/isotropy.md``) keeps them from validation's forward pass
 with hooks on the norm's input and output. Both are the same vectors
 (``tests/test_isotropy_callback.py`` checks it bit for bit).
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from isotune.adaptation import eval_mode
-from isotune.metric_keys import POST_NORM, PRE_NORM
+from isotune.model.adaptation import eval_mode
+from isotune.tracking.metric_keys import POST_NORM, PRE_NORM
 
 if TYPE_CHECKING:
-    from isotune.classifier import GLUEClassifier
+    from isotune.model.classifier import GLUEClassifier
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """The valid ranges of options that a library function and a config check both enforce, each
 written once.
 
-The library (:class:`~isotune.norms.IsoBN`, :class:`~isotune.whitening.IterNormWhitening`, the
-outlier-dimension factor) checks its arguments with :meth:`Range.require`, and the early config
-check (:mod:`isotune.config_checks`) lists the same ranges against the config keys, so a value is
-refused in the same words before a model loads and in a notebook, and a range changes in one
-place.
+The library (:class:`~isotune.norms.registry.IsoBN`,
+:class:`~isotune.norms.whitening.IterNormWhitening`, the outlier-dimension factor) checks its
+arguments with :meth:`Range.require`, and the early config check
+(:mod:`isotune.training.config_checks`) lists the same ranges against the config keys, so a value is
+refused in the same words before a model loads and in a notebook, and a range changes in one place.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from isotune.values import finite_number, integer
+from isotune.norms.values import finite_number, integer
 
 
 class Range(NamedTuple):

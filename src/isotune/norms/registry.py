@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from isotune.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
-from isotune.whitening import Float32Statistics, IterNormWhitening
+from isotune.norms.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
+from isotune.norms.whitening import Float32Statistics, IterNormWhitening
 
 __all__ = ["NORMS", "IsoBN", "Norm", "build_norm", "statistics_never_updated"]
 
@@ -38,9 +38,9 @@ class IsoBN(Float32Statistics):
 
     The statistics are float32 buffers (saved in checkpoints, unlike the released code), computed
     outside autocast and kept float32 when the module is cast (``.half()``, ``bf16-true``; see
-    :class:`~isotune.whitening.Float32Statistics`), so reduced precision does not degrade them;
-    the output has the input's dtype. Edge rules (the released code returned NaN or zeros in each
-    case):
+    :class:`~isotune.norms.whitening.Float32Statistics`), so reduced precision does not degrade
+    them; the output has the input's dtype. Edge rules (the released code returned NaN or zeros in
+    each case):
 
     - a dimension with no recorded variance (zero running std, e.g. constant so far) passes
       through unchanged (factor 1) and is left out of the means and sums above (over ``j`` and in
@@ -181,7 +181,7 @@ NORMS: dict[str, Norm] = {
     "none": Norm(nn.Identity),  # takes and ignores any arguments
     "batchnorm": Norm(nn.BatchNorm1d, min_batch_size=2, smaller_batch_raises=True),
     "isobn": Norm(IsoBN, min_batch_size=2),  # skips a batch of one: see IsoBN's edge rules
-    "whitening": Norm(IterNormWhitening, min_batch_size=2),  # docs in isotune.whitening
+    "whitening": Norm(IterNormWhitening, min_batch_size=2),  # docs in isotune.norms.whitening
 }
 
 

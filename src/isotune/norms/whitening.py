@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from isotune.ranges import COUNT, MOMENTUM, POSITIVE, SWITCH
+from isotune.norms.ranges import COUNT, MOMENTUM, POSITIVE, SWITCH
 
 __all__ = ["Float32Statistics", "IterNormWhitening"]
 

@@ -1,7 +1,7 @@
 """What a run's checkpoints hold beyond Lightning's own, how Lightning reads and writes them, and
 how best.ckpt survives a resume.
 
-Every checkpoint carries the run's config and overrides (:mod:`isotune.resume` compares them
+Every checkpoint carries the run's config and overrides (:mod:`isotune.record.resume` compares them
 before continuing); Lightning reads every checkpoint through the project's data-only loader and
 writes it atomically in its own folder (:class:`RunCheckpointIO`); and the checkpoint callbacks
 keep their best file right when a run continues from a checkpoint of another folder
@@ -26,7 +26,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from isotune.atomic_files import write_atomically
 from isotune.errors import IsotuneError
-from isotune.resume import CONFIG_KEY, OVERRIDES_KEY, read_checkpoint
+from isotune.record.resume import CONFIG_KEY, OVERRIDES_KEY, read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class RunConfigInCheckpoints(L.Callback):
 class RunCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint files, read as data and written whole in their own folder.
 
-    Read by :func:`isotune.resume.read_checkpoint`: data only, whatever
+    Read by :func:`isotune.record.resume.read_checkpoint`: data only, whatever
     ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (Lightning's own read passes no ``weights_only``,
     which that variable turns into ``False``). Resuming (``fit``) and predicting with best.ckpt
     both read here.

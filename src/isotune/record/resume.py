@@ -84,7 +84,7 @@ def read_checkpoint(path: Path, required: tuple[str, ...] = RESUME_KEYS) -> dict
     A checkpoint is a pickle, and unpickling can run any code the file names: torch's
     ``weights_only`` loader refuses every object but containers, numbers, strings and tensors,
     before any of them is built. Every read of a checkpoint goes through here (Lightning's own,
-    through :class:`isotune.checkpoints.RunCheckpointIO`), whatever the environment says.
+    through :class:`isotune.record.checkpoints.RunCheckpointIO`), whatever the environment says.
     """
     import torch
 

@@ -7,8 +7,8 @@ isotropy probe), so restoring the saved state when the checkpoint is loaded is n
 the state is captured after every training batch and put back right before the next one, in the
 uninterrupted run and in the resumed one alike: both then train every step on identical random
 numbers, whether the checkpoint was written at an epoch's end or in the middle of one (a run
-stopped by a signal, :mod:`isotune.stopping`). Within an epoch putting it back changes nothing;
-at an epoch's start it undoes the draws of validation and of the new iterators. (The batch
+stopped by a signal, :mod:`isotune.record.stopping`). Within an epoch putting it back changes
+nothing; at an epoch's start it undoes the draws of validation and of the new iterators. (The batch
 order is seeded by seed + epoch, and resumes at its position: ``LengthGroupedBatchSampler``.)
 """
 

@@ -98,8 +98,8 @@ class StopAtSafePoint(L.Callback):
 
     Lightning installs its own SIGTERM handler when training starts, which raises mid-validation
     and so would lose the epoch's training; this callback puts the request's back. It must come
-    after :class:`~isotune.rng_state.BatchRngState` among the callbacks, so that the checkpoint it
-    writes holds the generators' state after the batch.
+    after :class:`~isotune.record.rng_state.BatchRngState` among the callbacks, so that the
+    checkpoint it writes holds the generators' state after the batch.
     """
 
     def __init__(self, request: StopRequest, last_checkpoint: Path) -> None:
@@ -134,7 +134,7 @@ class StopAtSafePoint(L.Callback):
 
     def save(self, trainer: L.Trainer) -> None:
         """Write this step's checkpoint as last.ckpt (atomically, as every checkpoint is:
-        :class:`~isotune.checkpoints.RunCheckpointIO`)."""
+        :class:`~isotune.record.checkpoints.RunCheckpointIO`)."""
         trainer.save_checkpoint(self.last_checkpoint)
         log.warning(
             "Saved %s at step %d (epoch %d, batch %d) to continue from",

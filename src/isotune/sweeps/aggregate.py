@@ -27,8 +27,7 @@ import pandas as pd
 
 from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
-from isotune.metric_keys import POST_NORM
-from isotune.results import RESULTS_FILE
+from isotune.record.results import RESULTS_FILE
 from isotune.sweeps import report
 from isotune.sweeps.comparisons import (
     Configuration,
@@ -77,7 +76,8 @@ from isotune.sweeps.tables import (
     summarize_isotropy,
     summarize_scores,
 )
-from isotune.wandb_status import wandb_online
+from isotune.tracking.metric_keys import POST_NORM
+from isotune.tracking.wandb_status import wandb_online
 
 RESULTS_MD, ISOTROPY_MD, REPORT_MD = "results_table.md", "isotropy_table.md", "sweep_report.md"
 

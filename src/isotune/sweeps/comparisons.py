@@ -19,9 +19,9 @@ from typing import Any
 import pandas as pd
 
 from isotune.errors import IsotuneError
-from isotune.run_names import NOT_IN_GROUP
 from isotune.sweeps.runs import Run
 from isotune.sweeps.statistics import holm, paired_comparison, seed_count_caveat
+from isotune.tracking.run_names import NOT_IN_GROUP
 
 
 @dataclass(frozen=True)

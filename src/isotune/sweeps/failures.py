@@ -1,11 +1,11 @@
 """Runs that failed to learn: counted per configuration and task, and set apart in the statistics.
 
 Each run records whether its best epoch beat the trivial predictor of its dev set by the margin
-(``learned`` in results.json, :mod:`isotune.trivial`). A sweep that mixes failed runs with worse
-ones reads a regularizer that breaks training as a small negative effect, so the aggregate reports
-"k of n runs failed to learn" and computes its tables and paired statistics twice: over all runs,
-and over the runs that learned. A run written before runs recorded it has no verdict: it counts as
-unknown, never as failed, and stays among "the runs that learned".
+(``learned`` in results.json, :mod:`isotune.training.trivial`). A sweep that mixes failed runs with
+worse ones reads a regularizer that breaks training as a small negative effect, so the aggregate
+reports "k of n runs failed to learn" and computes its tables and paired statistics twice: over all
+runs, and over the runs that learned. A run written before runs recorded it has no verdict: it
+counts as unknown, never as failed, and stays among "the runs that learned".
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from isotune.reporting import markdown_table
 from isotune.sweeps.runs import Run
+from isotune.tracking.reporting import markdown_table
 
 COUNT_COLUMNS = ["configuration", "task", "n", "failed", "unknown"]
 

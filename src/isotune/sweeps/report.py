@@ -16,11 +16,11 @@ from typing import Any
 
 import pandas as pd
 
-from isotune.reporting import markdown_table
 from isotune.sweeps.figures import FIGURES
 from isotune.sweeps.runs import MissingJob, Run, Sweep
 from isotune.sweeps.statistics import BOOTSTRAP_MIN_PAIRS
 from isotune.sweeps.tables import measure_label, number_cell
+from isotune.tracking.reporting import markdown_table
 
 
 def sweep_report(**fields: Any) -> str:

@@ -7,8 +7,8 @@ beginning, and the plan says which does which. A missing job (no results.json) r
 ``<sweep_dir>/rerun-<n>``, which from then on counts as that job (a failed rerun reruns there). A
 job whose results.json still says ``running`` may be alive, so it reruns only with
 ``--include-running`` (its age in ``python -m isotune.aggregate`` tells a dead one), and a job
-whose process is alive (it holds its folder's lock, :mod:`isotune.folder_lock`) never reruns. Each
-job is one ``python <script> <overrides> hydra.run.dir=<dir>``, run from the sweep's original
+whose process is alive (it holds its folder's lock, :mod:`isotune.record.folder_lock`) never reruns.
+Each job is one ``python <script> <overrides> hydra.run.dir=<dir>``, run from the sweep's original
 working directory (when it is this one or the script's folder), one after another. It refuses
 while the sweep itself or another rerun of it is alive (they hold the sweep folder's lock; a
 rerun holds it while it runs), and while the workers of a ``gpus``-launcher sweep still hold
@@ -37,9 +37,9 @@ from datetime import datetime
 from pathlib import Path
 
 import isotune
-from isotune import folder_lock
 from isotune.errors import IsotuneError
-from isotune.resume import LAST_CHECKPOINT
+from isotune.record import folder_lock
+from isotune.record.resume import LAST_CHECKPOINT
 from isotune.sweeps import gpu_slots
 from isotune.sweeps.runs import Run, Sweep, job_id, load_runs, missing_jobs, unfinished_runs
 

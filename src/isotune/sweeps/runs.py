@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from isotune.errors import IsotuneError
-from isotune.results import RESULTS_FILE, read_results
+from isotune.record.results import RESULTS_FILE, read_results
 
 SWEEP_FILE = "multirun.yaml"
 

@@ -16,12 +16,12 @@ from typing import Any
 import pandas as pd
 
 from isotune.errors import IsotuneError
-from isotune.metric_keys import POST_NORM, PRE_NORM, iso_key
-from isotune.reporting import markdown_table
 from isotune.sweeps.comparisons import AXES, Configuration, Configurations
 from isotune.sweeps.failures import failure_counts, learned_of, not_failed
 from isotune.sweeps.runs import Run
 from isotune.sweeps.seeds import SeedAxis
+from isotune.tracking.metric_keys import POST_NORM, PRE_NORM, iso_key
+from isotune.tracking.reporting import markdown_table
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 AVERAGE = "avg"

@@ -8,8 +8,8 @@ dashboard cannot name a key that no run logs without a test noticing
 
 from __future__ import annotations
 
-# The two views of a sentence vector (isotune.sentence_views): the pooled vector before the norm,
-# and the norm's output, the classifier's input; a key's <view> (iso/<view>/<measure>).
+# The two views of a sentence vector (isotune.model.sentence_views): the pooled vector before the
+# norm, and the norm's output, the classifier's input; a key's <view> (iso/<view>/<measure>).
 PRE_NORM = "pre_norm"
 POST_NORM = "post_norm"
 SENTENCE_VIEWS = (PRE_NORM, POST_NORM)
@@ -35,7 +35,7 @@ DASHBOARD_MEASURES = (
     "n_outliers",  # outlier dimensions (docs/isotropy.md)
     "outliers_kept",  # epoch 0's outlier dimensions that still are
 )
-# What isotune.adaptation.parameter_counts counts; logged once, at step 0.
+# What isotune.model.adaptation.parameter_counts counts; logged once, at step 0.
 PARAMETER_COUNTS = ("trainable", "total", "trainable_fraction")
 # The training loss's parts (GLUEClassifier.training_loss); a regularizer adds reg_<measure>.
 LOSS_TASK, LOSS_REG, REG_PREFIX = "loss_task", "loss_reg", "reg_"

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Sequence
 
 from lightning.pytorch.loggers import Logger, WandbLogger
 
-from isotune.metric_keys import LOSS, axis_of, best_key, summary_of, val_key
-from isotune.run_names import reg_label, run_group
-from isotune.wandb_status import offline_reason
+from isotune.tracking.metric_keys import LOSS, axis_of, best_key, summary_of, val_key
+from isotune.tracking.run_names import reg_label, run_group
+from isotune.tracking.wandb_status import offline_reason
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,8 @@ def wandb_logger(
 
 def define_axes(run, val_prefixes: Sequence[str], primary_metric: str) -> None:
     """Draw ``iso/*`` against ``iso/epoch`` and each dev split's scores (``val/*``,
-    ``val_<split>/*``) against ``epoch`` (:func:`isotune.metric_keys.axis_of`), instead of the
-    global step Lightning gives every key; each split's primary metric and loss summarised by
+    ``val_<split>/*``) against ``epoch`` (:func:`isotune.tracking.metric_keys.axis_of`), instead of
+    the global step Lightning gives every key; each split's primary metric and loss summarised by
     their best value (max; min for the loss), as the run's ``best/*`` are."""
     for prefix in ("iso", *val_prefixes):
         axis = axis_of(f"{prefix}/")
@@ -107,7 +107,8 @@ def finish_wandb_runs(loggers: Sequence[Logger], results: dict) -> None:
                     {
                         "status": results["status"],
                         "best_epoch": results.get("best_epoch"),
-                        # whether the best epoch beat a constant predictor (isotune.trivial)
+                        # whether the best epoch beat a constant predictor
+                        # (isotune.training.trivial)
                         "learned": results.get("learned"),
                         "trivial_score": (results.get("trivial") or {}).get("score"),
                         **{best_key(name): v for name, v in results.get("best", {}).items()},

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from isotune.network import reachable
+from isotune.tracking.network import reachable
 
 WANDB_URL = "https://api.wandb.ai"  # wandb's default server; WANDB_BASE_URL names another
 JWT = re.compile(r"[\w-]+\.[\w-]+\.[\w-]+")  # header.payload.signature, base64url

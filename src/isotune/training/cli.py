@@ -18,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from isotune.errors import IsotuneError
-from isotune.resume import LAST_CHECKPOINT
+from isotune.record.resume import LAST_CHECKPOINT
 
 log = logging.getLogger("isotune")
 

@@ -16,13 +16,13 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from isotune.classifier import SCHEDULES
 from isotune.errors import IsotuneError
-from isotune.norms import NORMS
-from isotune.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
-from isotune.regularization import SHRINKAGE_SAMPLES, VIEWS
-from isotune.resume import RESUME_MODES
-from isotune.values import finite_number, integer
+from isotune.model.classifier import SCHEDULES
+from isotune.model.regularization import SHRINKAGE_SAMPLES, VIEWS
+from isotune.norms.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
+from isotune.norms.registry import NORMS
+from isotune.norms.values import finite_number, integer
+from isotune.record.resume import RESUME_MODES
 
 _ABSENT = object()
 
@@ -81,7 +81,7 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         lambda v: v is None or (integer(v) and (v >= 1 or v == -1)),
         "an integer >= 1, or -1 or null to stop by trainer.max_steps",
     ),
-    # The norms' options: the ranges their constructors check (isotune.ranges).
+    # The norms' options: the ranges their constructors check (isotune.norms.ranges).
     ("norm.momentum", *MOMENTUM),
     ("norm.eps", *POSITIVE),
     ("norm.beta", *NON_NEGATIVE),

@@ -23,9 +23,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from isotune import folder_lock
 from isotune.errors import IsotuneError
-from isotune.results import RESULTS_FILE
+from isotune.record import folder_lock
+from isotune.record.results import RESULTS_FILE
 
 
 def stop(message: str) -> None:
@@ -82,7 +82,8 @@ class RequiredBeforeStart(Callback):
 
 
 class FolderLock(Callback):
-    """The run's (or the sweep's) folder is this process's alone (:mod:`isotune.folder_lock`),
+    """The run's (or the sweep's) folder is this process's alone
+    (:mod:`isotune.record.folder_lock`),
     taken before Hydra writes its log and ``.hydra/`` there: a second process started in a
     folder whose run is alive stops with one message naming its pid and writes nothing. The
     other processes of a DDP run (rank > 0) share rank 0's folder and take no lock."""
@@ -109,7 +110,7 @@ class FolderLock(Callback):
 
 class StartCheckInRunFolder(Callback):
     """A run started in a folder that already holds one (its results.json) is checked, as the
-    run itself checks its start (:func:`isotune.training.check_start`: config values, and the
+    run itself checks its start (:func:`isotune.training.run.check_start`: config values, and the
     checkpoint it would continue from: data only, from the same configuration), before Hydra
     rewrites the folder: a refused start leaves every file there byte-identical. In a new
     folder the run checks itself, and records a refusal in results.json."""
@@ -118,7 +119,7 @@ class StartCheckInRunFolder(Callback):
         folder = os.path.abspath(str(config.hydra.run.dir))
         if not os.path.isfile(os.path.join(folder, RESULTS_FILE)):
             return
-        from isotune.training import check_start  # the training stack, only for this case
+        from isotune.training.run import check_start  # the training stack, only for this case
 
         job = copy.deepcopy(config)  # as Hydra's run_job makes it: the folder, then no hydra key
         with read_write(job.hydra.runtime), open_dict(job.hydra.runtime):

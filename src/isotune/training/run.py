@@ -18,24 +18,21 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
-from isotune import folder_lock
-from isotune.adaptation import parameter_counts
 from isotune.atomic_files import write_text
 from isotune.callbacks.isotropy import IsotropyMonitor
-from isotune.checkpoints import RunCheckpointIO, RunConfigInCheckpoints
-from isotune.classifier import GLUEClassifier
-from isotune.config_checks import check_train_config
-from isotune.csv_logging import RunCSVLogger
 from isotune.dashboard.loggers import declare_dashboard
 from isotune.data import GLUEDataModule
-from isotune.encoders import load_tokenizer
 from isotune.errors import IsotuneError, NoSpaceLeft, RunInterrupted
-from isotune.instantiate import instantiate_all
-from isotune.metric_keys import params_key
-from isotune.norms import statistics_never_updated
-from isotune.progress import EpochsFromOneProgressBar
-from isotune.results import RunRecord, describe_error
-from isotune.resume import (
+from isotune.model.adaptation import parameter_counts
+from isotune.model.classifier import GLUEClassifier
+from isotune.model.encoders import load_tokenizer
+from isotune.norms.registry import statistics_never_updated
+from isotune.record import folder_lock
+from isotune.record.checkpoints import RunCheckpointIO, RunConfigInCheckpoints
+from isotune.record.csv_logging import RunCSVLogger
+from isotune.record.progress import EpochsFromOneProgressBar
+from isotune.record.results import RunRecord, describe_error
+from isotune.record.resume import (
     LAST_CHECKPOINT,
     RECORD_KEY,
     check_same_run,
@@ -43,9 +40,12 @@ from isotune.resume import (
     read_checkpoint,
     run_config,
 )
-from isotune.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
-from isotune.trivial import TrivialScore, failure_record, trivial_score
-from isotune.wandb_logging import finish_wandb_runs
+from isotune.record.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
+from isotune.tracking.metric_keys import params_key
+from isotune.tracking.wandb_logging import finish_wandb_runs
+from isotune.training.config_checks import check_train_config
+from isotune.training.instantiate import instantiate_all
+from isotune.training.trivial import TrivialScore, failure_record, trivial_score
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None]:
     """Check the config, and read the checkpoint to continue from (data only) and compare it
     with the config: the checkpoint's path and contents, or (None, None) for a fresh start.
     Raises :class:`IsotuneError` for a refused start. Also run before Hydra rewrites a folder
-    that holds a run (:class:`isotune.hydra_callbacks.StartCheckInRunFolder`)."""
+    that holds a run (:class:`isotune.training.hydra_callbacks.StartCheckInRunFolder`)."""
     check_train_config(cfg)  # before any model loads: bad values fail in seconds
     resume_from = checkpoint_to_resume(cfg)
     if resume_from is None:
@@ -323,9 +323,9 @@ class RecordEveryEpoch(L.Callback):
 
 def _stopping_signal(error: BaseException, trainer: L.Trainer | None) -> signal.Signals | None:
     """The signal that stopped the run, None for an error. SIGTERM and SIGUSR2: the
-    :class:`StopRequested` of :mod:`isotune.stopping`. SIGINT: a ``KeyboardInterrupt``, or the
-    plain ``SystemExit`` Lightning raises after catching one inside ``fit`` (it marks the trainer
-    interrupted then, as for any error, hence the exact type)."""
+    :class:`StopRequested` of :mod:`isotune.record.stopping`. SIGINT: a ``KeyboardInterrupt``, or
+    the plain ``SystemExit`` Lightning raises after catching one inside ``fit`` (it marks the
+    trainer interrupted then, as for any error, hence the exact type)."""
     if isinstance(error, StopRequested):
         return error.signal
     if isinstance(error, SIGTERMException):  # Lightning's own handler, where ours is not set

@@ -4,14 +4,14 @@ Fine-tuning BERT-family encoders fails for a share of seeds on small tasks: the 
 predicting one class. Mosbach, Andriushchenko & Klakow (ICLR 2021) call a run *failed* when its dev
 accuracy is not above the majority-class baseline; without that line, a regularizer that breaks
 training reads as a small negative effect. The trivial predictor is a constant prediction, scored
-by the task's own metric functions (:mod:`isotune.metrics`), the code path of the run's score, so
-that a collapsed run and the trivial predictor score alike:
+by the task's own metric functions (:mod:`isotune.data.metrics`), the code path of the run's score,
+so that a collapsed run and the trivial predictor score alike:
 
 - classification (accuracy, F1, Matthews correlation): the dev set's majority class (ties: the
   lower class id). Accuracy is its share. F1 is of the positive class (id 1), so it is
   2p / (1 + p) for a positive share p when the majority is positive, and 0 when the majority is
   negative (no positive is predicted). Matthews correlation of a constant is 0/0, scored 0 as
-  GLUE's official scorer does (:class:`isotune.metrics.MatthewsCorrelation`).
+  GLUE's official scorer does (:class:`isotune.data.metrics.MatthewsCorrelation`).
 - regression (Pearson, Spearman): the dev labels' mean. A constant has no variance, so its
   correlation is undefined (torchmetrics gives NaN or 0); it counts as 0, the correlation of a
   prediction that carries nothing about the labels' order, so a run learned when it correlates
@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from isotune.metrics import build_metrics, compute_scores
-from isotune.ranges import NON_NEGATIVE
-from isotune.tasks import TaskSpec
+from isotune.data.metrics import build_metrics, compute_scores
+from isotune.data.tasks import TaskSpec
+from isotune.norms.ranges import NON_NEGATIVE
 
 DECIMALS = 9  # a score equal to the trivial one in float noise is not above it
 
