@@ -58,6 +58,45 @@ BOOKKEEPING_KEYS = (
 SPLIT_SEEDS = ("seed_init", "seed_data")
 # Sections of the model's hyperparameters, compared for checkpoints older than CONFIG_KEY.
 MODEL_SECTIONS = ("task", "model", "norm", "optim", "reg", "adapt")
+# Where each top-level module went when the modules moved into wings by concern: a checkpoint
+# saved before names the old paths in its config's ``_target_``s (``isotune.checkpoints.
+# RunCheckpoint``), read as the new ones (:func:`current_targets`) so that it still resumes.
+MOVED_MODULES = {
+    "isotune.norms": "isotune.norms.registry",
+    "isotune.whitening": "isotune.norms.whitening",
+    "isotune.ranges": "isotune.norms.ranges",
+    "isotune.values": "isotune.norms.values",
+    "isotune.penalties": "isotune.isotropy.penalties",
+    "isotune.enhance": "isotune.isotropy.enhance",
+    "isotune.metric_keys": "isotune.tracking.metric_keys",
+    "isotune.run_names": "isotune.tracking.run_names",
+    "isotune.network": "isotune.tracking.network",
+    "isotune.wandb_status": "isotune.tracking.wandb_status",
+    "isotune.wandb_logging": "isotune.tracking.wandb_logging",
+    "isotune.reporting": "isotune.tracking.reporting",
+    "isotune.tasks": "isotune.data.tasks",
+    "isotune.metrics": "isotune.data.metrics",
+    "isotune.classifier": "isotune.model.classifier",
+    "isotune.sentence_views": "isotune.model.sentence_views",
+    "isotune.regularization": "isotune.model.regularization",
+    "isotune.adaptation": "isotune.model.adaptation",
+    "isotune.families": "isotune.model.families",
+    "isotune.encoders": "isotune.model.encoders",
+    "isotune.results": "isotune.record.results",
+    "isotune.resume": "isotune.record.resume",
+    "isotune.checkpoints": "isotune.record.checkpoints",
+    "isotune.csv_logging": "isotune.record.csv_logging",
+    "isotune.stopping": "isotune.record.stopping",
+    "isotune.rng_state": "isotune.record.rng_state",
+    "isotune.progress": "isotune.record.progress",
+    "isotune.folder_lock": "isotune.record.folder_lock",
+    "isotune.training": "isotune.training.run",
+    "isotune.config_checks": "isotune.training.config_checks",
+    "isotune.hydra_callbacks": "isotune.training.hydra_callbacks",
+    "isotune.cli": "isotune.training.cli",
+    "isotune.instantiate": "isotune.training.instantiate",
+    "isotune.trivial": "isotune.training.trivial",
+}
 
 
 def run_config(cfg: DictConfig) -> dict[str, Any]:
@@ -160,8 +199,9 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
 def check_same_run(checkpoint: Mapping[str, Any], path: Path, current: Mapping[str, Any]) -> None:
     """Refuse to continue from ``checkpoint`` a run configured otherwise (never a silent mix).
 
-    Checkpoints older than :data:`CONFIG_KEY` are compared on the model's hyperparameters."""
-    saved = checkpoint.get(CONFIG_KEY)
+    Checkpoints older than :data:`CONFIG_KEY` are compared on the model's hyperparameters; the
+    classes a checkpoint saved before the modules' move names are read where they are now."""
+    saved = current_targets(checkpoint.get(CONFIG_KEY))
     if saved is None:
         hyperparameters = checkpoint.get("hyper_parameters") or {}
         saved = {key: hyperparameters[key] for key in MODEL_SECTIONS if hyperparameters.get(key)}
@@ -177,6 +217,26 @@ def check_same_run(checkpoint: Mapping[str, Any], path: Path, current: Mapping[s
             "Fix: run with the checkpoint's settings (its run folder's .hydra/overrides.yaml), "
             "or start afresh in a new folder (or here with resume=never)."
         )
+
+
+def current_targets(values: Any) -> Any:
+    """A saved config with every ``_target_`` that names a module before its move
+    (``isotune.<module>.<name>``, :data:`MOVED_MODULES`) naming it where it is now."""
+    if isinstance(values, Mapping):
+        return {
+            key: _current_target(value) if key == "_target_" else current_targets(value)
+            for key, value in values.items()
+        }
+    if isinstance(values, list):
+        return [current_targets(value) for value in values]
+    return values
+
+
+def _current_target(target: Any) -> Any:
+    if not isinstance(target, str) or target.count(".") != 2:  # moved: isotune.<wing>.<module>.
+        return target
+    module, _, name = target.rpartition(".")
+    return f"{MOVED_MODULES[module]}.{name}" if module in MOVED_MODULES else target
 
 
 def _bookkeeping(key: str) -> bool:
