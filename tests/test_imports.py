@@ -1,25 +1,34 @@
-"""The house's floors: the library (measures, norms, whitening, penalties, enhancement, the names
-of keys and runs, the statistics) imports in a fresh interpreter without Lightning, Hydra or
-transformers; the offline sweep tools answer ``--help`` without torch."""
+"""The house's floors. Each wing of ``src/isotune/`` imports only the wings its ``__init__``
+names (``May import: ...``), so no arrow runs up; the library wings (measures, norms, whitening,
+penalties, enhancement) and the names of keys and runs and the statistics import in a fresh
+interpreter without Lightning, Hydra or transformers; the offline sweep tools answer ``--help``
+without torch."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import subprocess
 import sys
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
 
 import pytest
 
+import isotune
+
+PACKAGE = Path(isotune.__file__).parent
+GROUND = ("errors", "atomic_files")  # every wing may import them; they import no wing
+ENTRY_MODULES = ("aggregate", "rerun")  # `python -m isotune.<name>`: above every wing
+WINGS = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
+LIBRARY_WINGS = ("norms", "isotropy")
 LIBRARY = (
-    "isotune.isotropy",
-    "isotune.isotropy.measures",
-    "isotune.isotropy.outliers",
-    "isotune.isotropy.figures",
-    "isotune.norms.registry",
-    "isotune.norms.whitening",
-    "isotune.isotropy.penalties",
-    "isotune.isotropy.enhance",
-    "isotune.norms.ranges",
+    *(
+        f"isotune.{wing}.{path.stem}".removesuffix(".__init__")
+        for wing in LIBRARY_WINGS
+        for path in sorted((PACKAGE / wing).glob("*.py"))
+    ),
     "isotune.tracking.metric_keys",
     "isotune.tracking.run_names",
     "isotune.sweeps.statistics",
@@ -58,3 +67,47 @@ def test_an_offline_tool_answers_help_without_torch(module):
     imported = top_level_modules_after(code)
     heavy = {"torch", "lightning", "pytorch_lightning", "transformers", "peft"}  # omegaconf is fine
     assert imported.isdisjoint(heavy), sorted(imported & heavy)
+
+
+def may_import(wing: str) -> set[str]:
+    """The wings a wing's ``__init__`` docstring names after ``May import:`` (``no wing``: none)."""
+    docstring = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text())) or ""
+    found = re.search(r"^May import: (.+)\.$", docstring, re.MULTILINE)
+    assert found, f"isotune/{wing}/__init__.py names no 'May import: <wings>.' line"
+    return set() if found[1] == "no wing" else set(found[1].split(", "))
+
+
+def imported_wings(path: Path) -> set[str]:
+    """The first names under ``isotune.`` that a module imports (at the top or in a function)."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:  # relative: from the module's own package, or one above it
+                source = ".".join([package.rsplit(".", node.level - 1)[0], source]).rstrip(".")
+            names.update(f"{source}.{alias.name}" for alias in node.names)
+    return {name.split(".")[1] for name in names if name.startswith("isotune.")}
+
+
+def test_the_package_holds_wings_the_ground_and_the_entry_modules_only():
+    modules = {path.stem for path in PACKAGE.glob("*.py")} - {"__init__"}
+    assert modules == {*GROUND, *ENTRY_MODULES}, "a new top-level module belongs in a wing"
+
+
+def test_each_wing_imports_only_the_wings_its_init_names_and_none_runs_up():
+    declared = {wing: may_import(wing) for wing in WINGS}
+    assert set().union(*declared.values()) <= set(WINGS), declared
+    try:
+        tuple(TopologicalSorter(declared).static_order())
+    except CycleError as cycle:
+        pytest.fail(f"the wings' May import lines form a cycle: {cycle.args[1]}")
+    for wing in WINGS:
+        for path in sorted((PACKAGE / wing).rglob("*.py")):
+            beyond = imported_wings(path) - {wing, *GROUND, *declared[wing]}
+            assert not beyond, f"{path.relative_to(PACKAGE)} imports the wings {sorted(beyond)}"
+    for name in GROUND:
+        assert imported_wings(PACKAGE / f"{name}.py") <= set(GROUND), name
