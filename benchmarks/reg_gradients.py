@@ -68,14 +68,19 @@ def main() -> None:
         help="key=value settings for every preset with a regularizer, e.g. reg.layers=last",
     )
     args = parser.parse_args()
-    datamodule = rte_datamodule(args, quiet_offline_glue_dir())
     presets = {}  # presets whose penalties differ only in weight (istar_less, istar_more): one row
     for name, cfg in intervention_configs().items():
         if cfg.reg.name != "none":
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(args.override))
+            if cfg.reg.weight == 0:
+                parser.error(
+                    f"--override reg.weight={cfg.reg.weight} leaves {name} no penalty to measure; "
+                    "give any non-zero weight (the ratios are per unit weight) or leave it out"
+                )
             penalty = OmegaConf.to_container(cfg.reg, resolve=True)
             penalty.pop("weight")
             presets.setdefault(json.dumps(penalty, sort_keys=True), []).append((name, cfg))
+    datamodule = rte_datamodule(args, quiet_offline_glue_dir())
     print(
         f"\nMiniLM on RTE, batch {args.batch_size}, max length {args.max_length}, the pre-trained "
         f"model, medians over {args.batches} training batches; overrides: "
