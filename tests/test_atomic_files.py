@@ -13,7 +13,7 @@ import tempfile
 import pytest
 import torch
 
-from isotune.atomic_files import save_figure, write_atomically, write_text
+from isotune.atomic_files import links_leaving, save_figure, write_atomically, write_text
 from isotune.record import folder_lock
 from isotune.record.checkpoints import RunCheckpointIO
 from tests.helpers.cli import run_cli, tiny_cli_overrides
@@ -87,6 +87,31 @@ def test_a_symlink_planted_at_the_destination_is_replaced_not_followed(tmp_path)
     assert target.read_text() == "keep me\n"
     assert not (run / "report.md").is_symlink()
     assert (run / "report.md").read_text() == "the report\n"
+
+
+def test_the_links_leading_out_of_a_folder_are_found_and_only_those(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / ".bashrc").write_text("theirs\n")
+    run = tmp_path / "run"
+    (run / "wandb" / "run-1").mkdir(parents=True)
+    (run / "checkpoints").symlink_to(elsewhere)
+    (run / "train.log").symlink_to(elsewhere / ".bashrc")
+    (run / "wandb" / "latest-run").symlink_to("run-1")  # as W&B links it: inside the folder
+    (run / "wandb" / "run-1" / "gone").symlink_to(tmp_path / "missing")  # dangling, outside
+    (tmp_path / "alias").symlink_to(run)  # a run folder reached through a link of the user's
+    expected = [
+        (run / "checkpoints", elsewhere.resolve()),
+        (run / "train.log", (elsewhere / ".bashrc").resolve()),
+        (run / "wandb" / "run-1" / "gone", (tmp_path / "missing").resolve()),
+    ]
+    assert links_leaving(run) == expected
+    alias = tmp_path / "alias"
+    assert links_leaving(alias) == [(alias / link.relative_to(run), to) for link, to in expected]
+    (run / "checkpoints").unlink()
+    (run / "train.log").unlink()
+    (run / "wandb" / "run-1" / "gone").unlink()
+    assert links_leaving(run) == []
 
 
 def test_checkpoints_are_staged_beside_themselves_never_in_the_temporary_folder(

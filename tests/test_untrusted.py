@@ -15,10 +15,11 @@ import yaml
 from omegaconf import OmegaConf
 
 from isotune.analysis.run import literal, load_checkpoint, run_max_length
+from isotune.atomic_files import links_leaving
 from isotune.dashboard.tensorboard import tensorboard_logger
 from isotune.errors import IsotuneError
 from isotune.record.checkpoints import RunCheckpoint, RunCheckpointIO
-from isotune.record.resume import UNSAFE_LOAD_VARIABLE, read_checkpoint
+from isotune.record.resume import UNSAFE_LOAD_VARIABLE, check_links_stay_inside, read_checkpoint
 from isotune.training.hydra_callbacks import StartCheckInRunFolder
 from isotune.training.run import train
 from tests.conftest import compose_config
@@ -195,6 +196,100 @@ def test_a_refused_resume_typed_in_a_run_folder_leaves_its_files_as_they_were(
     assert refused.returncode == 1 and "Traceback" not in output, output[-3000:]
     assert output.count("comes from a run configured otherwise") == 1
     assert folder_digest(folder) == before  # .hydra/, train.log, results.json, metrics.csv
+
+
+def folder_with_links_out(tmp_path):
+    """A shared run folder whose ``checkpoints`` and ``train.log`` are links into someone's home."""
+    home = tmp_path / "someone"
+    home.mkdir()
+    (home / ".bashrc").write_text("theirs\n")
+    folder = tmp_path / "shared-run"
+    folder.mkdir()
+    (folder / "checkpoints").symlink_to(home)
+    (folder / "train.log").symlink_to(home / ".bashrc")
+    return folder, home
+
+
+def test_a_run_folder_with_links_leading_out_is_refused_before_hydra_writes_there(
+    tmp_path, tiny_bert, glue_dir, capsys
+):
+    folder, home = folder_with_links_out(tmp_path)
+    before = folder_digest(home)
+    cfg = compose_config(
+        "train", [*tiny_cli_overrides(tiny_bert, glue_dir), f"hydra.run.dir={folder}"]
+    )
+    with pytest.raises(SystemExit) as stopped:
+        StartCheckInRunFolder().on_run_start(cfg)
+    assert stopped.value.code == 1
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"Error: The run folder {folder} holds symbolic links that lead out of it: "
+        f"{folder / 'checkpoints'} -> {home.resolve()}; {folder / 'train.log'} -> "
+    )
+    assert error.count("\n") == 1 and "paths.log_dir" in error
+    assert folder_digest(home) == before
+
+
+def test_a_run_continued_in_a_folder_with_links_leading_out_writes_nothing_through_them(
+    tmp_path, tiny_bert, glue_dir
+):
+    folder, home = folder_with_links_out(tmp_path)
+    before = folder_digest(home)
+    with pytest.raises(IsotuneError, match="lead out of it"):
+        train(compose_config("train", tiny_cli_overrides(tiny_bert, glue_dir), folder))
+    assert folder_digest(home) == before
+    assert json.loads((folder / "results.json").read_text())["status"] == "failed"
+
+
+def test_the_links_w_and_b_makes_into_its_cache_are_its_own_but_its_folder_is_no_link(tmp_path):
+    folder = tmp_path / "run"
+    logs = folder / "wandb" / "offline-run-20261201_233738-fnf390o8" / "logs"
+    logs.mkdir(parents=True)
+    cache = tmp_path / "cache" / "core-debug-20261201_233738.log"  # as W&B 0.2x links it
+    cache.parent.mkdir()
+    cache.write_text("")
+    (logs / "debug-core.log").symlink_to(cache)
+    (folder / "wandb" / "latest-run").symlink_to("offline-run-20261201_233738-fnf390o8")
+    check_links_stay_inside(folder)
+    (tmp_path / "other").mkdir()
+    (folder / "wandb").rename(tmp_path / "other" / "wandb")
+    (folder / "wandb").symlink_to(tmp_path / "other" / "wandb")
+    with pytest.raises(IsotuneError, match=f"{folder / 'wandb'} -> "):
+        check_links_stay_inside(folder)
+
+
+@pytest.mark.slow
+def test_a_w_and_b_run_started_again_in_its_folder_continues(tmp_path, tiny_bert, glue_dir):
+    folder = tmp_path / "run"
+    overrides = [
+        *tiny_cli_overrides(tiny_bert, glue_dir),
+        "logger=wandb",
+        f"hydra.run.dir={folder}",
+    ]
+    cache = tmp_path / "cache"  # W&B links each run's core log into its cache, outside the folder
+    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "XDG_CACHE_HOME": str(cache)}
+    first = run_script("train.py", *overrides, env=env)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    assert [target for _, target in links_leaving(folder) if target.is_relative_to(cache)]
+    again = run_script("train.py", *overrides, env=env)
+    output = again.stdout + again.stderr
+    assert again.returncode == 0 and "lead out of it" not in output, output[-3000:]
+    assert "Resuming from" in output
+
+
+@pytest.mark.slow
+def test_train_py_in_a_folder_with_links_leading_out_says_so_and_writes_nothing_through_them(
+    tmp_path, tiny_bert, glue_dir
+):
+    folder, home = folder_with_links_out(tmp_path)
+    before = folder_digest(home)
+    refused = run_script(
+        "train.py", *tiny_cli_overrides(tiny_bert, glue_dir), f"hydra.run.dir={folder}"
+    )
+    output = refused.stdout + refused.stderr
+    assert refused.returncode == 1 and "Traceback" not in output, output[-3000:]
+    assert output.count("lead out of it") == 1, output[-3000:]
+    assert folder_digest(home) == before
 
 
 def test_a_best_file_a_checkpoint_names_is_copied_only_if_it_is_a_checkpoint(tmp_path):

@@ -14,7 +14,11 @@ Every file the project writes into a run or sweep folder goes through :func:`wri
 
 A symlink planted at the destination is replaced, never written through (``os.replace`` renames
 over the link itself), and the temporary name is created with ``O_EXCL``, which refuses to follow
-a symlink: a write never leaves its folder. Stdlib only: the library's figures use it too.
+a symlink: a write never leaves its folder. A symlink planted in place of a *folder* on the way
+(``checkpoints -> /elsewhere``) would lead every write below it out, and so would a link that
+another program appends to (Hydra's ``train.log``): :func:`links_leaving` finds them, for a run
+that continues in a folder it did not make to refuse. Stdlib only: the library's figures use it
+too.
 """
 
 from __future__ import annotations
@@ -95,3 +99,19 @@ def _sync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(descriptor)
+
+
+def links_leaving(folder: str | Path) -> list[tuple[Path, Path]]:
+    """Every symbolic link inside ``folder``, at any depth, whose target lies outside it (dangling
+    or not), with that target: writes through these would leave the folder. Links are not followed
+    while looking; a link whose target stays inside (W&B's ``wandb/latest-run``) is not listed."""
+    root = Path(os.path.realpath(folder))
+    leaving = []
+    for parent, folders, files in os.walk(root):  # does not descend into linked folders
+        for name in sorted(folders + files):
+            path = Path(parent) / name
+            if path.is_symlink():
+                target = Path(os.path.realpath(path))
+                if not target.is_relative_to(root):
+                    leaving.append((Path(folder) / path.relative_to(root), target))
+    return leaving

@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from isotune.atomic_files import links_leaving
 from isotune.errors import IsotuneError
 
 RESUME_MODES = ("auto", "never")
@@ -34,6 +35,7 @@ RECORD_KEY = "isotune_record"  # its results.json as of the save, to rebuild a l
 MODEL_KEYS = ("state_dict", "hyper_parameters")
 RESUME_KEYS = (*MODEL_KEYS, "global_step", "epoch", "loops", "optimizer_states", "lr_schedulers")
 UNSAFE_LOAD_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+WANDB_FOLDER = "wandb"  # what W&B's logger makes in the run folder (logger.wandb.save_dir)
 
 # Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,
 # what is logged where, how the console looks. Everything else must match to resume.
@@ -113,6 +115,37 @@ def checkpoint_to_resume(cfg: DictConfig) -> Path | None:
         return Path(cfg.ckpt_path).expanduser()
     last = Path(cfg.paths.output_dir) / LAST_CHECKPOINT
     return last if cfg.get("resume", "auto") == "auto" and last.is_file() else None
+
+
+def check_links_stay_inside(folder: str | Path) -> None:
+    """A run folder continued in (a shared one, a copy) holds no symbolic link that leads out of
+    it: the run, and Hydra's log, would write through it into the link's target (a
+    ``checkpoints`` link to someone's folder, a ``train.log`` link to their shell profile). Raises
+    :class:`IsotuneError` naming the links; a folder that does not exist yet holds none.
+
+    Links below W&B's own folder are W&B's: it links its runs' logs into its cache
+    (``logs/debug-core.log -> ~/.cache/wandb/...``), makes a new run folder for every attempt
+    and replaces its own links rather than write through them. ``wandb`` itself may not be a link.
+    """
+    folder = Path(folder)
+    leaving = [
+        (link, target)
+        for link, target in (links_leaving(folder) if folder.is_dir() else [])
+        if not _below_wandb_folder(link.relative_to(folder))
+    ]
+    if leaving:
+        links = "; ".join(f"{link} -> {target}" for link, target in leaving[:3])
+        more = f" (and {len(leaving) - 3} more)" if len(leaving) > 3 else ""
+        raise IsotuneError(
+            f"The run folder {folder} holds symbolic links that lead out of it: {links}{more}. "
+            "The run would write through them, outside its folder. Fix: replace each link by "
+            "a copy of what it points at, or run in a new folder (leave hydra.run.dir unset); "
+            "to keep runs on other storage, set paths.log_dir there."
+        )
+
+
+def _below_wandb_folder(path: Path) -> bool:
+    return len(path.parts) > 1 and path.parts[0] == WANDB_FOLDER
 
 
 def read_checkpoint(path: Path, required: tuple[str, ...] = RESUME_KEYS) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
 from isotune.record.results import RESULTS_FILE
+from isotune.record.resume import check_links_stay_inside
 
 
 def stop(message: str) -> None:
@@ -109,14 +110,20 @@ class FolderLock(Callback):
 
 
 class StartCheckInRunFolder(Callback):
-    """A run started in a folder that already holds one (its results.json) is checked, as the
-    run itself checks its start (:func:`isotune.training.run.check_start`: config values, and the
-    checkpoint it would continue from: data only, from the same configuration), before Hydra
-    rewrites the folder: a refused start leaves every file there byte-identical. In a new
-    folder the run checks itself, and records a refusal in results.json."""
+    """A run started in a folder that exists is refused if a link leads out of the folder
+    (:func:`isotune.record.resume.check_links_stay_inside`); one started in a folder that already
+    holds a run (its results.json) is checked as the run itself checks its start
+    (:func:`isotune.training.run.check_start`: config values, and the checkpoint it would continue
+    from: data only, from the same configuration). Both before Hydra rewrites the folder: a
+    refused start leaves every file there byte-identical. In a new folder the run checks itself,
+    and records a refusal in results.json."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         folder = os.path.abspath(str(config.hydra.run.dir))
+        try:  # before Hydra writes .hydra/ and train.log, through any link
+            check_links_stay_inside(folder)
+        except IsotuneError as error:
+            stop(str(error))
         if not os.path.isfile(os.path.join(folder, RESULTS_FILE)):
             return
         from isotune.training.run import check_start  # the training stack, only for this case

@@ -35,6 +35,7 @@ from isotune.record.results import RunRecord, describe_error
 from isotune.record.resume import (
     LAST_CHECKPOINT,
     RECORD_KEY,
+    check_links_stay_inside,
     check_same_run,
     checkpoint_to_resume,
     read_checkpoint,
@@ -216,11 +217,13 @@ def _warnings(model: GLUEClassifier) -> list[str]:
 
 
 def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None]:
-    """Check the config, and read the checkpoint to continue from (data only) and compare it
-    with the config: the checkpoint's path and contents, or (None, None) for a fresh start.
+    """Check the config and that no link leads out of the run folder, and read the checkpoint to
+    continue from (data only) and compare it with the config: the checkpoint's path and contents,
+    or (None, None) for a fresh start.
     Raises :class:`IsotuneError` for a refused start. Also run before Hydra rewrites a folder
     that holds a run (:class:`isotune.training.hydra_callbacks.StartCheckInRunFolder`)."""
     check_train_config(cfg)  # before any model loads: bad values fail in seconds
+    check_links_stay_inside(cfg.paths.output_dir)
     resume_from = checkpoint_to_resume(cfg)
     if resume_from is None:
         return None, None
