@@ -120,11 +120,11 @@ class StartCheckInRunFolder(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         folder = os.path.abspath(str(config.hydra.run.dir))
-        try:  # before Hydra writes .hydra/ and train.log, through any link
-            check_links_stay_inside(folder)
-        except IsotuneError as error:
-            stop(str(error))
         if not os.path.isfile(os.path.join(folder, RESULTS_FILE)):
+            try:  # before Hydra writes .hydra/ and train.log through one (check_start does below)
+                check_links_stay_inside(folder)
+            except IsotuneError as error:
+                stop(str(error))
             return
         from isotune.training.run import check_start  # the training stack, only for this case
 
