@@ -26,14 +26,11 @@ from isotune.sweeps import aggregate
 from isotune.sweeps.runs import basic_sweep_jobs
 from isotune.training.config_checks import check_train_config
 from isotune.training.run import train
-from tests.conftest import CONF_DIR, compose_train_config
+from tests.conftest import compose_train_config
 from tests.helpers.config_checks import problems
 from tests.helpers.fake_runs import completed, write_run
+from tests.helpers.presets import options, preset
 from tests.helpers.resume import kill_and_resume, load
-
-
-def options(group: str) -> list[str]:
-    return sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
 
 
 def plain(node) -> dict:
@@ -52,23 +49,47 @@ REGS = {
     "correg": (0.04, "sentence", ()),
     "cosreg": (1.0, "tokens", (2,)),  # the last layer, as released
 }
-# intervention option: (norm, reg, weight)
-INTERVENTIONS = {
-    "none": ("none", "none", 0.0),
-    "batchnorm": ("batchnorm", "none", 0.0),
-    "isobn": ("isobn", "none", 0.0),
-    "whitening": ("whitening", "none", 0.0),
-    "istar_less": ("none", "istar", -0.1),
-    "istar_more": ("none", "istar", 0.1),
-    "correg": ("none", "correg", 0.04),
-    "cosreg": ("none", "cosreg", 1.0),
-}
 MEASURES = {"istar": "isoscore_star", "correg": "correlation_fro", "cosreg": "mean_cosine"}
 
 
-def test_every_reg_and_intervention_option_is_described():
-    assert sorted(REGS) == options("reg")
-    assert sorted(INTERVENTIONS) == options("intervention")
+def test_every_reg_option_is_described():
+    assert sorted(REGS) == options("reg"), "describe the new conf/reg option in REGS above"
+
+
+@pytest.mark.parametrize("name", options("intervention"))
+def test_every_intervention_composes_to_the_preset_its_files_state(name, tmp_path):
+    cfg = compose_train_config([f"intervention={name}"], tmp_path)
+    check_train_config(cfg)
+    assert (cfg.norm.name, cfg.reg.name, cfg.reg.weight) == preset(name)
+
+
+@pytest.mark.parametrize(
+    ("typed", "reg", "weight"),
+    [
+        (["intervention=istar_less"], "istar", -0.1),  # the preset's own weight
+        (["intervention=istar_less", "reg=cosreg"], "cosreg", 1.0),  # CosReg's, not I-STAR's -0.1
+        (["intervention=correg", "reg=istar"], "istar", -1.0),  # I-STAR's, not Cor-Reg's 0.04
+        (["intervention=istar_more", "reg=correg"], "correg", 0.04),
+        (["intervention=istar_less", "reg=none"], "none", 0.0),  # the baseline: no weight
+        (["intervention=istar_less", "reg.weight=0.5"], "istar", 0.5),  # typed: it wins
+        (["intervention=istar_less", "reg=cosreg", "reg.weight=0.3"], "cosreg", 0.3),
+        (["reg=istar", "intervention=istar_more"], "istar", 0.1),  # the order typed is no matter
+    ],
+)
+def test_a_reg_chosen_beside_a_preset_brings_its_own_weight(typed, reg, weight, tmp_path):
+    cfg = compose_train_config(typed, tmp_path)
+    check_train_config(cfg)
+    assert (cfg.reg.name, cfg.reg.weight) == (reg, weight)
+
+
+def test_a_weight_for_reg_none_is_refused_naming_the_penalties():
+    (line,) = problems("reg=none", "reg.weight=0.5")
+    assert line.strip() == (
+        "reg.weight=0.5: reg=none has no penalty to weigh; choose one (reg=istar, reg=correg, "
+        "reg=cosreg) or leave reg.weight out"
+    )
+    (line,) = problems("intervention=istar_less", "reg=none", "reg.weight=-0.1")
+    assert line.strip().startswith("reg.weight=-0.1: reg=none has no penalty to weigh")
 
 
 @pytest.mark.parametrize("name", options("reg"))
@@ -89,7 +110,7 @@ def test_every_reg_option_composes_and_builds_its_view(name, tmp_path):
 def test_every_intervention_trains_under_bf16_autocast_and_logs_its_terms(
     name, train_config, tmp_path
 ):
-    norm, reg, weight = INTERVENTIONS[name]
+    norm, reg, weight = preset(name)
     cfg = train_config(
         f"intervention={name}",
         "debug=limit",
@@ -297,17 +318,17 @@ def test_interventions_preset_sweeps_every_intervention_over_four_tasks_and_five
     cfg = compose_train_config(["experiment=interventions"], tmp_path)
     params = cfg.hydra.sweeper.params
     jobs = basic_sweep_jobs([f"{key}={value}" for key, value in params.items()])
-    assert len(jobs) == 8 * 4 * 5 == 160
+    assert len(jobs) == len(options("intervention")) * 4 * 5
     assert cfg.hydra.mode == RunMode.MULTIRUN
     chosen = [dict(override.split("=") for override in job) for job in jobs]
-    assert len({tuple(sorted(job.items())) for job in chosen}) == 160  # all different
+    assert len({tuple(sorted(job.items())) for job in chosen}) == len(jobs)  # all different
     assert sorted({job["intervention"] for job in chosen}) == options("intervention")
     assert sorted({job["task"] for job in chosen}) == ["cola", "mrpc", "rte", "stsb"]
     assert sorted({job["seed"] for job in chosen}) == ["1", "2", "3", "4", "5"]
     for job in (jobs[0], jobs[-1]):
         job_cfg = compose_train_config(["experiment=interventions", *job], tmp_path)
         check_train_config(job_cfg)
-        intervention = INTERVENTIONS[dict(o.split("=") for o in job)["intervention"]]
+        intervention = preset(dict(o.split("=") for o in job)["intervention"])
         assert (job_cfg.norm.name, job_cfg.reg.name, job_cfg.reg.weight) == intervention
         assert job_cfg.trainer.precision == "bf16-mixed"
 
@@ -362,3 +383,22 @@ def test_tables_key_on_norm_and_reg_with_its_weight(tmp_path):
     ]
     assert summary["baseline"].tolist()[1:] == [baseline] * 3 and pd.isna(summary["baseline"][0])
     assert summary["delta_vs_baseline"].tolist()[1:] == pytest.approx([5.0, -5.0, 2.0])
+
+
+def test_a_run_recorded_with_reg_none_and_a_weight_is_the_baseline(tmp_path):
+    """`intervention=istar_less reg=none` trained before the weight was tied to its penalty
+    recorded `reg: none, reg_weight: -0.1`: the aggregate reads it as the baseline, paired with
+    the I-STAR runs, not as a configuration of its own."""
+    for seed in (1, 2):
+        result = completed("minilm", "none", "rte", seed, 0.6 + seed / 100)
+        result |= {"reg": "none", "reg_weight": -0.1}
+        overrides = ["intervention=istar_less", "reg=none", "task=rte", f"seed={seed}"]
+        write_run(tmp_path / f"none-{seed}", overrides, result)
+        result = completed("minilm", "none", "rte", seed, 0.65 + seed / 100)
+        result |= {"reg": "istar", "reg_weight": -0.1}
+        write_run(tmp_path / f"istar-{seed}", ["intervention=istar_less", f"seed={seed}"], result)
+    summary = aggregate.aggregate([tmp_path]).summary
+    baseline = "reg=none reg_weight=0.0"  # norm=none throughout: not named
+    assert summary["configuration"].tolist() == [baseline, "reg=istar reg_weight=-0.1"]
+    assert summary["baseline"].tolist()[1] == baseline
+    assert summary["delta_vs_baseline"].tolist()[1] == pytest.approx(5.0)

@@ -33,6 +33,9 @@ class Axis:
     baseline: str | None = None  # its value in the default baseline; None: the baseline keeps it
     override: str | None = None  # the override key that sets it, when not the field's name
     first: str | None = None  # the value tables list first (default: the baseline's); then A-Z
+    # (axis, value) under which this axis sets nothing and reads as its baseline: a weight
+    # recorded beside reg=none (as runs before the weight was tied to its penalty could be)
+    void_when: tuple[str, str] | None = None
 
     @property
     def leading(self) -> str | None:
@@ -45,7 +48,9 @@ AXES: dict[str, Axis] = {
     "adapt": Axis(missing="full", first="full"),  # compared within each mode
     "norm": Axis(baseline="none"),
     "reg": Axis(missing="none", baseline="none"),
-    "reg_weight": Axis(missing="0.0", baseline="0.0", override="reg.weight"),
+    "reg_weight": Axis(
+        missing="0.0", baseline="0.0", override="reg.weight", void_when=("reg", "none")
+    ),
 }
 # Override keys (or prefixes ending in "." or "/") that change no result: not in a configuration.
 BOOKKEEPING = (*NOT_IN_GROUP, "hydra/")
@@ -94,6 +99,10 @@ class Configuration:
 
 
 def _axis_value(run: Run, name: str, axis: Axis) -> str:
+    if axis.void_when is not None:
+        other, value = axis.void_when
+        if _axis_value(run, other, AXES[other]) == value:
+            return str(axis.baseline)
     if run.result.get(name) is None and axis.missing is not None:
         return axis.missing
     return str(run.field(name))

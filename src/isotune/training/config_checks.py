@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from isotune.errors import IsotuneError
+from isotune.isotropy.penalties import REGULARIZERS
 from isotune.model.classifier import SCHEDULES
 from isotune.model.regularization import SHRINKAGE_SAMPLES, VIEWS
 from isotune.norms.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
@@ -150,6 +151,19 @@ def _norm_batch_problems(cfg: DictConfig) -> list[str]:
     return []
 
 
+def _reg_weight_problems(cfg: DictConfig) -> list[str]:
+    """A weight without a penalty: ``reg=none`` weighs nothing, so a non-zero ``reg.weight`` would
+    only be recorded, and the run read as a configuration of its own instead of the baseline."""
+    weight = OmegaConf.select(cfg, "reg.weight")
+    if OmegaConf.select(cfg, "reg.name") != "none" or not finite_number(weight) or weight == 0:
+        return []  # a penalty's weight, or a bad value its own rule reports
+    penalties = ", ".join(f"reg={name}" for name in REGULARIZERS if name != "none")
+    return [
+        f"  reg.weight={weight!r}: reg=none has no penalty to weigh; choose one ({penalties}) "
+        "or leave reg.weight out"
+    ]
+
+
 def _split_seed_problems(cfg: DictConfig) -> list[str]:
     """seed_init and seed_data, each when set apart from seed (by default they are seed, whose
     own rule reports it once)."""
@@ -186,7 +200,8 @@ def check_train_config(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is not _ABSENT and not valid(value):
             problems.append(f"  {key}={value!r}: must be {expected}")
-    problems += _split_seed_problems(cfg) + _norm_batch_problems(cfg) + _accelerator_problems(cfg)
+    problems += _split_seed_problems(cfg) + _norm_batch_problems(cfg) + _reg_weight_problems(cfg)
+    problems += _accelerator_problems(cfg)
     if problems:
         raise IsotuneError(
             "Invalid config values; set each on the command line (key=value) or in the config "
