@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -16,6 +17,7 @@ from omegaconf import OmegaConf
 
 from isotune.errors import IsotuneError, NonFiniteLossError
 from isotune.model.classifier import GLUEClassifier
+from isotune.norms.registry import NORMS
 from isotune.training.run import train
 from tests.conftest import ROOT, tiny_run_overrides
 from tests.helpers.cli import run_cli
@@ -141,6 +143,30 @@ def test_every_weight_the_sentence_vector_uses_trains_and_an_unused_pooler_does_
     fixed = {name for name, p in model.named_parameters() if not p.requires_grad}
     pooler = {"encoder.pooler.dense.weight", "encoder.pooler.dense.bias"}
     assert fixed == (set() if pooling == "pooler" else pooler)
+
+
+@pytest.mark.parametrize("norm", list(NORMS))
+def test_weight_decay_spares_the_norm_and_every_gain_or_bias_by_where_it_lives(train_config, norm):
+    """Each norm (whitening with its affine gain on) under weight decay: every parameter of the
+    sentence vector's norm and every 1-D parameter goes undecayed, every other matrix decays; a
+    matrix a norm might learn is spared too, as it lives in the norm."""
+    options = ["norm.affine=true"] if norm == "whitening" else []
+    cfg = train_config(f"norm={norm}", *options, "optim.weight_decay=0.01")
+    model = GLUEClassifier(task=cfg.task, model=cfg.model, norm=cfg.norm, optim=cfg.optim)
+    model.norm.register_parameter("mixing", torch.nn.Parameter(torch.eye(2)))  # a learnt matrix
+    model._trainer = SimpleNamespace(estimated_stepping_batches=10)  # what the schedule reads
+    decayed, spared = (
+        group["params"] for group in model.configure_optimizers()["optimizer"].param_groups
+    )
+    names = {id(p): name for name, p in model.named_parameters()}
+    spared_names = {names[id(p)] for p in spared}
+    assert {f"norm.{name}" for name, _ in model.norm.named_parameters()} <= spared_names
+    trained = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    assert {name for name, p in trained.items() if p.dim() == 1} <= spared_names
+    assert {names[id(p)] for p in decayed} == {
+        name for name, p in trained.items() if p.dim() >= 2 and not name.startswith("norm.")
+    }
+    assert all(p.dim() >= 2 for p in decayed) and decayed
 
 
 @pytest.mark.slow

@@ -218,23 +218,25 @@ class GLUEClassifier(L.LightningModule):
         self.log(train_key("lr"), self.lr_schedulers().get_last_lr()[0], on_step=True)
         return loss
 
+    def decayed(self, parameter: nn.Parameter) -> bool:
+        """Whether weight decay pulls ``parameter`` towards 0: only the matrices (2-D and up)
+        outside the sentence vector's norm. Told by where a parameter lives and its shape, never by
+        a list of classes, so a new norm's gain (or IterNorm's affine weight) is exempt without
+        being named: every parameter of ``self.norm``, and every 1-D gain or bias anywhere (a
+        LayerNorm's, the head's), as Hugging Face and nanoGPT exempt them."""
+        in_norm = any(parameter is own for own in self.norm.parameters())
+        return parameter.dim() >= 2 and not in_norm
+
     def configure_optimizers(self):
-        """AdamW without weight decay on biases and normalisation weights; linear warmup/decay."""
-        no_decay_modules = (nn.LayerNorm, nn.modules.batchnorm._BatchNorm)
-        no_decay = {
-            id(parameter)
-            for module in self.modules()
-            if isinstance(module, no_decay_modules)
-            for parameter in module.parameters(recurse=False)
-        }
-        no_decay |= {id(p) for name, p in self.named_parameters() if name.endswith("bias")}
+        """AdamW with linear warmup, then ``optim.schedule``; weight decay only where
+        :meth:`decayed` says."""
         parameters = [p for p in self.parameters() if p.requires_grad]
         groups = [
             {
-                "params": [p for p in parameters if id(p) not in no_decay],
+                "params": [p for p in parameters if self.decayed(p)],
                 "weight_decay": self.optim["weight_decay"],
             },
-            {"params": [p for p in parameters if id(p) in no_decay], "weight_decay": 0.0},
+            {"params": [p for p in parameters if not self.decayed(p)], "weight_decay": 0.0},
         ]
         optimizer = torch.optim.AdamW(
             groups,
