@@ -8,6 +8,7 @@ task, model, norm, regularizer, isotropy measure or analysis statement added lat
 from __future__ import annotations
 
 import ast
+import math
 import re
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from isotune.model.regularization import MEASURES
 from isotune.norms.registry import NORMS
 from isotune.training.config_checks import RULES
 from tests.conftest import CONF_DIR, ROOT
+from tests.helpers.presets import load, options, overrides, stated_job_counts, sweep_params
 
 CONF = CONF_DIR
 DOCS = ROOT / "docs"
@@ -32,26 +34,8 @@ CODE_SPAN = re.compile(r"`([^`]+)`")
 CALLBACK_MEASURES = ("isoscore_star", "outliers_kept")
 
 
-def options(group: str) -> list[str]:
-    return sorted(path.stem for path in (CONF / group).glob("*.yaml"))
-
-
-def load(group: str, name: str) -> dict:
-    return yaml.safe_load((CONF / group / f"{name}.yaml").read_text()) or {}
-
-
-def overrides(intervention: str) -> dict[str, str]:
-    """``{"norm": ..., "reg": ...}`` from an intervention's ``override /group: option`` defaults."""
-    found = {}
-    for entry in load("intervention", intervention).get("defaults", []):
-        for key, value in entry.items():
-            found[key.removeprefix("override /")] = value
-    return found
-
-
 def swept_interventions() -> set[str]:
-    params = load("experiment", "interventions")["hydra"]["sweeper"]["params"]
-    return set(params["intervention"].split(","))
+    return set(sweep_params("interventions")["intervention"])
 
 
 def code_words(text: str) -> set[str]:
@@ -102,7 +86,9 @@ def test_every_task_config_is_a_valid_task_named_as_its_file(name):
 
 @pytest.mark.parametrize("group", ["task", "model", "norm", "reg", "intervention"])
 def test_the_config_groups_table_names_every_option_and_no_other(group):
-    assert config_group_options(group) == set(options(group))
+    assert config_group_options(group) == set(options(group)), (
+        f"update the `{group}` row of the config groups table in docs/training.md"
+    )
 
 
 @pytest.mark.parametrize("name", options("model"))
@@ -153,12 +139,40 @@ def test_every_regularizer_option_has_a_config_check(name):
 
 def test_interventions_doc_tables_every_regularizer_and_intervention():
     interventions = (DOCS / "interventions.md").read_text()
-    assert table_column(interventions, "| `reg=` |") == set(REGULARIZERS) - {"none"}
-    assert table_column(interventions, "| `intervention=` |") == set(options("intervention"))
+    assert table_column(interventions, "| `reg=` |") == set(REGULARIZERS) - {"none"}, (
+        "update the `reg=` table of docs/interventions.md"
+    )
+    assert table_column(interventions, "| `intervention=` |") == set(options("intervention")), (
+        "update the `intervention=` table of docs/interventions.md"
+    )
 
 
 def test_every_intervention_is_swept_by_the_interventions_preset():
-    assert swept_interventions() == set(options("intervention"))
+    missing = set(options("intervention")) - swept_interventions()
+    assert not missing, f"add {sorted(missing)} to conf/experiment/interventions.yaml's sweep"
+    assert swept_interventions() <= set(options("intervention"))
+
+
+SWEEP_PRESETS = [name for name in options("experiment") if sweep_params(name)]
+
+
+@pytest.mark.parametrize("experiment", SWEEP_PRESETS)
+def test_every_count_of_a_sweep_presets_jobs_is_its_sweeps(experiment):
+    """README, docs and the preset's own comments count its jobs (``8 interventions x 4 tasks x
+    5 seeds = 160 jobs``); each count is the sweep's, so adding a preset, task or seed fails here
+    naming each line to update."""
+    sizes = sorted(len(values) for values in sweep_params(experiment).values())
+    jobs = math.prod(sizes)
+    wrong = [
+        f"{where} says {stated} jobs{' (' + ' x '.join(map(str, factors)) + ')' if factors else ''}"
+        for where, factors, stated in stated_job_counts(experiment)
+        if stated != jobs or (factors and sorted(factors) != sizes)
+    ]
+    assert not wrong, (
+        f"conf/experiment/{experiment}.yaml sweeps {' x '.join(map(str, sizes))} = {jobs} jobs, "
+        "but " + "; ".join(wrong) + ": update each line named"
+    )
+    assert stated_job_counts(experiment) or experiment != "interventions"  # the reader reads
 
 
 # -- isotropy measures -------------------------------------------------------------------------

@@ -174,9 +174,10 @@ class Norm:
 
 
 # The registry of norms, the one list of them: a key is the ``name:`` of ``conf/norm/<key>.yaml``.
-# Its order is the display order of aggregate's tables and the benchmarks, the baseline ``none``
-# first. A new norm is one entry here and one YAML file (Python, unlike conf/, works without Hydra
-# and ships in the package).
+# The baseline ``none`` comes first, which the benchmarks' order follows; the aggregate's tables
+# read no registry and list ``none`` first, then A-Z (``isotune.sweeps.comparisons.AXES``). A new
+# norm is one entry here and one YAML file (Python, unlike conf/, works without Hydra and ships in
+# the package).
 NORMS: dict[str, Norm] = {
     "none": Norm(nn.Identity),  # takes and ignores any arguments
     "batchnorm": Norm(nn.BatchNorm1d, min_batch_size=2, smaller_batch_raises=True),
