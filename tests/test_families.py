@@ -42,7 +42,7 @@ from tests.helpers.cli import run_script
 from tests.helpers.encoders import (
     TINY_CONFIGS,
     WORDS,
-    bpe_tokenizer,
+    save_tiny_bart,
     save_tiny_encoder,
     save_tiny_t5,
     tiny_config,
@@ -202,16 +202,7 @@ def test_an_encoder_decoder_runs_its_encoder_alone_once_its_settings_are_given(t
 
 
 def test_an_encoder_decoder_whose_encoder_cannot_load_alone_is_refused_naming_why(tmp_path):
-    folder = tmp_path / "tiny-bart"
-    tokenizer = bpe_tokenizer()
-    tokenizer.save_pretrained(folder)
-    sizes = {
-        f"{part}_{size}": value
-        for part in ("encoder", "decoder")
-        for size, value in (("layers", 1), ("attention_heads", 2), ("ffn_dim", 64))
-    }
-    config = AutoConfig.for_model("bart", vocab_size=len(tokenizer), d_model=32, **sizes)
-    AutoModel.from_config(config).save_pretrained(folder)
+    folder = save_tiny_bart(tmp_path / "tiny-bart")
     with pytest.raises(IsotuneError) as refused:
         load_encoder(str(folder))
     message = str(refused.value)

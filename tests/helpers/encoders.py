@@ -5,7 +5,8 @@ through a sliding window narrower than the fixtures' sentences), and a tokenizer
 fixtures' words: byte-level BPE for RoBERTa and XLM-RoBERTa (no token types, as theirs), BERT's
 WordPiece for the rest (it gives token_type_ids, which only BERT, ALBERT and ELECTRA read).
 Beside them, a tiny T5 (an encoder-decoder the family table does not know), with a Unigram
-tokenizer as T5's. No download.
+tokenizer as T5's, and a tiny BART (an encoder-decoder whose encoder transformers cannot load
+alone). No download.
 """
 
 from __future__ import annotations
@@ -122,4 +123,20 @@ def save_tiny_t5(folder: Path) -> Path:
         decoder_start_token_id=0,
     )
     T5Model(config).save_pretrained(folder)
+    return folder
+
+
+def save_tiny_bart(folder: Path) -> Path:
+    """A randomly initialised tiny BART (one encoder and one decoder layer) and a byte-level BPE
+    tokenizer, in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = bpe_tokenizer()
+    tokenizer.save_pretrained(folder)
+    sizes = {
+        f"{part}_{size}": value
+        for part in ("encoder", "decoder")
+        for size, value in (("layers", 1), ("attention_heads", 2), ("ffn_dim", 64))
+    }
+    config = AutoConfig.for_model("bart", vocab_size=len(tokenizer), d_model=32, **sizes, **BPE_IDS)
+    AutoModel.from_config(config).save_pretrained(folder)
     return folder
