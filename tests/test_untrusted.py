@@ -293,14 +293,16 @@ def test_train_py_in_a_folder_with_links_leading_out_says_so_and_writes_nothing_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["basic", "gpus"])
 def test_a_sweep_typed_again_refuses_a_job_whose_folder_has_a_link_leading_out_and_says_so(
-    tmp_path, tiny_bert, glue_dir
+    launcher, tmp_path, tiny_bert, glue_dir
 ):
     """Job 1 failed (its seed is not an integer); its train.log is then a link into someone's
     home. Typed again in its folder, the sweep refuses job 1 before Hydra writes there (its
     .hydra/ and train.log as they were, the link's target untouched), records the refusal in its
     results.json and reports it, not the earlier error; jobs 0 and 2 keep their numbers."""
-    sweep_and_tiny = ["-m", "seed=1,abc,3", *tiny_cli_overrides(tiny_bert, glue_dir)]
+    extra = ["hydra/launcher=gpus", "hydra.launcher.n_jobs=2"] if launcher == "gpus" else []
+    sweep_and_tiny = ["-m", "seed=1,abc,3", *extra, *tiny_cli_overrides(tiny_bert, glue_dir)]
     first = run_script("train.py", *sweep_and_tiny, cwd=tmp_path)
     assert first.returncode == 1, (first.stdout + first.stderr)[-3000:]
     (sweep,) = (tmp_path / "logs" / "multirun").iterdir()
