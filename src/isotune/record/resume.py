@@ -117,11 +117,12 @@ def checkpoint_to_resume(cfg: DictConfig) -> Path | None:
     return last if cfg.get("resume", "auto") == "auto" and last.is_file() else None
 
 
-def check_links_stay_inside(folder: str | Path) -> None:
+def check_links_stay_inside(folder: str | Path, folder_key: str = "hydra.run.dir") -> None:
     """A run folder continued in (a shared one, a copy) holds no symbolic link that leads out of
     it: the run, and Hydra's log, would write through it into the link's target (a
     ``checkpoints`` link to someone's folder, a ``train.log`` link to their shell profile). Raises
-    :class:`IsotuneError` naming the links; a folder that does not exist yet holds none.
+    :class:`IsotuneError` naming the links and the fix (a new folder: ``folder_key`` unset, the
+    key that chose this one); a folder that does not exist yet holds none.
 
     Links below W&B's own folder are W&B's: it links its runs' logs into its cache
     (``logs/debug-core.log -> ~/.cache/wandb/...``), makes a new run folder for every attempt
@@ -139,7 +140,7 @@ def check_links_stay_inside(folder: str | Path) -> None:
         raise IsotuneError(
             f"The run folder {folder} holds symbolic links that lead out of it: {links}{more}. "
             "The run would write through them, outside its folder. Fix: replace each link by "
-            "a copy of what it points at, or run in a new folder (leave hydra.run.dir unset); "
+            f"a copy of what it points at, or run in a new folder (leave {folder_key} unset); "
             "to keep runs on other storage, set paths.log_dir there."
         )
 
