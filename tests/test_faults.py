@@ -45,7 +45,19 @@ SINGLE_RUN_FAULTS = {
     "max_length too short": (["{tiny}", "data.max_length=2"], "data.max_length=2 is too short"),
     "config values out of range": (
         ["{tiny}", "optim.lr=-1", "seed=abc"],
-        "seed='abc': must be an integer\n  optim.lr=-1: must be a finite number > 0",
+        "seed='abc': must be an integer from 0 to 2**32 - 1 = 4294967295 (the seeds numpy takes)"
+        "\n  optim.lr=-1: must be a finite number > 0",
+    ),
+    "seeds out of range": (
+        ["{tiny}", "seed_init=4294967296", "seed_data=-3"],
+        "seed_init=4294967296: must be an integer from 0 to 2**32 - 1 = 4294967295 (the seeds "
+        "numpy takes) (default: seed)\n  seed_data=-3: must be an integer from 0",
+    ),
+    "a margin in points": (
+        ["{tiny}", "failure.margin=2.0"],
+        "failure.margin=2.0: must be a number in [0, 1), in the metric's units (0.01 is one "
+        "point; no score beats the trivial one by 1 or more, so every run would read FAILED TO "
+        "LEARN); 2 looks like points: failure.margin=0.02",
     ),
     "a norm that cannot learn": (
         ["{tiny}", "norm=isobn", "data.batch_size=1"],
