@@ -116,6 +116,18 @@ def test_bad_data_is_one_message_naming_file_and_line(
     assert str(data / task / "train.tsv") in result.stdout + result.stderr
 
 
+def test_a_weights_file_cut_short_is_one_message(tiny_bert, glue_dir, tmp_path):
+    folder = Path(shutil.copytree(tiny_bert, tmp_path / "model"))
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # as an interrupted download leaves it
+    result = run_script("train.py", *tiny_cli_overrides(folder, glue_dir), cwd=tmp_path)
+    assert result.returncode == 1
+    one_message(
+        result.stdout + result.stderr,
+        f"The model folder {folder} has a cut short or damaged weights file, model.safetensors",
+    )
+
+
 def test_analyze_without_a_checkpoint_is_one_message_and_leaves_no_folder(tmp_path):
     result = run_script("analyze.py", cwd=tmp_path)
     assert result.returncode == 1
