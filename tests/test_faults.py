@@ -70,7 +70,9 @@ SINGLE_RUN_FAULTS = {
     ),
     "a checkpoint that is not one": (
         ["{tiny}", "ckpt_path={tmp}/results.json"],
-        "is not a complete PyTorch checkpoint file",
+        "is not a complete PyTorch checkpoint file (a job killed while saving leaves a truncated "
+        "one; a results.json or a log is not one). Fix: point ckpt_path at checkpoints/last.ckpt "
+        "(or best.ckpt) of a run folder written by train.py, or leave ckpt_path unset",
     ),
 }
 
