@@ -29,7 +29,7 @@ from isotune.analysis.report import (
     intruder_dimensions_markdown,
     new_directions_markdown,
 )
-from isotune.analysis.run import analyze
+from isotune.analysis.run import FIX_ANALYZE, analyze
 from isotune.analysis.verdicts import judge, judge_outliers
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
@@ -340,7 +340,7 @@ def test_cli_writes_its_own_folder_and_logs_everything_to_wandb(checkpoint, glue
 @pytest.mark.parametrize(
     ("make_path", "message"),
     [
-        (lambda tmp: tmp / "missing.ckpt", "is not a file"),
+        (lambda tmp: tmp / "missing.ckpt", "missing.ckpt does not exist"),
         (lambda tmp: tmp / "broken.ckpt", "Cannot read"),
     ],
 )
@@ -351,6 +351,27 @@ def test_unreadable_checkpoint_is_one_clear_error(tmp_path, glue_dir, make_path,
     )
     with pytest.raises(IsotuneError, match=message):
         analyze(cfg)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_it_cannot_read_names_a_fix_that_works_for_analyze(
+    checkpoint, glue_dir, tmp_path
+):
+    """analyze.py has no resume= and needs a ckpt_path: its messages say which one."""
+    empty, run_folder = tmp_path / "empty.ckpt", checkpoint.parent.parent
+    empty.write_bytes(b"")
+    messages = []
+    for path in (empty, run_folder):
+        cfg = compose_analyze_config([f"ckpt_path={path}", f"paths.glue_dir={glue_dir}"], tmp_path)
+        with pytest.raises(IsotuneError) as refused:
+            analyze(cfg)
+        messages.append(str(refused.value))
+    assert messages[0].endswith(f"Fix: {FIX_ANALYZE}.") and "resume" not in messages[0]
+    assert messages[1].startswith(f"ckpt_path={run_folder} is a folder, not a checkpoint file.")
+    fix = messages[1].split("Fix: ")[1].split(" or ")[0].rstrip(".")  # the first it names
+    overrides = [fix, f"paths.glue_dir={glue_dir}", "data.dev_examples=16", *SMALL]
+    summary = analyze(compose_analyze_config(overrides, tmp_path / "fixed"))
+    assert Path(summary["checkpoint"]).parent == checkpoint.parent
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from isotune.errors import IsotuneError
-from isotune.training.config_checks import check_train_config
+from isotune.training.config_checks import SEED_RANGE, check_train_config
 from isotune.training.run import train
 from tests.conftest import CONF_DIR, compose_train_config
 from tests.helpers.cli import run_cli
@@ -27,6 +27,7 @@ NOT_A_MODEL = "/no/such/model-folder"  # loading it would fail: a failure must c
         *([f"debug={path.stem}"] for path in sorted((CONF_DIR / "debug").glob("*.yaml"))),
         # the edges of each range are valid
         ["seed=0", "data.num_workers=0", "optim.weight_decay=0", "optim.warmup_ratio=1"],
+        ["seed=4294967295", "seed_init=0", "seed_data=4294967295", "failure.margin=0.99"],
         ["optim.betas=[0,0.5]", "trainer.max_epochs=-1"],
         ["norm=isobn", "norm.momentum=1", "norm.beta=0", "trainer.max_epochs=null"],
         ["callbacks.isotropy.probe_size=1", "callbacks.isotropy.token_layers=[0,-1]"],
@@ -75,6 +76,15 @@ def test_shipped_configs_and_range_edges_pass(overrides, gpu_visible):
         ("callbacks.isotropy.rogue_k=0", "callbacks.isotropy.rogue_k=0: must be an integer >= 1"),
         ("seed=1.5", "seed=1.5: must be an integer"),
         ("seed=true", "seed=True: must be an integer"),
+        # Each seed is numpy's (Lightning's seed_everything): a traceback after the data loaded.
+        ("seed=-1", f"seed=-1: must be {SEED_RANGE}"),
+        ("seed_init=-1", f"seed_init=-1: must be {SEED_RANGE} (default: seed)"),
+        ("seed_init=4294967296", f"seed_init=4294967296: must be {SEED_RANGE} (default: seed)"),
+        (
+            "seed_data=18446744073709551616",  # overflowed torch's generator
+            f"seed_data=18446744073709551616: must be {SEED_RANGE} (default: seed)",
+        ),
+        ("seed_data=-3", f"seed_data=-3: must be {SEED_RANGE} (default: seed)"),  # was accepted
         ("resume=always", "resume='always': must be one of ['auto', 'never']"),
         ("data.batch_size=abc", "data.batch_size='abc': must be an integer >= 1"),
         ("data.batch_size=0", "data.batch_size=0: must be an integer >= 1"),
@@ -220,7 +230,7 @@ def test_cpu_and_auto_accelerators_need_no_gpu(no_gpu, trainer):
 def test_every_problem_is_reported_at_once_one_line_each():
     reported = problems("seed=abc", "data.batch_size=0", "optim.lr=-1")
     assert reported == [
-        "  seed='abc': must be an integer",
+        f"  seed='abc': must be {SEED_RANGE}",
         "  data.batch_size=0: must be an integer >= 1",
         "  optim.lr=-1: must be a finite number > 0",
     ]

@@ -158,3 +158,24 @@ def test_broken_file_in_a_complete_folder_keeps_the_loader_error(tmp_path, tiny_
     message = str(raised.value)
     assert message.startswith(f"The folder {folder} does not hold a loadable Hugging Face model: ")
     assert "config.json" in message and FOLDER_HELP in message
+
+
+@pytest.mark.parametrize(
+    "kept", [0, 5, 100, -1], ids=["empty", "in-length", "in-header", "last-byte"]
+)
+def test_a_weights_file_cut_short_is_named_with_the_fix(tmp_path, tiny_bert, kept):
+    """An interrupted download or copy leaves model.safetensors shorter than its header says:
+    transformers ended in `SafetensorError: incomplete metadata`, naming no file."""
+    folder = copy_of(tiny_bert, tmp_path / "model")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:kept])
+    with pytest.raises(IsotuneError) as raised:
+        load_encoder(str(folder))
+    assert str(raised.value) == (
+        f"The model folder {folder} has a cut short or damaged weights file, model.safetensors: "
+        "its size is not what its header says, as an interrupted download or copy leaves it, so "
+        "the folder has no model to load. Fix: delete the file and download it again (`hf "
+        f"download NAME model.safetensors --local-dir {folder}`) or copy it again, whole; or use "
+        "model=minilm (the packaged offline encoder)."
+    )
+    assert load_tokenizer(str(folder)).get_vocab()  # the tokenizer needs no weights

@@ -64,17 +64,44 @@ def test_learned_means_above_the_trivial_score_by_more_than_the_margin():
     assert learned({"accuracy": 0.53}, trivial, 0.01) is False
     assert learned({"accuracy": float("nan")}, trivial, 0.0) is False
     assert learned({}, trivial, 0.0) is None  # no epoch finished
-    with pytest.raises(ValueError, match=r"failure\.margin must be a finite number >= 0, got -1"):
-        learned({"accuracy": 0.6}, trivial, -1)
+    assert learned({"accuracy": 1.0}, trivial, 0.99) is False  # the widest margin: in [0, 1)
+    for margin in (-1, 1, 2.0):
+        with pytest.raises(ValueError, match=rf"^failure\.margin={margin}: must be a number in"):
+            learned({"accuracy": 0.6}, trivial, margin)
+
+
+MARGIN_RANGE = (
+    "must be a number in [0, 1), in the metric's units (0.01 is one point; no score beats the "
+    "trivial one by 1 or more, so every run would read FAILED TO LEARN)"
+)
+
+
+@pytest.mark.parametrize(
+    ("margin", "meant"),
+    [
+        ("2.0", "; 2 looks like points: failure.margin=0.02"),
+        ("1", "; 1 looks like points: failure.margin=0.01"),
+        ("50", "; 50 looks like points: failure.margin=0.5"),
+        ("-0.1", ""),
+        ("1000", ""),
+        ("nan", ""),
+    ],
+)
+def test_a_margin_outside_0_to_1_is_refused_with_the_value_meant_where_it_looks_like_points(
+    margin, meant
+):
+    (line,) = problems(f"failure.margin={margin}")
+    assert line == f"  failure.margin={margin}: {MARGIN_RANGE}{meant}"
 
 
 def test_the_margin_and_the_seeds_are_checked_before_a_run_starts():
+    seeds = "must be an integer from 0 to 2**32 - 1 = 4294967295 (the seeds numpy takes)"
     assert problems("failure.margin=-0.1", "seed_init=abc", "seed_data=1.5") == [
-        "  failure.margin=-0.1: must be a finite number >= 0",
-        "  seed_init='abc': must be an integer (default: seed)",
-        "  seed_data=1.5: must be an integer (default: seed)",
+        f"  failure.margin=-0.1: {MARGIN_RANGE}",
+        f"  seed_init='abc': {seeds} (default: seed)",
+        f"  seed_data=1.5: {seeds} (default: seed)",
     ]
-    assert problems("seed=abc") == ["  seed='abc': must be an integer"]  # once, not thrice
+    assert problems("seed=abc") == [f"  seed='abc': {seeds}"]  # once, not thrice
 
 
 def verdict(result: dict, score: float, learned_: bool | None) -> dict:

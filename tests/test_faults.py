@@ -46,7 +46,19 @@ SINGLE_RUN_FAULTS = {
     "max_length too short": (["{tiny}", "data.max_length=2"], "data.max_length=2 is too short"),
     "config values out of range": (
         ["{tiny}", "optim.lr=-1", "seed=abc"],
-        "seed='abc': must be an integer\n  optim.lr=-1: must be a finite number > 0",
+        "seed='abc': must be an integer from 0 to 2**32 - 1 = 4294967295 (the seeds numpy takes)"
+        "\n  optim.lr=-1: must be a finite number > 0",
+    ),
+    "seeds out of range": (
+        ["{tiny}", "seed_init=4294967296", "seed_data=-3"],
+        "seed_init=4294967296: must be an integer from 0 to 2**32 - 1 = 4294967295 (the seeds "
+        "numpy takes) (default: seed)\n  seed_data=-3: must be an integer from 0",
+    ),
+    "a margin in points": (
+        ["{tiny}", "failure.margin=2.0"],
+        "failure.margin=2.0: must be a number in [0, 1), in the metric's units (0.01 is one "
+        "point; no score beats the trivial one by 1 or more, so every run would read FAILED TO "
+        "LEARN); 2 looks like points: failure.margin=0.02",
     ),
     "a norm that cannot learn": (
         ["{tiny}", "norm=isobn", "data.batch_size=1"],
@@ -59,7 +71,9 @@ SINGLE_RUN_FAULTS = {
     ),
     "a checkpoint that is not one": (
         ["{tiny}", "ckpt_path={tmp}/results.json"],
-        "is not a complete PyTorch checkpoint file",
+        "is not a complete PyTorch checkpoint file (a job killed while saving leaves a truncated "
+        "one; a results.json or a log is not one). Fix: point ckpt_path at checkpoints/last.ckpt "
+        "(or best.ckpt) of a run folder written by train.py, or leave ckpt_path unset",
     ),
 }
 
@@ -114,6 +128,18 @@ def test_an_encoder_decoder_whose_encoder_cannot_load_alone_is_one_message(glue_
         result.stdout + result.stderr,
         f"model.name_or_path={bart} is an encoder-decoder model ('bart') whose encoder "
         "transformers cannot load alone",
+    )
+
+
+def test_a_weights_file_cut_short_is_one_message(tiny_bert, glue_dir, tmp_path):
+    folder = Path(shutil.copytree(tiny_bert, tmp_path / "model"))
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # as an interrupted download leaves it
+    result = run_script("train.py", *tiny_cli_overrides(folder, glue_dir), cwd=tmp_path)
+    assert result.returncode == 1
+    one_message(
+        result.stdout + result.stderr,
+        f"The model folder {folder} has a cut short or damaged weights file, model.safetensors",
     )
 
 

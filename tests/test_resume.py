@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from isotune.errors import IsotuneError, RunInterrupted
+from isotune.record.resume import FIX_CKPT_PATH, FIX_OWN_LAST, read_checkpoint
 from isotune.record.rng_state import capture_rng_state, restore_rng_state
 from isotune.training.run import train
 from tests.helpers.resume import KILL, Killed, disarmed, kill_and_resume, load
@@ -161,6 +162,70 @@ def test_a_truncated_checkpoint_or_another_file_is_one_clear_error(train_config,
             f"Cannot read {bad} as a checkpoint written by train.py: it is not a complete "
             "PyTorch checkpoint file"
         )
+
+
+def test_a_checkpoint_that_cannot_be_read_names_the_fix_of_the_command_reading_it(tmp_path):
+    empty = tmp_path / "empty.ckpt"
+    empty.write_bytes(b"")
+    for fix in (FIX_CKPT_PATH, FIX_OWN_LAST, "any fix"):
+        with pytest.raises(IsotuneError) as refused:
+            read_checkpoint(empty, fix=fix)
+        assert str(refused.value).endswith(f"Fix: {fix}.")
+    assert "resume=never" not in FIX_CKPT_PATH  # ckpt_path wins over resume: it changes nothing
+    with pytest.raises(IsotuneError) as refused:
+        read_checkpoint(tmp_path / "missing.ckpt", fix="any fix")
+    missing = tmp_path / "missing.ckpt"
+    assert str(refused.value) == f"ckpt_path={missing} does not exist. Fix: any fix."
+
+
+def test_a_run_folder_as_ckpt_path_names_the_checkpoints_in_it(tmp_path):
+    with pytest.raises(IsotuneError) as refused:
+        read_checkpoint(tmp_path, fix="any fix")
+    assert str(refused.value) == (
+        f"ckpt_path={tmp_path} is a folder without checkpoints. Fix: any fix."
+    )
+    (tmp_path / "checkpoints").mkdir()
+    for name in ("last.ckpt", "best.ckpt"):
+        (tmp_path / "checkpoints" / name).write_bytes(b"")
+    for folder in (tmp_path, tmp_path / "checkpoints"):
+        with pytest.raises(IsotuneError) as refused:
+            read_checkpoint(folder, fix="any fix")
+        assert str(refused.value) == (
+            f"ckpt_path={folder} is a folder, not a checkpoint file. Fix: "
+            f"ckpt_path={tmp_path}/checkpoints/best.ckpt or "
+            f"ckpt_path={tmp_path}/checkpoints/last.ckpt."
+        )
+
+
+@pytest.mark.slow
+def test_a_broken_ckpt_path_names_a_fix_that_works_for_train_py(train_config, tmp_path):
+    empty = tmp_path / "empty.ckpt"
+    empty.write_bytes(b"")
+    with pytest.raises(IsotuneError) as refused:
+        train(train_config(*LIMIT, f"ckpt_path={empty}", output_dir=tmp_path / "run"))
+    assert str(refused.value).endswith(
+        "Fix: point ckpt_path at checkpoints/last.ckpt (or best.ckpt) of a run folder written by "
+        "train.py, or leave ckpt_path unset to start without it."
+    )
+    # The fix as it says: ckpt_path unset (resume=never alone would change nothing).
+    again = train(train_config(*LIMIT, output_dir=tmp_path / "run"))
+    assert again["status"] == "completed" and again["steps"] == 8
+
+
+@pytest.mark.slow
+def test_a_broken_last_checkpoint_in_its_folder_names_a_fix_that_works(train_config, tmp_path):
+    train(train_config(*LIMIT))
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:1000])  # a copy cut short
+    with pytest.raises(IsotuneError) as refused:
+        train(train_config(*LIMIT))
+    assert str(refused.value).endswith(
+        "Fix: start afresh in this folder with resume=never (its broken last.ckpt is replaced at "
+        "the first save), or in a new folder (leave hydra.run.dir unset)."
+    )
+    again = train(train_config(*LIMIT, "resume=never"))  # the fix as it says
+    assert again["status"] == "completed" and again["steps"] == 8
+    assert load(last)["global_step"] == 8
 
 
 @pytest.mark.slow

@@ -66,6 +66,10 @@ from isotune.model.encoders import load_tokenizer
 from isotune.record.resume import MODEL_KEYS, read_checkpoint
 
 log = logging.getLogger(__name__)
+# What a refused checkpoint's message tells analyze.py to do: it needs one (it has no resume=).
+FIX_ANALYZE = (
+    "point ckpt_path at checkpoints/best.ckpt (or last.ckpt) of a run folder written by train.py"
+)
 
 
 def analyze(cfg: DictConfig) -> dict[str, Any]:
@@ -228,7 +232,7 @@ def load_checkpoint(path: str | None) -> GLUEClassifier:
             "ckpt_path=logs/runs/<run>/checkpoints/best.ckpt (or last.ckpt) of a train.py run."
         )
     file = Path(path).expanduser()
-    checkpoint = read_checkpoint(file, required=MODEL_KEYS)
+    checkpoint = read_checkpoint(file, required=MODEL_KEYS, fix=FIX_ANALYZE)
     try:
         hyperparameters = dict(checkpoint["hyper_parameters"])
         model = GLUEClassifier(**hyperparameters)

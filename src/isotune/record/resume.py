@@ -36,6 +36,16 @@ MODEL_KEYS = ("state_dict", "hyper_parameters")
 RESUME_KEYS = (*MODEL_KEYS, "global_step", "epoch", "loops", "optimizer_states", "lr_schedulers")
 UNSAFE_LOAD_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 WANDB_FOLDER = "wandb"  # what W&B's logger makes in the run folder (logger.wandb.save_dir)
+# What a refused checkpoint's message tells train.py to do, by where the checkpoint came from:
+# ckpt_path= wins over the folder's last.ckpt and over resume=never, so it must change or go.
+FIX_CKPT_PATH = (
+    "point ckpt_path at checkpoints/last.ckpt (or best.ckpt) of a run folder written by "
+    "train.py, or leave ckpt_path unset to start without it"
+)
+FIX_OWN_LAST = (
+    "start afresh in this folder with resume=never (its broken last.ckpt is replaced at the "
+    "first save), or in a new folder (leave hydra.run.dir unset)"
+)
 
 # Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,
 # what is logged where, how the console looks. Everything else must match to resume.
@@ -149,10 +159,13 @@ def _below_wandb_folder(path: Path) -> bool:
     return len(path.parts) > 1 and path.parts[0] == WANDB_FOLDER
 
 
-def read_checkpoint(path: Path, required: tuple[str, ...] = RESUME_KEYS) -> dict[str, Any]:
+def read_checkpoint(
+    path: Path, required: tuple[str, ...] = RESUME_KEYS, fix: str | None = None
+) -> dict[str, Any]:
     """A checkpoint written by train.py, loaded on the CPU (memory-mapped: the weights are read
     only when used) as data only; one clear error if it is missing, truncated, not such a
-    checkpoint, lacks one of the ``required`` keys, or holds anything but data.
+    checkpoint, lacks one of the ``required`` keys, or holds anything but data. The error's fix is
+    ``fix``, the one that works for the command reading it (:data:`FIX_CKPT_PATH` by default).
 
     A checkpoint is a pickle, and unpickling can run any code the file names: torch's
     ``weights_only`` loader refuses every object but containers, numbers, strings and tensors,
@@ -161,18 +174,14 @@ def read_checkpoint(path: Path, required: tuple[str, ...] = RESUME_KEYS) -> dict
     """
     import torch
 
+    fix = fix or FIX_CKPT_PATH
     if not path.is_file():
-        raise IsotuneError(
-            f"ckpt_path={path} is not a file. Fix: point it at checkpoints/last.ckpt (or "
-            "best.ckpt) inside a run folder written by train.py, or leave ckpt_path unset: a run "
-            "started again in its own folder resumes from its last.ckpt by itself."
-        )
+        raise IsotuneError(_not_a_file(path, fix))
     if not zipfile.is_zipfile(path):  # what torch.save writes; a truncated one has lost its end
         raise IsotuneError(
             f"Cannot read {path} as a checkpoint written by train.py: it is not a complete "
             "PyTorch checkpoint file (a job killed while saving leaves a truncated one; a "
-            "results.json or a log is not one). Fix: point ckpt_path at another checkpoint of "
-            "the run (checkpoints/last.ckpt or best.ckpt), or start afresh with resume=never."
+            f"results.json or a log is not one). Fix: {fix}."
         )
     try:
         with _weights_only_not_overridden():
@@ -180,24 +189,39 @@ def read_checkpoint(path: Path, required: tuple[str, ...] = RESUME_KEYS) -> dict
     except pickle.UnpicklingError as error:  # what the weights_only loader raises for code
         raise IsotuneError(
             f"Refused to read {path}: it holds more than data ({_refused_object(error)}), and "
-            "loading it would run code the file names. Checkpoints written by train.py hold "
-            "only numbers, strings, containers and tensors. Fix: use a checkpoint written by "
-            "train.py that you trust the source of; nothing of this one was run."
+            "loading it would run code the file names; nothing of it was run. Checkpoints "
+            "written by train.py hold only numbers, strings, containers and tensors; take them "
+            f"only from sources you trust. Fix: {fix}."
         ) from None
     except (OSError, RuntimeError, EOFError, ValueError) as error:
         reason = str(error).strip().split(". ")[0][:200]  # torch's messages run on for lines
         raise IsotuneError(
             f"Cannot read {path} as a checkpoint written by train.py ({type(error).__name__}: "
-            f"{reason}). Fix: point ckpt_path at another checkpoint of the run, or start afresh "
-            "with resume=never."
+            f"{reason}). Fix: {fix}."
         ) from error
     missing = [key for key in required if not isinstance(checkpoint, dict) or key not in checkpoint]
     if missing:
         raise IsotuneError(
             f"{path} is not a checkpoint written by train.py: it lacks {', '.join(missing)}. "
-            "Fix: point ckpt_path at checkpoints/last.ckpt or best.ckpt of a run folder."
+            f"Fix: {fix}."
         )
     return checkpoint
+
+
+def _not_a_file(path: Path, fix: str) -> str:
+    """The message for a ``ckpt_path`` that is no file: a run folder (or its checkpoints folder)
+    names the checkpoints in it, each a working value."""
+    found = [
+        str(checkpoint)
+        for folder in (path / LAST_CHECKPOINT.parent, path)
+        for checkpoint in sorted(folder.glob("*.ckpt") if folder.is_dir() else [])
+        if checkpoint.is_file()
+    ]
+    if found:
+        listed = " or ".join(f"ckpt_path={checkpoint}" for checkpoint in found)
+        return f"ckpt_path={path} is a folder, not a checkpoint file. Fix: {listed}."
+    what = "is a folder without checkpoints" if path.is_dir() else "does not exist"
+    return f"ckpt_path={path} {what}. Fix: {fix}."
 
 
 @contextmanager

@@ -24,8 +24,17 @@ from isotune.norms.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
 from isotune.norms.registry import NORMS
 from isotune.norms.values import finite_number, integer
 from isotune.record.resume import RESUME_MODES
+from isotune.training.trivial import margin_problem
 
 _ABSENT = object()
+# seed_init goes to Lightning's seed_everything, whose numpy generator takes 0 <= seed < 2**32;
+# seed and seed_data (torch's generators would take more) keep that range: they are one by default.
+SEEDS = 2**32
+SEED_RANGE = f"an integer from 0 to 2**32 - 1 = {SEEDS - 1} (the seeds numpy takes)"
+
+
+def _seed(value: Any) -> bool:
+    return integer(value) and 0 <= value < SEEDS
 
 
 def _sequence(value: Any) -> bool:
@@ -58,7 +67,7 @@ def _betas(value: Any) -> bool:
 # (key, check, valid range). A key the config does not have is skipped: norm, reg and adapt
 # options exist only for the options that take them.
 RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("seed", integer, "an integer"),
+    ("seed", _seed, SEED_RANGE),
     ("resume", lambda v: v in RESUME_MODES, f"one of {list(RESUME_MODES)}"),
     ("data.max_length", lambda v: integer(v) and v >= 1, "an integer >= 1"),
     ("data.batch_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
@@ -66,7 +75,6 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("data.num_workers", lambda v: integer(v) and v >= 0, "an integer >= 0"),
     ("data.drop_last", lambda v: isinstance(v, bool), "true or false"),
     ("data.group_by_length", lambda v: isinstance(v, bool), "true or false"),
-    ("failure.margin", *NON_NEGATIVE),
     ("optim.lr", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
     ("optim.weight_decay", lambda v: finite_number(v) and v >= 0, "a finite number >= 0"),
     ("optim.adam_eps", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
@@ -171,8 +179,8 @@ def _split_seed_problems(cfg: DictConfig) -> list[str]:
     problems = []
     for key in ("seed_init", "seed_data"):
         value = OmegaConf.select(cfg, key, default=seed)
-        if value != seed and not integer(value):
-            problems.append(f"  {key}={value!r}: must be an integer (default: seed)")
+        if value != seed and not _seed(value):
+            problems.append(f"  {key}={value!r}: must be {SEED_RANGE} (default: seed)")
     return problems
 
 
@@ -200,6 +208,8 @@ def check_train_config(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is not _ABSENT and not valid(value):
             problems.append(f"  {key}={value!r}: must be {expected}")
+    margin = margin_problem(OmegaConf.select(cfg, "failure.margin", default=0.0))
+    problems += [f"  {margin}"] if margin else []
     problems += _split_seed_problems(cfg) + _norm_batch_problems(cfg) + _reg_weight_problems(cfg)
     problems += _accelerator_problems(cfg)
     if problems:

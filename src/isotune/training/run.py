@@ -33,6 +33,8 @@ from isotune.record.csv_logging import RunCSVLogger
 from isotune.record.progress import EpochsFromOneProgressBar
 from isotune.record.results import RunRecord, describe_error
 from isotune.record.resume import (
+    FIX_CKPT_PATH,
+    FIX_OWN_LAST,
     LAST_CHECKPOINT,
     RECORD_KEY,
     check_links_stay_inside,
@@ -227,7 +229,9 @@ def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None]:
     resume_from = checkpoint_to_resume(cfg)
     if resume_from is None:
         return None, None
-    checkpoint = read_checkpoint(resume_from)
+    checkpoint = read_checkpoint(
+        resume_from, fix=FIX_CKPT_PATH if cfg.ckpt_path is not None else FIX_OWN_LAST
+    )
     check_same_run(checkpoint, resume_from, run_config(cfg))
     return resume_from, checkpoint
 

@@ -32,9 +32,17 @@ import torch
 
 from isotune.data.metrics import build_metrics, compute_scores
 from isotune.data.tasks import TaskSpec
-from isotune.norms.ranges import NON_NEGATIVE
+from isotune.norms.ranges import Range
+from isotune.norms.values import finite_number
 
 DECIMALS = 9  # a score equal to the trivial one in float noise is not above it
+# A score beats the trivial one by at most 1 (accuracy 1 over 0), so a margin of 1 or more fails
+# every run; such a margin is most likely points typed for a fraction (2 for 0.02).
+MARGIN = Range(
+    lambda v: finite_number(v) and 0 <= v < 1,
+    "a number in [0, 1), in the metric's units (0.01 is one point; no score beats the trivial "
+    "one by 1 or more, so every run would read FAILED TO LEARN)",
+)
 
 
 @dataclass(frozen=True)
@@ -67,10 +75,22 @@ def trivial_score(task: TaskSpec, labels: Sequence[float] | torch.Tensor) -> Tri
     return TrivialScore(predictor, task.primary_metric, score if math.isfinite(score) else 0.0)
 
 
+def margin_problem(margin: object) -> str | None:
+    """What is wrong with ``margin`` as ``failure.margin``, with the value meant where it looks
+    like points (2 -> 0.02); None for a valid margin."""
+    if MARGIN.holds(margin):
+        return None
+    points = finite_number(margin) and 1 <= margin <= 100
+    meant = f"; {margin:g} looks like points: failure.margin={margin / 100:g}" if points else ""
+    return f"failure.margin={margin!r}: must be {MARGIN.text}{meant}"
+
+
 def learned(best: Mapping[str, float], trivial: TrivialScore, margin: float) -> bool | None:
     """Whether the best epoch's score is above the trivial one by more than ``margin`` (in the
     metric's units: 0.01 is one point of accuracy); None without a best epoch."""
-    NON_NEGATIVE.require(margin, "failure.margin")
+    problem = margin_problem(margin)
+    if problem is not None:
+        raise ValueError(problem)
     score = best.get(trivial.metric)
     if score is None or not math.isfinite(score):
         return None if score is None else False
