@@ -20,7 +20,7 @@ import isotune
 
 PACKAGE = Path(isotune.__file__).parent
 GROUND = ("errors", "atomic_files")  # every wing may import them; they import no wing
-ENTRY_MODULES = ("aggregate", "rerun")  # `python -m isotune.<name>`: above every wing
+ENTRY_MODULES = ("aggregate", "rerun", "env")  # `python -m isotune.<name>`: above every wing
 WINGS = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
 LIBRARY_WINGS = ("norms", "isotropy")
 LIBRARY = (
@@ -34,7 +34,7 @@ LIBRARY = (
     "isotune.sweeps.statistics",
 )
 TRAINING_STACK = {"lightning", "pytorch_lightning", "hydra", "omegaconf", "transformers", "peft"}
-OFFLINE_TOOLS = ("isotune.aggregate", "isotune.rerun", "isotune.sweeps.aggregate")
+OFFLINE_TOOLS = ("isotune.aggregate", "isotune.rerun", "isotune.env", "isotune.sweeps.aggregate")
 
 
 def top_level_modules_after(code: str) -> set[str]:

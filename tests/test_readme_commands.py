@@ -330,6 +330,17 @@ def check_rerun(outcome: Outcome) -> None:
     assert "Nothing to rerun" in outcome.process.stdout, outcome.report("expected nothing to rerun")
 
 
+def check_env(outcome: Outcome) -> None:
+    # This machine's provenance (JSON); given a folder, the same code and packages as its runs,
+    # which this machine just made, with the pip command for their versions.
+    out = outcome.process.stdout
+    if outcome.args:
+        assert "Same code and packages." in out, outcome.report("expected no difference")
+        assert "pip install torch==" in out, outcome.report("expected the pip command")
+    else:
+        assert json.loads(out)["packages"]["torch"], outcome.report("expected the provenance")
+
+
 def check_dashboard(outcome: Outcome) -> None:
     dry_run = r"^Dry run: wrote (\S+): the (workspace|report)"
     written = re.search(dry_run, outcome.process.stdout, re.MULTILINE)
@@ -343,6 +354,7 @@ CHECKS: dict[str, Callable[[Outcome], None]] = {
     "isotune.aggregate": check_aggregate,
     "isotune.rerun": check_rerun,
     "isotune.dashboard": check_dashboard,
+    "isotune.env": check_env,
 }
 
 

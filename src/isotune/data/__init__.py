@@ -8,7 +8,7 @@ May import: norms.
 
 from isotune.data.batches import LengthGroupedBatchSampler
 from isotune.data.datamodule import GLUEDataModule
-from isotune.data.reading import HUB_DATASET, Example, load_split, read_glue_tsv
+from isotune.data.reading import HUB_DATASET, Example, load_split, read_glue_tsv, split_file
 from isotune.data.tokenized import TokenizedDataset, check_max_length
 
 __all__ = [
@@ -20,4 +20,5 @@ __all__ = [
     "check_max_length",
     "load_split",
     "read_glue_tsv",
+    "split_file",
 ]

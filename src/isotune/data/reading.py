@@ -94,10 +94,15 @@ def _tsv_rows(path: Path, has_header: bool) -> Iterator[tuple[int, list[str]]]:
         raise  # decodes as a whole now: the file changed while it was read
 
 
+def split_file(task: TaskSpec, split: str, glue_dir: str | Path) -> Path:
+    """The file of one split of ``task`` under ``glue_dir`` (which the run reads, and records)."""
+    return Path(glue_dir).expanduser() / task.glue_dir / task.files[split]
+
+
 def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[Example]:
     """One split of ``task``: from ``<glue_dir>/<TASK>/<file>`` if given, else from the Hub."""
     if glue_dir is not None:
-        path = Path(glue_dir).expanduser() / task.glue_dir / task.files[split]
+        path = split_file(task, split, glue_dir)
         if not path.is_file():
             raise IsotuneError(
                 f"GLUE_DIR={glue_dir} has no {task.glue_dir}/{task.files[split]} (needed for the "

@@ -26,21 +26,24 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from isotune.atomic_files import write_atomically
 from isotune.errors import IsotuneError
-from isotune.record.resume import CONFIG_KEY, OVERRIDES_KEY, read_checkpoint
+from isotune.record.resume import CONFIG_KEY, OVERRIDES_KEY, PROVENANCE_KEY, read_checkpoint
 
 log = logging.getLogger(__name__)
 
 
 class RunConfigInCheckpoints(L.Callback):
-    """Writes the run's resolved config and command-line overrides into every checkpoint."""
+    """Writes the run's resolved config, command-line overrides and provenance (this attempt's,
+    :mod:`isotune.record.provenance`, set once the trainer is built) into every checkpoint."""
 
     def __init__(self, config: dict[str, Any], overrides: Sequence[str]) -> None:
         self.config = config
         self.overrides = list(overrides)
+        self.provenance: dict[str, Any] = {}
 
     def on_save_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict):
         checkpoint[CONFIG_KEY] = self.config
         checkpoint[OVERRIDES_KEY] = self.overrides
+        checkpoint[PROVENANCE_KEY] = self.provenance
 
 
 class RunCheckpointIO(TorchCheckpointIO):

@@ -11,12 +11,16 @@ and a job killed without a chance to record its end (SIGKILL, out of memory) sho
 from __future__ import annotations
 
 import json
+import logging
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from isotune.atomic_files import write_text
+from isotune.record.provenance import describe_differences, differences
+
+log = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.json"
 
@@ -101,6 +105,24 @@ class RunRecord:
             "attempts": [*attempts, self.attempt],
         }
         self._write()
+
+    def note_provenance(self, provenance: dict[str, Any]) -> None:
+        """Record where this attempt came from (:mod:`isotune.record.provenance`), in the attempt
+        and as the run's. A resume whose code, packages, model or data differ from the latest
+        earlier attempt's logs one warning naming them and keeps them, old and new, in the
+        attempt's and the run's ``provenance_changed``."""
+        earlier = [a["provenance"] for a in self.results["attempts"][:-1] if a.get("provenance")]
+        changed = differences(earlier[-1], provenance) if earlier else {}
+        self.attempt["provenance"] = provenance
+        if changed:
+            self.attempt["provenance_changed"] = changed
+            log.warning(
+                "This attempt differs from the run's earlier attempt in %s: its results mix "
+                "both (results.json says so in provenance_changed).",
+                describe_differences(changed),
+            )
+        run_changed = {**self.results.get("provenance_changed", {}), **changed}
+        self.update(provenance=provenance, provenance_changed=run_changed)
 
     def update(self, **fields: Any) -> dict[str, Any]:
         """Rewrite results.json with ``fields``, the wall time and ``updated_at`` so far."""

@@ -31,6 +31,7 @@ LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 CONFIG_KEY = "isotune_config"  # the run's resolved config, in every checkpoint it writes
 OVERRIDES_KEY = "isotune_overrides"  # its command-line overrides
 RECORD_KEY = "isotune_record"  # its results.json as of the save, to rebuild a lost one from
+PROVENANCE_KEY = "isotune_provenance"  # where the attempt that saved it came from (provenance.py)
 # What a checkpoint must hold: to rebuild the model (analyze.py), and to continue training.
 MODEL_KEYS = ("state_dict", "hyper_parameters")
 RESUME_KEYS = (*MODEL_KEYS, "global_step", "epoch", "loops", "optimizer_states", "lr_schedulers")

@@ -8,7 +8,8 @@ folder (or ``--out``) the tables of :mod:`isotune.sweeps.tables` as Markdown and
 statistics of :mod:`isotune.sweeps.comparisons`, the figures of :mod:`isotune.sweeps.figures` and
 ``sweep_report.md`` (:mod:`isotune.sweeps.report`); with ``--wandb`` also one W&B summary run.
 Runs that did not complete and jobs that never left a ``results.json`` are listed;
-:mod:`isotune.sweeps.rerun` reruns them.
+:mod:`isotune.sweeps.rerun` reruns them. Counted runs that differ in code, packages, model or
+data (:mod:`isotune.sweeps.mixed`) are said so in a paragraph; ``--strict`` refuses them.
 
     python -m isotune.aggregate SWEEP [SWEEP ...] [--out DIR] [--baseline norm=batchnorm] [--wandb]
 """
@@ -50,6 +51,7 @@ from isotune.sweeps.figures import (
     isotropy_epochs_data,
     isotropy_vs_score_data,
 )
+from isotune.sweeps.mixed import Environments
 from isotune.sweeps.runs import (
     SWEEP_FILE,
     MissingJob,
@@ -107,11 +109,13 @@ class Aggregate:
     missing: list[MissingJob]
     sweeps: list[Sweep]
     duplicates: list[tuple[str, list[Run]]]  # (configuration, task and seeds; its runs)
+    environments: Environments  # of the counted runs: one, or a mix
     checked_at: datetime  # the age of running runs is counted to this time
 
     def report(self) -> str:
-        """The results tables and the unfinished/missing/duplicate runs, as Markdown."""
-        return f"{self.results()}\n{self.status()}"
+        """The results tables, whether their runs came from one environment, and the
+        unfinished/missing/duplicate runs, as Markdown."""
+        return f"{self.results()}\n{self.environments.markdown()}\n\n{self.status()}"
 
     def results(self) -> str:
         if self.summary.empty:
@@ -149,6 +153,7 @@ class Aggregate:
             shared=", ".join(f"`{part}`" for part in self.configurations.shared) or "nothing",
             baseline=" ".join(f"`{axis}={value}`" for axis, value in self.baseline.items()),
             results=self.results(),
+            environment=self.environments.markdown(),
             failures=failures_markdown(self.failures),
             paired_by=self.seeds.name,
             paired=report.paired_markdown(self.paired),
@@ -173,10 +178,12 @@ def aggregate(
     baseline: Sequence[str] = (),
     measures: Sequence[str] = KEY_MEASURES,
     now: datetime | None = None,
+    strict: bool = False,
 ) -> Aggregate:
     """Read every run below ``directories`` (and their sweeps' multirun.yaml); ``baseline``:
     ``AXIS=VALUE`` choices over the default baseline; ``now`` (default: the current time, with
-    its UTC offset) dates the age of running runs."""
+    its UTC offset) dates the age of running runs; ``strict`` refuses counted runs that do not
+    all come from one known environment."""
     directories = [Path(directory) for directory in directories]
     for directory in directories:
         if not directory.is_dir():
@@ -199,6 +206,16 @@ def aggregate(
         return Configuration.of(run), run.field("task"), *run_seeds(run)
 
     kept, duplicate_groups = latest_completed_runs(runs, key=identity)
+    environments = Environments.of(kept)
+    refused = environments.check_strict() if strict else None
+    if refused:
+        raise IsotuneError(
+            f"--strict: the {len(kept)} counted runs below {', '.join(map(str, directories))} do "
+            f"not come from one environment: {refused}. Fix: rerun the runs that differ from one "
+            "checkout and one environment (`python -m isotune.env <folder>` shows how a folder's "
+            "runs differ from this machine, and the pip commands for their versions), aggregate "
+            "the folders apart, or drop --strict to have the tables with this said in the report."
+        )
     configurations = Configurations.of((Configuration.of(run) for run in kept), baseline_axes)
     seeds = SeedAxis.of(kept)
     scores = scores_frame(kept, configurations, seeds)
@@ -241,6 +258,7 @@ def aggregate(
         missing=missing_jobs(sweeps, runs),
         sweeps=sweeps,
         duplicates=duplicates,
+        environments=environments,
         checked_at=now or datetime.now().astimezone(),
     )
 
@@ -300,6 +318,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=list(KEY_MEASURES),
         help=f"isotropy measures of the classifier input (default: {' '.join(KEY_MEASURES)})",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse runs that differ in code, packages, model or data (or do not record them)",
+    )
     parser.add_argument("--wandb", action="store_true", help="also log everything to W&B")
     parser.add_argument(
         "--wandb-project",
@@ -308,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        result = aggregate(args.directories, args.baseline, args.measures)
+        result = aggregate(args.directories, args.baseline, args.measures, strict=args.strict)
     except IsotuneError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -48,6 +48,7 @@ from isotune.tracking.metric_keys import params_key
 from isotune.tracking.wandb_logging import finish_wandb_runs
 from isotune.training.config_checks import check_train_config
 from isotune.training.instantiate import instantiate_all
+from isotune.training.run_provenance import run_provenance
 from isotune.training.trivial import TrivialScore, failure_record, trivial_score
 
 log = logging.getLogger(__name__)
@@ -145,10 +146,11 @@ def _run(
             parameters["total"],
             100 * parameters["trainable_fraction"],
         )
+        in_checkpoints = RunConfigInCheckpoints(run_config(cfg), _overrides())
         callbacks = [
             *instantiate_all(cfg.get("callbacks")),
             RecordEveryEpoch(record, trivial, margin),
-            RunConfigInCheckpoints(run_config(cfg), _overrides()),
+            in_checkpoints,
             StopAtSafePoint(stop, output_dir / LAST_CHECKPOINT),  # after BatchRngState
         ]
         if cfg.trainer.get("enable_progress_bar", True):
@@ -159,10 +161,12 @@ def _run(
             logger=instantiate_all(cfg.get("logger")) or False,
             plugins=[*cluster_plugins(), RunCheckpointIO()],
         )
+        in_checkpoints.provenance = run_provenance(cfg, model, trainer)
+        record.note_provenance(in_checkpoints.provenance)
         continuing_in_folder = resume_from is not None and record.has_earlier_attempts
         declare_dashboard(trainer.loggers, task)  # iso/* against its epoch; the layout
         for logger in trainer.loggers:
-            logger.log_hyperparams(_plain(cfg))
+            logger.log_hyperparams({**_plain(cfg), "provenance": in_checkpoints.provenance})
             if isinstance(logger, RunCSVLogger) and record.has_earlier_attempts:
                 # the steps trained again; all of them when the run starts from the beginning
                 logger.drop_rows_after(resumed_at_step if continuing_in_folder else None)

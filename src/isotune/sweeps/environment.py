@@ -1,0 +1,100 @@
+"""``python -m isotune.env [FOLDER ...]``: this machine's provenance, as a run records it; given run
+or sweep folders, how their runs' code and packages differ from this machine, and the commands
+that would install the versions they recorded.
+
+A result is worth rebuilding only if a reader can rebuild the environment that made it: this is
+the reader's side of :mod:`isotune.record.provenance`. The model and data are not compared here
+(they are the run's, not the machine's); :mod:`isotune.sweeps.mixed` compares them among runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from isotune.record.provenance import (
+    PACKAGES,
+    UNKNOWN,
+    code_identity,
+    device_identity,
+    identity,
+    package_versions,
+)
+from isotune.record.results import RESULTS_FILE
+from isotune.sweeps.runs import load_runs
+
+
+def machine_provenance() -> dict[str, Any]:
+    """This machine's code, packages and device (every GPU torch sees, else the CPU)."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return {
+        "code": code_identity(),
+        "packages": package_versions(),
+        "device": device_identity(gpus),
+    }
+
+
+def compare(machine: dict[str, Any], recorded: Sequence[dict[str, Any] | None]) -> str:
+    """How the recorded provenances' code and packages differ from ``machine``'s, each value
+    with its count of runs, and the pip commands for each recorded set of versions."""
+    ours = identity(machine)
+    theirs = [identity(p) for p in recorded]
+    fields = [name for name in ours if name.startswith(("code.", "packages."))]
+    lines = [f"{len(recorded)} runs, {sum(not t for t in theirs)} without provenance."]
+    differ = []
+    for name in fields:
+        values = Counter(str(t.get(name, UNKNOWN)) for t in theirs)
+        if set(values) != {str(ours[name])}:
+            counts = ", ".join(f"{value} ({n} runs)" for value, n in values.most_common())
+            differ.append(f"  {name}: this machine {ours[name]}; the runs {counts}")
+    lines += ["Differences from this machine:", *differ] if differ else ["Same code and packages."]
+    installs = Counter(_pip_command(p["packages"]) for p in recorded if p and p.get("packages"))
+    if installs:
+        lines += ["", "Install the recorded versions (in a fresh venv, after README's set-up):"]
+        lines += [f"  {command}  # {n} runs" for command, n in installs.most_common()]
+    commits = Counter(t.get("code.commit") for t in theirs if t.get("code.commit"))
+    lines += [f"  git checkout {commit}  # {n} runs" for commit, n in commits.most_common()]
+    return "\n".join(lines)
+
+
+def _pip_command(packages: dict[str, str | None]) -> str:
+    pins = [f"{name}=={packages[name]}" for name in PACKAGES if packages.get(name)]
+    return "pip install " + " ".join(pins)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m isotune.env",
+        description="This machine's provenance (code, packages, device) as a run records it; "
+        f"given folders, how the runs ({RESULTS_FILE}) below them differ from this machine and "
+        "the pip commands for their recorded versions.",
+    )
+    parser.add_argument("folders", nargs="*", type=Path, help="run or sweep output folders")
+    args = parser.parse_args(argv)
+    missing = [str(folder) for folder in args.folders if not folder.is_dir()]
+    if missing:
+        print(
+            f"error: {', '.join(missing)}: not a folder; pass run or sweep folders.",
+            file=sys.stderr,
+        )
+        return 2
+    machine = machine_provenance()
+    if not args.folders:
+        print(json.dumps(machine, indent=2))
+        return 0
+    runs = [run for folder in args.folders for run in load_runs(folder)]
+    if not runs:
+        folders = ", ".join(map(str, args.folders))
+        print(
+            f"error: no {RESULTS_FILE} below {folders}; pass run or sweep folders.", file=sys.stderr
+        )
+        return 2
+    print(compare(machine, [run.result.get("provenance") for run in runs]))
+    return 0

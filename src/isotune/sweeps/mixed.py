@@ -1,0 +1,132 @@
+"""Whether the runs of a table came from one environment: the same code, packages, model weights
+and data (:func:`isotune.record.provenance.identity`), or a mix that could move its numbers as
+much as the configurations it compares.
+
+A ``git pull`` between two sweeps, a transformers upgrade, a GLUE file replaced: each changes a
+run's numbers without changing its configuration, so a table that mixes them is wrong in silence.
+The model's identity is compared among the runs of one model name, the data's among the runs of
+one task (a sweep over models or tasks differs there by design). A run older than the provenance
+record counts as ``unknown`` in every field, never as equal to a known value.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from isotune.record.provenance import UNKNOWN, identity
+from isotune.sweeps.runs import Run
+
+
+@dataclass(frozen=True)
+class Environments:
+    """Each compared field of a table's runs and how many runs have each of its values."""
+
+    runs: int
+    fields: dict[str, Counter]
+
+    @classmethod
+    def of(cls, runs: Sequence[Run]) -> Environments:
+        own = [_fields(run) for run in runs]
+        scopes = [_scope(run) for run in runs]
+        names = dict.fromkeys(name for fields in own for name in fields)
+        counted: dict[str, Counter] = {}
+        for name in names:
+            scope = _scope_of(name)
+            counted[name] = Counter(
+                fields.get(name, UNKNOWN)
+                for fields, run_scope in zip(own, scopes, strict=True)
+                if scope is None or scope in run_scope
+            )
+        return cls(len(runs), counted)
+
+    @property
+    def mixed(self) -> dict[str, Counter]:
+        """The fields with more than one value (``unknown`` counting as one)."""
+        return {name: values for name, values in self.fields.items() if len(values) > 1}
+
+    @property
+    def known(self) -> bool:
+        """Every run records its provenance."""
+        return bool(self.fields) and all(UNKNOWN not in v for v in self.fields.values())
+
+    def check_strict(self) -> str | None:
+        """Why ``--strict`` refuses these runs, or None: mixed, or of unknown provenance."""
+        if self.runs and not self.known and not self.mixed:
+            return "no run records its provenance (they predate it), so their sameness is unknown"
+        if self.mixed:
+            return f"they differ in {describe(self.mixed)}"
+        return None
+
+    def markdown(self) -> str:
+        """The report's paragraph: which fields differ, each value with its count of runs; or
+        the one environment they share."""
+        if not self.runs:
+            return "No counted run."
+        if not self.fields:
+            return (
+                f"None of the {self.runs} counted runs records its provenance (they predate it): "
+                "whether they came from one code, package set, model and data is unknown."
+            )
+        if self.mixed:
+            return (
+                f"**Mixed runs.** The {self.runs} counted runs do not all come from one "
+                f"environment: they differ in {describe(self.mixed)}. A difference in these "
+                "tables may come from that, not from the configurations; `python -m isotune.env "
+                "<folder>` compares a folder's runs with this machine, and `--strict` refuses "
+                "such tables."
+            )
+        shared = ", ".join(
+            f"{name} {_shown(next(iter(values)))}"
+            for name, values in self.fields.items()
+            if name.startswith(("code.", "packages."))
+        )
+        return f"All {self.runs} counted runs come from one environment: {shared}."
+
+
+def describe(mixed: dict[str, Counter]) -> str:
+    """``code.commit (2 runs 1a2b3c4d5e6f, 1 run unknown); packages.torch (...)``."""
+    return "; ".join(
+        f"{name} ("
+        + ", ".join(
+            f"{n} run{'s' if n > 1 else ''} {_shown(value)}" for value, n in values.most_common()
+        )
+        + ")"
+        for name, values in mixed.items()
+    )
+
+
+def _shown(value: object) -> str:
+    """A value as the report shows it: a 40-digit hash shortened, None as ``none``."""
+    if value is None:
+        return "none"
+    text = str(value)
+    return text[:12] if len(text) >= 40 and all(c in "0123456789abcdef" for c in text) else text
+
+
+def _fields(run: Run) -> dict[str, object]:
+    """The run's identity fields, the model's and the data's named by model and task."""
+    fields = identity(run.result.get("provenance"))
+    named: dict[str, object] = {}
+    for name, value in fields.items():
+        if name == "model":
+            name = f"model {run.result.get('model_name_or_path')}"
+        elif name.startswith("data."):
+            name = f"{name} of {run.result.get('task')}"
+        named[name] = value
+    return named
+
+
+def _scope(run: Run) -> set[str]:
+    """The model and task a run belongs to: it counts in their fields only."""
+    return {f"model {run.result.get('model_name_or_path')}", f"of {run.result.get('task')}"}
+
+
+def _scope_of(name: str) -> str | None:
+    """The scope of a field (:func:`_scope`), None for code and packages: every run."""
+    if name.startswith("model "):
+        return name
+    if name.startswith("data."):
+        return name[name.index(" of ") + 1 :]
+    return None

@@ -1,0 +1,277 @@
+"""Every record says where it came from (issue 34): the commit of a temporary git clone, clean or
+with a file changed; the packages, device, model and data of a real run's results.json, its
+checkpoint and its W&B offline config; a resume after a commit warns and says so; runs of two
+commits aggregated together give the mixed-table paragraph and ``--strict`` refuses them, runs of
+one commit give none; ``python -m isotune.env`` names another recorded torch version."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from isotune.dashboard.run_file import records
+from isotune.record import provenance
+from isotune.record.provenance import PACKAGES, code_identity, differences, file_sha256
+from isotune.record.resume import PROVENANCE_KEY
+from isotune.sweeps.aggregate import aggregate
+from isotune.training.run import train
+from tests.helpers.cli import ROOT, run_script, tiny_cli_overrides
+from tests.helpers.fake_runs import completed, write_run
+from tests.helpers.resume import KILL_AFTER_ONE, Killed, disarmed, load
+
+OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+
+
+def git(folder: Path, *arguments: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(folder), *arguments], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def clone(tmp_path) -> Path:
+    """A temporary git clone of this project with the code under test (its uncommitted changes
+    committed in the clone), and an identity to commit with."""
+    folder = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(folder)], check=True)
+    git(folder, "config", "user.email", "test@example.com")
+    git(folder, "config", "user.name", "test")
+    for part in ("src", "conf"):
+        shutil.copytree(ROOT / part, folder / part, dirs_exist_ok=True)
+    shutil.copy2(ROOT / "train.py", folder)
+    git(folder, "add", "-A")
+    if git(folder, "status", "--porcelain"):
+        git(folder, "commit", "-q", "-m", "the code under test")
+    return folder
+
+
+def commit_a_change(folder: Path, text: str) -> str:
+    with (folder / "README.md").open("a") as readme:
+        readme.write(f"\n{text}\n")
+    git(folder, "commit", "-q", "-am", text)
+    return git(folder, "rev-parse", "HEAD")
+
+
+def test_a_clean_clone_and_a_changed_file_are_told_apart(clone, tmp_path):
+    package = clone / "src" / "isotune"
+    clean = code_identity(package)
+    assert clean == {
+        "commit": git(clone, "rev-parse", "HEAD"),
+        "dirty": False,
+        "changes": None,
+        "root": str(clone),
+    }
+    (package / "errors.py").write_text((package / "errors.py").read_text() + "# edited\n")
+    dirty = code_identity(package)
+    assert dirty["commit"] == clean["commit"] and dirty["dirty"] is True
+    assert len(dirty["changes"]) == provenance.SHORT
+    (clone / "notes.txt").write_text("an untracked file counts too")
+    assert code_identity(package)["changes"] not in (None, dirty["changes"])
+    assert differences({"code": clean}, {"code": dirty}) == {
+        "code.changes": [None, dirty["changes"]]
+    }
+    copied = tmp_path / "copied"  # the same files outside any git checkout
+    shutil.copytree(package, copied)
+    outside = code_identity(copied)
+    assert outside["commit"] is None and outside["note"].startswith("not run from a git checkout")
+
+
+def test_a_record_without_provenance_is_unknown_never_equal():
+    known = {"code": {"commit": "a" * 40, "changes": None}, "packages": {"torch": "2.13.0"}}
+    assert differences(known, known) == {}
+    assert differences(None, known) == {
+        "code.commit": ["unknown", "a" * 40],
+        "code.changes": ["unknown", None],
+        "packages.torch": ["unknown", "2.13.0"],
+    }
+
+
+def record_of(commit: str, torch_version: str = "2.13.0") -> dict:
+    return {
+        "code": {"commit": commit, "dirty": False, "changes": None},
+        "packages": {"python": "3.11.2", "torch": torch_version, "numpy": "2.4.6"},
+        "model": {"name_or_path": "m", "sha256": "f" * 64},
+        "data": {"train": {"sha256": "d" * 64}},
+    }
+
+
+def fake_sweep(folder: Path, norm: str, prov: dict | None) -> Path:
+    for seed in (1, 2):
+        result = {**completed("minilm", norm, "rte", seed, 0.6 + seed / 100), "seed": seed}
+        if prov is not None:
+            result |= {"provenance": prov, "model_name_or_path": "m"}
+        write_run(folder / str(seed), [f"norm={norm}", f"seed={seed}"], result)
+    return folder
+
+
+def test_runs_of_two_commits_are_a_mixed_table_and_older_runs_count_as_unknown(tmp_path):
+    first = fake_sweep(tmp_path / "a", "none", record_of("1" * 40))
+    second = fake_sweep(tmp_path / "b", "isobn", record_of("2" * 40, "2.12.0"))
+    older = fake_sweep(tmp_path / "c", "batchnorm", None)
+    same = aggregate([first, fake_sweep(tmp_path / "d", "isobn", record_of("1" * 40))])
+    assert same.environments.mixed == {}
+    assert "All 4 counted runs come from one environment: code.commit 111111111111" in (
+        same.report()
+    )
+    paragraph = aggregate([first, second, older]).environments.markdown()
+    assert paragraph.startswith("**Mixed runs.** The 6 counted runs do not all come from one")
+    assert "code.commit (2 runs 111111111111, 2 runs 222222222222, 2 runs unknown)" in paragraph
+    assert "packages.torch (2 runs 2.13.0, 2 runs 2.12.0, 2 runs unknown)" in paragraph
+    assert "packages.numpy (4 runs 2.4.6, 2 runs unknown)" in paragraph
+    with pytest.raises(Exception, match=r"^--strict: the 4 counted runs .* differ in code.commit"):
+        aggregate([first, second], strict=True)
+    aggregate([first], strict=True)  # one environment: accepted
+
+
+@pytest.mark.slow
+def test_a_resume_after_a_commit_warns_and_the_record_says_so(
+    train_config, tmp_path, clone, monkeypatch, caplog
+):
+    monkeypatch.setattr(provenance, "package_root", lambda: clone / "src" / "isotune")
+    before = git(clone, "rev-parse", "HEAD")
+    with pytest.raises(Killed):
+        train(train_config(KILL_AFTER_ONE))
+    after = commit_a_change(clone, "a commit between two attempts")
+    with disarmed(), caplog.at_level(logging.WARNING, logger="isotune.record.results"):
+        results = train(train_config(KILL_AFTER_ONE))
+    warnings = [r.getMessage() for r in caplog.records if r.name == "isotune.record.results"]
+    assert warnings == [
+        "This attempt differs from the run's earlier attempt in code.commit "
+        f"({before} -> {after}): its results mix both (results.json says so in "
+        "provenance_changed)."
+    ]
+    first, second = results["attempts"]
+    assert first["provenance"]["code"]["commit"] == before and "provenance_changed" not in first
+    assert second["provenance_changed"] == {"code.commit": [before, after]}
+    assert results["provenance_changed"] == {"code.commit": [before, after]}
+    assert results["provenance"]["code"]["commit"] == after
+
+
+def test_env_names_another_recorded_torch_version_and_its_pip_command(tmp_path):
+    folder = fake_sweep(tmp_path / "sweep", "none", record_of("3" * 40, "2.0.1"))
+    result = subprocess.run(
+        [sys.executable, "-m", "isotune.env", str(folder)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    torch_here = importlib.metadata.version("torch")
+    assert f"  packages.torch: this machine {torch_here}; the runs 2.0.1 (2 runs)" in result.stdout
+    assert "  pip install torch==2.0.1 numpy==2.4.6  # 2 runs" in result.stdout
+    assert f"  git checkout {'3' * 40}  # 2 runs" in result.stdout
+    here = subprocess.run([sys.executable, "-m", "isotune.env"], capture_output=True, text=True)
+    machine = json.loads(here.stdout)
+    assert machine["packages"]["torch"] == torch_here and machine["device"]["threads"] >= 1
+
+
+@pytest.mark.slow
+def test_a_real_runs_record_checkpoint_and_wandb_config_name_where_it_came_from(
+    tiny_bert, glue_dir, tmp_path
+):
+    result = run_script(
+        "train.py",
+        *tiny_cli_overrides(tiny_bert, glue_dir, "logger=wandb"),
+        cwd=tmp_path,
+        env=OFFLINE,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    (run,) = (tmp_path / "logs" / "runs").iterdir()
+    record = json.loads((run / "results.json").read_text())["provenance"]
+    assert record["code"]["commit"] == git(ROOT, "rev-parse", "HEAD")  # what a reader checks
+    assert record["code"]["dirty"] == bool(git(ROOT, "status", "--porcelain"))
+    assert record["packages"] == {
+        "python": ".".join(map(str, sys.version_info[:3])),
+        **{name: importlib.metadata.version(name) for name in PACKAGES},  # = pip show
+    }
+    assert record["device"] == {
+        "cpu": record["device"]["cpu"],
+        "threads": record["device"]["threads"],
+        "precision": "32-true",
+    }
+    weights = {path.name: file_sha256(path) for path in tiny_bert.glob("*.safetensors")}
+    assert record["model"]["files"] == {
+        "config.json": file_sha256(tiny_bert / "config.json"),
+        **weights,
+    }
+    data = record["data"]
+    assert set(data) == {"train", "validation"}
+    assert (
+        data["train"]["sha256"]
+        == hashlib.sha256((glue_dir / "RTE" / "train.tsv").read_bytes()).hexdigest()
+    )
+    checkpoint = load(run / "checkpoints" / "last.ckpt")
+    assert checkpoint[PROVENANCE_KEY] == record
+    (wandb_run,) = (run / "wandb").glob("offline-run-*/run-*.wandb")
+    assert wandb_config(wandb_run)["provenance"] == record
+
+
+def wandb_config(path: Path) -> dict:
+    """The config a W&B run file records (its run record's, then each config update)."""
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    config = {}
+    for data in records(path):
+        record = Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        updates = {"run": record.run.config.update, "config": record.config.update}.get(kind, [])
+        config |= {item.key: json.loads(item.value_json) for item in updates}
+    return config
+
+
+@pytest.mark.slow
+def test_sweeps_of_two_commits_print_the_mixed_paragraph_and_strict_refuses(
+    tiny_bert, glue_dir, clone
+):
+    """A user's path: a sweep, a ``git pull`` (here a commit), another sweep, one aggregate."""
+    env = {"PYTHONPATH": str(clone / "src"), **OFFLINE}  # the clone's code, as its checkout runs
+
+    def sweep(*overrides: str) -> Path:
+        before = set((clone / "logs" / "multirun").glob("*"))
+        result = subprocess.run(
+            [
+                sys.executable,
+                "train.py",
+                "-m",
+                *overrides,
+                *tiny_cli_overrides(tiny_bert, glue_dir),
+            ],
+            cwd=clone,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+        (made,) = set((clone / "logs" / "multirun").glob("*")) - before
+        return made
+
+    def aggregated(*folders: Path, strict: bool = False) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "isotune.aggregate", *map(str, folders)]
+        return subprocess.run(
+            [*command, *(["--strict"] if strict else [])], capture_output=True, text=True
+        )
+
+    first = git(clone, "rev-parse", "HEAD")
+    none_first, isobn_first = sweep("norm=none", "seed=1"), sweep("norm=isobn", "seed=1")
+    second = commit_a_change(clone, "a git pull between two sweeps")
+    isobn_second = sweep("norm=isobn", "seed=1")
+    one = aggregated(none_first, isobn_first)
+    assert one.returncode == 0, one.stderr
+    assert "Mixed runs" not in one.stdout
+    assert f"All 2 counted runs come from one environment: code.commit {first[:12]}" in one.stdout
+    mixed = aggregated(none_first, isobn_second)
+    assert mixed.returncode == 0, mixed.stderr
+    assert f"they differ in code.commit (1 run {first[:12]}, 1 run {second[:12]})" in mixed.stdout
+    assert "Mixed runs" in (none_first / "sweep_report.md").read_text()
+    refused = aggregated(none_first, isobn_second, strict=True)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.startswith("error: --strict: the 2 counted runs below")
+    assert "differ in code.commit" in refused.stderr
