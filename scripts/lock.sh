@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The lock of README's set-up on this CPU machine: every package version, with its hashes, that
 # `pip install torch==2.13.0 -e ".[dev]"` installs, compiled by uv from pyproject.toml (dev extra)
-# and requirements/cpu.in (torch's CPU build, from /opt/wheels). docs/training.md says why uv.
+# and requirements/cpu.in (torch's CPU build, from the folder PIP_FIND_LINKS names, as pip takes it
+# there). docs/training.md says why uv.
 #
 #   bash scripts/lock.sh           rewrite requirements/cpu.lock (after changing pyproject.toml)
 #   bash scripts/lock.sh --check   is it current with pyproject.toml? (.ci/run asks)
@@ -12,9 +13,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LOCK=requirements/cpu.lock
 
+# The folder holding torch's CPU wheel: where pip finds it for README's set-up (PIP_FIND_LINKS);
+# uv reads no pip configuration, so it is passed on by hand, and not written into the lock.
+: "${PIP_FIND_LINKS:?set PIP_FIND_LINKS to the folder holding the torch 2.13.0 CPU wheel (torch-2.13.0+cpu-*.whl)}"
+
 compile_into() {
   uv pip compile pyproject.toml requirements/cpu.in --extra dev --generate-hashes \
-    --find-links /opt/wheels --emit-find-links --python-version 3.11 \
+    --find-links "$PIP_FIND_LINKS" --python-version 3.11 \
     --custom-compile-command "bash scripts/lock.sh" --quiet --output-file "$1"
 }
 
