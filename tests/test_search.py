@@ -83,6 +83,18 @@ def test_the_official_grammar_reads_as_optuna_distributions():
     assert "reg.weight=-0.1" in signed
 
 
+def test_a_sweep_typed_on_the_command_line_is_searched_and_nested_params_are_dotted_keys():
+    space = parse_space(
+        {"optim": {"lr": "tag(log, interval(1e-5, 1e-3))"}, "norm": "batchnorm"},
+        ["optim.weight_decay=interval(0.0, 0.1)", "norm=isobn"],
+    )
+    assert space.distributions() == {
+        "optim.lr": FloatDistribution(1e-5, 1e-3, log=True),
+        "optim.weight_decay": FloatDistribution(0.0, 0.1),
+    }
+    assert space.fixed == ("norm=isobn",)  # the command line's value replaces the params'
+
+
 @pytest.mark.parametrize(
     ("params", "arguments", "named"),
     [

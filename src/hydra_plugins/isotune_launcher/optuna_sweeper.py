@@ -60,7 +60,10 @@ class OptunaSweeperConf:
         default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": 0}
     )
     pruner: Any = field(  # over seeds; null: no pruning, every seed of a batch at once
-        default_factory=lambda: {"_target_": "optuna.pruners.WilcoxonPruner"}
+        default_factory=lambda: {
+            "_target_": "optuna.pruners.WilcoxonPruner",
+            "p_threshold": 0.3,  # one-sided, from 2 seeds: both below the best's gives p 0.25
+        }
     )
     direction: str = "maximize"  # the best dev primary metric
     study_name: str | None = None  # null: the search folder's name

@@ -11,10 +11,10 @@
   the override their product: a weight whose sign flips what it pushes towards (I-STAR's).
 - A plain value fixes the key for every job.
 
-``params`` (``hydra.sweeper.params``) come first, the command line's overrides after: a sweep there
-searches its key instead; a plain value there fixes its key, and is refused where the key is also
-searched (which one would the search be about?). Every refusal is one message naming the key, its
-value and the fix, raised before any job runs.
+``params`` (``hydra.sweeper.params``, nested keys joined with dots) come first, the command line's
+overrides after: a sweep there searches its key instead; a plain value there fixes its key, and is
+refused where the key is also searched (which one would the search be about?). Every refusal is
+one message naming the key, its value and the fix, raised before any job runs.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def parse_space(params: Mapping[str, Any], arguments: Sequence[str]) -> SearchSp
     searched: dict[str, SearchedKey] = {}
     fixed: dict[str, str] = {}
     for source, texts in (
-        ("hydra.sweeper.params", [f"{key}={value}" for key, value in params.items()]),
+        ("hydra.sweeper.params", [f"{key}={value}" for key, value in _flat(params)]),
         ("the command line", list(arguments)),
     ):
         for text in texts:
@@ -109,6 +109,18 @@ def parse_space(params: Mapping[str, Any], arguments: Sequence[str]) -> SearchSp
             fixed.pop(key, None)
             searched[key] = searched_key(key, override, text, source)
     return SearchSpace(tuple(searched.values()), tuple(fixed.values()))
+
+
+def _flat(params: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """``(key, value)`` pairs of ``params``, nested keys joined with dots: ``optim.lr`` is one key
+    in YAML and two levels when typed as ``hydra.sweeper.params.optim.lr=...``."""
+    pairs = []
+    for key, value in params.items():
+        if isinstance(value, Mapping):
+            pairs += _flat(value, f"{prefix}{key}.")
+        else:
+            pairs.append((f"{prefix}{key}", value))
+    return pairs
 
 
 def _parse(parser: Any, text: str, source: str) -> Any:
