@@ -27,6 +27,8 @@ from hydra_plugins.isotune_launcher.optuna_sweeper import Search
 from isotune.errors import IsotuneError
 from isotune.search.expected_best import expected_best, expected_best_curve
 from isotune.search.space import parse_space
+from isotune.sweeps.rerun import plan_reruns
+from isotune.sweeps.summary import summarize_sweep
 from tests.conftest import ROOT, compose_train_config
 from tests.helpers.cli import run_script, tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
@@ -292,6 +294,19 @@ def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupte
         for name in ("whole", "stopped")
     ]
     assert results[0] == results[1]
+
+
+def test_a_search_folder_is_continued_by_its_command_not_by_isotune_rerun(tmp_path):
+    def trial_0_seed_2_crashes(values, seed):
+        return None if values["hydra.sweep.subdir"] == "trial-000/seed-2" else 0.6
+
+    launch = FakeLauncher(tmp_path, trial_0_seed_2_crashes)
+    make_search(tmp_path, launch, n_trials=2, max_failure_rate=1.0, **SMALL).run()
+    with pytest.raises(IsotuneError, match="is a search") as refused:
+        plan_reruns(tmp_path)
+    assert "type the search's command again" in str(refused.value)
+    summary = summarize_sweep(tmp_path).text  # its FAILED trial's job: final, not to rerun
+    assert "did not" in summary and "isotune.rerun" not in summary
 
 
 @pytest.mark.parametrize(

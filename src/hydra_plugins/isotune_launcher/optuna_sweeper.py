@@ -41,7 +41,7 @@ from isotune.search.outcomes import (
     read_outcome,
     trial_value,
 )
-from isotune.search.report import HeldOut, TrialRow, write_report
+from isotune.search.report import TRIALS_FILE, HeldOut, TrialRow, trials_table, write_report
 from isotune.search.space import SearchSpace, override_value, parse_space
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.summary import summarize_sweep
@@ -111,7 +111,7 @@ class OptunaSweeper(Sweeper):
         except (KeyboardInterrupt, SystemExit) as stop:
             if (folder / SWEEP_FILE).is_file():
                 log.warning(summarize_sweep(folder).text)
-            log.warning("Type the same command again to continue the search.")
+            log.warning("Type the same command again to continue the search (docs/search.md).")
             if isinstance(stop, SystemExit):
                 raise
             sys.exit(128 + getattr(stop, "signal", signal.SIGINT))
@@ -394,6 +394,7 @@ class Search:
         rows = [_row(trial, self.space) for trial in study.trials if trial.state.is_finished()]
         complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
         if not complete:
+            write_text(self.folder / TRIALS_FILE, trials_table(rows).to_csv(index=False))
             raise IsotuneError(
                 f"No trial completed ({len(rows)} pruned or failed): there is no best "
                 "configuration to report. Fix: see trials.csv and the jobs' train.log; a looser "
