@@ -381,3 +381,22 @@ def test_hparams_search_istar_runs_as_typed_then_continues_and_aggregates(
     )  # fmt: skip
     assert table.returncode == 0, table.stderr
     assert (folder / "results_table.md").is_file()
+
+
+@pytest.mark.slow
+def test_a_batch_of_trials_runs_at_once_on_the_gpus_launcher(tmp_path, tiny_bert, glue_dir):
+    done = run_script(
+        "train.py", "-m", "hparams_search=istar", "hydra/launcher=gpus", "hydra.launcher.n_jobs=2",
+        "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=2", "hydra.sweeper.pruner=null",
+        "hydra.sweeper.seeds=[1,2]", "hydra.sweeper.report_seeds=[3]", "trainer=cpu",
+        "trainer.max_epochs=1", "logger=none", *tiny_cli_overrides(tiny_bert, glue_dir),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path / "logs" / "search" / "istar_rte_minilm"
+    jobs = sorted(p.parent.relative_to(folder) for p in folder.rglob("results.json"))
+    assert [str(job) for job in jobs] == [
+        "report/baseline/seed-3", f"report/{jobs[1].parts[1]}/seed-3",
+        "trial-000/seed-1", "trial-000/seed-2", "trial-001/seed-1", "trial-001/seed-2",
+    ]  # fmt: skip
+    assert "Launching 4 jobs" in done.stdout + done.stderr  # both trials' seeds in one batch

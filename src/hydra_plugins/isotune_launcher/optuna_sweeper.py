@@ -93,7 +93,6 @@ class OptunaSweeper(Sweeper):
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
         self.config = config
-        self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
