@@ -309,6 +309,17 @@ def test_a_search_folder_is_continued_by_its_command_not_by_isotune_rerun(tmp_pa
     assert "did not" in summary and "isotune.rerun" not in summary
 
 
+def test_with_wandb_each_run_is_tagged_with_its_search_and_trial(tmp_path):
+    launch = FakeLauncher(tmp_path, weight_score)
+    make_search(tmp_path, launch, "logger=wandb", n_trials=1, **SMALL).run()
+    tags = [next(o for o in job if o.startswith("logger.wandb.tags=")) for job in launch.jobs]
+    assert tags[:2] == ["logger.wandb.tags=['search-istar_rte_minilm','trial-000']"] * 2
+    assert "logger.wandb.tags=['search-istar_rte_minilm','report-baseline']" in tags
+    no_wandb = FakeLauncher(tmp_path / "csv", weight_score)
+    make_search(tmp_path / "csv", no_wandb, n_trials=1, **SMALL).run()
+    assert not any(o.startswith("logger.") for job in no_wandb.jobs for o in job)
+
+
 @pytest.mark.parametrize(
     ("overrides", "settings", "arguments", "named"),
     [

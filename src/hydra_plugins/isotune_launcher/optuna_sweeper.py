@@ -278,13 +278,17 @@ class Search:
             storage = JournalStorage(JournalFileBackend(str(self.storage_file())))
         pruner = self.s["pruner"]
         return optuna.create_study(
-            study_name=self.s["study_name"] or self.folder.name,
+            study_name=self.study_name,
             storage=storage,
             sampler=self.sampler(0),
             pruner=instantiate(pruner) if pruner is not None else optuna.pruners.NopPruner(),
             direction=self.s["direction"],
             load_if_exists=True,
         )
+
+    @property
+    def study_name(self) -> str:
+        return self.s["study_name"] or self.folder.name
 
     def sampler(self, trial_number: int) -> Any:
         """The sampler that asks trial ``trial_number``: seeded ``seed + trial_number`` when it
@@ -377,7 +381,7 @@ class Search:
         for overrides, seed, where in jobs:
             subdir = f"{where}/seed-{seed}"
             job_dir = self.folder / subdir
-            task_overrides = [*overrides, f"{SEED_KEY}={seed}"]
+            task_overrides = [*overrides, f"{SEED_KEY}={seed}", *self.wandb_tags(where)]
             done = completed_before(job_dir, seed, task_overrides)
             planned.append((job_dir, seed, done))
             if done is None:
@@ -385,6 +389,14 @@ class Search:
         if to_launch:
             self.launch(to_launch)
         return [done or read_outcome(job_dir, seed) for job_dir, seed, done in planned]
+
+    def wandb_tags(self, where: str) -> list[str]:
+        """With ``logger=wandb``, each run is tagged with the search and its trial (or report
+        side); W&B already groups a trial's runs, whose overrides differ only by seed."""
+        if self.config.hydra.runtime.choices.get("logger") != "wandb":
+            return []
+        tags = [f"search-{self.study_name}", where.replace("/", "-")]
+        return [f"logger.wandb.tags=[{','.join(repr(tag) for tag in tags)}]"]
 
     # ---- the held-out report ----
     def report(self, study: Any) -> None:
