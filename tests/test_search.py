@@ -9,9 +9,12 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -411,3 +414,40 @@ def test_a_batch_of_trials_runs_at_once_on_the_gpus_launcher(tmp_path, tiny_bert
         "trial-000/seed-1", "trial-000/seed-2", "trial-001/seed-1", "trial-001/seed-2",
     ]  # fmt: skip
     assert "Launching 4 jobs" in done.stdout + done.stderr  # both trials' seeds in one batch
+
+
+@pytest.mark.slow
+def test_a_search_stopped_mid_trial_continues_with_the_same_command(tmp_path, tiny_bert, glue_dir):
+    command = [
+        sys.executable, str(ROOT / "train.py"), "-m", "hparams_search=istar",
+        "hydra.sweeper.n_trials=3", "hydra.sweeper.seeds=[1,2]", "hydra.sweeper.report_seeds=[3]",
+        "hydra.sweeper.pruner=null", "trainer=cpu", "logger=none",
+        *tiny_cli_overrides(tiny_bert, glue_dir),
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    folder = tmp_path / "logs" / "search" / "istar_rte_minilm"
+    stopped = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    checkpoint = folder / "trial-001" / "seed-1" / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 300
+    while not checkpoint.is_file():  # trial 1's first job has saved its first epoch
+        assert stopped.poll() is None and time.monotonic() < deadline, "no trial 1 to stop"
+        time.sleep(0.2)
+    stopped.send_signal(signal.SIGTERM)
+    output = stopped.communicate(timeout=120)[0]
+    assert stopped.returncode == 128 + signal.SIGTERM
+    assert "Type the same command again" in output
+
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Continuing trials [1]" in again.stdout + again.stderr
+    trials = pd.read_csv(folder / "trials.csv")
+    assert list(trials.trial.unique()) == [0, 1, 2] and set(trials.state) == {"COMPLETE"}
+    records = {
+        str(p.parent.relative_to(folder)): json.loads(p.read_text())
+        for p in folder.rglob("results.json")
+    }
+    assert all(r["status"] == "completed" for r in records.values())
+    resumed = records.pop("trial-001/seed-1")
+    assert [a["status"] for a in resumed["attempts"]] == ["interrupted", "completed"]
+    assert resumed["attempts"][1]["resumed_from"].endswith("last.ckpt")
+    assert all(len(r["attempts"]) == 1 for r in records.values())  # no other job ran twice
