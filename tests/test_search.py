@@ -327,6 +327,7 @@ def test_with_wandb_each_run_is_tagged_with_its_search_and_trial(tmp_path):
     ("overrides", "settings", "arguments", "named"),
     [
         ([], {"params": {"optim.lrr": "interval(1e-5, 1e-3)"}}, [], "optim.lrr is not in"),
+        ([], {"baseline": {"reg.weigth": 0}}, [], "baseline's key (hydra.sweeper.baseline) reg"),
         ([], {"seeds": [1, 2], "report_seeds": [2, 3]}, [], "Seeds [2]"),
         ([], {"n_trials": 0}, [], "n_trials=0"),
         ([], {}, ["reg.weight=0.5"], "fixed on the command line"),

@@ -205,10 +205,12 @@ class Search:
                     "report on hydra.sweeper.report_seeds. Fix: drop it, and set those instead."
                 )
         for searched in self.space.searched:
-            self.check_in_config(searched.key)
+            self.check_in_config(searched.key, "searched key")
+        for key in self.s["baseline"] or {}:
+            self.check_in_config(key, "baseline's key (hydra.sweeper.baseline)")
         self.check_storage()
 
-    def check_in_config(self, key: str) -> None:
+    def check_in_config(self, key: str, what: str) -> None:
         if key.startswith("+"):  # adds a key the config lacks, as the user asked
             return
         name = key.lstrip("~").split("@")[0]
@@ -217,8 +219,8 @@ class Search:
         missing = object()
         if OmegaConf.select(self.config, name, default=missing, throw_on_missing=False) is missing:
             raise IsotuneError(
-                f"The searched key {name} is not in the config, so its values would change "
-                "nothing (or stop every job). Fix: a key of conf/train.yaml or a config group "
+                f"The {what} {name} is not in the config, so its value would change nothing "
+                "(or stop every job). Fix: a key of conf/train.yaml or a config group "
                 "(python train.py --cfg job lists them), spelled as there, e.g. optim.lr or "
                 "reg.weight."
             )
