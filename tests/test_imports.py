@@ -32,6 +32,7 @@ LIBRARY = (
     "isotune.tracking.metric_keys",
     "isotune.tracking.run_names",
     "isotune.sweeps.statistics",
+    "isotune.search.expected_best",
 )
 TRAINING_STACK = {"lightning", "pytorch_lightning", "hydra", "omegaconf", "transformers", "peft"}
 OFFLINE_TOOLS = ("isotune.aggregate", "isotune.rerun", "isotune.env", "isotune.sweeps.aggregate")

@@ -9,7 +9,8 @@ place of a model that is not available offline. Multirun jobs use the tiny encod
 model: they test the sweep machinery, and the packaged MiniLM already runs in the README's single
 run. Nothing else is added: no ``hydra.run.dir``, ``hydra.sweep.dir`` or ``+key=``. Placeholders
 such as ``logs/runs/<run>/checkpoints/best.ckpt`` are filled with what the pages' training
-commands left in that directory, README's first. Multiruns are cut to two jobs; ``experiment=``
+commands left in that directory, README's first. Multiruns are cut to two jobs, searches
+(``hparams_search=``) to one trial of one tuning seed and one report seed; ``experiment=``
 presets and SLURM commands are composed into their job lists, not run. A command written on
 several pages, or two that come to the same after the cut and the filling (``-m task=rte,mrpc,stsb``
 and ``-m task=rte,mrpc``), runs once.
@@ -55,6 +56,12 @@ TRAIN_SIZE = {
     "callbacks.isotropy.probe_size": "32",
     "callbacks.isotropy.figures": "false",
 }
+SEARCH = "hparams_search="  # an Optuna search (docs/search.md): its folder is logs/search/<study>
+SEARCH_SIZE = {
+    "hydra.sweeper.n_trials": "1",
+    "hydra.sweeper.seeds": "[1]",
+    "hydra.sweeper.report_seeds": "[2]",
+}
 ANALYZE_SIZE = {
     "data.dev_examples": "32",
     "data.train_examples": "32",
@@ -91,6 +98,10 @@ class Command:
     @property
     def overrides(self) -> list[str]:
         return [arg for arg in self.args if arg not in MULTIRUN_FLAGS]
+
+    @property
+    def search(self) -> bool:
+        return self.target == "train.py" and any(arg.startswith(SEARCH) for arg in self.args)
 
     @property
     def compose_only(self) -> bool:
@@ -263,6 +274,8 @@ class Workdir:
         multirun = any(arg in MULTIRUN_FLAGS for arg in args)
         if multirun or not Path(resolve_model_path(cfg.model.name_or_path)).is_dir():
             sizes["model.name_or_path"] = str(self.tiny_encoder)
+        if any(arg.startswith(SEARCH) for arg in args):
+            sizes.update(SEARCH_SIZE)
         return sizes_not_given(sizes, args)
 
     def fill(self, command: Command, arg: str) -> str:
@@ -304,6 +317,10 @@ def read_status(run_dir: Path) -> str:
 
 
 def check_train(outcome: Outcome) -> None:
+    if outcome.command.search:
+        report = outcome.created_under("search") / "search_report.md"
+        assert report.is_file(), outcome.report(f"no {report}")
+        return
     if not outcome.command.multirun:
         run = outcome.created_under("runs")
         assert read_status(run) == "completed", outcome.report(f"{run} did not complete")

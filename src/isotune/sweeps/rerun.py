@@ -146,6 +146,13 @@ def plan_reruns(
     and the runs left alone: alive, or marked running (unless ``include_running``).
     ``extra``: the user's own overrides, added to every job after the folder's."""
     sweep = Sweep.load(sweep_dir)
+    if sweep.is_search:
+        raise IsotuneError(
+            f"{sweep.dir} is a search (hydra/sweeper=optuna): its trials are chosen from the "
+            "scores of the earlier ones, so rerunning its jobs would not continue it. Fix: type "
+            "the search's command again (python train.py -m hparams_search=...); it finishes its "
+            "interrupted trial, resuming each job from its last.ckpt, and goes on (docs/search.md)."
+        )
     pid = folder_lock.holder(sweep.dir)
     if pid not in (None, os.getpid()):
         raise IsotuneError(

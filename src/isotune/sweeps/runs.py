@@ -111,6 +111,12 @@ class Sweep:
         return self.config["hydra"]["sweeper"]["_target_"]
 
     @property
+    def is_search(self) -> bool:
+        """A search (``hydra/sweeper=optuna``, docs/search.md) chooses each trial from the scores
+        of the earlier ones: typing its command again continues it; rerunning jobs would not."""
+        return self.sweeper.endswith(".OptunaSweeper")
+
+    @property
     def enumerable(self) -> bool:
         """Only the basic sweeper's jobs (also isotune's summarizing one, which is a basic
         sweeper) are a cartesian product known in advance."""

@@ -48,7 +48,7 @@ def summarize_sweep(sweep_dir: Path) -> SweepSummary:
             f"set's trivial predictor); the aggregate sets them apart: python -m isotune.aggregate "
             f"{sweep.dir}"
         )
-    if unfinished or missing:
+    if (unfinished or missing) and not sweep.is_search:  # a search: its trials FAILED (final)
         lines.append(f"Rerun them with: python -m isotune.rerun {sweep.dir}")
     return SweepSummary("\n".join(lines), all_completed=not unfinished and not missing)
 

@@ -1,0 +1,93 @@
+"""What one job of a search gave, read from its ``results.json`` whichever launcher ran it, and a
+trial's value over its seeds.
+
+A run that completed has a score, its best dev primary metric, even when it failed to learn (not
+above its dev set's trivial predictor): it counts at that score and is counted, since dropping it
+would flatter a setting that breaks training. A job that crashed, went NaN, was refused or left no
+record has no score: its trial fails, and the reason says which job and why, never a made-up value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from isotune.errors import IsotuneError
+from isotune.record.results import RESULTS_FILE
+from isotune.sweeps.failures import learned_of
+from isotune.sweeps.runs import Run
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """One job's end: its score (None when it has none) or why it has none."""
+
+    job_dir: Path
+    seed: int
+    score: float | None
+    learned: bool | None
+    status: str
+    error: str | None
+
+    @property
+    def completed(self) -> bool:
+        return self.score is not None
+
+    def as_record(self) -> dict[str, Any]:
+        """Plain values, kept with the trial in the study (Optuna's user attributes)."""
+        return {**dataclasses.asdict(self), "job_dir": str(self.job_dir)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> JobOutcome:
+        return cls(**{**record, "job_dir": Path(record["job_dir"])})
+
+
+def read_outcome(job_dir: Path, seed: int) -> JobOutcome:
+    """The outcome of the job that ran in ``job_dir`` with ``seed``."""
+    path = Path(job_dir) / RESULTS_FILE
+    if not path.is_file():
+        return JobOutcome(job_dir, seed, None, None, "missing", f"no {RESULTS_FILE} in {job_dir}")
+    run = Run.read(path)
+    if not run.completed:
+        return JobOutcome(job_dir, seed, None, None, str(run.status), run.result.get("error"))
+    metric = run.result.get("primary_metric")
+    score = (run.result.get("best") or {}).get(metric)
+    if not isinstance(score, (int, float)) or not math.isfinite(score):
+        return JobOutcome(
+            job_dir, seed, None, None, "no score", f"best dev {metric} is {score!r} in {path}"
+        )
+    return JobOutcome(job_dir, seed, float(score), learned_of(run), "completed", None)
+
+
+def completed_before(job_dir: Path, seed: int, overrides: Sequence[str]) -> JobOutcome | None:
+    """The outcome of a job whose run already completed in ``job_dir`` with these task
+    ``overrides`` (a search continued after a stop does not run it again), else None. A completed
+    run of other overrides there is refused: the folder belongs to another search."""
+    outcome = read_outcome(job_dir, seed)
+    if not outcome.completed:
+        return None
+    ran = Run.read(Path(job_dir) / RESULTS_FILE).overrides
+    if set(ran) != set(overrides):
+        raise IsotuneError(
+            f"{job_dir} holds a completed run of other overrides ({' '.join(ran)}) than this "
+            f"search's job there ({' '.join(overrides)}): the search folder holds another "
+            "search. Fix: give this search its own folder (hydra.sweep.dir=... or another "
+            "hydra.sweeper.study_name), or move that folder away."
+        )
+    return outcome
+
+
+def trial_value(outcomes: Sequence[JobOutcome]) -> float:
+    """The median score over a trial's seeds (each job completed)."""
+    return statistics.median(outcome.score for outcome in outcomes)  # type: ignore[misc]
+
+
+def failure_reason(outcome: JobOutcome) -> str:
+    """Why a job leaves its trial without a value, in one line."""
+    first = " ".join(str(outcome.error or "").split())[:300]
+    return f"seed {outcome.seed} ({outcome.job_dir}): {outcome.status}: {first}"

@@ -1,0 +1,265 @@
+"""The end of a search: the winner against the baseline on report seeds that played no part in
+choosing it, the winner's tuning-seed value beside it (how much the choice flattered it), the
+expected best score per budget, and every trial with its runs.
+
+Files written into the search folder (each atomically):
+- ``search_report.md``: the held-out table, the paired statistics, the expected-best curve;
+- ``optimization_results.yaml``: ``best_params`` and ``best_value`` as the official Optuna sweeper
+  writes them, and the held-out numbers beside them;
+- ``trials.csv``: one row per job of every trial (state, its values, seed, score, folder);
+- ``optimization_history.png``, ``param_importances.png`` (Optuna's matplotlib figures) and
+  ``expected_best.png``.
+The paired statistics are :func:`isotune.sweeps.statistics.paired_comparison` (best - baseline
+over the report seeds), the same as every sweep's.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from isotune.atomic_files import save_figure, write_text
+from isotune.search.expected_best import expected_best_curve
+from isotune.search.outcomes import JobOutcome, failure_reason
+from isotune.sweeps.statistics import PairedComparison, paired_comparison, seed_count_caveat
+from isotune.tracking.reporting import markdown_table
+
+log = logging.getLogger(__name__)
+
+REPORT_FILE = "search_report.md"
+RESULTS_FILE = "optimization_results.yaml"
+TRIALS_FILE = "trials.csv"
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """A finished trial as the report lists it: Optuna's state name (COMPLETE, PRUNED, FAIL), its
+    searched values, its value (None unless COMPLETE), its jobs and, for FAIL, why."""
+
+    number: int
+    state: str
+    values: Mapping[str, Any]
+    value: float | None
+    jobs: Sequence[JobOutcome]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The winner and the baseline on the report seeds."""
+
+    best: TrialRow
+    best_overrides: Sequence[str]
+    baseline_overrides: Sequence[str]
+    best_runs: Sequence[JobOutcome]
+    baseline_runs: Sequence[JobOutcome]
+
+    @property
+    def comparison(self) -> PairedComparison:
+        """best - baseline on the report seeds where both have a score."""
+        return paired_comparison(_scores(self.baseline_runs), _scores(self.best_runs))
+
+    @property
+    def optimism(self) -> float | None:
+        """The winner's tuning-seed value minus its report-seed median."""
+        held_out = _median(self.best_runs)
+        return None if held_out is None or self.best.value is None else self.best.value - held_out
+
+
+def _scores(runs: Sequence[JobOutcome]) -> dict[int, float]:
+    return {run.seed: run.score for run in runs if run.score is not None}
+
+
+def _median(runs: Sequence[JobOutcome]) -> float | None:
+    scores = list(_scores(runs).values())
+    return statistics.median(scores) if scores else None
+
+
+def trials_table(trials: Sequence[TrialRow]) -> pd.DataFrame:
+    """One row per job of every trial (a trial that ran no job: one row without a seed)."""
+    rows = []
+    for trial in trials:
+        base = {"trial": trial.number, "state": trial.state, **trial.values, "value": trial.value}
+        jobs = trial.jobs or [None]
+        for job in jobs:
+            rows.append(
+                {
+                    **base,
+                    "seed": None if job is None else job.seed,
+                    "score": None if job is None else job.score,
+                    "learned": None if job is None else job.learned,
+                    "job_status": None if job is None else job.status,
+                    "job_dir": None if job is None else str(job.job_dir),
+                    "reason": trial.reason,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def write_report(
+    folder: Path,
+    trials: Sequence[TrialRow],
+    held_out: HeldOut,
+    maximize: bool,
+    study: Any = None,
+) -> str:
+    """Write the files of the module docstring into ``folder``; the report's text."""
+    complete = [t.value for t in trials if t.state == "COMPLETE" and t.value is not None]
+    curve = expected_best_curve(complete, maximize) if complete else []
+    text = report_text(trials, held_out, curve)
+    write_text(folder / REPORT_FILE, text)
+    write_text(folder / TRIALS_FILE, trials_table(trials).to_csv(index=False))
+    write_text(
+        folder / RESULTS_FILE, yaml.safe_dump(results_record(held_out, curve), sort_keys=False)
+    )
+    _figures(folder, curve, study)
+    return text
+
+
+def results_record(held_out: HeldOut, curve: Sequence[float]) -> dict[str, Any]:
+    """``optimization_results.yaml``: the official plugin's keys, then the held-out numbers."""
+    c = held_out.comparison
+    return {
+        "name": "optuna",
+        "best_params": dict(held_out.best.values),
+        "best_value": held_out.best.value,
+        "best_trial": held_out.best.number,
+        "held_out": {
+            "seeds": list(c.seeds),
+            "best_overrides": list(held_out.best_overrides),
+            "baseline_overrides": list(held_out.baseline_overrides),
+            "best_median": _median(held_out.best_runs),
+            "baseline_median": _median(held_out.baseline_runs),
+            "mean_difference": c.mean_difference,
+            "median_difference": c.median_difference,
+            "t_interval": None if c.t_interval is None else list(c.t_interval),
+            "wilcoxon_p": c.wilcoxon_p,
+            "ttest_p": c.ttest_p,
+            "optimism": held_out.optimism,
+            "note": c.note,
+        },
+        "expected_best": list(curve),
+    }
+
+
+def report_text(trials: Sequence[TrialRow], held_out: HeldOut, curve: Sequence[float]) -> str:
+    states = [t.state for t in trials]
+    runs = [job for t in trials for job in t.jobs]
+    failed_to_learn = sum(job.learned is False for job in runs)
+    lines = [
+        "# Search report",
+        "",
+        f"{len(trials)} trials: {states.count('COMPLETE')} complete, {states.count('PRUNED')} "
+        f"pruned, {states.count('FAIL')} failed; {len(runs)} runs, {failed_to_learn} of them "
+        "failed to learn (counted at their score). trials.csv lists every trial and its runs.",
+        "",
+        "## Held out: the best trial and the baseline on the report seeds",
+        "",
+        markdown_table(
+            ["", "overrides", "tuning seeds (median)", "report seeds (median)", "failed to learn"],
+            [
+                _held_out_row(
+                    f"best (trial {held_out.best.number})",
+                    held_out.best_overrides,
+                    held_out.best.value,
+                    held_out.best_runs,
+                ),
+                _held_out_row(
+                    "baseline", held_out.baseline_overrides, None, held_out.baseline_runs
+                ),
+            ],
+        ),
+        "",
+        *_comparison_lines(held_out),
+        "",
+        "## Expected best dev score by number of trials (Dodge et al. 2019)",
+        "",
+        "Over the complete trials' values; pruned and failed trials have none.",
+        "",
+        markdown_table(["trials", "expected best"], [[n, _f(v)] for n, v in enumerate(curve, 1)]),
+    ]
+    missing = [run for run in (*held_out.best_runs, *held_out.baseline_runs) if run.score is None]
+    lines += ["", *(f"- Report job without a score: {failure_reason(run)}" for run in missing)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _held_out_row(
+    name: str, overrides: Sequence[str], tuning: float | None, runs: Sequence[JobOutcome]
+) -> list[str]:
+    scores = _scores(runs)
+    failed = sum(run.learned is False for run in runs)
+    return [
+        name,
+        " ".join(overrides) or "(config values)",
+        "not run" if tuning is None else _f(tuning),
+        f"{_f(_median(runs))} (n = {len(scores)})",
+        f"{failed} of {len(runs)}",
+    ]
+
+
+def _comparison_lines(held_out: HeldOut) -> list[str]:
+    c = held_out.comparison
+    interval = "none" if c.t_interval is None else f"[{_f(c.t_interval[0])}, {_f(c.t_interval[1])}]"
+    lines = [
+        f"Paired difference best - baseline over {c.n} report seeds: mean {_f(c.mean_difference)}, "
+        f"median {_f(c.median_difference)}, 95% t interval {interval}; Wilcoxon p "
+        f"{_f(c.wilcoxon_p)}, paired t-test p {_f(c.ttest_p)}.",
+    ]
+    if c.note:
+        lines.append(c.note)
+    if c.n:
+        lines.append(seed_count_caveat(c.n))
+    if held_out.optimism is not None:
+        lines.append(
+            f"Optimism: the winner's tuning-seed value minus its report-seed median is "
+            f"{_f(held_out.optimism)} (the winner's curse: it was chosen on the tuning seeds)."
+        )
+    return lines
+
+
+def _f(value: float | None) -> str:
+    return "none" if value is None else f"{value:.4f}"
+
+
+def _figures(folder: Path, curve: Sequence[float], study: Any) -> None:
+    """The expected-best curve, and Optuna's history and importances when ``study`` is given
+    (a figure Optuna cannot draw, as importances from one complete trial, is logged and left
+    out)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if curve:
+        figure, axes = plt.subplots(figsize=(5, 3.5))
+        axes.plot(range(1, len(curve) + 1), curve, marker="o")
+        axes.set_xlabel("trials")
+        axes.set_ylabel("expected best dev score")
+        axes.set_title("Expected best over trials (Dodge et al. 2019)")
+        figure.tight_layout()
+        save_figure(figure, folder / "expected_best.png")
+        plt.close(figure)
+    if study is None:
+        return
+    from optuna.visualization import matplotlib as optuna_plots
+
+    for name, plot in (
+        ("optimization_history", optuna_plots.plot_optimization_history),
+        ("param_importances", optuna_plots.plot_param_importances),
+    ):
+        try:
+            axes = plot(study)
+        except (ValueError, RuntimeError) as error:
+            log.info("No %s figure: %s", name, error)
+            continue
+        figure = axes.figure
+        figure.tight_layout()
+        save_figure(figure, folder / f"{name}.png")
+        plt.close(figure)

@@ -1,0 +1,454 @@
+"""hydra/sweeper=optuna (docs/search.md): the search space, the expected best per budget, and the
+search itself, driven in-process on the composed `hparams_search=istar` config with a launcher that
+writes each job's results.json as a training run leaves it (scores chosen by the test), so that
+trials, runs, FAIL and PRUNED states, the held-out statistics and a continued search are counted
+exactly; the slow tests run `python train.py -m hparams_search=istar` on the tiny model."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from omegaconf import OmegaConf
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from scipy import stats
+
+from hydra_plugins.isotune_launcher.optuna_sweeper import Search
+from isotune.errors import IsotuneError
+from isotune.search.expected_best import expected_best, expected_best_curve
+from isotune.search.space import parse_space
+from isotune.sweeps.rerun import plan_reruns
+from isotune.sweeps.summary import summarize_sweep
+from tests.conftest import ROOT, compose_train_config
+from tests.helpers.cli import run_script, tiny_cli_overrides
+from tests.helpers.fake_runs import completed, write_run
+
+Score = Callable[[dict[str, str], int], float | None]
+
+
+# ---- the expected best (Dodge et al. 2019) ----
+@pytest.mark.parametrize("maximize", [True, False])
+def test_expected_best_equals_the_mean_best_over_every_draw_with_replacement(maximize):
+    scores = [0.61, 0.55, 0.70, 0.55, 0.64]  # a tie included
+    best = max if maximize else min
+    for n in range(1, 5):
+        draws = list(itertools.product(scores, repeat=n))
+        brute = sum(best(draw) for draw in draws) / len(draws)
+        assert expected_best(scores, n, maximize) == pytest.approx(brute, abs=1e-12)
+    curve = expected_best_curve(scores, maximize)
+    assert len(curve) == 5 and curve[0] == pytest.approx(np.mean(scores))
+    assert all(later >= earlier for earlier, later in itertools.pairwise(curve)) is maximize
+
+
+# ---- the search space ----
+def test_the_official_grammar_reads_as_optuna_distributions():
+    space = parse_space(
+        {
+            "optim.lr": "tag(log, interval(1e-5, 1e-3))",
+            "data.batch_size": "choice(8, 16, 32)",
+            "trainer.max_epochs": "range(1, 4)",
+            "optim.warmup_ratio": "range(0.0, 0.3, 0.1)",
+            "optim.weight_decay": "interval(0.0, 0.1)",
+            "data.max_length": "int(interval(64, 256))",
+            "reg.weight": "tag(log, signed, interval(0.01, 1))",
+            "norm": "isobn",
+        },
+        ["seed_init=3"],
+    )
+    assert space.distributions() == {
+        "optim.lr": FloatDistribution(1e-5, 1e-3, log=True),
+        "data.batch_size": CategoricalDistribution([8, 16, 32]),
+        "trainer.max_epochs": IntDistribution(1, 3),  # Hydra's range: the stop is excluded
+        "optim.warmup_ratio": FloatDistribution(0.0, 0.2, step=0.1),
+        "optim.weight_decay": FloatDistribution(0.0, 0.1),
+        "data.max_length": IntDistribution(64, 256),
+        "reg.weight": FloatDistribution(0.01, 1, log=True),
+        "reg.weight:sign": CategoricalDistribution([-1, 1]),
+    }
+    assert space.fixed == ("norm=isobn", "seed_init=3")
+    overrides = space.overrides({**dict.fromkeys(space.distributions(), 1), "reg.weight": 0.1})
+    overrides_by_key = dict(o.split("=", 1) for o in overrides)
+    assert overrides_by_key["reg.weight"] == "0.1" and overrides_by_key["norm"] == "isobn"
+    signed = space.overrides(
+        {**dict.fromkeys(space.distributions(), 1), "reg.weight": 0.1, "reg.weight:sign": -1}
+    )
+    assert "reg.weight=-0.1" in signed
+
+
+def test_a_sweep_typed_on_the_command_line_is_searched_and_nested_params_are_dotted_keys():
+    space = parse_space(
+        {"optim": {"lr": "tag(log, interval(1e-5, 1e-3))"}, "norm": "batchnorm"},
+        ["optim.weight_decay=interval(0.0, 0.1)", "norm=isobn"],
+    )
+    assert space.distributions() == {
+        "optim.lr": FloatDistribution(1e-5, 1e-3, log=True),
+        "optim.weight_decay": FloatDistribution(0.0, 0.1),
+    }
+    assert space.fixed == ("norm=isobn",)  # the command line's value replaces the params'
+
+
+@pytest.mark.parametrize(
+    ("params", "arguments", "named"),
+    [
+        ({"optim.lr": "interval(1e-3, 1e-5)"}, [], "not below its high end"),
+        ({"optim.lr": "interval(0.1, 0.1)"}, [], "not below its high end"),
+        ({"optim.lr": "tag(log, interval(0, 1e-3))"}, [], "a log scale needs a low end above 0"),
+        ({"optim.lr": "tag(log, interval(-1, 1))"}, [], "a log scale needs a low end above 0"),
+        ({"data.batch_size": "choice()"}, [], "data.batch_size"),
+        ({"trainer.max_epochs": "range(3, 3)"}, [], "holds no value"),
+        ({"reg.weight": "tag(signed, interval(0.1, 1))"}, [], "goes with a log interval only"),
+        ({"reg.weight": "interval(0.1, 1)"}, ["reg.weight=0.5"], "searched"),
+    ],
+)
+def test_a_bad_search_space_is_one_message_naming_the_key(params, arguments, named):
+    with pytest.raises(IsotuneError, match=named) as refused:
+        parse_space(params, arguments)
+    assert next(iter(params)) in str(refused.value)
+    assert "Fix" in str(refused.value)
+
+
+# ---- the search, on a launcher that writes results.json ----
+class FakeLauncher:
+    """Writes each job's run folder as a training run leaves it, with ``score(overrides, seed)``
+    as its best dev accuracy (None: the job crashed), and counts the jobs and launches."""
+
+    def __init__(self, folder: Path, score: Score, stop_at_launch: int | None = None) -> None:
+        self.folder = folder
+        self.score = score
+        self.stop_at_launch = stop_at_launch
+        self.launches: list[list[list[str]]] = []
+
+    @property
+    def jobs(self) -> list[list[str]]:
+        return [job for launch in self.launches for job in launch]
+
+    def __call__(self, jobs: list[list[str]]) -> None:
+        if self.stop_at_launch is not None and len(self.launches) == self.stop_at_launch:
+            raise KeyboardInterrupt
+        self.launches.append(jobs)
+        for overrides in jobs:
+            values = dict(o.split("=", 1) for o in overrides)
+            job_dir = self.folder / values["hydra.sweep.subdir"]
+            task_overrides = [o for o in overrides if not o.startswith("hydra.")]
+            seed = int(values["seed"])
+            score = self.score(values, seed)
+            if score is None:
+                result = {"status": "failed", "error": "NonFiniteLossError: loss is nan"}
+            else:
+                result = {**completed("minilm", "none", "rte", seed, score), "learned": score > 0.5}
+            write_run(job_dir, task_overrides, result)
+
+
+def weight_score(values: dict[str, str], seed: int) -> float | None:
+    """Best at weight -0.1, a little noise by seed; the baseline (reg=none) scores 0.6."""
+    if values.get("reg") == "none":
+        return 0.6 + seed / 1000
+    weight = float(values["reg.weight"])
+    return 0.7 - abs(math.log10(abs(weight)) + 1) / 10 - (weight > 0) / 10 + seed / 1000
+
+
+def make_search(
+    folder: Path, launch: FakeLauncher, *overrides: str, arguments=(), **settings
+) -> Search:
+    """The search `python train.py -m hparams_search=istar <overrides> <arguments>` runs."""
+    cfg = compose_train_config(["hparams_search=istar", *overrides])
+    sweeper = OmegaConf.to_container(cfg.hydra.sweeper, resolve=True)
+    for hydra_only in ("_target_", "_recursive_"):
+        sweeper.pop(hydra_only)
+    return Search(cfg, {**sweeper, **settings}, list(arguments), folder, launch)
+
+
+SMALL = {"seeds": [1, 2], "report_seeds": [11, 12, 13], "pruner": None}
+
+
+def test_a_seeded_search_runs_every_trial_on_every_tuning_seed_then_reports(tmp_path):
+    launch = FakeLauncher(tmp_path, weight_score)
+    make_search(tmp_path, launch, n_trials=5, n_jobs=2, **SMALL).run()
+    # 5 trials in batches of 2, 2, 1, each batch's seeds at once (no pruner); then the report.
+    assert [len(batch) for batch in launch.launches] == [4, 4, 2, 6]
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    assert len(trials) == 10 and set(trials.state) == {"COMPLETE"}
+    for _, rows in trials.groupby("trial"):
+        scores = [
+            weight_score({"reg.weight": str(w)}, s)
+            for w, s in zip(rows["reg.weight"], rows.seed, strict=True)
+        ]
+        assert sorted(rows.seed) == [1, 2]
+        assert rows.value.iloc[0] == pytest.approx(statistics.median(scores))
+        assert list(rows.score) == pytest.approx(scores)
+    results = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
+    best = trials.loc[trials.value.idxmax()]
+    assert results["best_value"] == pytest.approx(best.value)
+    assert results["best_params"] == {"reg.weight": pytest.approx(best["reg.weight"])}
+    assert results["held_out"]["seeds"] == [11, 12, 13]
+    assert results["held_out"]["baseline_overrides"] == ["reg=none"]
+    report_jobs = launch.launches[-1]
+    assert sorted(int(dict(o.split("=", 1) for o in job)["seed"]) for job in report_jobs) == [
+        11, 11, 12, 12, 13, 13
+    ]  # fmt: skip
+    for name in ("search_report.md", "expected_best.png", "optimization_history.png"):
+        assert (tmp_path / name).is_file(), name
+    assert len(results["expected_best"]) == 5
+    report = (tmp_path / "search_report.md").read_text()
+    assert "5 trials: 5 complete, 0 pruned, 0 failed; 10 runs" in report
+
+
+def test_the_held_out_statistics_are_the_paired_ones_on_report_seeds_only(tmp_path):
+    launch = FakeLauncher(tmp_path, weight_score)
+    make_search(tmp_path, launch, n_trials=2, **SMALL).run()
+    results = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
+    held_out = results["held_out"]
+    # By hand: best and baseline on report seeds 11, 12, 13 from weight_score.
+    weight = results["best_params"]["reg.weight"]
+    best = [weight_score({"reg.weight": str(weight)}, s) for s in (11, 12, 13)]
+    baseline = [0.6 + s / 1000 for s in (11, 12, 13)]
+    d = np.round(np.subtract(best, baseline), 9)
+    assert held_out["mean_difference"] == pytest.approx(d.mean())
+    assert held_out["best_median"] == pytest.approx(statistics.median(best))
+    assert held_out["baseline_median"] == pytest.approx(statistics.median(baseline))
+    assert held_out["optimism"] == pytest.approx(results["best_value"] - statistics.median(best))
+    if np.ptp(d) > 0:
+        half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / math.sqrt(3)
+        assert held_out["t_interval"] == pytest.approx([d.mean() - half, d.mean() + half])
+    # Tuning seeds play no part: no report job ran on seed 1 or 2.
+    report_seeds = {int(dict(o.split("=", 1) for o in job)["seed"]) for job in launch.launches[-1]}
+    assert report_seeds == {11, 12, 13}
+
+
+def test_a_crashed_job_fails_its_trial_and_the_search_goes_on(tmp_path):
+    def crash_above_zero(values, seed):
+        weight = values.get("reg.weight")
+        return None if weight is not None and float(weight) > 0 and seed == 2 else 0.55
+
+    launch = FakeLauncher(tmp_path, crash_above_zero)
+    make_search(tmp_path, launch, n_trials=6, max_failure_rate=1.0, **SMALL).run()
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    failed = trials[trials.state == "FAIL"]
+    assert len(failed) and all(failed["reg.weight"] > 0) and failed.value.isna().all()
+    assert all("seed 2" in reason and "nan" in reason for reason in failed.reason)
+    assert set(trials.state) <= {"COMPLETE", "FAIL"}
+    assert (tmp_path / "optimization_results.yaml").is_file()
+
+
+def test_past_max_failure_rate_the_search_stops_with_one_message(tmp_path):
+    launch = FakeLauncher(tmp_path, lambda values, seed: None)
+    with pytest.raises(IsotuneError, match="1 of 1 finished trials FAILED") as stopped:
+        make_search(tmp_path, launch, n_trials=6, max_failure_rate=0.5, **SMALL).run()
+    assert "max_failure_rate=0.5" in str(stopped.value) and "trial 0: seed 1" in str(stopped.value)
+    assert len(launch.launches) == 1  # no later trial, no report
+
+
+def test_a_pruned_trial_stops_before_its_later_seeds_and_is_not_a_failure(tmp_path):
+    pruner = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 0.5}
+
+    def below_threshold_above_zero(values, seed):  # the baseline (no reg.weight): 0.7
+        return 0.4 if float(values.get("reg.weight", -1)) > 0 else 0.7
+
+    launch = FakeLauncher(tmp_path, below_threshold_above_zero)
+    make_search(tmp_path, launch, n_trials=6, **{**SMALL, "pruner": pruner}).run()
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    pruned = trials[trials.state == "PRUNED"]
+    assert len(pruned) and (pruned.seed == 1).all()  # seed 2 never ran for them
+    complete = trials[trials.state == "COMPLETE"]
+    assert len(complete) and len(complete) == 2 * complete.trial.nunique()
+    # Seeds run in rounds: each launch of a trial is one seed.
+    assert all(len(batch) == 1 for batch in launch.launches[:-1])
+    assert len(launch.jobs) == len(trials) + 6
+    assert "pruned" in (tmp_path / "search_report.md").read_text()
+
+
+def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupted_one(tmp_path):
+    never = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 0.0}  # seeds in rounds
+    settings = {**SMALL, "pruner": never, "n_trials": 4}
+    whole = FakeLauncher(tmp_path / "whole", weight_score)
+    make_search(tmp_path / "whole", whole, **settings).run()
+
+    stopped = FakeLauncher(tmp_path / "stopped", weight_score, stop_at_launch=5)
+    with pytest.raises(KeyboardInterrupt):  # in trial 2, after its first seed
+        make_search(tmp_path / "stopped", stopped, **settings).run()
+    again = FakeLauncher(tmp_path / "stopped", weight_score)
+    make_search(tmp_path / "stopped", again, **settings).run()
+
+    def asked(launcher):
+        return [job for job in launcher.jobs if "report" not in " ".join(job)]
+
+    assert asked(stopped) + asked(again) == asked(whole)  # nothing run twice, nothing skipped
+    first, second = (
+        pd.read_csv(tmp_path / name / "trials.csv").drop(columns="job_dir")
+        for name in ("whole", "stopped")
+    )
+    pd.testing.assert_frame_equal(first, second)
+    assert list(second.trial.unique()) == [0, 1, 2, 3]
+    results = [
+        yaml.safe_load((tmp_path / name / "optimization_results.yaml").read_text())
+        for name in ("whole", "stopped")
+    ]
+    assert results[0] == results[1]
+
+
+def test_a_search_folder_is_continued_by_its_command_not_by_isotune_rerun(tmp_path):
+    def trial_0_seed_2_crashes(values, seed):
+        return None if values["hydra.sweep.subdir"] == "trial-000/seed-2" else 0.6
+
+    launch = FakeLauncher(tmp_path, trial_0_seed_2_crashes)
+    make_search(tmp_path, launch, n_trials=2, max_failure_rate=1.0, **SMALL).run()
+    with pytest.raises(IsotuneError, match="is a search") as refused:
+        plan_reruns(tmp_path)
+    assert "type the search's command again" in str(refused.value)
+    summary = summarize_sweep(tmp_path).text  # its FAILED trial's job: final, not to rerun
+    assert "did not" in summary and "isotune.rerun" not in summary
+
+
+def test_with_wandb_each_run_is_tagged_with_its_search_and_trial(tmp_path):
+    launch = FakeLauncher(tmp_path, weight_score)
+    make_search(tmp_path, launch, "logger=wandb", n_trials=1, **SMALL).run()
+    tags = [next(o for o in job if o.startswith("logger.wandb.tags=")) for job in launch.jobs]
+    assert tags[:2] == ["logger.wandb.tags=['search-istar_rte_minilm','trial-000']"] * 2
+    assert "logger.wandb.tags=['search-istar_rte_minilm','report-baseline']" in tags
+    no_wandb = FakeLauncher(tmp_path / "csv", weight_score)
+    make_search(tmp_path / "csv", no_wandb, n_trials=1, **SMALL).run()
+    assert not any(o.startswith("logger.") for job in no_wandb.jobs for o in job)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "settings", "arguments", "named"),
+    [
+        ([], {"params": {"optim.lrr": "interval(1e-5, 1e-3)"}}, [], "optim.lrr is not in"),
+        ([], {"baseline": {"reg.weigth": 0}}, [], "baseline's key (hydra.sweeper.baseline) reg"),
+        ([], {"seeds": [1, 2], "report_seeds": [2, 3]}, [], "Seeds [2]"),
+        ([], {"n_trials": 0}, [], "n_trials=0"),
+        ([], {}, ["reg.weight=0.5"], "fixed on the command line"),
+        ([], {}, ["seed=3"], "seed is set by the search"),
+        ([], {"params": {"reg.weight": "tag(log, interval(0, 1))"}}, [], "low end above 0"),
+    ],
+)
+def test_bad_search_settings_stop_before_any_job(tmp_path, overrides, settings, arguments, named):
+    launch = FakeLauncher(tmp_path, weight_score)
+    with pytest.raises(IsotuneError) as refused:
+        make_search(tmp_path, launch, *overrides, arguments=arguments, **settings).run()
+    assert named in str(refused.value) and "Fix" in str(refused.value)
+    assert launch.launches == []
+
+
+def test_a_storage_that_cannot_be_written_stops_before_any_job(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    launch = FakeLauncher(tmp_path / "search", weight_score)
+    with pytest.raises(IsotuneError, match="Cannot write the study's storage"):
+        make_search(
+            tmp_path / "search", launch, storage=str(tmp_path / "a-file" / "journal.log")
+        ).run()
+    assert launch.launches == [] and not (tmp_path / "search").exists()
+
+
+@pytest.mark.parametrize("preset", ["istar", "correg", "cosreg", "lr"])
+def test_every_preset_composes_with_the_optuna_sweeper_in_a_fixed_folder(preset):
+    cfg = compose_train_config([f"hparams_search={preset}"])
+    assert cfg.hydra.sweeper._target_.endswith(".OptunaSweeper")
+    assert cfg.hydra.mode.name == "MULTIRUN"
+    assert str(cfg.hydra.sweep.dir).endswith(f"/search/{cfg.hydra.sweeper.study_name}")
+    assert "${now:" not in OmegaConf.to_yaml(cfg.hydra.sweep)  # the same command continues
+    space = parse_space(cfg.hydra.sweeper.params, [])
+    assert space.searched
+
+
+# ---- end to end, as typed ----
+@pytest.mark.slow
+def test_hparams_search_istar_runs_as_typed_then_continues_and_aggregates(
+    tmp_path, tiny_bert, glue_dir
+):
+    command = [
+        "-m", "hparams_search=istar", "hydra.sweeper.n_trials=2", "hydra.sweeper.seeds=[1,2]",
+        "hydra.sweeper.report_seeds=[3,4]", "trainer=cpu", "trainer.max_epochs=1", "logger=none",
+        *tiny_cli_overrides(tiny_bert, glue_dir),
+    ]  # fmt: skip
+    done = run_script("train.py", *command, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path / "logs" / "search" / "istar_rte_minilm"
+    assert "Held out" in (folder / "search_report.md").read_text()
+    trials = pd.read_csv(folder / "trials.csv")
+    assert len(trials) == 4 and set(trials.state) <= {"COMPLETE", "PRUNED"}
+    results = [json.loads(p.read_text()) for p in folder.rglob("results.json")]
+    assert len(results) == 8 and all(r["status"] == "completed" for r in results)
+
+    more = run_script("train.py", *command, "hydra.sweeper.n_trials=3", cwd=tmp_path)
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert sorted(pd.read_csv(folder / "trials.csv").trial.unique()) == [0, 1, 2]
+    results = [json.loads(p.read_text()) for p in folder.rglob("results.json")]
+    assert len([p for p in folder.glob("trial-*/seed-*/results.json")]) == 6
+    assert all(len(r["attempts"]) == 1 for r in results)  # no job ran twice
+
+    table = subprocess.run(
+        [sys.executable, "-m", "isotune.aggregate", str(folder)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    assert (folder / "results_table.md").is_file()
+
+
+@pytest.mark.slow
+def test_a_batch_of_trials_runs_at_once_on_the_gpus_launcher(tmp_path, tiny_bert, glue_dir):
+    done = run_script(
+        "train.py", "-m", "hparams_search=istar", "hydra/launcher=gpus", "hydra.launcher.n_jobs=2",
+        "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=2", "hydra.sweeper.pruner=null",
+        "hydra.sweeper.seeds=[1,2]", "hydra.sweeper.report_seeds=[3]", "trainer=cpu",
+        "trainer.max_epochs=1", "logger=none", *tiny_cli_overrides(tiny_bert, glue_dir),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path / "logs" / "search" / "istar_rte_minilm"
+    jobs = sorted(p.parent.relative_to(folder) for p in folder.rglob("results.json"))
+    assert [str(job) for job in jobs] == [
+        "report/baseline/seed-3", f"report/{jobs[1].parts[1]}/seed-3",
+        "trial-000/seed-1", "trial-000/seed-2", "trial-001/seed-1", "trial-001/seed-2",
+    ]  # fmt: skip
+    assert "Launching 4 jobs" in done.stdout + done.stderr  # both trials' seeds in one batch
+
+
+@pytest.mark.slow
+def test_a_search_stopped_mid_trial_continues_with_the_same_command(tmp_path, tiny_bert, glue_dir):
+    command = [
+        sys.executable, str(ROOT / "train.py"), "-m", "hparams_search=istar",
+        "hydra.sweeper.n_trials=3", "hydra.sweeper.seeds=[1,2]", "hydra.sweeper.report_seeds=[3]",
+        "hydra.sweeper.pruner=null", "trainer=cpu", "logger=none",
+        *tiny_cli_overrides(tiny_bert, glue_dir),
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    folder = tmp_path / "logs" / "search" / "istar_rte_minilm"
+    stopped = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    checkpoint = folder / "trial-001" / "seed-1" / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 300
+    while not checkpoint.is_file():  # trial 1's first job has saved its first epoch
+        assert stopped.poll() is None and time.monotonic() < deadline, "no trial 1 to stop"
+        time.sleep(0.2)
+    stopped.send_signal(signal.SIGTERM)
+    output = stopped.communicate(timeout=120)[0]
+    assert stopped.returncode == 128 + signal.SIGTERM
+    assert "Type the same command again" in output
+
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Continuing trials [1]" in again.stdout + again.stderr
+    trials = pd.read_csv(folder / "trials.csv")
+    assert list(trials.trial.unique()) == [0, 1, 2] and set(trials.state) == {"COMPLETE"}
+    records = {
+        str(p.parent.relative_to(folder)): json.loads(p.read_text())
+        for p in folder.rglob("results.json")
+    }
+    assert all(r["status"] == "completed" for r in records.values())
+    resumed = records.pop("trial-001/seed-1")
+    assert [a["status"] for a in resumed["attempts"]] == ["interrupted", "completed"]
+    assert resumed["attempts"][1]["resumed_from"].endswith("last.ckpt")
+    assert all(len(r["attempts"]) == 1 for r in records.values())  # no other job ran twice
