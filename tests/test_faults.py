@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from isotune.training.config_checks import SEED_RANGE
 from tests.helpers.cli import run_script, sweep_with_a_bad_job, tiny_cli_overrides
 from tests.helpers.encoders import save_tiny_bart
 
@@ -157,7 +158,7 @@ def test_a_failed_job_in_a_sweep_fails_alone_and_the_sweep_ends_with_a_summary(
     extra = ["hydra/launcher=gpus", "hydra.launcher.n_jobs=2"] if launcher == "gpus" else []
     result, output, sweep = sweep_with_a_bad_job(tiny_bert, glue_dir, tmp_path, *extra)
     assert result.returncode == 1
-    one_message(output, "seed='abc': must be an integer\n")  # the job's own message, once
+    one_message(output, f"seed='abc': must be {SEED_RANGE}\n")  # the job's own message, once
     assert output.count(f"Sweep folder: {sweep}") == 1  # as it starts
     assert f"Sweep {sweep}: 1 of 2 jobs completed, 1 did not:\n  #1 failed: IsotuneError" in output
     assert f"Rerun them with: python -m isotune.rerun {sweep}" in output
