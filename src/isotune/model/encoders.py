@@ -16,8 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import torch
 from huggingface_hub import constants as hub_constants
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from isotune.errors import IsotuneError
 from isotune.tracking.network import reachable
@@ -137,6 +144,15 @@ def _from_pretrained(load: Callable[..., T], name_or_path: str, what: str) -> T:
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     """The fast tokenizer that belongs to the encoder ``name_or_path``."""
     return _from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer")
+
+
+def parameter_count(name_or_path: str) -> int:
+    """The encoder's number of parameters, from its config alone: built on the meta device, so
+    no weights are read or allocated (what a sweep's expected size is computed from)."""
+    config = _from_pretrained(AutoConfig.from_pretrained, name_or_path, "model")
+    with torch.device("meta"):
+        model = AutoModel.from_config(config)
+    return sum(parameter.numel() for parameter in model.parameters())
 
 
 def load_encoder(name_or_path: str) -> PreTrainedModel:

@@ -22,6 +22,7 @@ from isotune.model.regularization import SHRINKAGE_SAMPLES, VIEWS
 from isotune.norms.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
 from isotune.norms.registry import NORMS
 from isotune.norms.values import finite_number, integer
+from isotune.record.checkpoints import KEEP_MODES
 from isotune.record.resume import RESUME_MODES
 
 _ABSENT = object()
@@ -59,6 +60,8 @@ def _betas(value: Any) -> bool:
 RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("seed", integer, "an integer"),
     ("resume", lambda v: v in RESUME_MODES, f"one of {list(RESUME_MODES)}"),
+    ("checkpoint.keep", lambda v: v in KEEP_MODES, f"one of {list(KEEP_MODES)}"),
+    ("check_free_space", lambda v: isinstance(v, bool), "true or false"),
     ("data.max_length", lambda v: integer(v) and v >= 1, "an integer >= 1"),
     ("data.batch_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
     ("data.eval_batch_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
