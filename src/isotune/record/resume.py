@@ -220,7 +220,7 @@ def read_checkpoint(path: Path, required: tuple[str, ...] = RESUME_KEYS) -> dict
             "with resume=never."
         ) from error
     missing = [key for key in required if not isinstance(checkpoint, dict) or key not in checkpoint]
-    if missing and not set(missing) & set(MODEL_KEYS):  # the model, without the training state
+    if "optimizer_states" in missing and not set(missing) & set(MODEL_KEYS):  # the model only
         raise IsotuneError(
             f"{path} holds the model only, without the optimizer's and scheduler's state that "
             "continuing training needs (lacks " + ", ".join(missing) + "): a completed run "
