@@ -130,12 +130,13 @@ def checkpoint_to_resume(cfg: DictConfig) -> Path | None:
 def check_not_completed(folder: Path) -> None:
     """A folder whose run completed without keeping its last.ckpt (``checkpoint.keep``) is not
     started afresh by ``resume=auto``: that would train the run again over its results. A
-    completed run that kept its last.ckpt continues from it instead (and has nothing left to do)."""
+    completed run that kept its last.ckpt continues from it instead (and has nothing left to do);
+    one that trained no step has nothing to lose."""
     try:
-        completed = read_results(folder / RESULTS_FILE).get("status") == "completed"
+        record = read_results(folder / RESULTS_FILE)
     except (OSError, ValueError):  # no record, or one the run will report itself
         return
-    if completed:
+    if record.get("status") == "completed" and record.get("steps"):
         raise IsotuneError(
             f"The run folder {folder} holds a completed run, which kept no {LAST_CHECKPOINT} to "
             "continue from (a completed run keeps only its best epoch's model unless trained "
