@@ -132,7 +132,9 @@ def compose_train_config(overrides: list[str], output_dir: Path | None = None) -
 
 
 def tiny_run_overrides(tiny_bert: Path, glue_dir: Path) -> list[str]:
-    """A fast tiny-BERT run on the fixtures: CPU, two epochs, no progress bar or figures."""
+    """A fast tiny-BERT run on the fixtures: CPU, two epochs, no progress bar or figures, and
+    its last.ckpt kept whole (checkpoint.keep=full: tests compare a completed run's last epoch;
+    what the default keeps is tested in test_keep.py)."""
     return [
         f"model.name_or_path={tiny_bert}",
         "model.pooling=cls",
@@ -146,6 +148,7 @@ def tiny_run_overrides(tiny_bert: Path, glue_dir: Path) -> list[str]:
         "data.eval_batch_size=16",
         "optim.lr=1e-3",
         "callbacks.isotropy.figures=false",
+        "checkpoint.keep=full",
         "seed=1",
     ]
 

@@ -113,7 +113,9 @@ def test_results_table_has_median_std_n_and_delta(sweep_dir, capsys):
     assert rows["bert", "none", "rte"].n == 1
 
     markdown = (sweep_dir / "results_table.md").read_text()
-    assert markdown in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert markdown in printed
+    assert f"Disk used by {sweep_dir}: " in printed  # the sweep's size
 
     def cell(norm: str, task: str) -> str:
         values = scores_of(norm, task)

@@ -128,8 +128,9 @@ def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly
     uninterrupted = train(compose_train_config(run, tmp_path / "uninterrupted"))
     assert record["history"] == uninterrupted["history"]
     assert record["steps"] == uninterrupted["steps"] == 100 * 32
-    expected = torch.load(tmp_path / "uninterrupted/checkpoints/last.ckpt", weights_only=True)
-    actual = torch.load(job / "checkpoints/last.ckpt", weights_only=True)
+    # Completed, both keep their best epoch's model only (checkpoint.keep=slim, the default).
+    expected = torch.load(tmp_path / "uninterrupted/checkpoints/best.ckpt", weights_only=True)
+    actual = torch.load(job / "checkpoints/best.ckpt", weights_only=True)
     for name, tensor in expected["state_dict"].items():
         assert torch.equal(actual["state_dict"][name], tensor), name
 

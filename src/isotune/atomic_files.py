@@ -12,6 +12,9 @@ Every file the project writes into a run or sweep folder goes through :func:`wri
   re-raised (a system error as an ``OSError`` naming the destination): the previous file stays
   whole and nothing is left behind.
 
+A record that grows at every save (metrics.csv) is appended to instead (:func:`append_bytes`):
+whole or not at all too, at the cost of the new rows rather than of the whole file.
+
 A symlink planted at the destination is replaced, never written through (``os.replace`` renames
 over the link itself), and the temporary name is created with ``O_EXCL``, which refuses to follow
 a symlink: a write never leaves its folder. A symlink planted in place of a *folder* on the way
@@ -28,7 +31,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
@@ -45,12 +48,39 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
         os.replace(temporary, path)
     except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
-        cause = system_error(error)
-        if cause is not None and cause.filename is None:  # a write() names no file
-            raise OSError(cause.errno, cause.strerror, str(path)) from None
-        raise
+        _raise_naming(path, error)
     _sync_folder(path.parent)
     return path
+
+
+def append_bytes(path: str | Path, data: bytes) -> Path:
+    """``data`` added at the end of the existing file ``path``, whole or not at all: flushed and
+    ``fsync``'d; on any error (a full disk, a kill's exception) the file is cut back to its
+    length before and the error re-raised, so its earlier content is never touched. A record
+    that grows at every save (metrics.csv) costs the size of the new rows, not of the file. A
+    SIGKILL mid-write can leave a last line cut short, which :func:`complete_lines` leaves out.
+    A symlink at ``path`` is refused (``O_NOFOLLOW``), as :func:`write_atomically` never writes
+    through one."""
+    path = Path(path)
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    try:
+        size = os.fstat(descriptor).st_size
+        try:
+            left = memoryview(data)
+            while left:
+                left = left[os.write(descriptor, left) :]
+            os.fsync(descriptor)
+        except BaseException as error:
+            os.ftruncate(descriptor, size)
+            _raise_naming(path, error)
+    finally:
+        os.close(descriptor)
+    return path
+
+
+def complete_lines(data: bytes) -> bytes:
+    """``data`` up to its last newline: without a last line a kill cut short."""
+    return data[: data.rfind(b"\n") + 1]
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
@@ -68,6 +98,15 @@ def save_figure(figure: Any, path: str | Path, **savefig: Any) -> Path:
     return write_atomically(
         path, lambda file: figure.savefig(file, format=path.suffix.lstrip("."), **savefig)
     )
+
+
+def _raise_naming(path: Path, error: BaseException) -> NoReturn:
+    """Re-raise ``error``; a system error as an ``OSError`` naming ``path`` (a write() names no
+    file)."""
+    cause = system_error(error)
+    if cause is not None and cause.filename is None:
+        raise OSError(cause.errno, cause.strerror, str(path)) from None
+    raise error
 
 
 def system_error(error: BaseException | None) -> OSError | None:

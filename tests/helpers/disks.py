@@ -34,7 +34,8 @@ def small_disk(folder: Path, size: str = "32m") -> Iterator[Path]:
 class FillDiskAtEpoch(L.Callback):
     """As epoch ``epoch`` (0-based) starts, copies the run's checkpoints and results.json to
     ``keep`` (the test compares them afterwards), then fills the run's filesystem until less
-    than half a checkpoint fits: the epoch's checkpoint save meets a full disk."""
+    than half the smaller checkpoint fits (best.ckpt is the model only, by default): the epoch's
+    first checkpoint save meets a full disk."""
 
     def __init__(self, epoch: int, keep: str) -> None:
         self.epoch = epoch
@@ -48,7 +49,7 @@ class FillDiskAtEpoch(L.Callback):
         for saved in (last, last.with_name("best.ckpt"), run / "results.json"):
             shutil.copy2(saved, self.keep / saved.name)
         disk = os.statvfs(run)
-        leave = last.stat().st_size // 2
+        leave = min(saved.stat().st_size for saved in (last, last.with_name("best.ckpt"))) // 2
         with open(run.parent / "filler", "wb") as filler:
             filler.truncate(0)
             os.posix_fallocate(filler.fileno(), 0, disk.f_bavail * disk.f_frsize - leave)

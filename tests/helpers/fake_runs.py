@@ -18,6 +18,14 @@ def write_run(job_dir: Path, overrides: list[str], result: dict) -> None:
     (job_dir / "results.json").write_text(json.dumps({**result, "overrides": overrides}))
 
 
+def write_multirun(sweep_dir: Path, sweep_overrides: list[str]) -> None:
+    """The multirun.yaml of a basic sweeper's sweep of ``sweep_overrides`` (``seed=1,2``)."""
+    basic = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    multirun = {"hydra": {"sweeper": {"_target_": basic}, "overrides": {"task": sweep_overrides}}}
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / "multirun.yaml").write_text(yaml.safe_dump(multirun))
+
+
 def completed(model, norm, task, seed, score, finished_at="2026-11-30T09:00:00") -> dict:
     return {
         "status": "completed",

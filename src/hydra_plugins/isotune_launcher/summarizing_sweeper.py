@@ -1,4 +1,4 @@
-"""Hydra sweeper ``isotune`` (the default of conf/train.yaml): the basic sweeper, with an account.
+"""Hydra sweeper ``isotune`` (conf/hydra/default.yaml): the basic sweeper, with an account.
 
 The same jobs in the same order and numbering as Hydra's basic sweeper (it is one, with
 ``params`` and ``max_batch_size``), but a sweep prints its folder when it starts, runs every job
@@ -7,8 +7,9 @@ launcher ran them: :mod:`isotune.sweeps.summary`), with exit status 1 if any did
 Hydra's basic sweeper instead re-raises the first failed job's error, which Hydra prints as a
 traceback of the whole sweep (and stops before later batches); here the launcher's returns are
 kept aside and handed to it as completed, so that only the summary speaks. A launcher's refusal
-of its own settings (an :class:`~isotune.errors.IsotuneError`) is one message too, and a sweep
-stopped by a signal prints the summary before it exits with the signal's status.
+of its own settings (an :class:`~isotune.errors.IsotuneError`) is one message too, as is a sweep
+that cannot fit on its disk (:mod:`isotune.training.sweep_space`, checked before any job starts),
+and a sweep stopped by a signal prints the summary before it exits with the signal's status.
 
 A sweep typed again in its folder starts each job in the job's folder, where Hydra's ``run_job``
 writes ``.hydra/*.yaml`` and opens ``train.log`` before any callback or the run can check it. So
@@ -34,6 +35,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweepe
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
@@ -152,11 +154,15 @@ class SummarizingSweeper(BasicSweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and isinstance(self.launcher, _KeepingLauncher)
+        from isotune.training.sweep_space import check_sweep_fits, jobs_at_once  # imports torch
+
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).resolve()
         log.info(f"Sweep folder: {sweep_dir}")
         try:
+            jobs = self._job_configs(arguments)
+            check_sweep_fits(sweep_dir, jobs, jobs_at_once(self.config.hydra.launcher, len(jobs)))
             super().sweep(arguments)
-        except IsotuneError as error:  # the launcher refused its settings: no job ran
+        except IsotuneError as error:  # the launcher refused its settings, or the disk: no job ran
             log.error(f"{error}\nSweep folder: {sweep_dir}")
             sys.exit(1)
         except (KeyboardInterrupt, SystemExit) as stop:  # a signal stopped the sweep
@@ -183,6 +189,19 @@ class SummarizingSweeper(BasicSweeper):
             return self.launcher.returns
         log.error(summary.text)
         sys.exit(1)
+
+    def _job_configs(self, arguments: list[str]) -> list[DictConfig]:
+        """Every job's composed config, as the basic sweeper will make them."""
+        assert self.hydra_context is not None and self.config is not None
+        loader = self.hydra_context.config_loader
+        parsed = OverridesParser.create(config_loader=loader).parse_overrides(
+            [*self._parse_config(), *arguments]
+        )
+        return [
+            loader.load_sweep_config(self.config, list(job))
+            for batch in self.split_arguments(parsed, None)
+            for job in batch
+        ]
 
 
 def _failed_without_record(job: JobReturn) -> bool:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import torch
 from huggingface_hub import constants as hub_constants
 from safetensors import SafetensorError, safe_open
 from transformers import (
@@ -199,6 +200,15 @@ def encoder_class(config: PretrainedConfig, name_or_path: str) -> type:
         "*EncoderModel class, as sentence-T5 does). Fix: choose an encoder (model=minilm, "
         "model=bert, ...) or one of those families' checkpoints."
     )
+
+
+def parameter_count(name_or_path: str) -> int:
+    """The encoder's number of parameters, from its config alone: built on the meta device, so
+    no weights are read or allocated (what a sweep's expected size is computed from)."""
+    config = _from_pretrained(AutoConfig.from_pretrained, name_or_path, "model")
+    with torch.device("meta"):
+        model = encoder_class(config, name_or_path).from_config(config)
+    return sum(parameter.numel() for parameter in model.parameters())
 
 
 def load_encoder(name_or_path: str) -> PreTrainedModel:

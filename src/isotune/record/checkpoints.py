@@ -1,5 +1,5 @@
-"""What a run's checkpoints hold beyond Lightning's own, how Lightning reads and writes them, and
-how best.ckpt survives a resume.
+"""What a run's checkpoints hold beyond Lightning's own, how Lightning reads and writes them, how
+best.ckpt survives a resume, and what a completed run keeps of them (``checkpoint.keep``).
 
 Every checkpoint carries the run's config and overrides (:mod:`isotune.record.resume` compares them
 before continuing); Lightning reads every checkpoint through the project's data-only loader and
@@ -8,6 +8,13 @@ keep their best file right when a run continues from a checkpoint of another fol
 (``ckpt_path=`` pointing elsewhere): Lightning then forgets the best score ("The dirpath has
 changed ...") and its first epoch overwrites best.ckpt whatever its score, so best.ckpt and
 results.json's ``best_epoch`` would disagree.
+
+A run folder's size is its checkpoints: AdamW's two moments make a full checkpoint three times
+its model, and last.ckpt only serves a run that may still continue. So by default
+(``checkpoint.keep=slim``) best.ckpt is written without the optimizer's and the scheduler's state
+(:func:`model_only`; for ``adapt=lora`` or ``frozen`` the model is already only what trained), and
+last.ckpt is removed once the run has completed (:func:`keep_of_completed_run`); a failed or
+interrupted run keeps it to continue from. ``full`` keeps both whole; ``none`` keeps no model.
 """
 
 from __future__ import annotations
@@ -26,9 +33,41 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from isotune.atomic_files import write_atomically
 from isotune.errors import IsotuneError
-from isotune.record.resume import CONFIG_KEY, OVERRIDES_KEY, PROVENANCE_KEY, read_checkpoint
+from isotune.record.resume import (
+    CONFIG_KEY,
+    KEEP_KEY,
+    MODEL_KEYS,
+    OVERRIDES_KEY,
+    PROVENANCE_KEY,
+    read_checkpoint,
+)
 
 log = logging.getLogger(__name__)
+
+# checkpoint.keep: what a completed run keeps (module docstring)
+KEEP_MODES = ("slim", "full", "none")
+# Only continuing training needs them; the callbacks' state (early stopping, the generators, which
+# checkpoint is best) would also be restored by a prediction from the file, over the run's own.
+TRAINING_STATE = ("optimizer_states", "lr_schedulers", "callbacks")
+
+
+def model_only(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """``checkpoint`` without the optimizer's, the scheduler's and the callbacks' state, marked as
+    such (:data:`~isotune.record.resume.KEEP_KEY`) so a resume from it names the way out."""
+    kept = {key: value for key, value in checkpoint.items() if key not in TRAINING_STATE}
+    return {**kept, KEEP_KEY: "slim"}
+
+
+def keep_of_completed_run(trainer: L.Trainer, keep: str) -> None:
+    """Remove what a completed run does not keep (``checkpoint.keep``): the every-epoch
+    checkpoint (last.ckpt) unless ``full``, the best one too with ``none``."""
+    for callback in trainer.checkpoint_callbacks:
+        monitored = callback.monitor is not None
+        if keep == "full" or (monitored and keep == "slim"):
+            continue
+        for path in {callback.best_model_path, callback.last_model_path} - {""}:
+            Path(path).unlink(missing_ok=True)
+            log.info("checkpoint.keep=%s: removed %s", keep, path)
 
 
 class RunConfigInCheckpoints(L.Callback):
@@ -60,23 +99,46 @@ class RunCheckpointIO(TorchCheckpointIO):
     straight into ``last.ckpt``, so a kill or a full disk mid-copy leaves a truncated checkpoint
     under its final name. Here ``torch.save`` writes into a temporary file beside the
     checkpoint, which replaces it once synced. Every save goes through it: best.ckpt, last.ckpt
-    and the checkpoint of a stop at a safe point."""
+    and the checkpoint of a stop at a safe point. The files in :attr:`model_only_files` are
+    written :func:`model_only` (a :class:`RunCheckpoint` with ``keep`` other than ``full`` names
+    its file there before each save)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model_only_files: set[Path] = set()
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: Any = None):
-        return read_checkpoint(Path(path))
+        return read_checkpoint(Path(path), required=MODEL_KEYS)  # a resume checked for more first
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
     ) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
+        if Path(path) in self.model_only_files:
+            checkpoint = model_only(checkpoint)
         write_atomically(path, partial(torch.save, checkpoint))
 
 
 class RunCheckpoint(ModelCheckpoint):
     """``ModelCheckpoint`` that, resumed from a checkpoint written in another folder, copies that
     run's file (best.ckpt, last.ckpt) into its own folder and carries its score over, so the new
-    folder's best.ckpt is the best epoch of the whole run, as its results.json says."""
+    folder's best.ckpt is the best epoch of the whole run, as its results.json says.
+
+    ``keep`` (``checkpoint.keep``, for best.ckpt): ``full`` writes the whole training state,
+    ``slim`` and ``none`` the model only (:func:`model_only`), through :class:`RunCheckpointIO`."""
+
+    def __init__(self, *args: Any, keep: str = "full", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.keep = keep
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        if self.keep != "full":
+            checkpoint_io = trainer.strategy.checkpoint_io
+            if not isinstance(checkpoint_io, RunCheckpointIO):
+                raise TypeError(f"keep={self.keep} needs the trainer's RunCheckpointIO plugin")
+            checkpoint_io.model_only_files.add(Path(filepath))
+        super()._save_checkpoint(trainer, filepath)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         earlier_dir = state_dict.get("dirpath")

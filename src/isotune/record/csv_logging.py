@@ -1,13 +1,16 @@
-"""``csv/metrics.csv`` that spans every attempt of a run, written whole at every save.
+"""``csv/metrics.csv`` that spans every attempt of a run, appended to at every save.
 
 Lightning's CSVLogger deletes metrics.csv when a run starts in a folder that already has one, so a
-run resumed in its own folder would lose the metrics of its earlier attempts; it also appends to
-the file in place and rewrites it in place when a new column appears, so a kill or a full disk
-there loses every earlier row. This logger keeps the earlier attempts' rows and writes the whole
-file (and ``hparams.yaml``) atomically (:mod:`isotune.atomic_files`) at each save.
-:meth:`RunCSVLogger.drop_rows_after` removes the rows an earlier attempt logged after the
+run resumed in its own folder would lose the metrics of its earlier attempts; it also rewrites the
+file in place when a new column appears, so a kill or a full disk there loses every earlier row.
+This logger keeps the earlier attempts' rows. A save appends its rows whole or not at all
+(:func:`~isotune.atomic_files.append_bytes`), so it costs the same at the 100,000th row as at the
+first (a whole rewrite at every save made a long run's cost grow with the square of its length);
+only a save that brings a new column rewrites the file, whole and atomically, as does
+:meth:`RunCSVLogger.drop_rows_after`, which removes the rows an earlier attempt logged after the
 checkpoint the run continues from (those steps are trained again), or all of them when the run
-starts again from the beginning, so every step appears once.
+starts again from the beginning, so every step appears once. ``hparams.yaml`` is written
+atomically too (:mod:`isotune.atomic_files`).
 """
 
 from __future__ import annotations
@@ -22,28 +25,37 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from isotune.atomic_files import write_text
+from isotune.atomic_files import append_bytes, complete_lines, write_text
 
 
 class _KeepingWriter(ExperimentWriter):
-    """Keeps the rows already in metrics.csv and rewrites the file whole at each save."""
+    """Keeps the rows already in metrics.csv, appends new ones and rewrites the file whole only
+    when its header changes."""
 
     def _check_log_dir_exists(self) -> None:
-        self.rows: list[dict[str, str]] = []
-        if os.path.isfile(self.metrics_file_path):
-            with open(self.metrics_file_path, newline="") as file:
-                reader = csv.DictReader(file)
-                self.metrics_keys = sorted(reader.fieldnames or [])
-                self.rows = list(reader)
+        """Read the header of an earlier attempt's file; one a kill cut mid-row is written again
+        without that row, so that the next rows start on a line of their own."""
+        self.metrics_keys: list[str] = []
+        if not os.path.isfile(self.metrics_file_path):
+            return
+        with open(self.metrics_file_path, newline="") as file:
+            self.metrics_keys = sorted(csv.DictReader(file).fieldnames or [])
+        with open(self.metrics_file_path, "rb") as file:
+            file.seek(max(0, os.fstat(file.fileno()).st_size - 1))
+            cut_short = file.read(1) not in (b"", b"\n")
+        if cut_short:
+            self.write(self.read_rows())
 
     def save(self) -> None:
-        """Write the earlier rows and the new ones; on an error the new ones stay pending."""
+        """Append the new rows (on an error they stay pending, the file as it was)."""
         if not self.metrics:
             return
-        self._record_new_keys()
-        rows = [*self.rows, *self.metrics]
-        self.write(rows)
-        self.rows, self.metrics = rows, []
+        keys = sorted(set(self.metrics_keys).union(*self.metrics))
+        if keys != self.metrics_keys or not os.path.isfile(self.metrics_file_path):
+            self.write([*self.read_rows(), *self.metrics], keys)
+        else:
+            append_bytes(self.metrics_file_path, _csv(self.metrics, keys, header=False))
+        self.metrics_keys, self.metrics = keys, []
 
     def log_hparams(self, params: dict[str, Any]) -> None:
         """``hparams.yaml`` beside metrics.csv, written atomically too (plain values only)."""
@@ -51,12 +63,27 @@ class _KeepingWriter(ExperimentWriter):
         text = yaml.safe_dump(self.hparams, sort_keys=False, allow_unicode=True)
         write_text(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), text)
 
-    def write(self, rows: list[dict]) -> None:
-        text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, fieldnames=self.metrics_keys)
+    def read_rows(self) -> list[dict[str, str]]:
+        """The rows in metrics.csv; a last line a kill cut short is not one."""
+        if not os.path.isfile(self.metrics_file_path):
+            return []
+        with open(self.metrics_file_path, "rb") as file:
+            text = complete_lines(file.read()).decode("utf-8")
+        return list(csv.DictReader(io.StringIO(text, newline="")))
+
+    def write(self, rows: list[dict], keys: list[str] | None = None) -> None:
+        """The whole file, with a header of ``keys`` (default: every key so far), atomically."""
+        text = _csv(rows, keys or self.metrics_keys, header=True)
+        write_text(self.metrics_file_path, text.decode("utf-8"))
+
+
+def _csv(rows: list[dict], keys: list[str], header: bool) -> bytes:
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=keys)
+    if header:
         writer.writeheader()
-        writer.writerows(rows)
-        write_text(self.metrics_file_path, text.getvalue())
+    writer.writerows(rows)
+    return text.getvalue().encode("utf-8")
 
 
 class RunCSVLogger(CSVLogger):
@@ -76,11 +103,11 @@ class RunCSVLogger(CSVLogger):
         the isotropy rows (no ``epoch``; logged at the step that ends their epoch) after it.
         ``None``: the run starts again from the beginning, and every earlier row goes."""
         writer = self.experiment
-        if not isinstance(writer, _KeepingWriter) or not writer.rows:  # not rank 0; no rows
+        if not isinstance(writer, _KeepingWriter):  # not rank 0
             return
-        kept = [row for row in writer.rows if step is not None and not _redone(row, step)]
-        writer.write(kept)
-        writer.rows = kept
+        rows = writer.read_rows()
+        if rows:
+            writer.write([row for row in rows if step is not None and not _redone(row, step)])
 
 
 def _redone(row: dict[str, str], step: int) -> bool:

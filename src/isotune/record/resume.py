@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from isotune.atomic_files import links_leaving
 from isotune.errors import IsotuneError
+from isotune.record.results import RESULTS_FILE, read_results
 
 RESUME_MODES = ("auto", "never")
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -32,6 +33,7 @@ CONFIG_KEY = "isotune_config"  # the run's resolved config, in every checkpoint 
 OVERRIDES_KEY = "isotune_overrides"  # its command-line overrides
 RECORD_KEY = "isotune_record"  # its results.json as of the save, to rebuild a lost one from
 PROVENANCE_KEY = "isotune_provenance"  # where the attempt that saved it came from (provenance.py)
+KEEP_KEY = "isotune_keep"  # "slim": the model only, without the state continuing training needs
 # What a checkpoint must hold: to rebuild the model (analyze.py), and to continue training.
 MODEL_KEYS = ("state_dict", "hyper_parameters")
 RESUME_KEYS = (*MODEL_KEYS, "global_step", "epoch", "loops", "optimizer_states", "lr_schedulers")
@@ -55,6 +57,8 @@ BOOKKEEPING_KEYS = (
     "ckpt_path",
     "resume",
     "logger",
+    "checkpoint.",  # what a completed run keeps of its checkpoints
+    "check_free_space",
     "write_test_predictions",
     "failure.",  # judges the run against the trivial predictor, changes nothing it computes
     "trainer.enable_progress_bar",
@@ -65,6 +69,7 @@ BOOKKEEPING_KEYS = (
     "callbacks.isotropy.figures",
     "callbacks.isotropy.output_dir",
     "callbacks.model_checkpoint.dirpath",
+    "callbacks.model_checkpoint.keep",
     "callbacks.last_checkpoint.dirpath",
 )
 # Seeds that `seed` set before they could be set apart: a checkpoint without them used `seed`.
@@ -124,8 +129,33 @@ def checkpoint_to_resume(cfg: DictConfig) -> Path | None:
     has one (the same run started again in its folder); else None: a fresh start."""
     if cfg.ckpt_path is not None:
         return Path(cfg.ckpt_path).expanduser()
+    if cfg.get("resume", "auto") != "auto":
+        return None
     last = Path(cfg.paths.output_dir) / LAST_CHECKPOINT
-    return last if cfg.get("resume", "auto") == "auto" and last.is_file() else None
+    if last.is_file():
+        return last
+    check_not_completed(Path(cfg.paths.output_dir))
+    return None
+
+
+def check_not_completed(folder: Path) -> None:
+    """A folder whose run completed without keeping its last.ckpt (``checkpoint.keep``) is not
+    started afresh by ``resume=auto``: that would train the run again over its results. A
+    completed run that kept its last.ckpt continues from it instead (and has nothing left to do);
+    one that trained no step has nothing to lose."""
+    try:
+        record = read_results(folder / RESULTS_FILE)
+    except (OSError, ValueError):  # no record, or one the run will report itself
+        return
+    if record.get("status") == "completed" and record.get("steps"):
+        raise IsotuneError(
+            f"The run folder {folder} holds a completed run, which kept no {LAST_CHECKPOINT} to "
+            "continue from (a completed run keeps only its best epoch's model unless trained "
+            "with checkpoint.keep=full), so resume=auto would train it again from the "
+            "beginning over its results. Fix: leave it as it is (its results.json and "
+            "best.ckpt are its results); to train it again in this folder, add resume=never; "
+            "to keep later runs continuable, train them with checkpoint.keep=full."
+        )
 
 
 def check_links_stay_inside(folder: str | Path, folder_key: str = "hydra.run.dir") -> None:
@@ -201,6 +231,15 @@ def read_checkpoint(
             f"{reason}). Fix: {fix}."
         ) from error
     missing = [key for key in required if not isinstance(checkpoint, dict) or key not in checkpoint]
+    if "optimizer_states" in missing and not set(missing) & set(MODEL_KEYS):  # the model only
+        raise IsotuneError(
+            f"{path} holds the model only, without the optimizer's and scheduler's state that "
+            "continuing training needs (lacks " + ", ".join(missing) + "): a completed run "
+            "keeps its best epoch so by default, and removes its last.ckpt. Fix: continue from "
+            "checkpoints/last.ckpt of a run that has not completed; to keep completed runs "
+            "continuable, train them with checkpoint.keep=full; or start afresh with "
+            "resume=never."
+        )
     if missing:
         raise IsotuneError(
             f"{path} is not a checkpoint written by train.py: it lacks {', '.join(missing)}. "

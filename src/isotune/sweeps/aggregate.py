@@ -51,6 +51,7 @@ from isotune.sweeps.figures import (
     isotropy_epochs_data,
     isotropy_vs_score_data,
 )
+from isotune.sweeps.footprint import disk_used, readable
 from isotune.sweeps.mixed import Environments
 from isotune.sweeps.runs import (
     SWEEP_FILE,
@@ -338,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or args.directories[0]
     tables, figures, report_path = write_outputs(result, out)
     print(result.report())
+    for directory in args.directories:
+        print(f"Disk used by {directory}: {readable(disk_used(directory))}")
     print("Wrote " + ", ".join(str(path) for path in [*tables, *figures.values()]))
     print(f"Report: {report_path}")
     if args.wandb:

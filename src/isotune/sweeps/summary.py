@@ -1,7 +1,7 @@
 """The few lines a sweep ends with: how many of its jobs completed, how many of those failed to
 learn (:mod:`isotune.sweeps.failures`), and each one that did not complete, with its folder and
-message, read from the jobs' results.json (so it says the same whichever
-launcher ran them, and whether they ran here or on a cluster)."""
+message, read from the jobs' results.json (so it says the same whichever launcher ran them, and
+whether they ran here or on a cluster), and the disk the sweep folder uses."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from isotune.sweeps.failures import learned_of
+from isotune.sweeps.footprint import disk_used, readable
 from isotune.sweeps.runs import Sweep, load_runs, missing_jobs, unfinished_runs
 
 MESSAGE_WIDTH = 300  # characters of a failed job's message; the whole one is in its results.json
@@ -50,6 +51,7 @@ def summarize_sweep(sweep_dir: Path) -> SweepSummary:
         )
     if (unfinished or missing) and not sweep.is_search:  # a search: its trials FAILED (final)
         lines.append(f"Rerun them with: python -m isotune.rerun {sweep.dir}")
+    lines.append(f"The sweep folder uses {readable(disk_used(sweep.dir))} of disk.")
     return SweepSummary("\n".join(lines), all_completed=not unfinished and not missing)
 
 

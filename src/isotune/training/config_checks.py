@@ -23,6 +23,7 @@ from isotune.model.regularization import SHRINKAGE_SAMPLES, VIEWS
 from isotune.norms.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
 from isotune.norms.registry import NORMS
 from isotune.norms.values import finite_number, integer
+from isotune.record.checkpoints import KEEP_MODES
 from isotune.record.resume import RESUME_MODES
 from isotune.training.trivial import margin_problem
 
@@ -69,6 +70,8 @@ def _betas(value: Any) -> bool:
 RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("seed", _seed, SEED_RANGE),
     ("resume", lambda v: v in RESUME_MODES, f"one of {list(RESUME_MODES)}"),
+    ("checkpoint.keep", lambda v: v in KEEP_MODES, f"one of {list(KEEP_MODES)}"),
+    ("check_free_space", lambda v: isinstance(v, bool), "true or false"),
     ("data.max_length", lambda v: integer(v) and v >= 1, "an integer >= 1"),
     ("data.batch_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
     ("data.eval_batch_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),

@@ -28,7 +28,11 @@ from isotune.model.classifier import GLUEClassifier
 from isotune.model.encoders import load_tokenizer
 from isotune.norms.registry import statistics_never_updated
 from isotune.record import folder_lock
-from isotune.record.checkpoints import RunCheckpointIO, RunConfigInCheckpoints
+from isotune.record.checkpoints import (
+    RunCheckpointIO,
+    RunConfigInCheckpoints,
+    keep_of_completed_run,
+)
 from isotune.record.csv_logging import RunCSVLogger
 from isotune.record.progress import EpochsFromOneProgressBar
 from isotune.record.results import RunRecord, describe_error
@@ -176,6 +180,8 @@ def _run(
         outcome = _outcome(model, trainer, trivial, margin)  # before predict reloads the best
         if cfg.write_test_predictions:
             write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
+        keep_of_completed_run(trainer, cfg.checkpoint.keep)  # last.ckpt only serves a continuation
+        outcome["best_checkpoint"] = _best_checkpoint(trainer)
     except BaseException as error:
         stop.hold()  # a signal now must not cut the record short
         stopped_by = _stopping_signal(error, trainer)
@@ -355,7 +361,8 @@ def _best_checkpoint(trainer: L.Trainer | None) -> str | None:
     """The path of the monitored checkpoint (best.ckpt), not of the every-epoch last.ckpt."""
     callbacks = trainer.checkpoint_callbacks if trainer is not None else []
     monitored = [callback for callback in callbacks if callback.monitor is not None]
-    return (monitored[0].best_model_path or None) if monitored else None
+    best = monitored[0].best_model_path if monitored else ""
+    return best if best and Path(best).is_file() else None  # checkpoint.keep=none removes it
 
 
 def write_test_predictions(

@@ -1,0 +1,99 @@
+"""A sweep that cannot fit on its disk is refused before any job starts.
+
+A university cluster's home or project quota fills silently mid-sweep: the runs that reach a full
+disk fail, and a 160-run study of BERT-base with whole checkpoints needs about 400 GB. Before the
+first job, the sweep's expected size (:mod:`isotune.sweeps.footprint`: each job's model and
+``checkpoint.keep``, the jobs running at once at their peak) is compared with the free space of the
+file system the sweep folder is on; a sweep that cannot fit stops with one message naming the
+numbers and the ways out, unless ``check_free_space=false`` says to start it anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from isotune.errors import IsotuneError
+from isotune.model.encoders import parameter_count
+from isotune.sweeps.footprint import RunFootprint, readable, sweep_footprint
+
+log = logging.getLogger(__name__)
+
+
+def check_sweep_fits(sweep_dir: Path, jobs: Sequence[DictConfig], at_once: int) -> None:
+    """Refuse (:class:`IsotuneError`) a sweep of ``jobs`` (their composed configs) that cannot
+    fit in the free space under ``sweep_dir`` with ``at_once`` of them running; log its size."""
+    if not jobs or not jobs[0].get("check_free_space", True):
+        return
+    at_once = max(1, min(at_once, len(jobs)))
+    need = _need(jobs, at_once, keep=None)
+    free = shutil.disk_usage(_existing(sweep_dir)).free
+    keeps = sorted({str(job.checkpoint.keep) for job in jobs})
+    log.info(
+        "The sweep's %d jobs need about %s (checkpoint.keep=%s, %d at once); %s free in %s",
+        len(jobs),
+        readable(need),
+        ",".join(keeps),
+        at_once,
+        readable(free),
+        sweep_dir,
+    )
+    if need <= free:
+        return
+    runs = [_footprint(job, None) for job in jobs]
+    raise IsotuneError(
+        f"This sweep needs about {readable(need)} in {sweep_dir}, but its file system has "
+        f"{readable(free)} free: {len(jobs)} jobs with checkpoint.keep={','.join(keeps)}, "
+        f"up to {readable(max(run.completed for run in runs))} each once completed and "
+        f"{readable(max(run.peak for run in runs))} while one runs, {at_once} at once. Ways out: "
+        f"checkpoint.keep=slim (about {readable(_need(jobs, at_once, 'slim'))}) or "
+        f"checkpoint.keep=none (about {readable(_need(jobs, at_once, 'none'))}, no model kept); "
+        "another hydra.sweep.dir on a file system with room; fewer jobs at once "
+        "(hydra.launcher.array_parallelism or hydra.launcher.n_jobs), or fewer jobs; or, "
+        "knowing the estimate is too high, check_free_space=false."
+    )
+
+
+def _need(jobs: Sequence[DictConfig], at_once: int, keep: str | None) -> int:
+    return sweep_footprint([_footprint(job, keep) for job in jobs], at_once)
+
+
+def _footprint(job: DictConfig, keep: str | None) -> RunFootprint:
+    """One job's footprint, with its own ``checkpoint.keep`` or ``keep``."""
+    return RunFootprint.of(
+        _parameters(str(job.model.name_or_path)), str(job.adapt.name), keep or job.checkpoint.keep
+    )
+
+
+@cache
+def _parameters(name_or_path: str) -> int:
+    """The encoder's parameters; 0 for one that cannot be read now (its jobs report it)."""
+    try:
+        return parameter_count(name_or_path)
+    except IsotuneError as error:
+        log.warning(
+            "Not counting the checkpoints of %s in the sweep's size: %s", name_or_path, error
+        )
+        return 0
+
+
+def _existing(folder: Path) -> Path:
+    """``folder`` or its nearest parent that exists (the sweep folder is made later)."""
+    return next(path for path in [folder, *folder.parents] if path.exists())
+
+
+def jobs_at_once(launcher: DictConfig, jobs: int) -> int:
+    """How many of ``jobs`` the launcher runs at once: one for Hydra's basic launcher, its
+    ``array_parallelism`` (SLURM) or ``n_jobs`` (gpus) where set, else every job."""
+    if str(launcher.get("_target_", "")).endswith("BasicLauncher"):
+        return 1
+    for key in ("array_parallelism", "n_jobs"):
+        value = launcher.get(key)
+        if isinstance(value, int) and value > 0:
+            return min(value, jobs)
+    return jobs

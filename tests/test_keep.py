@@ -1,0 +1,80 @@
+"""What a completed run keeps (``checkpoint.keep``): by default its best epoch's model only, which
+every reader (analyze.py, test predictions) works from and a resume refuses with the way out;
+``full`` keeps today's files; ``none`` no model. A run that did not complete keeps last.ckpt."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from isotune.analysis.run import load_checkpoint
+from isotune.errors import IsotuneError
+from isotune.record.resume import KEEP_KEY
+from isotune.training.run import train
+from tests.helpers.config_checks import problems
+from tests.helpers.resume import KILL_AFTER_ONE, Killed, load
+from tests.helpers.untrusted import folder_digest
+
+
+def checkpoints(folder) -> list[str]:
+    return sorted(path.name for path in (folder / "checkpoints").iterdir())
+
+
+def test_a_completed_run_keeps_its_best_model_only_and_every_reader_works_from_it(
+    train_config, tmp_path
+):
+    full = train(train_config("checkpoint.keep=full", output_dir=tmp_path / "full"))
+    slim_dir = tmp_path / "slim"
+    cfg = train_config("checkpoint.keep=slim", "write_test_predictions=true", output_dir=slim_dir)
+    results = train(cfg)
+    assert checkpoints(tmp_path / "full") == ["best.ckpt", "last.ckpt"]
+    assert checkpoints(slim_dir) == ["best.ckpt"]  # last.ckpt went once the run completed
+    best = slim_dir / "checkpoints" / "best.ckpt"
+    assert results["best_checkpoint"] == str(best)
+    slim, whole = load(best), load(full["best_checkpoint"])
+    assert not {"optimizer_states", "lr_schedulers", "callbacks"} & slim.keys()
+    assert slim[KEEP_KEY] == "slim" and "optimizer_states" in whole
+    assert (
+        best.stat().st_size < 0.6 * (tmp_path / "full" / "checkpoints" / "best.ckpt").stat().st_size
+    )
+    for name, tensor in whole["state_dict"].items():  # the same run, the same best model
+        assert torch.equal(slim["state_dict"][name], tensor), name
+    model = load_checkpoint(str(best))  # as analyze.py reads it
+    assert model.history == results["history"][: results["best_epoch"]]  # as of the best
+    predictions = (slim_dir / "predictions" / f"{cfg.task.glue_dir}.tsv").read_text()
+    assert len(predictions.splitlines()) == 11
+
+    before = folder_digest(slim_dir)
+    with pytest.raises(IsotuneError) as continued:  # continuing training from the slim file
+        train(train_config(f"ckpt_path={best}", output_dir=tmp_path / "continued"))
+    message = str(continued.value)
+    assert "holds the model only" in message and "checkpoint.keep=full" in message
+    assert "optimizer_states" in message
+    with pytest.raises(IsotuneError) as again:  # the same run started again in its folder
+        train(train_config("checkpoint.keep=slim", output_dir=slim_dir))
+    message = str(again.value)
+    assert f"{slim_dir} holds a completed run" in message
+    assert "checkpoint.keep=full" in message and "resume=never" in message
+    assert folder_digest(slim_dir) == before  # the completed run's files as they were
+
+
+def test_keep_none_keeps_no_model_and_a_failed_run_keeps_its_last_checkpoint(
+    train_config, tmp_path
+):
+    results = train(train_config("checkpoint.keep=none", output_dir=tmp_path / "none"))
+    assert results["status"] == "completed" and results["best_checkpoint"] is None
+    assert checkpoints(tmp_path / "none") == []
+    assert json.loads((tmp_path / "none" / "results.json").read_text())["best_checkpoint"] is None
+
+    with pytest.raises(Killed):  # killed as its second epoch starts
+        train(train_config("checkpoint.keep=slim", KILL_AFTER_ONE, output_dir=tmp_path / "failed"))
+    assert checkpoints(tmp_path / "failed") == ["best.ckpt", "last.ckpt"]  # it can continue
+    assert "optimizer_states" in load(tmp_path / "failed" / "checkpoints" / "last.ckpt")
+
+
+def test_an_unknown_keep_is_refused_with_the_choices():
+    assert problems("checkpoint.keep=some") == [
+        "  checkpoint.keep='some': must be one of ['slim', 'full', 'none']"
+    ]
