@@ -52,11 +52,18 @@ def test_a_completed_run_keeps_its_best_model_only_and_every_reader_works_from_i
     message = str(continued.value)
     assert "holds the model only" in message and "checkpoint.keep=full" in message
     assert "optimizer_states" in message
-    with pytest.raises(IsotuneError) as again:  # the same run started again in its folder
-        train(train_config("checkpoint.keep=slim", output_dir=slim_dir))
-    message = str(again.value)
-    assert f"{slim_dir} holds a completed run" in message
-    assert "checkpoint.keep=full" in message and "resume=never" in message
+    # The same run started again in its folder (a sweep typed again, a requeue as it finished):
+    # nothing left to train, it stands as it is; with other settings, one message.
+    again = train(
+        train_config("checkpoint.keep=slim", "write_test_predictions=true", output_dir=slim_dir)
+    )
+    assert again == json.loads((slim_dir / "results.json").read_text())
+    assert again["status"] == "completed" and again["steps"] == results["steps"]
+    with pytest.raises(IsotuneError) as other:
+        train(train_config("checkpoint.keep=slim", "optim.lr=1e-4", output_dir=slim_dir))
+    message = str(other.value)
+    assert f"The checkpoint {best} comes from a run configured otherwise" in message
+    assert "optim.lr" in message and "resume=never" in message
     assert folder_digest(slim_dir) == before  # the completed run's files as they were
 
 
@@ -67,6 +74,10 @@ def test_keep_none_keeps_no_model_and_a_failed_run_keeps_its_last_checkpoint(
     assert results["status"] == "completed" and results["best_checkpoint"] is None
     assert checkpoints(tmp_path / "none") == []
     assert json.loads((tmp_path / "none" / "results.json").read_text())["best_checkpoint"] is None
+    with pytest.raises(IsotuneError) as again:  # no model kept to tell its settings from
+        train(train_config("checkpoint.keep=none", output_dir=tmp_path / "none"))
+    assert "holds a completed run that kept no model" in str(again.value)
+    assert "resume=never" in str(again.value)
 
     with pytest.raises(Killed):  # killed as its second epoch starts
         train(train_config("checkpoint.keep=slim", KILL_AFTER_ONE, output_dir=tmp_path / "failed"))

@@ -126,7 +126,8 @@ def run_config(cfg: DictConfig) -> dict[str, Any]:
 
 def checkpoint_to_resume(cfg: DictConfig) -> Path | None:
     """``ckpt_path`` if given; else, with ``resume=auto``, the run folder's ``last.ckpt`` if it
-    has one (the same run started again in its folder); else None: a fresh start."""
+    has one (the same run started again in its folder); else None: a fresh start, or nothing to
+    do for a completed run started again with its own settings (:func:`completed_record`)."""
     if cfg.ckpt_path is not None:
         return Path(cfg.ckpt_path).expanduser()
     if cfg.get("resume", "auto") != "auto":
@@ -134,28 +135,45 @@ def checkpoint_to_resume(cfg: DictConfig) -> Path | None:
     last = Path(cfg.paths.output_dir) / LAST_CHECKPOINT
     if last.is_file():
         return last
-    check_not_completed(Path(cfg.paths.output_dir))
+    record = completed_record(cfg)
+    if record is not None:
+        check_same_completed_run(Path(cfg.paths.output_dir), record, run_config(cfg))
     return None
 
 
-def check_not_completed(folder: Path) -> None:
-    """A folder whose run completed without keeping its last.ckpt (``checkpoint.keep``) is not
-    started afresh by ``resume=auto``: that would train the run again over its results. A
-    completed run that kept its last.ckpt continues from it instead (and has nothing left to do);
-    one that trained no step has nothing to lose."""
+def completed_record(cfg: DictConfig) -> dict[str, Any] | None:
+    """The record of the completed run in ``cfg``'s folder that ``cfg`` starts again
+    (``resume=auto``, no ``ckpt_path``), when it kept no last.ckpt (``checkpoint.keep``); else
+    None. Such a run has nothing left to train: started again (a sweep typed again in its folder,
+    a SLURM requeue that came as it finished) it stands as it is, as a completed run that kept its
+    last.ckpt does. One that trained no step has nothing to lose, and starts afresh."""
+    if cfg.ckpt_path is not None or cfg.get("resume", "auto") != "auto":
+        return None
+    folder = Path(cfg.paths.output_dir)
+    if (folder / LAST_CHECKPOINT).is_file():
+        return None
     try:
         record = read_results(folder / RESULTS_FILE)
     except (OSError, ValueError):  # no record, or one the run will report itself
-        return
-    if record.get("status") == "completed" and record.get("steps"):
+        return None
+    return record if record.get("status") == "completed" and record.get("steps") else None
+
+
+def check_same_completed_run(folder: Path, record: Mapping[str, Any], current: Mapping) -> None:
+    """The completed run in ``folder`` was configured as ``current``, by its best.ckpt's saved
+    config (:func:`check_same_run` names the keys that differ); with other settings, or no model
+    kept to tell, it is refused: starting afresh would train it again over its results."""
+    best = record.get("best_checkpoint")
+    best_file = folder / "checkpoints" / Path(best).name if best else None
+    if best_file is None or not best_file.is_file():
         raise IsotuneError(
-            f"The run folder {folder} holds a completed run, which kept no {LAST_CHECKPOINT} to "
-            "continue from (a completed run keeps only its best epoch's model unless trained "
-            "with checkpoint.keep=full), so resume=auto would train it again from the "
-            "beginning over its results. Fix: leave it as it is (its results.json and "
-            "best.ckpt are its results); to train it again in this folder, add resume=never; "
-            "to keep later runs continuable, train them with checkpoint.keep=full."
+            f"The run folder {folder} holds a completed run that kept no model to tell its "
+            "settings from (checkpoint.keep=none), so resume=auto cannot tell this start from a "
+            "different run, and training afresh would overwrite its results. Fix: leave it as it "
+            "is (its results.json holds its results); to train it again in this folder, add "
+            "resume=never."
         )
+    check_same_run(read_checkpoint(best_file, required=MODEL_KEYS), best_file, current)
 
 
 def check_links_stay_inside(folder: str | Path, folder_key: str = "hydra.run.dir") -> None:

@@ -44,6 +44,7 @@ from isotune.record.resume import (
     check_links_stay_inside,
     check_same_run,
     checkpoint_to_resume,
+    completed_record,
     read_checkpoint,
     run_config,
 )
@@ -82,7 +83,18 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _started(cfg: DictConfig, output_dir: Path, rank_zero: bool) -> dict[str, Any]:
-    """The record started (after the checks), then the run, with the stop signals handled."""
+    """The record started (after the checks), then the run, with the stop signals handled; a
+    completed run started again with its own settings is left as it stands."""
+    finished = completed_record(cfg)
+    if finished is not None:
+        check_start(cfg)  # its settings, by its best.ckpt: else one message
+        log.info(
+            "The run in %s completed already (best epoch %s): nothing left to train; its "
+            "results.json and best checkpoint stand as they are.",
+            output_dir,
+            finished.get("best_epoch"),
+        )
+        return finished
     record = RunRecord(
         output_dir,
         write=rank_zero,
