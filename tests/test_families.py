@@ -252,7 +252,7 @@ def test_a_t5_folder_trains_on_its_encoder_after_the_unknown_family_fix_and_is_a
     analysis = tmp_path / "analysis"
     analysed = run_script(
         "analyze.py",
-        f"ckpt_path={run}/checkpoints/last.ckpt",
+        f"ckpt_path={run}/checkpoints/best.ckpt",
         f"paths.glue_dir={glue_dir}",
         "directions.matrices=all",
         f"hydra.run.dir={analysis}",

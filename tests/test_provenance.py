@@ -206,7 +206,7 @@ def test_a_real_runs_record_checkpoint_and_wandb_config_name_where_it_came_from(
         data["train"]["sha256"]
         == hashlib.sha256((glue_dir / "RTE" / "train.tsv").read_bytes()).hexdigest()
     )
-    checkpoint = load(run / "checkpoints" / "last.ckpt")
+    checkpoint = load(run / "checkpoints" / "best.ckpt")
     assert checkpoint[PROVENANCE_KEY] == record
     (wandb_run,) = (run / "wandb").glob("offline-run-*/run-*.wandb")
     assert wandb_config(wandb_run)["provenance"] == record
