@@ -99,8 +99,9 @@ def test_a_job_array_completes(tiny_bert, glue_dir, tmp_path):
 def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly(
     tiny_bert, glue_dir, tmp_path
 ):
-    # About a minute of training (3,200 steps of batch 2, ~55 steps/s on 2 cores) in allocations of
-    # 1 minute: each gives at most ~50 s after start-up, so the job times out at least once.
+    # Over a minute of training (12,800 steps of batch 2; 3,200 took 18 s on 2 quiet cores once
+    # metrics.csv was appended to instead of rewritten at every step) in allocations of 1 minute:
+    # each gives at most ~50 s after start-up, so the job times out at least once.
     # SLURM sends SIGUSR2 20 s before the limit, but checks on a 30 s tick and may send it up to
     # a minute early: an allocation can end 10 s after start-up (~200 steps), so the job may
     # take many allocations, and max_num_timeout allows them.
@@ -108,7 +109,7 @@ def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly
         *tiny_cli_overrides(
             tiny_bert, glue_dir, "callbacks.early_stopping=null", "data.batch_size=2"
         ),
-        "trainer.max_epochs=100",
+        "trainer.max_epochs=400",
         "trainer.limit_train_batches=1.0",
     ]
     limit = (
@@ -127,7 +128,7 @@ def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly
 
     uninterrupted = train(compose_train_config(run, tmp_path / "uninterrupted"))
     assert record["history"] == uninterrupted["history"]
-    assert record["steps"] == uninterrupted["steps"] == 100 * 32
+    assert record["steps"] == uninterrupted["steps"] == 400 * 32
     # Completed, both keep their best epoch's model only (checkpoint.keep=slim, the default).
     expected = torch.load(tmp_path / "uninterrupted/checkpoints/best.ckpt", weights_only=True)
     actual = torch.load(job / "checkpoints/best.ckpt", weights_only=True)

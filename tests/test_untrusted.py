@@ -165,7 +165,7 @@ def test_a_run_folder_holding_a_code_running_checkpoint_is_left_as_it_was(
     assert folder_digest(folder) == before
 
     sweep = folder.parent
-    sweeper = {"_target_": "an.OptunaSweeper"}  # jobs not known in advance: none missing
+    sweeper = {"_target_": "a.NevergradSweeper"}  # jobs not known in advance: none missing
     hydra = {"sweeper": sweeper, "overrides": {"task": []}}
     hydra |= {"runtime": {"cwd": str(ROOT)}, "job": {"name": "train"}}
     (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": hydra}))
@@ -264,6 +264,7 @@ def test_a_w_and_b_run_started_again_in_its_folder_continues(tmp_path, tiny_bert
     overrides = [
         *tiny_cli_overrides(tiny_bert, glue_dir),
         "logger=wandb",
+        "checkpoint.keep=full",  # its last.ckpt stays, so started again it continues from it
         f"hydra.run.dir={folder}",
     ]
     cache = tmp_path / "cache"  # W&B links each run's core log into its cache, outside the folder

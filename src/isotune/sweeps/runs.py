@@ -21,6 +21,9 @@ from isotune.errors import IsotuneError
 from isotune.record.results import RESULTS_FILE, read_results
 
 SWEEP_FILE = "multirun.yaml"
+# The sweeper of a search (docs/search.md), as multirun.yaml names it: our own, whose folders
+# continue by their command (the official hydra-optuna-sweeper lays its folders out otherwise).
+SEARCH_SWEEPER = "hydra_plugins.isotune_launcher.optuna_sweeper.OptunaSweeper"
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ class Sweep:
     def is_search(self) -> bool:
         """A search (``hydra/sweeper=optuna``, docs/search.md) chooses each trial from the scores
         of the earlier ones: typing its command again continues it; rerunning jobs would not."""
-        return self.sweeper.endswith(".OptunaSweeper")
+        return self.sweeper == SEARCH_SWEEPER
 
     @property
     def enumerable(self) -> bool:
