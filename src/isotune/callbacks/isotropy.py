@@ -365,11 +365,12 @@ class IsotropyMonitor(L.Callback):
         for logger in trainer.loggers:
             logger.log_metrics({**values, ISO_EPOCH: epoch}, step=trainer.global_step)
         log.info(
-            "Isotropy at epoch %d (%.1fs, %d of %d probe examples from validation): %s",
+            "Isotropy at epoch %d (%.1fs, %d probe examples, %d of them read from the "
+            "validation pass, the rest encoded for the probe): %s",
             epoch,
             self.timings[epoch],
-            from_validation,
             len(capture.captured),
+            from_validation,
             ", ".join(f"{view} I(W)={values[iso_key(view, 'iw')]:.3g}" for view in SENTENCE_VIEWS),
         )
 
