@@ -2,7 +2,8 @@
 search itself, driven in-process on the composed `hparams_search=istar` config with a launcher that
 writes each job's results.json as a training run leaves it (scores chosen by the test), so that
 trials, runs, FAIL and PRUNED states, the held-out statistics and a continued search are counted
-exactly; the slow tests run `python train.py -m hparams_search=istar` on the tiny model."""
+exactly, and the sweep's W&B report of the search folder is read for its held-out report and
+figures; the slow tests run `python train.py -m hparams_search=istar` on the tiny model."""
 
 from __future__ import annotations
 
