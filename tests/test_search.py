@@ -2,7 +2,8 @@
 search itself, driven in-process on the composed `hparams_search=istar` config with a launcher that
 writes each job's results.json as a training run leaves it (scores chosen by the test), so that
 trials, runs, FAIL and PRUNED states, the held-out statistics and a continued search are counted
-exactly; the slow tests run `python train.py -m hparams_search=istar` on the tiny model."""
+exactly, and the sweep's W&B report of the search folder is read for its held-out report and
+figures; the slow tests run `python train.py -m hparams_search=istar` on the tiny model."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from scipy import stats
 
 from hydra_plugins.isotune_launcher.optuna_sweeper import Search
+from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
 from isotune.search.expected_best import expected_best, expected_best_curve
 from isotune.search.space import parse_space
@@ -321,6 +323,45 @@ def test_with_wandb_each_run_is_tagged_with_its_search_and_trial(tmp_path):
     no_wandb = FakeLauncher(tmp_path / "csv", weight_score)
     make_search(tmp_path / "csv", no_wandb, n_trials=1, **SMALL).run()
     assert not any(o.startswith("logger.") for job in no_wandb.jobs for o in job)
+
+
+def test_the_sweeps_wandb_report_opens_with_the_held_out_report_and_the_figures(tmp_path):
+    make_search(tmp_path, FakeLauncher(tmp_path, weight_score), n_trials=3, **SMALL).run()
+    assert dashboard.main(["report", str(tmp_path), "--dry-run"]) == 0
+    heading, text, grid = json.loads((tmp_path / "wandb_report.json").read_text())["blocks"][:3]
+    assert heading == {"type": "H2", "text": f"Search {tmp_path.name}"}
+    assert text["type"] == "MarkdownBlock"
+    markdown = text["text"]
+    assert markdown.startswith("3 trials: 3 complete") and "### Held out" in markdown
+    # The held-out numbers of optimization_results.yaml, in the table and the optimism line.
+    results = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
+    held_out = results["held_out"]
+    best, baseline = (line for line in markdown.splitlines() if line.startswith("| b"))
+    assert best == (
+        f"| best (trial {results['best_trial']}) | {held_out['best_overrides'][0]} | "
+        f"{results['best_value']:.4f} | {held_out['best_median']:.4f} (n = 3) | 0 of 3 |"
+    )
+    assert baseline == (
+        f"| baseline | reg=none | not run | {held_out['baseline_median']:.4f} (n = 3) | 0 of 3 |"
+    )
+    assert f"report-seed median is {held_out['optimism']:.4f}" in markdown
+    # The three figures the search drew, as the summary run logs them (figure/<name>).
+    names = ["optimization_history", "param_importances", "expected_best"]
+    assert all((tmp_path / f"{name}.png").is_file() for name in names)
+    assert [panel["media_keys"] for panel in grid["panels"]] == [
+        [f"figure/{tmp_path.name}/{name}"] for name in names
+    ]
+
+
+def test_the_wandb_report_of_a_stopped_search_says_it_has_not_ended(tmp_path):
+    stopped = FakeLauncher(tmp_path, weight_score, stop_at_launch=1)
+    with pytest.raises(KeyboardInterrupt):  # after trial 0: no report, no figure yet
+        make_search(tmp_path, stopped, n_trials=3, **SMALL).run()
+    assert dashboard.main(["report", str(tmp_path), "--dry-run"]) == 0
+    heading, text, grid = json.loads((tmp_path / "wandb_report.json").read_text())["blocks"][:3]
+    assert heading["text"] == f"Search {tmp_path.name}"
+    assert text["text"].startswith(f"No search_report.md in {tmp_path} yet: the search has not")
+    assert grid["panels"] == []
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@
 metric of the tasks in ``conf/task``) as a workspace of the project. ``report`` aggregates the
 sweep as ``python -m isotune.aggregate`` does (tables, paired statistics, figures, written into
 the sweep folder), logs the aggregate's summary run, and saves a report of them with the
-sections its runs logged. With ``--dry-run``, or without W&B credentials or network (one line
+sections its runs logged; a search (``hydra/sweeper=optuna``) in the folder adds its held-out
+report and figures first. With ``--dry-run``, or without W&B credentials or network (one line
 says which), each writes its view as JSON instead and says what it would save.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +25,7 @@ from isotune.dashboard.layout import Section, dashboard_sections, used_sections
 from isotune.dashboard.run_file import run_keys
 from isotune.dashboard.views import panels_of, sweep_report, workspace, write_json
 from isotune.errors import IsotuneError
+from isotune.sweeps.runs import Sweep
 from isotune.tracking.wandb_status import wandb_online
 
 WORKSPACE_JSON = Path("logs") / "dashboards" / "workspace-{project}.json"
@@ -51,6 +54,27 @@ def wandb_runs_below(folders: Sequence[Path]) -> dict[str, Path]:
         for folder in folders
         for run_file in sorted(folder.glob("wandb/*run-*/run-*.wandb"))
     }
+
+
+def search_sections(
+    sweeps: Sequence[Sweep],
+) -> tuple[list[tuple[str, str, list[str]]], dict[str, Path]]:
+    """The report's section of each search among ``sweeps`` (heading, its search_report.md under
+    that heading, its figures' names) and those figures, named ``<search folder>/<figure>`` so
+    that two searches' do not collide, for the summary run to log with the aggregate's."""
+    from isotune.search.report import search_outputs
+
+    sections, figures = [], {}
+    for sweep in sweeps:
+        if not sweep.is_search:
+            continue
+        text, drawn = search_outputs(sweep.dir)
+        body = re.sub(r"\A# .*\n+", "", text)  # its title: the section's heading instead
+        body = re.sub(r"^(#+) ", r"#\1 ", body, flags=re.MULTILINE)  # its parts below that
+        named = {f"{sweep.dir.name}/{name}": path for name, path in drawn.items()}
+        sections.append((f"Search {sweep.dir.name}", body, list(named)))
+        figures |= named
+    return sections, figures
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,6 +133,7 @@ def _report(args: argparse.Namespace) -> int:
 
     result = aggregate([args.sweep])
     _, figures, report_path = write_outputs(result, args.sweep)
+    searches, search_figures = search_sections(result.sweeps)
     title = args.sweep.resolve().name  # the group of the aggregate's summary run
     run_files = wandb_runs_below([run.job_dir for run in result.runs])
     logged: set[str] = set()
@@ -137,12 +162,18 @@ def _report(args: argparse.Namespace) -> int:
 
     def build(entity: str):
         return sweep_report(
-            entity, args.project, title, texts, figures, sorted(run_files), sections
+            entity, args.project, title, texts, figures, sorted(run_files), sections, searches
         )
 
     def log_summary_run(entity: str) -> None:
         log_to_wandb(
-            result.tables(), figures, report_path, args.project, title, online=True, entity=entity
+            result.tables(),
+            {**search_figures, **figures},
+            report_path,
+            args.project,
+            title,
+            online=True,
+            entity=entity,
         )
 
     return _save_or_write(args, build, args.out or args.sweep / REPORT_JSON, log_summary_run)

@@ -79,28 +79,34 @@ def sweep_report(
     figures: Iterable[str],
     run_ids: Sequence[str],
     sections: Iterable[Section],
+    searches: Sequence[tuple[str, str, Sequence[str]]] = (),
 ) -> wr.Report:
-    """A report of one sweep: ``texts`` (heading, Markdown: the results table, the paired
-    statistics), the aggregate's ``figures`` (names, logged by its summary run in the sweep's
-    group ``title``) and a panel grid per section over the sweep's runs (``run_ids``)."""
-    blocks: list[Any] = []
-    for heading, markdown in texts:
-        blocks += [wr.H2(heading), wr.MarkdownBlock(markdown)]
+    """A report of one sweep: each of ``searches`` first (heading, Markdown: the search's report,
+    names of its figures), then ``texts`` (heading, Markdown: the results table, the paired
+    statistics), the aggregate's ``figures``, and a panel grid per section over the sweep's runs
+    (``run_ids``). Every figure is a name the aggregate's summary run in the sweep's group
+    ``title`` logged."""
     summary_run = wr.Runset(
         entity=entity,
         project=project,
         name=f"summary run of {title}",
         filters=[expr.Metric(GROUP) == title, expr.Metric("JobType") == AGGREGATE_JOB],
     )
-    blocks += [
-        wr.H2("Figures"),
-        wr.PanelGrid(
+
+    def figure_grid(names: Iterable[str]) -> wr.PanelGrid:
+        return wr.PanelGrid(
             runsets=[summary_run],
             panels=[
-                wr.MediaBrowser(title=name, media_keys=[FIGURE_PREFIX + name]) for name in figures
+                wr.MediaBrowser(title=name, media_keys=[FIGURE_PREFIX + name]) for name in names
             ],
-        ),
-    ]
+        )
+
+    blocks: list[Any] = []
+    for heading, markdown, names in searches:
+        blocks += [wr.H2(heading), wr.MarkdownBlock(markdown), figure_grid(names)]
+    for heading, markdown in texts:
+        blocks += [wr.H2(heading), wr.MarkdownBlock(markdown)]
+    blocks += [wr.H2("Figures"), figure_grid(figures)]
     runs = wr.Runset(
         entity=entity,
         project=project,

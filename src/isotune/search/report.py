@@ -10,7 +10,8 @@ Files written into the search folder (each atomically):
 - ``optimization_history.png``, ``param_importances.png`` (Optuna's matplotlib figures) and
   ``expected_best.png``.
 The paired statistics are :func:`isotune.sweeps.statistics.paired_comparison` (best - baseline
-over the report seeds), the same as every sweep's.
+over the report seeds), the same as every sweep's. :func:`search_outputs` reads the report and the
+figures back for the sweep's W&B report (``python -m isotune.dashboard report``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 REPORT_FILE = "search_report.md"
 RESULTS_FILE = "optimization_results.yaml"
 TRIALS_FILE = "trials.csv"
+HISTORY, IMPORTANCES, EXPECTED_BEST = "optimization_history", "param_importances", "expected_best"
+FIGURES = (HISTORY, IMPORTANCES, EXPECTED_BEST)  # each drawn as <name>.png
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,22 @@ def write_report(
     )
     _figures(folder, curve, study)
     return text
+
+
+def search_outputs(folder: Path) -> tuple[str, dict[str, Path]]:
+    """What a search left in ``folder`` for a report elsewhere (the sweep's W&B report): the text
+    of its report, and its figures by name (one it could not draw is absent). A search that has
+    not ended has no report yet, and the text says so."""
+    path = folder / REPORT_FILE
+    if path.is_file():
+        text = path.read_text()
+    else:
+        text = (
+            f"No {REPORT_FILE} in {folder} yet: the search has not ended. Type its command "
+            "again to continue it (docs/search.md).\n"
+        )
+    drawn = {name: folder / f"{name}.png" for name in FIGURES}
+    return text, {name: path for name, path in drawn.items() if path.is_file()}
 
 
 def results_record(held_out: HeldOut, curve: Sequence[float]) -> dict[str, Any]:
@@ -244,15 +263,15 @@ def _figures(folder: Path, curve: Sequence[float], study: Any) -> None:
         axes.set_ylabel("expected best dev score")
         axes.set_title("Expected best over trials (Dodge et al. 2019)")
         figure.tight_layout()
-        save_figure(figure, folder / "expected_best.png")
+        save_figure(figure, folder / f"{EXPECTED_BEST}.png")
         plt.close(figure)
     if study is None:
         return
     from optuna.visualization import matplotlib as optuna_plots
 
     for name, plot in (
-        ("optimization_history", optuna_plots.plot_optimization_history),
-        ("param_importances", optuna_plots.plot_param_importances),
+        (HISTORY, optuna_plots.plot_optimization_history),
+        (IMPORTANCES, optuna_plots.plot_param_importances),
     ):
         try:
             axes = plot(study)
