@@ -154,6 +154,39 @@ def test_a_signal_during_fit_is_recorded_and_the_console_says_how_to_resume(
     assert read_results(tmp_path) == resumed
 
 
+@pytest.mark.slow
+def test_a_signal_as_a_trained_run_records_its_end_leaves_it_completed_and_stops_the_job(
+    train_config, tmp_path, monkeypatch, caplog
+):
+    """A time limit can come after the last batch, while the run removes its last.ckpt and
+    writes its end: the run is recorded completed (not interrupted, with no last.ckpt to continue
+    from), and the job still stops with the signal's status, so a sweep does not go on."""
+    keep = training.keep_of_completed_run
+
+    def sigterm_then_keep(*args):
+        sigterm()
+        keep(*args)
+
+    monkeypatch.setattr(training, "keep_of_completed_run", sigterm_then_keep)
+    cfg = train_config("checkpoint.keep=slim")
+    exit_code, messages = interrupted_by_the_cli(cfg, caplog, monkeypatch)
+
+    assert exit_code == 143
+    results = read_results(tmp_path)
+    assert (results["status"], results["steps"], epochs(results)) == (
+        "completed",
+        2 * STEPS_PER_EPOCH,
+        [1, 2],
+    )
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()  # keep=slim, as users run
+    assert messages == [
+        f"Stopped (SIGTERM) as the run recorded its end: it completed, its results.json says so, "
+        f"and started again it stands as it is. Output directory: {tmp_path}"
+    ]
+    monkeypatch.undo()
+    assert train(cfg) == results  # started again: as it stands
+
+
 def test_ctrl_c_before_fit_is_recorded_and_the_console_says_how_to_start_again(
     train_config, tmp_path, monkeypatch, caplog
 ):

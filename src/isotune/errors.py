@@ -42,13 +42,18 @@ class NoSpaceLeft(IsotuneError):
 class RunInterrupted(KeyboardInterrupt):
     """A run stopped by Ctrl-C (SIGINT), SIGTERM (``kill``, a cluster's preemption or time
     limit) or SIGUSR2 (a cluster's warning before a time limit) after recording itself
-    ``interrupted``. The entry point then calls ``hand_over`` where the signal had a handler
-    before the run (submitit's, which requeues the job), else exits with the shell's status for
-    that signal, 128 + its number."""
+    ``interrupted``, or ``completed`` where the signal came once it had trained to the end (the
+    job, or the sweep, stops all the same). The entry point then calls ``hand_over`` where the
+    signal had a handler before the run (submitit's, which requeues the job), else exits with the
+    shell's status for that signal, 128 + its number."""
 
     def __init__(
-        self, stopped_by: signal.Signals, hand_over: Callable[[], None] | None = None
+        self,
+        stopped_by: signal.Signals,
+        hand_over: Callable[[], None] | None = None,
+        completed: bool = False,
     ) -> None:
         super().__init__(stopped_by.name)
         self.signal = stopped_by
         self.hand_over = hand_over
+        self.completed = completed  # the signal came as the run, trained, recorded its end

@@ -61,12 +61,20 @@ def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
         raise
     except KeyboardInterrupt as stop:
         stopped_by = getattr(stop, "signal", signal.SIGINT)
-        log.warning(
-            "Interrupted (%s). Output directory: %s\n%s",
-            stopped_by.name,
-            cfg.paths.output_dir,
-            resume_hint(cfg),
-        )
+        if getattr(stop, "completed", False):
+            log.warning(
+                "Stopped (%s) as the run recorded its end: it completed, its results.json says "
+                "so, and started again it stands as it is. Output directory: %s",
+                stopped_by.name,
+                cfg.paths.output_dir,
+            )
+        else:
+            log.warning(
+                "Interrupted (%s). Output directory: %s\n%s",
+                stopped_by.name,
+                cfg.paths.output_dir,
+                resume_hint(cfg),
+            )
         hand_over = getattr(stop, "hand_over", None)
         if hand_over is not None:  # the handler there before the run: submitit's requeue
             hand_over()

@@ -189,6 +189,7 @@ def _run(
             if not continuing_in_folder:  # else logged by the run's first attempt
                 logger.log_metrics({params_key(name): n for name, n in parameters.items()}, step=0)
         trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
+        stop.hold()  # trained to the end: a signal now waits for the record, then stops the job
         outcome = _outcome(model, trainer, trivial, margin)  # before predict reloads the best
         if cfg.write_test_predictions:
             write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
@@ -207,10 +208,11 @@ def _run(
         if stopped_by is not None:  # Lightning raises SystemExit for Ctrl-C
             raise RunInterrupted(stopped_by, stop.hand_over()) from error
         raise
-    stop.hold()
     results = record.finish("completed", warnings=_warnings(model), **outcome)
     finish_wandb_runs(trainer.loggers, results)
     log.info("%s", summary_line(results))
+    if stop.signal is not None:  # the job (a sweep, a scheduler) was asked to stop all the same
+        raise RunInterrupted(stop.signal, stop.hand_over(), completed=True)
     return results
 
 
