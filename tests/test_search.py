@@ -37,6 +37,7 @@ from isotune.sweeps.summary import summarize_sweep
 from tests.conftest import ROOT, compose_train_config
 from tests.helpers.cli import run_script, tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
+from tests.helpers.locks import held_by_another_process
 
 Score = Callable[[dict[str, str], int], float | None]
 
@@ -299,6 +300,28 @@ def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupte
         for name in ("whole", "stopped")
     ]
     assert results[0] == results[1]
+
+
+def test_a_job_of_the_stopped_search_still_running_is_not_launched_again(tmp_path):
+    """On SLURM a job outlives the search that submitted it: typed again while the job runs,
+    the search stops with one message instead of a second job there, which the folder lock would
+    refuse, failing the trial for good."""
+    settings = {**SMALL, "n_trials": 1}
+    stopped = FakeLauncher(tmp_path, weight_score, stop_at_launch=0)
+    with pytest.raises(KeyboardInterrupt):  # stopped as trial 0's seeds were launched
+        make_search(tmp_path, stopped, **settings).run()
+    running = tmp_path / "trial-000" / "seed-2"
+    again = FakeLauncher(tmp_path, weight_score)
+    with (
+        held_by_another_process(running) as job,
+        pytest.raises(IsotuneError, match="still running") as refused,
+    ):
+        make_search(tmp_path, again, **settings).run()
+    assert f"{running} (pid {job.pid})" in str(refused.value) and "scancel" in str(refused.value)
+    assert again.launches == []
+    make_search(tmp_path, again, **settings).run()  # once it ended: trial 0 goes on, not FAILed
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    assert list(trials.state) == ["COMPLETE", "COMPLETE"] and list(trials.seed) == [1, 2]
 
 
 def test_a_search_folder_is_continued_by_its_command_not_by_isotune_rerun(tmp_path):

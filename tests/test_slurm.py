@@ -1,9 +1,10 @@
 """Sweeps on a real SLURM (``scripts/local_slurm.sh``, which ``.ci/run`` starts): a job array
 completes; a job longer than its time limit is requeued until it completes, equal to an
 uninterrupted run; a cancelled job is continued by ``isotune.rerun``; a preempted (requeued) job
-continues where it stopped. Run only on the project's own local cluster (skipped, with the reason,
-on any other); each test cancels the jobs it submitted and no other, which a job submitted before
-them and still queued after them proves."""
+continues where it stopped; an Optuna search sends each batch of trials' seeds as one job array
+and ends with its held-out report. Run only on the project's own local cluster (skipped, with the
+reason, on any other); each test cancels the jobs it submitted and no other, which a job
+submitted before them and still queued after them proves."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from isotune.training.run import train
 from tests.conftest import compose_train_config
@@ -76,6 +79,11 @@ def job_id(sweep: Path) -> str:
         60,
         "the job was submitted",
     )
+
+
+def slurm_job(job: Path) -> str:
+    """The SLURM job a sweep's job ran as (``<array job>_<task>``), as submitit told Hydra."""
+    return str(OmegaConf.load(job / ".hydra" / "hydra.yaml").hydra.job.id)
 
 
 def test_a_job_array_completes(tiny_bert, glue_dir, tmp_path):
@@ -213,6 +221,63 @@ def test_a_failed_job_ends_the_sweep_with_its_summary_not_a_traceback(
     assert "Traceback" not in output, output[-3000:]
     assert f"Sweep {sweep}: 1 of 2 jobs completed, 1 did not:" in output
     assert "seed='abc': must be an integer" in output
+
+
+def test_a_search_runs_each_batch_of_trials_seeds_as_a_job_array_then_reports(
+    tiny_bert, glue_dir, tmp_path
+):
+    done = run_script(
+        "train.py", "-m", "hparams_search=istar", *ON_THIS_NODE, "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.n_trials=2", "hydra.sweeper.pruner=null", "hydra.sweeper.seeds=[1,2]",
+        "hydra.sweeper.report_seeds=[3]", "trainer.max_epochs=1", "logger=none",
+        *tiny_cli_overrides(tiny_bert, glue_dir),
+        cwd=tmp_path,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    folder = tmp_path / "logs" / "search" / "istar_rte_minilm"
+    trials = pd.read_csv(folder / "trials.csv")
+    assert sorted(zip(trials.trial, trials.seed, strict=True)) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert set(trials.state) == {"COMPLETE"} and set(trials.job_status) == {"completed"}
+    jobs = {
+        str(path.parent.relative_to(folder)): json.loads(path.read_text())["status"]
+        for path in folder.rglob("results.json")
+    }
+    (best,) = {job.split("/")[1] for job in jobs if job.startswith("report/trial-")}
+    assert best in ("trial-000", "trial-001")
+    assert jobs == {
+        **{f"trial-00{t}/seed-{s}": "completed" for t in (0, 1) for s in (1, 2)},
+        f"report/{best}/seed-3": "completed",
+        "report/baseline/seed-3": "completed",
+    }
+    assert f"Sweep {folder}: 6 of 6 jobs completed." in output
+
+    # Each job ran as a SLURM job: submitit's log of that job (its output file) shows the job
+    # starting under its id and training into the job's folder.
+    slurm_jobs = {job: slurm_job(folder / job) for job in jobs}
+    for job, slurm_id in slurm_jobs.items():
+        log = (folder / ".submitit" / slurm_id / f"{slurm_id}_0_log.out").read_text()
+        assert f"JobEnvironment(job_id={slurm_id}," in log, job
+        assert f"Output directory: {folder / job}\n" in log, job
+    # Both trials' seeds went to SLURM at once, as one job array; the report as another.
+    arrays = {job: slurm_id.split("_")[0] for job, slurm_id in slurm_jobs.items()}
+    assert len({arrays[job] for job in jobs if job.startswith("trial-")}) == 1
+    assert len({arrays[job] for job in jobs if job.startswith("report/")}) == 1
+    assert len(set(arrays.values())) == 2
+
+    report = (folder / "search_report.md").read_text()
+    assert "2 trials: 2 complete, 0 pruned, 0 failed; 4 runs" in report
+    assert "## Held out: the best trial and the baseline on the report seeds" in report
+    assert f"| best (trial {int(best[-3:])}) |" in report and "| baseline | reg=none |" in report
+    assert report.count("(n = 1)") == 2 and "Held out" in output  # printed at the end too
+
+    table = subprocess.run(
+        [sys.executable, "-m", "isotune.aggregate", str(folder)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr[-3000:]
+    counted = pd.read_csv(folder / "results_table.csv")
+    assert sorted(counted.n) == [1, 2, 3]  # the baseline, the other trial, the best (2 + 1 seeds)
 
 
 def test_the_cleanup_cancels_the_tests_own_jobs_and_no_other(bystander, tmp_path):

@@ -15,10 +15,13 @@ tuning seed) and :mod:`isotune.search.report` compares them there. The study liv
 folder (Optuna's journal file, no server): the same command continues it, a trial a stopped search
 left running goes on in its own job folders (a completed job is not run again, an interrupted one
 resumes from its last.ckpt), trial numbers go on, and the sampler asks trial k with ``seed + k``,
-so a continued search asks what an uninterrupted one would.
+so a continued search asks what an uninterrupted one would. A job of the stopped search still
+running (a SLURM job outlives the command that submitted it) is never launched a second time:
+the continued search stops with one message naming it, its trial left to continue.
 """
 
 import logging
+import os
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -34,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
+from isotune.record import folder_lock
 from isotune.search.outcomes import (
     JobOutcome,
     completed_before,
@@ -388,9 +392,27 @@ class Search:
             planned.append((job_dir, seed, done))
             if done is None:
                 to_launch.append([*task_overrides, f"hydra.sweep.subdir={subdir}"])
+        self.check_none_alive([job_dir for job_dir, _, done in planned if done is None])
         if to_launch:
             self.launch(to_launch)
         return [done or read_outcome(job_dir, seed) for job_dir, seed, done in planned]
+
+    def check_none_alive(self, job_dirs: list[Path]) -> None:
+        """Refuse to launch a job into a folder a live process holds: a job of a stopped search
+        that outlived it (a SLURM job goes on after the command that submitted it stops). A
+        second job there would be refused by the folder lock and fail its trial for good."""
+        holders = {folder: folder_lock.holder(folder) for folder in job_dirs}
+        alive = {f: pid for f, pid in holders.items() if pid not in (None, os.getpid())}
+        if alive:
+            jobs = "\n".join(f"  {folder} (pid {pid})" for folder, pid in alive.items())
+            raise IsotuneError(
+                "Jobs this search would launch are still running in their folders, each held "
+                "by a live process (jobs of the stopped search, which outlive it on SLURM):\n"
+                f"{jobs}\nLaunching them again would start a second job in each folder. Fix: "
+                "wait for them to end (squeue lists them), or cancel them (scancel <job id>), "
+                "then type the same command again: a completed job is read, an interrupted one "
+                "resumes from its last.ckpt."
+            )
 
     def wandb_tags(self, where: str) -> list[str]:
         """With ``logger=wandb``, each run is tagged with the search and its trial (or report
