@@ -108,7 +108,7 @@ def peak_memory(mode: str, args, glue_dir: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per mode")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--batch-size", type=int, default=16)

@@ -78,7 +78,7 @@ def seconds(code: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="median of this many runs each")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -54,7 +54,7 @@ def build(cfg: DictConfig) -> GLUEClassifier:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per intervention")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--batch-size", type=int, default=16)

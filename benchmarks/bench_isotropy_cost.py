@@ -46,7 +46,7 @@ class EpochClock(L.Callback):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--norm", default="isobn")
     parser.add_argument("--probe-size", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=2, help="full epochs, each measured")

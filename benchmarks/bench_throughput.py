@@ -404,7 +404,7 @@ def report_bf16_speedup(args, glue_dir: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=40, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions")

@@ -264,7 +264,7 @@ NO_CUDA = (
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="within 5 minutes (full: within 10)")
     parser.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     parser.add_argument(
