@@ -15,6 +15,7 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from isotune.analysis.config_checks import check_analyze_config
 from isotune.analysis.experiments import (
     METHODS,
     SETTINGS,
@@ -35,6 +36,7 @@ from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.isotropy import measure_all
 from isotune.tracking.metric_keys import POST_NORM, PRE_NORM
+from isotune.training.config_checks import SEED_RANGE
 from isotune.training.run import train
 from tests.conftest import CONF_DIR, ROOT, compose_config, compose_train_config, tiny_run_overrides
 from tests.helpers.analysis import SMALL
@@ -351,6 +353,37 @@ def test_unreadable_checkpoint_is_one_clear_error(tmp_path, glue_dir, make_path,
     )
     with pytest.raises(IsotuneError, match=message):
         analyze(cfg)
+
+
+def test_bad_values_are_listed_in_one_message_before_the_checkpoint_loads(tmp_path):
+    """seed=-3 would fail in numpy's generator, local.folds=1 in scikit-learn, after both models
+    ran over the dev set; the checkpoint here does not exist, so the check ran before it loaded."""
+    bad = [
+        "seed=-3",
+        "local.folds=1",
+        "data.dev_examples=0",
+        "directions.matrices=some",
+        "outliers.search=fast",
+        "verdict.outlier_survival=1.5",
+    ]
+    cfg = compose_analyze_config([f"ckpt_path={tmp_path / 'missing.ckpt'}", *bad], tmp_path)
+    with pytest.raises(IsotuneError) as refused:
+        analyze(cfg)
+    header, *lines = str(refused.value).splitlines()
+    assert header.startswith("Invalid config values; set each on the command line (key=value)")
+    assert lines == [
+        f"  seed=-3: must be {SEED_RANGE}",
+        "  data.dev_examples=0: must be null (all of it) or an integer >= 1",
+        "  directions.matrices='some': must be one of ['adapted', 'all']",
+        "  local.folds=1: must be an integer >= 2",
+        "  outliers.search='fast': must be one of ['exact', 'grid']",
+        "  verdict.outlier_survival=1.5: must be a number in [0, 1]",
+    ]
+
+
+def test_the_analysis_defaults_and_the_documented_settings_pass_the_check(tmp_path):
+    for overrides in ([], ["data.dev_examples=null", "enhance.abtt_components=0", "seed=7"]):
+        check_analyze_config(compose_analyze_config(overrides, tmp_path))
 
 
 @pytest.mark.slow

@@ -38,6 +38,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
+from isotune.analysis.config_checks import check_analyze_config
 from isotune.analysis.directions import changed_directions, intruder_matrices
 from isotune.analysis.experiments import (
     enhancement_experiment,
@@ -84,6 +85,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
         seconds[stage] = round(time.perf_counter() - clock, 2)
         clock = time.perf_counter()
 
+    check_analyze_config(cfg)  # before the two models load: a bad value fails in seconds
     finetuned = load_checkpoint(cfg.ckpt_path)
     matrices = intruder_matrices(finetuned, cfg.directions.matrices)
     hparams = finetuned.hparams

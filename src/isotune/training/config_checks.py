@@ -34,7 +34,7 @@ SEEDS = 2**32
 SEED_RANGE = f"an integer from 0 to 2**32 - 1 = {SEEDS - 1} (the seeds numpy takes)"
 
 
-def _seed(value: Any) -> bool:
+def valid_seed(value: Any) -> bool:
     return integer(value) and 0 <= value < SEEDS
 
 
@@ -68,7 +68,7 @@ def _betas(value: Any) -> bool:
 # (key, check, valid range). A key the config does not have is skipped: norm, reg and adapt
 # options exist only for the options that take them.
 RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("seed", _seed, SEED_RANGE),
+    ("seed", valid_seed, SEED_RANGE),
     ("resume", lambda v: v in RESUME_MODES, f"one of {list(RESUME_MODES)}"),
     ("checkpoint.keep", lambda v: v in KEEP_MODES, f"one of {list(KEEP_MODES)}"),
     ("check_free_space", lambda v: isinstance(v, bool), "true or false"),
@@ -182,7 +182,7 @@ def _split_seed_problems(cfg: DictConfig) -> list[str]:
     problems = []
     for key in ("seed_init", "seed_data"):
         value = OmegaConf.select(cfg, key, default=seed)
-        if value != seed and not _seed(value):
+        if value != seed and not valid_seed(value):
             problems.append(f"  {key}={value!r}: must be {SEED_RANGE} (default: seed)")
     return problems
 
@@ -204,19 +204,33 @@ def _accelerator_problems(cfg: DictConfig) -> list[str]:
     ]
 
 
-def check_train_config(cfg: DictConfig) -> None:
-    """Raise one :class:`IsotuneError` listing every value in ``cfg`` outside its valid range."""
+Rules = Sequence[tuple[str, Callable[[Any], bool], str]]
+
+
+def rule_problems(cfg: DictConfig, rules: Rules) -> list[str]:
+    """One line per key of ``rules`` whose value in ``cfg`` is outside its range."""
     problems = []
-    for key, valid, expected in RULES:
+    for key, valid, expected in rules:
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is not _ABSENT and not valid(value):
             problems.append(f"  {key}={value!r}: must be {expected}")
-    margin = margin_problem(OmegaConf.select(cfg, "failure.margin", default=0.0))
-    problems += [f"  {margin}"] if margin else []
-    problems += _split_seed_problems(cfg) + _norm_batch_problems(cfg) + _reg_weight_problems(cfg)
-    problems += _accelerator_problems(cfg)
+    return problems
+
+
+def raise_problems(problems: list[str]) -> None:
+    """Raise one :class:`IsotuneError` listing every problem, if there is any."""
     if problems:
         raise IsotuneError(
             "Invalid config values; set each on the command line (key=value) or in the config "
             "to a value in its range:\n" + "\n".join(problems)
         )
+
+
+def check_train_config(cfg: DictConfig) -> None:
+    """Raise one :class:`IsotuneError` listing every value in ``cfg`` outside its valid range."""
+    problems = rule_problems(cfg, RULES)
+    margin = margin_problem(OmegaConf.select(cfg, "failure.margin", default=0.0))
+    problems += [f"  {margin}"] if margin else []
+    problems += _split_seed_problems(cfg) + _norm_batch_problems(cfg) + _reg_weight_problems(cfg)
+    problems += _accelerator_problems(cfg)
+    raise_problems(problems)
