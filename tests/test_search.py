@@ -273,6 +273,23 @@ def test_a_pruned_trial_stops_before_its_later_seeds_and_is_not_a_failure(tmp_pa
     assert "pruned" in (tmp_path / "search_report.md").read_text()
 
 
+def test_a_trial_that_ran_every_seed_completes_with_its_value_and_is_never_pruned(tmp_path):
+    """After its last seed a trial has cost all its runs: pruning it would save none and drop
+    its value from the expected best, which would then leave out the worst trials."""
+    pruner = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 0.5}
+
+    def below_threshold_on_the_last_seed(values, seed):
+        return 0.4 if seed == 2 and "reg.weight" in values else 0.7
+
+    launch = FakeLauncher(tmp_path, below_threshold_on_the_last_seed)
+    make_search(tmp_path, launch, n_trials=3, **{**SMALL, "pruner": pruner}).run()
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    assert len(trials) == 6 and set(trials.state) == {"COMPLETE"}
+    assert trials.value.tolist() == pytest.approx([0.55] * 6)  # the median of 0.7 and 0.4
+    results = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
+    assert results["expected_best"] == pytest.approx([0.55] * 3)
+
+
 def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupted_one(tmp_path):
     never = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 0.0}  # seeds in rounds
     settings = {**SMALL, "pruner": never, "n_trials": 4}

@@ -355,7 +355,9 @@ class Search:
                     del live[trial.number]
                     continue
                 trial.report(outcome.score, step=i)
-                if pruning and trial.should_prune():
+                # Only while seeds remain: after the last one pruning saves no run, and a PRUNED
+                # trial has no value, so the expected best would leave out the worst trials.
+                if pruning and i < len(seeds) - 1 and trial.should_prune():
                     study.tell(trial, state=TrialState.PRUNED)
                     log.info(f"Trial {trial.number} PRUNED after seed {seeds[i]}")
                     del live[trial.number]
