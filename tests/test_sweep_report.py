@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from matplotlib import image
 from isotune.sweeps import aggregate, comparisons
 from isotune.sweeps.comparisons import Configuration
 from isotune.sweeps.figures import POOLED, isotropy_vs_score_data, scores_data
-from isotune.sweeps.runs import Run
+from isotune.sweeps.report import status_markdown
+from isotune.sweeps.runs import SEARCH_SWEEPER, Run, Sweep
 from tests.helpers.fake_runs import write_run
 
 T_975_4DF = 2.7764451051977987  # Student's t table, 4 degrees of freedom
@@ -369,3 +371,29 @@ def test_wandb_summary_run_offline_holds_the_tables_and_figures(sweeps, tmp_path
     assert b"table/results_table" in data and b"figure/isotropy_vs_score_rte" in data
     (saved,) = out.glob("wandb/offline-run-*/files/sweep_report.md")
     assert saved.read_text() == (out / "sweep_report.md").read_text()
+
+
+def missing_section(sweepers: list[str]) -> str:
+    """The report's "Missing runs" section for sweeps with these sweepers and no job missing."""
+    sweeps = [
+        Sweep(Path(f"logs/multirun/{i}"), {"hydra": {"sweeper": {"_target_": target}}})
+        for i, target in enumerate(sweepers)
+    ]
+    text = status_markdown([], [], [], sweeps, [], datetime.now(timezone.utc))
+    return text.split("## Missing runs (0)\n\n")[1].split("\n\n")[0].strip()
+
+
+def test_missing_runs_of_a_search_point_at_its_trials_not_at_none():
+    """A search's jobs are what its study asked, so none can be counted missing; the section
+    says where they are listed instead of "None." above a line that says they are unknown."""
+    basic = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    assert missing_section([basic]) == "None."
+    search = missing_section([SEARCH_SWEEPER])
+    assert search.startswith("- logs/multirun/0: a search: its jobs are the trials its study")
+    assert "trials.csv" in search and "None" not in search
+    both = missing_section([SEARCH_SWEEPER, basic]).splitlines()
+    assert both[0].startswith("- logs/multirun/0: a search") and both[1:] == [
+        "None in the other folders."
+    ]
+    other = missing_section(["hydra_plugins.hydra_ax_sweeper.ax_sweeper.AxSweeper"])
+    assert other.endswith("has no fixed list of jobs")

@@ -113,6 +113,16 @@ def figures_markdown(figures: Mapping[str, Path]) -> str:
     return "\n\n".join(sections)
 
 
+def _unknown_jobs(sweep: Sweep) -> str:
+    """Why a sweep's missing jobs cannot be counted: its jobs are not a list fixed up front."""
+    if sweep.is_search:
+        return (
+            "a search: its jobs are the trials its study asked, listed with their states in its "
+            "trials.csv; the search's command, typed again, runs what it lacks"
+        )
+    return f"unknown, its sweeper {sweep.sweeper} has no fixed list of jobs"
+
+
 def status_markdown(
     runs: Sequence[Run],
     unfinished: Sequence[Run],
@@ -127,15 +137,13 @@ def status_markdown(
     lines = [f"## Failed or unfinished runs ({len(unfinished)})", ""]
     lines += [f"- {run.job_dir}: {run.describe(now)}" for run in unfinished] or ["None."]
     lines += ["", f"## Missing runs ({len(missing)})", ""]
-    missing_lines = [
-        f"- {job.sweep.dir} #{job.number}: {' '.join(job.overrides)}" for job in missing
-    ]
-    lines += missing_lines or ["None."]
-    lines += [
-        f"- {sweep.dir}: unknown, its sweeper {sweep.sweeper} has no fixed list of jobs"
-        for sweep in sweeps
-        if not sweep.enumerable
-    ]
+    unknown = [sweep for sweep in sweeps if not sweep.enumerable]
+    lines += [f"- {sweep.dir}: {_unknown_jobs(sweep)}" for sweep in unknown]
+    lines += [f"- {job.sweep.dir} #{job.number}: {' '.join(job.overrides)}" for job in missing]
+    if not missing and not unknown:
+        lines += ["None."]
+    elif not missing and len(unknown) < len(sweeps):
+        lines += ["None in the other folders."]
     if (unfinished or missing) and sweeps:
         lines += [
             "",
