@@ -290,6 +290,25 @@ def test_a_trial_that_ran_every_seed_completes_with_its_value_and_is_never_prune
     assert results["expected_best"] == pytest.approx([0.55] * 3)
 
 
+def test_a_study_is_continued_only_under_the_settings_it_was_made_with(tmp_path):
+    """The folder is named by the study, not its settings: another command on the same task and
+    model would otherwise rank trials run on other seeds, or with other fixed overrides."""
+    launch = FakeLauncher(tmp_path, weight_score)
+    make_search(tmp_path, launch, n_trials=1, **SMALL).run()
+    for arguments, settings, named in (
+        ((), {**SMALL, "seeds": [1, 3]}, "seeds: the study's [1, 2], this command's [1, 3]"),
+        (("trainer=cpu_bf16",), SMALL, "fixed: the study's [], this command's ['trainer=cpu_bf"),
+    ):
+        again = FakeLauncher(tmp_path, weight_score)
+        with pytest.raises(IsotuneError, match="was made with other settings") as refused:
+            make_search(tmp_path, again, arguments=arguments, n_trials=2, **settings).run()
+        assert named in str(refused.value) and "hydra.sweeper.study_name=" in str(refused.value)
+        assert again.launches == []  # refused before any job
+    more = FakeLauncher(tmp_path, weight_score)  # more trials: the same search, continued
+    make_search(tmp_path, more, n_trials=2, **SMALL).run()
+    assert sorted(pd.read_csv(tmp_path / "trials.csv").trial.unique()) == [0, 1]
+
+
 def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupted_one(tmp_path):
     never = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 0.0}  # seeds in rounds
     settings = {**SMALL, "pruner": never, "n_trials": 4}

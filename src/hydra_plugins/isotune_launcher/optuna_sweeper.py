@@ -53,6 +53,7 @@ from isotune.sweeps.summary import summarize_sweep
 log = logging.getLogger(__name__)
 
 JOURNAL_FILE = "optuna_journal.log"  # the study, in the search folder unless storage names one
+SETTINGS_ATTR = "isotune_settings"  # the study's user attribute: what its trials were run under
 SEED_KEY = "seed"  # what each job of a trial varies
 
 
@@ -304,12 +305,51 @@ class Search:
             config["seed"] = int(config["seed"]) + trial_number
         return instantiate(config)
 
+    def settings(self) -> dict[str, Any]:
+        """What makes the trials of one study comparable: the space searched, the overrides every
+        job gets, the tuning seeds, and the report's seeds, baseline and direction. The folder is
+        named by the study, not by these, so a command with other settings would continue the
+        study and rank trials run under different ones."""
+        from optuna.distributions import distribution_to_json
+
+        distributions = sorted(self.space.distributions().items())
+        return {
+            "searched": {name: distribution_to_json(d) for name, d in distributions},
+            "fixed": sorted(self.space.fixed),
+            "seeds": [int(seed) for seed in self.s["seeds"]],
+            "report_seeds": [int(seed) for seed in self.s["report_seeds"]],
+            "baseline": sorted(self.baseline_overrides()),
+            "direction": str(self.s["direction"]),
+        }
+
+    def check_same_settings(self, study: Any) -> None:
+        """Record the settings in a new study; refuse to continue one made with others. A study
+        older than the record is recorded now: its past settings are unknown."""
+        settings = self.settings()
+        recorded = study.user_attrs.get(SETTINGS_ATTR)
+        if recorded is None:
+            study.set_user_attr(SETTINGS_ATTR, settings)
+            return
+        differ = [key for key in settings if recorded.get(key) != settings[key]]
+        if differ:
+            lines = "\n".join(
+                f"  {key}: the study's {recorded.get(key)!r}, this command's {settings[key]!r}"
+                for key in differ
+            )
+            raise IsotuneError(
+                f"The study {self.study_name!r} in {self.folder} was made with other settings; "
+                f"continuing it would rank trials run under different ones:\n{lines}\nFix: type "
+                "the command that made it (its multirun.yaml has the overrides) to continue it, "
+                "or give this search a folder of its own: hydra.sweeper.study_name=<a new name>."
+            )
+
     def run(self) -> None:
         import optuna
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_text(self.folder / SWEEP_FILE, OmegaConf.to_yaml(self.config))
         study = self.study()
+        self.check_same_settings(study)  # before multirun.yaml is written over, or a job runs
+        write_text(self.folder / SWEEP_FILE, OmegaConf.to_yaml(self.config))
         left_running = [
             optuna.trial.Trial(study, t._trial_id)
             for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
