@@ -233,12 +233,13 @@ def test_vectors_from_validation_equal_a_separate_encoding_of_the_probe(
 
 def test_outlier_dimensions_of_every_epoch_are_those_of_the_measured_vectors(train_config):
     """The indices kept per epoch and view, their scalars and how many of epoch 0's outliers stay,
-    recomputed from the vectors the monitor measured (with a factor low enough to find some in a
-    tiny random model)."""
-    monitor, _, _ = fit_recording(train_config, outlier_factor=2.0)
+    recomputed from the vectors the monitor measured. A factor of 1 finds some in any cloud that
+    is not constant (no dimension's variance can lie below the mean in all of them), so the
+    test does not hang on what a tiny random model happens to hold."""
+    monitor, _, _ = fit_recording(train_config, outlier_factor=1.0)
     for epoch, vectors in monitor.vectors.items():
         for view, points in vectors.items():
-            found = measure_outliers(points, 2.0, 3)
+            found = measure_outliers(points, 1.0, 3)
             assert monitor.outliers[epoch][view] == list(found.outliers.indices)
             values = monitor.history[epoch]
             assert values[f"iso/{view}/n_outliers"] == found.outliers.count

@@ -12,13 +12,16 @@ alone). No download.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from tokenizers import ByteLevelBPETokenizer, processors
 from transformers import (
     AutoConfig,
     AutoModel,
     PretrainedConfig,
+    PreTrainedModel,
     RobertaTokenizerFast,
     T5Config,
     T5Model,
@@ -91,14 +94,25 @@ def tiny_config(model_type: str, vocab_size: int = 100) -> PretrainedConfig:
     )
 
 
+def save_seeded(build: Callable[[], PreTrainedModel], folder: Path) -> None:
+    """Save the model ``build`` initialises under seed 0, apart from the global generator: its
+    weights are the same whichever tests ran before, so a test that passes alone passes in CI's
+    order too."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = build()
+    model.save_pretrained(folder)
+
+
 def save_tiny_encoder(model_type: str, folder: Path) -> Path:
-    """A randomly initialised tiny encoder of ``model_type`` and its tokenizer, in ``folder``."""
+    """A randomly initialised (seeded) tiny encoder of ``model_type`` and its tokenizer, in
+    ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = (
         bpe_tokenizer() if model_type in BPE_FAMILIES else wordpiece_tokenizer([*WORDS, "."])
     )
     tokenizer.save_pretrained(folder)
-    AutoModel.from_config(tiny_config(model_type, len(tokenizer))).save_pretrained(folder)
+    save_seeded(lambda: AutoModel.from_config(tiny_config(model_type, len(tokenizer))), folder)
     return folder
 
 
@@ -122,7 +136,7 @@ def save_tiny_t5(folder: Path) -> Path:
         eos_token_id=1,
         decoder_start_token_id=0,
     )
-    T5Model(config).save_pretrained(folder)
+    save_seeded(lambda: T5Model(config), folder)
     return folder
 
 
@@ -138,5 +152,5 @@ def save_tiny_bart(folder: Path) -> Path:
         for size, value in (("layers", 1), ("attention_heads", 2), ("ffn_dim", 64))
     }
     config = AutoConfig.for_model("bart", vocab_size=len(tokenizer), d_model=32, **sizes, **BPE_IDS)
-    AutoModel.from_config(config).save_pretrained(folder)
+    save_seeded(lambda: AutoModel.from_config(config), folder)
     return folder
