@@ -280,6 +280,89 @@ def test_a_search_runs_each_batch_of_trials_seeds_as_a_job_array_then_reports(
     assert sorted(counted.n) == [1, 2, 3]  # the baseline, the other trial, the best (2 + 1 seeds)
 
 
+HELD = "+hydra.launcher.additional_parameters.hold=true"  # queued until released or cancelled
+SEARCH_OF_ONE_TRIAL = (
+    "hparams_search=istar", "hydra.sweeper.n_trials=1", "hydra.sweeper.pruner=null",
+    "hydra.sweeper.seeds=[1]", "hydra.sweeper.report_seeds=[2]", "trainer.max_epochs=1",
+    "logger=none",
+)  # fmt: skip
+
+
+def stopped_with_its_jobs_queued(cwd: Path, *args: str) -> tuple[Path, str]:
+    """Start ``train.py -m <args>`` from ``cwd`` with its jobs held in SLURM's queue, stop it
+    (SIGTERM) once they are submitted; its folder and the array they were sent as."""
+    output = cwd / "stopped.log"
+    with output.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "train.py"), "-m", *ON_THIS_NODE, HELD, *args],
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        submitted = wait_for(
+            lambda: (
+                process.poll() is not None
+                or next((cwd / "logs").glob("*/*/.submitit/*/*_submitted.pkl"), None)
+            ),
+            120,
+            "the jobs were submitted",
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+    assert isinstance(submitted, Path), output.read_text()[-3000:]  # it ended before
+    folder = submitted.parents[2]
+    (array,) = slurm.jobs_in(cwd)
+    assert slurm.job_state(array) == "PENDING"
+    return folder, array
+
+
+def test_a_search_whose_jobs_are_still_queued_is_continued_only_once_they_are_gone(
+    tiny_bert, glue_dir, tmp_path
+):
+    """A queued job holds no folder yet: typed again, the search names it instead of sending
+    it a second time; once it is cancelled, the same command continues and ends."""
+    search = (*SEARCH_OF_ONE_TRIAL, *tiny_cli_overrides(tiny_bert, glue_dir))
+    folder, array = stopped_with_its_jobs_queued(tmp_path, *search)
+    submitted = sorted((folder / ".submitit").iterdir())
+
+    again = run_script("train.py", "-m", *ON_THIS_NODE, HELD, *search, cwd=tmp_path)
+    output = again.stdout + again.stderr
+    assert again.returncode == 1, output[-3000:]
+    # One job (a trial of one seed): submitit sends it alone, not as an array.
+    assert f"are still queued or running: {array} (PENDING)." in output, output[-3000:]
+    assert f"scancel {array})" in output and "Traceback" not in output
+    assert sorted((folder / ".submitit").iterdir()) == submitted  # nothing sent again
+    assert slurm.jobs_in(tmp_path) == [array]
+
+    slurm.cancel(array)
+    wait_for(lambda: not slurm.jobs_in(tmp_path), 60, "the cancelled jobs left the queue")
+    done = run_script("train.py", "-m", *ON_THIS_NODE, *search, cwd=tmp_path)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    trials = pd.read_csv(folder / "trials.csv")
+    assert list(trials.state) == ["COMPLETE"] and list(trials.job_status) == ["completed"]
+
+
+def test_rerun_of_a_sweep_whose_jobs_are_still_queued_waits_for_them(tiny_bert, glue_dir, tmp_path):
+    """The queued jobs have no folder yet, so they count as missing: rerun would run them a
+    second time beside SLURM. It refuses, naming them; once they are cancelled, it runs them."""
+    sweep, array = stopped_with_its_jobs_queued(
+        tmp_path, "seed=1,2", *tiny_cli_overrides(tiny_bert, glue_dir)
+    )
+    rerun = [sys.executable, "-m", "isotune.rerun", str(sweep)]
+    refused = subprocess.run(rerun, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"{array}_0 (PENDING), {array}_1 (PENDING)" in refused.stderr
+    assert f"scancel {array})" in refused.stderr and not list(sweep.glob("rerun-*"))
+
+    slurm.cancel(array)
+    wait_for(lambda: not slurm.jobs_in(tmp_path), 60, "the cancelled jobs left the queue")
+    done = subprocess.run(rerun, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "Reran 2 jobs, 0 failed again." in done.stdout
+
+
 def test_the_cleanup_cancels_the_tests_own_jobs_and_no_other(bystander, tmp_path):
     own = slurm.submit_held_job(tmp_path)
     assert slurm.jobs_in(tmp_path) == [own]

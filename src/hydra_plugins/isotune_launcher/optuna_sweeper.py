@@ -17,7 +17,8 @@ left running goes on in its own job folders (a completed job is not run again, a
 resumes from its last.ckpt), trial numbers go on, and the sampler asks trial k with ``seed + k``,
 so a continued search asks what an uninterrupted one would. A job of the stopped search still
 running (a SLURM job outlives the command that submitted it) is never launched a second time:
-the continued search stops with one message naming it, its trial left to continue.
+the continued search stops with one message naming it, its trial left to continue; so does one
+whose SLURM jobs are still queued, which hold no folder yet (:mod:`isotune.sweeps.slurm_jobs`).
 """
 
 import logging
@@ -48,6 +49,7 @@ from isotune.search.outcomes import (
 from isotune.search.report import TRIALS_FILE, HeldOut, TrialRow, trials_table, write_report
 from isotune.search.space import SearchSpace, override_value, parse_space
 from isotune.sweeps.runs import SWEEP_FILE
+from isotune.sweeps.slurm_jobs import check_no_live_jobs
 from isotune.sweeps.summary import summarize_sweep
 
 log = logging.getLogger(__name__)
@@ -349,6 +351,7 @@ class Search:
         self.folder.mkdir(parents=True, exist_ok=True)
         study = self.study()
         self.check_same_settings(study)  # before multirun.yaml is written over, or a job runs
+        check_no_live_jobs(self.folder, "Continuing the search")
         write_text(self.folder / SWEEP_FILE, OmegaConf.to_yaml(self.config))
         left_running = [
             optuna.trial.Trial(study, t._trial_id)

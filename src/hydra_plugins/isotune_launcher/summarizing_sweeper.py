@@ -8,8 +8,10 @@ Hydra's basic sweeper instead re-raises the first failed job's error, which Hydr
 traceback of the whole sweep (and stops before later batches); here the launcher's returns are
 kept aside and handed to it as completed, so that only the summary speaks. A launcher's refusal
 of its own settings (an :class:`~isotune.errors.IsotuneError`) is one message too, as is a sweep
-that cannot fit on its disk (:mod:`isotune.training.sweep_space`, checked before any job starts),
-and a sweep stopped by a signal prints the summary before it exits with the signal's status.
+that cannot fit on its disk (:mod:`isotune.training.sweep_space`, checked before any job starts)
+or one typed again while jobs it sent to SLURM are still queued or running
+(:mod:`isotune.sweeps.slurm_jobs`), and a sweep stopped by a signal prints the summary before
+it exits with the signal's status.
 
 A sweep typed again in its folder starts each job in the job's folder, where Hydra's ``run_job``
 writes ``.hydra/*.yaml`` and opens ``train.log`` before any callback or the run can check it. So
@@ -46,6 +48,7 @@ from isotune.record import folder_lock
 from isotune.record.results import RESULTS_FILE, RunRecord
 from isotune.record.resume import check_links_stay_inside
 from isotune.sweeps.runs import SWEEP_FILE
+from isotune.sweeps.slurm_jobs import check_no_live_jobs
 from isotune.sweeps.summary import summarize_sweep
 
 log = logging.getLogger(__name__)
@@ -159,6 +162,7 @@ class SummarizingSweeper(BasicSweeper):
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).resolve()
         log.info(f"Sweep folder: {sweep_dir}")
         try:
+            check_no_live_jobs(sweep_dir, "Typing the sweep again")
             jobs = self._job_configs(arguments)
             check_sweep_fits(sweep_dir, jobs, jobs_at_once(self.config.hydra.launcher, len(jobs)))
             super().sweep(arguments)

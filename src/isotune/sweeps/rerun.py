@@ -12,7 +12,8 @@ Each job is one ``python <script> <overrides> hydra.run.dir=<dir>``, run from th
 working directory (when it is this one or the script's folder), one after another. It refuses
 while the sweep itself or another rerun of it is alive (they hold the sweep folder's lock; a
 rerun holds it while it runs), and while the workers of a ``gpus``-launcher sweep still hold
-their GPU slots.
+their GPU slots, and while jobs the sweep sent to SLURM are still queued or running
+(:mod:`isotune.sweeps.slurm_jobs`: a queued job holds no lock yet, and would run twice).
 
 The overrides read from the folder are data: one that names code to run (a ``_target_``, any
 ``hydra`` setting but the project's own launchers and sweeper) is refused, naming the job, and
@@ -40,7 +41,7 @@ import isotune
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
 from isotune.record.resume import LAST_CHECKPOINT
-from isotune.sweeps import gpu_slots
+from isotune.sweeps import gpu_slots, slurm_jobs
 from isotune.sweeps.runs import Run, Sweep, job_id, load_runs, missing_jobs, unfinished_runs
 
 RERUN_DIR_PREFIX = "rerun-"
@@ -165,6 +166,7 @@ def plan_reruns(
             f"The sweep {sweep.dir} is still running (its workers hold GPU slots {running}); "
             "rerun its failed or missing jobs once it has ended."
         )
+    slurm_jobs.check_no_live_jobs(sweep.dir, "Rerunning its jobs")
     script = training_script(sweep, script)
     cwd = working_directory(sweep, script)
     runs = load_runs(sweep.dir)
