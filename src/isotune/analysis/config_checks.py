@@ -9,39 +9,27 @@ message, in the words of the training check (:mod:`isotune.training.config_check
 
 from __future__ import annotations
 
-from typing import Any
-
 from omegaconf import DictConfig
 
 from isotune.analysis.directions import MATRICES
 from isotune.analysis.single_dimension import SEARCHES
-from isotune.norms.ranges import COUNT, NON_NEGATIVE, POSITIVE
-from isotune.norms.values import finite_number, integer
+from isotune.norms.ranges import COUNT, NON_NEGATIVE, POSITIVE, SHARE
+from isotune.norms.values import integer
 from isotune.training.config_checks import (
     SEED_RANGE,
     Rules,
+    count_or_null,
     raise_problems,
     rule_problems,
     valid_seed,
 )
 
-
-def _count_or_all(value: Any) -> bool:
-    """null (all of it) or an integer >= 1."""
-    return value is None or COUNT.holds(value)
-
-
-def _share(value: Any) -> bool:
-    return finite_number(value) and 0 <= value <= 1
-
-
-COUNT_OR_ALL = (_count_or_all, "null (all of it) or an integer >= 1")
+COUNT_OR_ALL = (count_or_null, "null (all of it) or an integer >= 1")
 COMPONENTS = (lambda v: integer(v) and v >= 0, "an integer >= 0 (0: centring only)")
-SHARE = (_share, "a number in [0, 1]")
 
 RULES: Rules = (
     ("seed", valid_seed, SEED_RANGE),
-    ("data.max_length", _count_or_all, "null (the fine-tuning run's) or an integer >= 1"),
+    ("data.max_length", count_or_null, "null (the fine-tuning run's) or an integer >= 1"),
     ("data.eval_batch_size", *COUNT),
     ("data.dev_examples", *COUNT_OR_ALL),
     ("data.train_examples", *COUNT_OR_ALL),

@@ -20,7 +20,7 @@ from isotune.errors import IsotuneError
 from isotune.isotropy.penalties import REGULARIZERS
 from isotune.model.classifier import SCHEDULES
 from isotune.model.regularization import SHRINKAGE_SAMPLES, VIEWS
-from isotune.norms.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
+from isotune.norms.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SHARE, SWITCH
 from isotune.norms.registry import NORMS
 from isotune.norms.values import finite_number, integer
 from isotune.record.checkpoints import KEEP_MODES
@@ -65,24 +65,31 @@ def _betas(value: Any) -> bool:
     )
 
 
+def count_or_null(value: Any) -> bool:
+    """null (the option's default: all, or none) or an integer >= 1."""
+    return value is None or COUNT.holds(value)
+
+
 # (key, check, valid range). A key the config does not have is skipped: norm, reg and adapt
 # options exist only for the options that take them.
-RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+Rules = Sequence[tuple[str, Callable[[Any], bool], str]]
+
+RULES: Rules = (
     ("seed", valid_seed, SEED_RANGE),
     ("resume", lambda v: v in RESUME_MODES, f"one of {list(RESUME_MODES)}"),
     ("checkpoint.keep", lambda v: v in KEEP_MODES, f"one of {list(KEEP_MODES)}"),
-    ("check_free_space", lambda v: isinstance(v, bool), "true or false"),
-    ("data.max_length", lambda v: integer(v) and v >= 1, "an integer >= 1"),
-    ("data.batch_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
-    ("data.eval_batch_size", lambda v: integer(v) and v >= 1, "an integer >= 1"),
+    ("check_free_space", *SWITCH),
+    ("data.max_length", *COUNT),
+    ("data.batch_size", *COUNT),
+    ("data.eval_batch_size", *COUNT),
     ("data.num_workers", lambda v: integer(v) and v >= 0, "an integer >= 0"),
-    ("data.drop_last", lambda v: isinstance(v, bool), "true or false"),
-    ("data.group_by_length", lambda v: isinstance(v, bool), "true or false"),
-    ("optim.lr", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
-    ("optim.weight_decay", lambda v: finite_number(v) and v >= 0, "a finite number >= 0"),
-    ("optim.adam_eps", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
+    ("data.drop_last", *SWITCH),
+    ("data.group_by_length", *SWITCH),
+    ("optim.lr", *POSITIVE),
+    ("optim.weight_decay", *NON_NEGATIVE),
+    ("optim.adam_eps", *POSITIVE),
     ("optim.betas", _betas, "two numbers in [0, 1), e.g. [0.9,0.999]"),
-    ("optim.warmup_ratio", lambda v: finite_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    ("optim.warmup_ratio", *SHARE),
     (
         "optim.schedule",
         lambda v: isinstance(v, str) and v in SCHEDULES,
@@ -104,10 +111,10 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("reg.weight", finite_number, "a finite number (> 0 towards isotropy, < 0 away from it)"),
     ("reg.view", lambda v: v in VIEWS, f"one of {list(VIEWS)}"),
     ("reg.layers", _layers, "all, last, or hidden-state indices such as [-1] or [1,2]"),
-    ("reg.include_padding", lambda v: isinstance(v, bool), "true or false"),
-    ("reg.zeta", lambda v: finite_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    ("reg.include_padding", *SWITCH),
+    ("reg.zeta", *SHARE),
     ("reg.shrinkage_points", lambda v: integer(v) and v >= 2, "an integer >= 2"),
-    ("reg.shrinkage_examples", lambda v: integer(v) and v >= 1, "an integer >= 1"),
+    ("reg.shrinkage_examples", *COUNT),
     ("reg.shrinkage_sample", lambda v: v in SHRINKAGE_SAMPLES, f"one of {list(SHRINKAGE_SAMPLES)}"),
     ("callbacks.isotropy.probe_size", *COUNT),
     ("callbacks.isotropy.max_tokens", *COUNT),
@@ -118,15 +125,15 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ),
     (
         "callbacks.isotropy.local_k",
-        lambda v: v is None or COUNT.holds(v),
+        count_or_null,
         "null or an integer >= 1",
     ),
     ("callbacks.isotropy.dominant_factor", *POSITIVE),
     ("callbacks.isotropy.figures", *SWITCH),
     ("callbacks.isotropy.outlier_factor", *POSITIVE),
     ("callbacks.isotropy.rogue_k", *COUNT),
-    ("adapt.r", lambda v: integer(v) and v >= 1, "an integer >= 1"),
-    ("adapt.alpha", lambda v: finite_number(v) and v > 0, "a finite number > 0"),
+    ("adapt.r", *COUNT),
+    ("adapt.alpha", *POSITIVE),
     ("adapt.dropout", lambda v: finite_number(v) and 0 <= v < 1, "a number in [0, 1)"),
     ("adapt.target_modules", _module_names, "null or a list of module names, e.g. [query,value]"),
 )
@@ -202,9 +209,6 @@ def _accelerator_problems(cfg: DictConfig) -> list[str]:
         f"  trainer.accelerator={accelerator!r}: needs a CUDA GPU, but torch sees none ({why}); "
         "use trainer=cpu, or trainer=default (accelerator auto: a GPU where there is one)"
     ]
-
-
-Rules = Sequence[tuple[str, Callable[[Any], bool], str]]
 
 
 def rule_problems(cfg: DictConfig, rules: Rules) -> list[str]:
