@@ -107,23 +107,24 @@ def test_a_job_array_completes(tiny_bert, glue_dir, tmp_path):
 def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly(
     tiny_bert, glue_dir, tmp_path
 ):
-    # Over a minute of training (12,800 steps of batch 2; 3,200 took 18 s on 2 quiet cores once
-    # metrics.csv was appended to instead of rewritten at every step) in allocations of 1 minute:
-    # each gives at most ~50 s after start-up, so the job times out at least once.
-    # SLURM sends SIGUSR2 20 s before the limit, but checks on a 30 s tick and may send it up to
-    # a minute early: an allocation can end 10 s after start-up (~200 steps), so the job may
-    # take many allocations, and max_num_timeout allows them.
+    # SLURM checks time limits on a 30 s tick and sends the warning once the time left is within
+    # signal_delay_s + 30 s: in an allocation of 2 minutes with a delay of 20 s, between 70 and
+    # 100 s after the start, whatever the tick's phase. Less start-up (~11 s), each allocation
+    # trains 59-89 s. 6,400 steps of batch 2 take ~150 s on 2 quiet cores (~43 steps/s), so
+    # the job times out at least once and completes in two or three allocations. (With 1-minute
+    # allocations the window is 10-40 s, and a requeued job restarting in step with the tick was
+    # warned 12 s after each start, before training a step.)
     run = [
         *tiny_cli_overrides(
             tiny_bert, glue_dir, "callbacks.early_stopping=null", "data.batch_size=2"
         ),
-        "trainer.max_epochs=400",
+        "trainer.max_epochs=200",
         "trainer.limit_train_batches=1.0",
     ]
     limit = (
-        "hydra.launcher.timeout_min=1",
+        "hydra.launcher.timeout_min=2",
         "hydra.launcher.signal_delay_s=20",
-        "hydra.launcher.max_num_timeout=40",
+        "hydra.launcher.max_num_timeout=10",
     )
     result = run_script("train.py", "-m", *ON_THIS_NODE, *limit, *run, cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -136,7 +137,7 @@ def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly
 
     uninterrupted = train(compose_train_config(run, tmp_path / "uninterrupted"))
     assert record["history"] == uninterrupted["history"]
-    assert record["steps"] == uninterrupted["steps"] == 400 * 32
+    assert record["steps"] == uninterrupted["steps"] == 200 * 32
     # Completed, both keep their best epoch's model only (checkpoint.keep=slim, the default).
     expected = torch.load(tmp_path / "uninterrupted/checkpoints/best.ckpt", weights_only=True)
     actual = torch.load(job / "checkpoints/best.ckpt", weights_only=True)
