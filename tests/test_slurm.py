@@ -9,6 +9,7 @@ submitted before them and still queued after them proves."""
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -104,23 +105,33 @@ def test_a_job_array_completes(tiny_bert, glue_dir, tmp_path):
     assert f"Sweep {sweep}: 2 of 2 jobs completed." in result.stdout + result.stderr
 
 
+def _epochs_lasting(seconds: float, run: list[str], folder: Path) -> int:
+    """How many epochs of ``run`` train for about ``seconds`` here. SLURM's warning comes at a
+    fixed time into an allocation, so the job's length is measured on this machine, not guessed:
+    CI's machine trains twice as fast as a developer's, and a guessed 6,400 steps finished there
+    within one allocation. (The probe's wall time includes loading, so it errs short.)"""
+    probe_epochs = 20
+    probe = train(compose_train_config([*run, f"trainer.max_epochs={probe_epochs}"], folder))
+    return math.ceil(seconds / (probe["wall_time_s"] / probe_epochs))
+
+
 def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly(
     tiny_bert, glue_dir, tmp_path
 ):
     # SLURM checks time limits on a 30 s tick and sends the warning once the time left is within
     # signal_delay_s + 30 s: in an allocation of 2 minutes with a delay of 20 s, between 70 and
     # 100 s after the start, whatever the tick's phase. Less start-up (~11 s), each allocation
-    # trains 59-89 s. 6,400 steps of batch 2 take ~150 s on 2 quiet cores (~43 steps/s), so
-    # the job times out at least once and completes in two or three allocations. (With 1-minute
-    # allocations the window is 10-40 s, and a requeued job restarting in step with the tick was
-    # warned 12 s after each start, before training a step.)
+    # trains 59-89 s, so a job of ~150 s of training times out at least once and completes in
+    # two or three allocations. (With 1-minute allocations the window is 10-40 s, and a requeued
+    # job restarting in step with the tick was warned 12 s after each start, before a step.)
     run = [
         *tiny_cli_overrides(
             tiny_bert, glue_dir, "callbacks.early_stopping=null", "data.batch_size=2"
         ),
-        "trainer.max_epochs=200",
         "trainer.limit_train_batches=1.0",
     ]
+    epochs = _epochs_lasting(150, run, tmp_path / "probe")
+    run.append(f"trainer.max_epochs={epochs}")
     limit = (
         "hydra.launcher.timeout_min=2",
         "hydra.launcher.signal_delay_s=20",
@@ -137,7 +148,7 @@ def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly
 
     uninterrupted = train(compose_train_config(run, tmp_path / "uninterrupted"))
     assert record["history"] == uninterrupted["history"]
-    assert record["steps"] == uninterrupted["steps"] == 200 * 32
+    assert record["steps"] == uninterrupted["steps"] == epochs * 32
     # Completed, both keep their best epoch's model only (checkpoint.keep=slim, the default).
     expected = torch.load(tmp_path / "uninterrupted/checkpoints/best.ckpt", weights_only=True)
     actual = torch.load(job / "checkpoints/best.ckpt", weights_only=True)
