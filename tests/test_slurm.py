@@ -302,7 +302,8 @@ SEARCH_OF_ONE_TRIAL = (
 
 def stopped_with_its_jobs_queued(cwd: Path, *args: str) -> tuple[Path, str]:
     """Start ``train.py -m <args>`` from ``cwd`` with its jobs held in SLURM's queue, stop it
-    (SIGTERM) once they are submitted; its folder and the array they were sent as."""
+    (SIGTERM) once they are submitted; its folder and the array they were sent as. It stops as
+    on Ctrl-C, naming the jobs that go on (hydra_plugins/isotune_launcher/waiting.py)."""
     output = cwd / "stopped.log"
     with output.open("w") as log:
         process = subprocess.Popen(
@@ -323,10 +324,16 @@ def stopped_with_its_jobs_queued(cwd: Path, *args: str) -> tuple[Path, str]:
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)
-    assert isinstance(submitted, Path), output.read_text()[-3000:]  # it ended before
+    stopped = output.read_text()
+    assert isinstance(submitted, Path), stopped[-3000:]  # it ended before
     folder = submitted.parents[2]
     (array,) = slurm.jobs_in(cwd)
     assert slurm.job_state(array) == "PENDING"
+    # Stopped as by Ctrl-C: the summary, then the jobs that go on and how to cancel them.
+    assert process.returncode == 128 + signal.SIGTERM, stopped[-3000:]
+    assert "Jobs it sent to SLURM go on without it: " in stopped, stopped[-3000:]
+    assert "(PENDING). They write into their folders as they run" in stopped
+    assert f"To stop them instead: scancel {array}\n" in stopped and "Traceback" not in stopped
     return folder, array
 
 

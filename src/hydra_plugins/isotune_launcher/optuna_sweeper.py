@@ -36,6 +36,7 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.isotune_launcher.waiting import sigterm_stops_the_wait
 from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
@@ -49,7 +50,7 @@ from isotune.search.outcomes import (
 from isotune.search.report import TRIALS_FILE, HeldOut, TrialRow, trials_table, write_report
 from isotune.search.space import SearchSpace, override_value, parse_space
 from isotune.sweeps.runs import SWEEP_FILE
-from isotune.sweeps.slurm_jobs import check_no_live_jobs
+from isotune.sweeps.slurm_jobs import check_no_live_jobs, jobs_going_on
 from isotune.sweeps.summary import summarize_sweep
 
 log = logging.getLogger(__name__)
@@ -109,14 +110,17 @@ class OptunaSweeper(Sweeper):
         folder = Path(str(self.config.hydra.sweep.dir)).resolve()
         log.info(f"Search folder: {folder}")
         try:
-            search = Search(self.config, self.settings, arguments, folder, self._launch)
-            search.run()
+            with sigterm_stops_the_wait(self.launcher):
+                search = Search(self.config, self.settings, arguments, folder, self._launch)
+                search.run()
         except IsotuneError as error:
             log.error(f"{error}\nSearch folder: {folder}")
             sys.exit(1)
         except (KeyboardInterrupt, SystemExit) as stop:
             if (folder / SWEEP_FILE).is_file():
                 log.warning(summarize_sweep(folder).text)
+            if going_on := jobs_going_on(folder):
+                log.warning(going_on)
             log.warning("Type the same command again to continue the search (docs/search.md).")
             if isinstance(stop, SystemExit):
                 raise

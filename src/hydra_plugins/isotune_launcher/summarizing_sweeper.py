@@ -43,12 +43,13 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict, read_write
 
+from hydra_plugins.isotune_launcher.waiting import sigterm_stops_the_wait
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
 from isotune.record.results import RESULTS_FILE, RunRecord
 from isotune.record.resume import check_links_stay_inside
 from isotune.sweeps.runs import SWEEP_FILE
-from isotune.sweeps.slurm_jobs import check_no_live_jobs
+from isotune.sweeps.slurm_jobs import check_no_live_jobs, jobs_going_on
 from isotune.sweeps.summary import summarize_sweep
 
 log = logging.getLogger(__name__)
@@ -162,15 +163,19 @@ class SummarizingSweeper(BasicSweeper):
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).resolve()
         log.info(f"Sweep folder: {sweep_dir}")
         try:
-            check_no_live_jobs(sweep_dir, "Typing the sweep again")
-            jobs = self._job_configs(arguments)
-            check_sweep_fits(sweep_dir, jobs, jobs_at_once(self.config.hydra.launcher, len(jobs)))
-            super().sweep(arguments)
+            with sigterm_stops_the_wait(self.launcher.launcher):
+                check_no_live_jobs(sweep_dir, "Typing the sweep again")
+                jobs = self._job_configs(arguments)
+                fits_at_once = jobs_at_once(self.config.hydra.launcher, len(jobs))
+                check_sweep_fits(sweep_dir, jobs, fits_at_once)
+                super().sweep(arguments)
         except IsotuneError as error:  # the launcher refused its settings, or the disk: no job ran
             log.error(f"{error}\nSweep folder: {sweep_dir}")
             sys.exit(1)
         except (KeyboardInterrupt, SystemExit) as stop:  # a signal stopped the sweep
             log.warning(summarize_sweep(sweep_dir).text)
+            if going_on := jobs_going_on(sweep_dir):
+                log.warning(going_on)
             if isinstance(stop, SystemExit):
                 raise
             sys.exit(128 + getattr(stop, "signal", signal.SIGINT))

@@ -90,11 +90,35 @@ def check_no_live_jobs(sweep_dir: Path, what: str) -> None:
     jobs = live_jobs(sweep_dir)
     if not jobs:
         return
-    listed = ", ".join(f"{job.job_id} ({job.state})" for job in jobs)
-    arrays = " ".join(dict.fromkeys(job.array_id for job in jobs))
     raise IsotuneError(
         f"Jobs that {sweep_dir} sent to SLURM are still queued or running: "
-        f"{listed}. {what} would send a second job into their folders. Fix: wait until they "
-        f"end (squeue --me lists them), or cancel them (scancel {arrays}); then type the "
-        "command again: a completed job is read, an interrupted one resumes from its last.ckpt."
+        f"{_listed(jobs)}. {what} would send a second job into their folders. Fix: wait until "
+        f"they end (squeue --me lists them), or cancel them (scancel {_arrays(jobs)}); then type "
+        "the command again: a completed job is read, an interrupted one resumes from its last.ckpt."
     )
+
+
+def jobs_going_on(sweep_dir: Path) -> str | None:
+    """For a sweep or search stopped while it waited: a line naming the jobs ``sweep_dir`` sent
+    to SLURM, which go on without it, and how to cancel them; None where there are none or
+    SLURM does not answer (the stop is not held up by it)."""
+    try:
+        jobs = live_jobs(sweep_dir)
+    except IsotuneError:
+        return None
+    if not jobs:
+        return None
+    return (
+        f"Jobs it sent to SLURM go on without it: {_listed(jobs)}. They write into their "
+        "folders as they run, and no command sends them again while SLURM holds them. To stop "
+        f"them instead: scancel {_arrays(jobs)}"
+    )
+
+
+def _listed(jobs: list[SlurmJob]) -> str:
+    return ", ".join(f"{job.job_id} ({job.state})" for job in jobs)
+
+
+def _arrays(jobs: list[SlurmJob]) -> str:
+    """What ``scancel`` takes to cancel them: each array once."""
+    return " ".join(dict.fromkeys(job.array_id for job in jobs))
