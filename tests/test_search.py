@@ -360,6 +360,16 @@ def test_a_job_of_the_stopped_search_still_running_is_not_launched_again(tmp_pat
     assert list(trials.state) == ["COMPLETE", "COMPLETE"] and list(trials.seed) == [1, 2]
 
 
+def test_a_search_stopped_before_its_first_job_started_says_so(tmp_path):
+    """Not "0 of 0 jobs completed": a search knows its jobs only as they start."""
+    stopped = FakeLauncher(tmp_path, weight_score, stop_at_launch=0)
+    with pytest.raises(KeyboardInterrupt):
+        make_search(tmp_path, stopped, **SMALL).run()
+    summary = summarize_sweep(tmp_path).text.splitlines()
+    assert summary[0] == f"Sweep {tmp_path.resolve()}: no job has started yet."
+    assert summary[1].startswith("The sweep folder uses ") and len(summary) == 2
+
+
 def test_a_search_folder_is_continued_by_its_command_not_by_isotune_rerun(tmp_path):
     def trial_0_seed_2_crashes(values, seed):
         return None if values["hydra.sweep.subdir"] == "trial-000/seed-2" else 0.6

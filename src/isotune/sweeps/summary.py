@@ -32,10 +32,13 @@ def summarize_sweep(sweep_dir: Path) -> SweepSummary:
     completed = sum(run.completed for run in runs)
     total = len(sweep.expected_jobs) if sweep.enumerable else len(runs)
     now = datetime.now().astimezone()
-    lines = [
-        f"Sweep {sweep.dir.resolve()}: {completed} of {total} jobs completed"
-        + (f", {len(unfinished) + len(missing)} did not:" if unfinished or missing else ".")
-    ]
+    if total == 0:  # a search whose jobs have not started: it cannot know how many will run
+        lines = [f"Sweep {sweep.dir.resolve()}: no job has started yet."]
+    else:
+        lines = [
+            f"Sweep {sweep.dir.resolve()}: {completed} of {total} jobs completed"
+            + (f", {len(unfinished) + len(missing)} did not:" if unfinished or missing else ".")
+        ]
     lines += [
         f"  #{run.job_dir.name} {_short(run.describe(now))}  ({run.job_dir})" for run in unfinished
     ]
