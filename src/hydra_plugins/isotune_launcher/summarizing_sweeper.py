@@ -76,6 +76,9 @@ class _KeepingLauncher:
         self.config = config
         self.config_loader = config_loader
         self.returns: list[Sequence[JobReturn]] = []
+        # Each job's config as the sweeper composed it for the disk check, by job number and
+        # overrides: composing one takes a noticeable fraction of a second, so it is done once.
+        self.composed: dict[tuple[int, tuple[str, ...]], DictConfig] = {}
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list:
         refusals = [
@@ -101,7 +104,9 @@ class _KeepingLauncher:
     def refusal(self, overrides: list[str], number: int) -> JobReturn | None:
         """A failed return for job ``number`` if its folder (as Hydra's ``run_job`` will make it)
         holds a link leading out, with the refusal recorded in its results.json; else None."""
-        config = self.config_loader.load_sweep_config(self.config, overrides)
+        config = self.composed.pop((number, tuple(overrides)), None)
+        if config is None:  # not composed before (a job the sweeper numbered otherwise)
+            config = self.config_loader.load_sweep_config(self.config, overrides)
         with open_dict(config):  # as the launchers number a job
             config.hydra.job.id = number
             config.hydra.job.num = number
@@ -165,7 +170,8 @@ class SummarizingSweeper(BasicSweeper):
         try:
             with sigterm_stops_the_wait(self.launcher.launcher):
                 check_no_live_jobs(sweep_dir, "Typing the sweep again")
-                jobs = self._job_configs(arguments)
+                self.launcher.composed = self._job_configs(arguments)
+                jobs = list(self.launcher.composed.values())
                 fits_at_once = jobs_at_once(self.config.hydra.launcher, len(jobs))
                 check_sweep_fits(sweep_dir, jobs, fits_at_once)
                 super().sweep(arguments)
@@ -199,18 +205,19 @@ class SummarizingSweeper(BasicSweeper):
         log.error(summary.text)
         sys.exit(1)
 
-    def _job_configs(self, arguments: list[str]) -> list[DictConfig]:
-        """Every job's composed config, as the basic sweeper will make them."""
+    def _job_configs(self, arguments: list[str]) -> dict[tuple[int, tuple[str, ...]], DictConfig]:
+        """Every job's composed config, as the basic sweeper will make them, by job number and
+        overrides (in job-number order)."""
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
         parsed = OverridesParser.create(config_loader=loader).parse_overrides(
             [*self._parse_config(), *arguments]
         )
-        return [
-            loader.load_sweep_config(self.config, list(job))
-            for batch in self.split_arguments(parsed, None)
-            for job in batch
-        ]
+        jobs = [tuple(job) for batch in self.split_arguments(parsed, None) for job in batch]
+        return {
+            (number, job): loader.load_sweep_config(self.config, list(job))
+            for number, job in enumerate(jobs)
+        }
 
 
 def _failed_without_record(job: JobReturn) -> bool:
