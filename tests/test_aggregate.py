@@ -547,3 +547,54 @@ def test_outlier_table_shows_medians_of_the_counts_and_the_kept_ones():
     assert table.splitlines()[2] == "| norm=isobn | rte | 3 → 4 | 2 | 3 → 0 | 0 | 3 |"
     empty = pd.DataFrame([rows[-1]], columns=columns)
     assert tables.outliers_markdown(empty).startswith("No outlier dimensions in these runs")
+
+
+def write_search(folder: Path) -> None:
+    """A search folder as `python train.py -m hparams_search=istar 'hydra.sweeper.seeds=[1,2]'
+    'hydra.sweeper.report_seeds=[7]' hydra.sweeper.n_trials=2` leaves it: two trials on seeds 1
+    and 2, then the winner (trial 0) and the baseline (reg=none) on seed 7."""
+    folder.mkdir(parents=True)
+    multirun = {"hydra": {"sweeper": {"_target_": runs.SEARCH_SWEEPER}, "overrides": {"task": []}}}
+    (folder / "multirun.yaml").write_text(yaml.safe_dump(multirun))
+    jobs = {  # folder: (reg, reg.weight, seed, dev accuracy)
+        "trial-000/seed-1": ("istar", -0.125, 1, 0.70),
+        "trial-000/seed-2": ("istar", -0.125, 2, 0.68),
+        "trial-001/seed-1": ("istar", 0.5, 1, 0.60),
+        "trial-001/seed-2": ("istar", 0.5, 2, 0.58),
+        "report/trial-000/seed-7": ("istar", -0.125, 7, 0.62),
+        "report/baseline/seed-7": ("none", 0.0, 7, 0.64),
+    }
+    for where, (reg, weight, seed, score) in jobs.items():
+        overrides = ["reg=none"] if reg == "none" else [f"reg.weight={weight}"]
+        result = {**completed("minilm", "none", "rte", seed, score), "reg": reg}
+        write_run(folder / where, [*overrides, f"seed={seed}"], {**result, "reg_weight": weight})
+    (folder / "search_report.md").write_text("# Search report\n")
+
+
+def test_a_search_folder_keeps_tuning_and_report_runs_apart_and_points_to_its_report(
+    tmp_path, capsys
+):
+    folder = tmp_path / "search" / "istar_rte_minilm"
+    write_search(folder)
+    assert aggregate.main([str(folder)]) == 0
+    printed = capsys.readouterr().out
+    result = aggregate.aggregate([folder])
+    summary = result.summary.set_index("configuration")
+    winner_tuning = "reg=istar reg_weight=-0.125 search=tuning"
+    winner_report = "reg=istar reg_weight=-0.125 search=report"
+    baseline = "reg=none reg_weight=0.0 search=report"
+    # The winner's row does not pool its tuning seeds (1, 2) with its report seed (7).
+    assert summary.loc[winner_tuning, "median"] == pytest.approx(69.0)
+    assert summary.loc[winner_tuning, "n"] == 2
+    assert summary.loc[winner_report, "median"] == pytest.approx(62.0)
+    # A Δ only where seeds pair: the report's winner against the baseline on seed 7.
+    compared = result.summary.dropna(subset=["delta_vs_baseline"])
+    assert list(compared["configuration"]) == [winner_report]
+    assert compared["delta_vs_baseline"].iloc[0] == pytest.approx(62.0 - 64.0)
+    assert summary.loc[baseline, "n"] == 1
+    paired = result.paired.set_index("configuration")
+    assert list(paired.index) == [winner_report]
+    assert paired.loc[winner_report, "n"] == 1 and paired.loc[winner_report, "baseline"] == baseline
+    assert str(folder / "search_report.md") in printed
+    assert "Δ median vs the baseline" in printed and "search=tuning" in printed
+    assert str(folder / "search_report.md") in (folder / "sweep_report.md").read_text()

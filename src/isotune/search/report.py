@@ -29,12 +29,13 @@ import yaml
 from isotune.atomic_files import save_figure, write_text
 from isotune.search.expected_best import expected_best_curve
 from isotune.search.outcomes import JobOutcome, failure_reason
+from isotune.sweeps.runs import SEARCH_REPORT_FILE
 from isotune.sweeps.statistics import PairedComparison, paired_comparison, seed_count_caveat
 from isotune.tracking.reporting import markdown_table
 
 log = logging.getLogger(__name__)
 
-REPORT_FILE = "search_report.md"
+REPORT_FILE = SEARCH_REPORT_FILE
 RESULTS_FILE = "optimization_results.yaml"
 TRIALS_FILE = "trials.csv"
 HISTORY, IMPORTANCES, EXPECTED_BEST = "optimization_history", "param_importances", "expected_best"

@@ -62,6 +62,7 @@ from isotune.sweeps.runs import (
     latest_completed_runs,
     load_runs,
     missing_jobs,
+    search_parts,
     unfinished_runs,
 )
 from isotune.sweeps.seeds import SeedAxis, run_seeds
@@ -121,7 +122,8 @@ class Aggregate:
     def results(self) -> str:
         if self.summary.empty:
             return "No completed runs.\n"
-        return results_markdown(self.summary, self.configurations)
+        searches = report.searches_markdown(self.sweeps)
+        return results_markdown(self.summary, self.configurations) + (searches and f"\n{searches}")
 
     def status(self) -> str:
         return report.status_markdown(
@@ -195,6 +197,7 @@ def aggregate(
     sweeps = list(
         {sweep.dir.resolve(): sweep for d in directories for sweep in find_sweeps(d)}.values()
     )
+    runs = search_parts(runs, sweeps)
     if not runs and not sweeps:
         raise IsotuneError(
             f"No {RESULTS_FILE} and no {SWEEP_FILE} below {', '.join(map(str, directories))}: pass "

@@ -8,6 +8,11 @@ another), every other axis and override the same (model, adaptation, ...). A con
 and its baseline's runs of one task that share the seed that varies (:mod:`isotune.sweeps.seeds`)
 are paired, and
 :mod:`isotune.sweeps.statistics` compares them.
+
+In a search folder the runs of a trial on the tuning seeds and the runs of the report on the report
+seeds are different configurations (``search=tuning``, ``search=report``): the winner's runs on
+the two are never pooled, and only the report's runs have a baseline (the search runs its
+baseline on the report seeds only, which share no seed with the tuning ones).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from isotune.errors import IsotuneError
-from isotune.sweeps.runs import Run
+from isotune.sweeps.runs import TUNING, Run
 from isotune.sweeps.statistics import holm, paired_comparison, seed_count_caveat
 from isotune.tracking.run_names import NOT_IN_GROUP
 
@@ -60,22 +65,26 @@ PAIRED_BY = ("task", "seed", "seed_init", "seed_data")
 
 @dataclass(frozen=True)
 class Configuration:
-    """The axes (name, value) in :data:`AXES` order and the other overrides, sorted."""
+    """The axes (name, value) in :data:`AXES` order, the other overrides, sorted, and in a search
+    folder the part of the search its runs belong to (:attr:`Run.search_part`)."""
 
     axes: tuple[tuple[str, str], ...]
     overrides: tuple[str, ...]
+    search_part: str | None = None
 
     @classmethod
     def of(cls, run: Run) -> Configuration:
         """The configuration of a completed run (an axis it lacks: that axis's ``missing``)."""
         axes = tuple((name, _axis_value(run, name, axis)) for name, axis in AXES.items())
         kept = (o for o in run.overrides if not _not_a_setting(override_key(o)))
-        return cls(axes, tuple(sorted(kept)))
+        return cls(axes, tuple(sorted(kept)), run.search_part)
 
     @property
     def parts(self) -> tuple[str, ...]:
-        """``axis=value`` of every axis, then the other overrides: what the name is made of."""
-        return (*(f"{name}={value}" for name, value in self.axes), *self.overrides)
+        """``axis=value`` of every axis, the other overrides, then ``search=<part>`` in a search
+        folder: what the name is made of."""
+        part = () if self.search_part is None else (f"search={self.search_part}",)
+        return (*(f"{name}={value}" for name, value in self.axes), *self.overrides, *part)
 
     def value(self, axis: str) -> str:
         return dict(self.axes)[axis]
@@ -95,7 +104,7 @@ class Configuration:
     def sort_key(self) -> tuple[Any, ...]:
         """Each axis's leading value (the baseline's: ``norm=none``) first, the rest A-Z."""
         positions = [(value != AXES[name].leading, value) for name, value in self.axes]
-        return (*positions, self.overrides)
+        return (*positions, self.overrides, self.search_part != TUNING)
 
 
 def _axis_value(run: Run, name: str, axis: Axis) -> str:
@@ -161,7 +170,11 @@ class Configurations:
         ordered = tuple(sorted(set(configurations), key=Configuration.sort_key))
         parts = [set(config.parts) for config in ordered]
         shared = tuple(p for p in ordered[0].parts if all(p in s for s in parts)) if ordered else ()
-        baselines = {config: config.with_values(baseline) for config in ordered}
+        baselines = {
+            config: config.with_values(baseline)
+            for config in ordered
+            if config.search_part != TUNING  # the search ran no baseline on its tuning seeds
+        }
         return cls(ordered, shared, {c: b for c, b in baselines.items() if b != c})
 
     def name(self, config: Configuration) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from isotune.sweeps.figures import FIGURES
-from isotune.sweeps.runs import MissingJob, Run, Sweep
+from isotune.sweeps.runs import REPORT, SEARCH_REPORT_FILE, TUNING, MissingJob, Run, Sweep
 from isotune.sweeps.statistics import BOOTSTRAP_MIN_PAIRS
 from isotune.sweeps.tables import measure_label, number_cell
 from isotune.tracking.reporting import markdown_table
@@ -121,6 +121,24 @@ def _unknown_jobs(sweep: Sweep) -> str:
             "trials.csv; the search's command, typed again, runs what it lacks"
         )
     return f"unknown, its sweeper {sweep.sweeper} has no fixed list of jobs"
+
+
+def searches_markdown(sweeps: Sequence[Sweep]) -> str:
+    """For each search among ``sweeps``: which rows are its trials and which its report, and where
+    its held-out comparison is (empty when there is no search)."""
+    searches = [sweep for sweep in sweeps if sweep.is_search]
+    if not searches:
+        return ""
+    lines = [
+        f"`search={TUNING}` rows: a search's trials on its tuning seeds, with no Δ (its baseline "
+        f"ran on the report seeds only, which share no seed with them). `search={REPORT}` rows: "
+        "the winner and the baseline on the report seeds, paired seed by seed. The held-out "
+        "comparison, and how much the winner's tuning-seed value flatters it (it was chosen as "
+        "the best), are in the search's report:",
+        "",
+    ]
+    lines += [f"- {sweep.dir / SEARCH_REPORT_FILE}" for sweep in searches]
+    return "\n".join(lines) + "\n"
 
 
 def status_markdown(

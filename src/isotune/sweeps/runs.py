@@ -11,7 +11,7 @@ completed runs; :mod:`isotune.sweeps.rerun` reruns the others.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +24,11 @@ SWEEP_FILE = "multirun.yaml"
 # The sweeper of a search (docs/search.md), as multirun.yaml names it: our own, whose folders
 # continue by their command (the official hydra-optuna-sweeper lays its folders out otherwise).
 SEARCH_SWEEPER = "hydra_plugins.isotune_launcher.optuna_sweeper.OptunaSweeper"
+# Where a search lays out its runs: each trial's on the tuning seeds in ``trial-<n>/seed-<s>``,
+# the winner's and the baseline's on the report seeds below ``report/``.
+SEARCH_REPORT_FOLDER = "report"
+SEARCH_REPORT_FILE = "search_report.md"  # the held-out report, in the search folder
+TUNING, REPORT = "tuning", "report"  # the parts of a search a run can belong to
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,9 @@ class Run:
 
     path: Path
     result: dict[str, Any]
+    # In a search folder: TUNING for a trial's run, REPORT for a run of the held-out report (their
+    # seeds never overlap, so they are never paired); None outside a search. See search_parts.
+    search_part: str | None = None
 
     @classmethod
     def read(cls, path: Path) -> Run:
@@ -184,14 +192,33 @@ def find_sweeps(directory: Path) -> list[Sweep]:
     return [Sweep.load(path.parent) for path in sorted(Path(directory).rglob(SWEEP_FILE))]
 
 
+def innermost_sweep(run: Run, sweeps: Sequence[Sweep]) -> Sweep | None:
+    """The sweep whose folder holds ``run`` most closely (a sweep inside another's folder)."""
+    around = [sweep for sweep in sweeps if run.path.is_relative_to(sweep.dir)]
+    return max(around, key=lambda sweep: len(sweep.dir.parts), default=None)
+
+
 def job_id(run: Run, sweeps: Sequence[Sweep]) -> tuple[Path, int] | tuple[Path]:
     """Which job a run is: (sweep directory, job number) when the innermost sweep around it has
     a job with its overrides, whatever the folder (a ``rerun-<n>`` of a missing job counts as that
     job); else (its own folder,)."""
-    sweeps_around = [sweep for sweep in sweeps if run.path.is_relative_to(sweep.dir)]
-    sweep = max(sweeps_around, key=lambda sweep: len(sweep.dir.parts), default=None)
+    sweep = innermost_sweep(run, sweeps)
     number = sweep.job_number(run.overrides) if sweep is not None else None
     return (run.job_dir,) if number is None else (sweep.dir, number)
+
+
+def search_parts(runs: Sequence[Run], sweeps: Sequence[Sweep]) -> list[Run]:
+    """``runs`` with the part of a search each belongs to (:attr:`Run.search_part`), when the
+    innermost sweep around it is a search: a trial's winner ran on the tuning seeds and again on
+    the report seeds, and pooling the two is the optimism the search's report measures."""
+    parted = []
+    for run in runs:
+        sweep = innermost_sweep(run, sweeps)
+        if sweep is not None and sweep.is_search:
+            inside = run.path.relative_to(sweep.dir).parts
+            run = replace(run, search_part=REPORT if inside[0] == SEARCH_REPORT_FOLDER else TUNING)
+        parted.append(run)
+    return parted
 
 
 def unfinished_runs(runs: Sequence[Run], sweeps: Sequence[Sweep]) -> list[Run]:
