@@ -7,7 +7,6 @@ figures; the slow tests run `python train.py -m hparams_search=istar` on the tin
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -30,7 +29,6 @@ from scipy import stats
 from hydra_plugins.isotune_launcher.optuna_sweeper import Search
 from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
-from isotune.search.expected_best import expected_best, expected_best_curve
 from isotune.search.space import parse_space
 from isotune.sweeps.rerun import plan_reruns
 from isotune.sweeps.summary import summarize_sweep
@@ -40,20 +38,6 @@ from tests.helpers.fake_runs import completed, write_run
 from tests.helpers.locks import held_by_another_process
 
 Score = Callable[[dict[str, str], int], float | None]
-
-
-# ---- the expected best (Dodge et al. 2019) ----
-@pytest.mark.parametrize("maximize", [True, False])
-def test_expected_best_equals_the_mean_best_over_every_draw_with_replacement(maximize):
-    scores = [0.61, 0.55, 0.70, 0.55, 0.64]  # a tie included
-    best = max if maximize else min
-    for n in range(1, 5):
-        draws = list(itertools.product(scores, repeat=n))
-        brute = sum(best(draw) for draw in draws) / len(draws)
-        assert expected_best(scores, n, maximize) == pytest.approx(brute, abs=1e-12)
-    curve = expected_best_curve(scores, maximize)
-    assert len(curve) == 5 and curve[0] == pytest.approx(np.mean(scores))
-    assert all(later >= earlier for earlier, later in itertools.pairwise(curve)) is maximize
 
 
 # ---- the search space ----
@@ -204,28 +188,46 @@ def test_a_seeded_search_runs_every_trial_on_every_tuning_seed_then_reports(tmp_
     ]  # fmt: skip
     for name in ("search_report.md", "expected_best.png", "optimization_history.png"):
         assert (tmp_path / name).is_file(), name
-    assert len(results["expected_best"]) == 5
+    curve = results["expected_best"]["curve"]
+    assert [point["n"] for point in curve["with replacement"]] == [1, 2, 3, 4, 5]
+    assert curve["without replacement"][-1]["mean"] == pytest.approx(trials.value.max())
     report = (tmp_path / "search_report.md").read_text()
     assert "5 trials: 5 complete, 0 pruned, 0 failed; 10 runs" in report
+    # TPE chose each trial from the earlier ones: the report says the curve is not i.i.d.
+    assert "asked by TPESampler, not random search" in report
+    assert results["expected_best"]["iid"] is False
+
+
+def test_the_random_sampler_config_gives_the_iid_curve(tmp_path):
+    launch = FakeLauncher(tmp_path, weight_score)
+    search = make_search(tmp_path, launch, "hydra/sweeper/sampler=random", n_trials=5, **SMALL)
+    search.run()
+    results = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
+    assert results["expected_best"]["sampler"] == "RandomSampler"
+    assert results["expected_best"]["iid"] is True
+    assert "not random search" not in (tmp_path / "search_report.md").read_text()
 
 
 def test_the_held_out_statistics_are_the_paired_ones_on_report_seeds_only(tmp_path):
-    launch = FakeLauncher(tmp_path, weight_score)
+    def varying(values, seed):  # the searched trials' seeds differ from the baseline's
+        return weight_score(values, seed) + ("reg.weight" in values) * (seed % 3) / 500
+
+    launch = FakeLauncher(tmp_path, varying)
     make_search(tmp_path, launch, n_trials=2, **SMALL).run()
     results = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
     held_out = results["held_out"]
-    # By hand: best and baseline on report seeds 11, 12, 13 from weight_score.
+    # By hand: best and baseline on report seeds 11, 12, 13.
     weight = results["best_params"]["reg.weight"]
-    best = [weight_score({"reg.weight": str(weight)}, s) for s in (11, 12, 13)]
-    baseline = [0.6 + s / 1000 for s in (11, 12, 13)]
-    d = np.round(np.subtract(best, baseline), 9)
+    best = [varying({"reg.weight": str(weight)}, s) for s in (11, 12, 13)]
+    baseline = [varying({"reg": "none"}, s) for s in (11, 12, 13)]
+    d = np.subtract(best, baseline)
+    assert np.ptp(d) > 0.001  # differences that vary: the interval has a width to check
     assert held_out["mean_difference"] == pytest.approx(d.mean())
     assert held_out["best_median"] == pytest.approx(statistics.median(best))
     assert held_out["baseline_median"] == pytest.approx(statistics.median(baseline))
     assert held_out["optimism"] == pytest.approx(results["best_value"] - statistics.median(best))
-    if np.ptp(d) > 0:
-        half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / math.sqrt(3)
-        assert held_out["t_interval"] == pytest.approx([d.mean() - half, d.mean() + half])
+    half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / math.sqrt(3)
+    assert held_out["t_interval"] == pytest.approx([d.mean() - half, d.mean() + half])
     # Tuning seeds play no part: no report job ran on seed 1 or 2.
     report_seeds = {int(dict(o.split("=", 1) for o in job)["seed"]) for job in launch.launches[-1]}
     assert report_seeds == {11, 12, 13}
@@ -270,7 +272,16 @@ def test_a_pruned_trial_stops_before_its_later_seeds_and_is_not_a_failure(tmp_pa
     # Seeds run in rounds: each launch of a trial is one seed.
     assert all(len(batch) == 1 for batch in launch.launches[:-1])
     assert len(launch.jobs) == len(trials) + 6
-    assert "pruned" in (tmp_path / "search_report.md").read_text()
+    # The expected best spends every trial: a pruned one at the median of the seeds it ran.
+    results = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())["expected_best"]
+    assert results["pruned_at_partial_median"] == sorted(pruned.trial.unique())
+    spent = trials.drop_duplicates("trial").sort_values("trial")
+    entered = [0.4 if state == "PRUNED" else 0.7 for state in spent.state]
+    assert results["values"] == pytest.approx(entered)
+    assert len(results["curve"]["with replacement"]) == 6
+    report = (tmp_path / "search_report.md").read_text()
+    assert f"{len(pruned)} pruned at the median of the seeds they ran (marked *" in report
+    assert f"{pruned.trial.iloc[0]}* 0.4000" in report
 
 
 def test_a_trial_that_ran_every_seed_completes_with_its_value_and_is_never_pruned(tmp_path):
@@ -287,7 +298,11 @@ def test_a_trial_that_ran_every_seed_completes_with_its_value_and_is_never_prune
     assert len(trials) == 6 and set(trials.state) == {"COMPLETE"}
     assert trials.value.tolist() == pytest.approx([0.55] * 6)  # the median of 0.7 and 0.4
     results = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
-    assert results["expected_best"] == pytest.approx([0.55] * 3)
+    # Fewer than 5 trials: their values, not a curve.
+    assert results["expected_best"]["values"] == pytest.approx([0.55] * 3)
+    assert results["expected_best"]["curve"] == {}
+    assert "Fewer than 5 trials" in (tmp_path / "search_report.md").read_text()
+    assert not (tmp_path / "expected_best.png").exists()
 
 
 def test_a_study_is_continued_only_under_the_settings_it_was_made_with(tmp_path):
@@ -395,13 +410,13 @@ def test_with_wandb_each_run_is_tagged_with_its_search_and_trial(tmp_path):
 
 
 def test_the_sweeps_wandb_report_opens_with_the_held_out_report_and_the_figures(tmp_path):
-    make_search(tmp_path, FakeLauncher(tmp_path, weight_score), n_trials=3, **SMALL).run()
+    make_search(tmp_path, FakeLauncher(tmp_path, weight_score), n_trials=5, **SMALL).run()
     assert dashboard.main(["report", str(tmp_path), "--dry-run"]) == 0
     heading, text, grid = json.loads((tmp_path / "wandb_report.json").read_text())["blocks"][:3]
     assert heading == {"type": "H2", "text": f"Search {tmp_path.name}"}
     assert text["type"] == "MarkdownBlock"
     markdown = text["text"]
-    assert markdown.startswith("3 trials: 3 complete") and "### Held out" in markdown
+    assert markdown.startswith("5 trials: 5 complete") and "### Held out" in markdown
     # The held-out numbers of optimization_results.yaml, in the table and the optimism line.
     results = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
     held_out = results["held_out"]

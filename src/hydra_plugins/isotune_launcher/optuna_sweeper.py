@@ -64,9 +64,8 @@ SEED_KEY = "seed"  # what each job of a trial varies
 class OptunaSweeperConf:
     _target_: str = "hydra_plugins.isotune_launcher.optuna_sweeper.OptunaSweeper"
     _recursive_: bool = False  # the sampler and pruner stay configs: the sampler is made per trial
-    sampler: Any = field(  # any optuna.samplers class; its seed + k asks trial k
-        default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": 0}
-    )
+    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}])
+    sampler: Any = None  # conf/hydra/sweeper/sampler/ (random: i.i.d.), or any by _target_
     pruner: Any = field(  # over seeds; null: no pruning, every seed of a batch at once
         default_factory=lambda: {
             "_target_": "optuna.pruners.WilcoxonPruner",

@@ -3,7 +3,9 @@ choosing it, the winner's tuning-seed value beside it (how much the choice flatt
 expected best score per budget, and every trial with its runs.
 
 Files written into the search folder (each atomically):
-- ``search_report.md``: the held-out table, the paired statistics, the expected-best curve;
+- ``search_report.md``: the held-out table, the paired statistics, the expected-best curve over
+  the trials spent (pruned ones at the median of the seeds they ran, failed ones as draws that
+  found nothing), with its band, or below five trials their values;
 - ``optimization_results.yaml``: ``best_params`` and ``best_value`` as the official Optuna sweeper
   writes them, and the held-out numbers beside them;
 - ``trials.csv``: one row per job of every trial (state, its values, seed, score, folder);
@@ -16,6 +18,7 @@ figures back for the sweep's W&B report (``python -m isotune.dashboard report``)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 from collections.abc import Mapping, Sequence
@@ -27,7 +30,14 @@ import pandas as pd
 import yaml
 
 from isotune.atomic_files import save_figure, write_text
-from isotune.search.expected_best import expected_best_curve
+from isotune.search.expected_best import (
+    DEFAULT_ESTIMATOR,
+    ESTIMATORS,
+    MIN_TRIALS,
+    WITHOUT_REPLACEMENT,
+    BestOfN,
+    expected_best_curve,
+)
 from isotune.search.outcomes import JobOutcome, failure_reason
 from isotune.sweeps.runs import SEARCH_REPORT_FILE
 from isotune.sweeps.statistics import PairedComparison, paired_comparison, seed_count_caveat
@@ -40,6 +50,7 @@ RESULTS_FILE = "optimization_results.yaml"
 TRIALS_FILE = "trials.csv"
 HISTORY, IMPORTANCES, EXPECTED_BEST = "optimization_history", "param_importances", "expected_best"
 FIGURES = (HISTORY, IMPORTANCES, EXPECTED_BEST)  # each drawn as <name>.png
+IID_SAMPLER = "RandomSampler"  # the one sampler whose trials are i.i.d. draws
 
 
 @dataclass(frozen=True)
@@ -115,8 +126,7 @@ def write_report(
     study: Any = None,
 ) -> str:
     """Write the files of the module docstring into ``folder``; the report's text."""
-    complete = [t.value for t in trials if t.state == "COMPLETE" and t.value is not None]
-    curve = expected_best_curve(complete, maximize) if complete else []
+    curve = ExpectedBest.of(trials, maximize, study)
     text = report_text(trials, held_out, curve)
     write_text(folder / REPORT_FILE, text)
     write_text(folder / TRIALS_FILE, trials_table(trials).to_csv(index=False))
@@ -125,6 +135,135 @@ def write_report(
     )
     _figures(folder, curve, study)
     return text
+
+
+def spent_value(trial: TrialRow) -> float | None:
+    """What a trial spent adds to the expected best: its value when COMPLETE; when PRUNED, the
+    median of the seeds it ran (it stopped looking worse, so that median stands for the value it
+    did not finish); None for a FAIL, a draw that found nothing."""
+    if trial.state == "PRUNED":
+        return _median(trial.jobs)
+    return trial.value if trial.state == "COMPLETE" else None
+
+
+@dataclass(frozen=True)
+class ExpectedBest:
+    """The expected best by trials spent (:mod:`isotune.search.expected_best`) over every
+    finished trial, each entering at :func:`spent_value`; ``curves`` by estimator, empty below
+    :data:`MIN_TRIALS` trials or without a value; ``sampler``: the class that asked the trials."""
+
+    trials: Sequence[TrialRow]
+    values: Sequence[float | None]
+    curves: Mapping[str, Sequence[BestOfN]]
+    sampler: str | None
+
+    @classmethod
+    def of(cls, trials: Sequence[TrialRow], maximize: bool, study: Any = None) -> ExpectedBest:
+        values = [spent_value(trial) for trial in trials]
+        curves: dict[str, list[BestOfN]] = {}
+        if len(values) >= MIN_TRIALS and any(v is not None for v in values):
+            curves = {e: expected_best_curve(values, maximize, e) for e in ESTIMATORS}
+        sampler = None if study is None else type(study.sampler).__name__
+        return cls(trials, values, curves, sampler)
+
+    @property
+    def pruned(self) -> list[int]:
+        return [t.number for t in self.trials if t.state == "PRUNED"]
+
+    def record(self) -> dict[str, Any]:
+        """``optimization_results.yaml``'s ``expected_best``."""
+        return {
+            "estimator": DEFAULT_ESTIMATOR,
+            "sampler": self.sampler,
+            "iid": self.sampler == IID_SAMPLER,
+            "pruned_at_partial_median": self.pruned,
+            "values": [None if v is None else float(v) for v in self.values],
+            "curve": {
+                estimator: [dataclasses.asdict(point) for point in points]
+                for estimator, points in self.curves.items()
+            },
+        }
+
+    def lines(self) -> list[str]:
+        """The report's section: the curve with its band, or the values below MIN_TRIALS."""
+        n, failed = len(self.values), sum(t.state == "FAIL" for t in self.trials)
+        pruned = self.pruned
+        lines = [
+            "## Expected best dev score by trials spent (Dodge et al. 2019)",
+            "",
+            f"Over all {n} trials spent: complete ones at their value, "
+            + (
+                f"{len(pruned)} pruned at the median of the seeds they ran (marked *: a value from "
+                "fewer seeds than the others', where a curve over complete trials only would "
+                "leave out the trials that looked worst and be too high), "
+                if pruned
+                else "none pruned, "
+            )
+            + (
+                f"{failed} failed as draws that found nothing (the curve is given one of the n "
+                "has a value; 'none' is the chance that none has)."
+                if failed
+                else "none failed."
+            ),
+        ]
+        if self.sampler != IID_SAMPLER:
+            lines += [
+                "",
+                f"The trials were asked by {self.sampler or 'a sampler not recorded here'}, not "
+                "random search: each trial was chosen from the earlier ones, so this curve "
+                "describes this search, not n i.i.d. draws from the space. "
+                "`hydra/sweeper/sampler=random` gives the i.i.d. curve.",
+            ]
+        if not self.curves:
+            lines += [
+                "",
+                f"Fewer than {MIN_TRIALS} trials (or none with a value): their values, not a "
+                "curve.",
+                "",
+                markdown_table(
+                    ["trial", "state", "value"],
+                    [
+                        [self._label(t), t.state, _f(v)]
+                        for t, v in zip(self.trials, self.values, strict=True)
+                    ],
+                ),
+            ]
+            return lines
+        default, other = self.curves[DEFAULT_ESTIMATOR], self.curves[WITHOUT_REPLACEMENT]
+        lines += [
+            "",
+            f"Estimator: {DEFAULT_ESTIMATOR} (Dodge et al.'s, allentune's default); the band is "
+            "the mean +- one SD of the best of n (allentune's closed form), clipped to the "
+            f"values observed; {WITHOUT_REPLACEMENT} beside it (it ends at the observed best).",
+            "",
+            markdown_table(
+                ["trials", "expected best", "SD", "band", WITHOUT_REPLACEMENT, "none"][
+                    : 6 if failed else 5
+                ],
+                [
+                    [
+                        p.n,
+                        _f(p.mean),
+                        _f(p.sd),
+                        f"[{_f(p.low)}, {_f(p.high)}]",
+                        _f(q.mean),
+                        f"{p.none:.3f}",
+                    ][: 6 if failed else 5]
+                    for p, q in zip(default, other, strict=True)
+                ],
+            ),
+            "",
+            "Values entered: "
+            + ", ".join(
+                f"{self._label(t)} {_f(v)}" for t, v in zip(self.trials, self.values, strict=True)
+            )
+            + ".",
+        ]
+        return lines
+
+    @staticmethod
+    def _label(trial: TrialRow) -> str:
+        return f"{trial.number}{'*' if trial.state == 'PRUNED' else ''}"
 
 
 def search_outputs(folder: Path) -> tuple[str, dict[str, Path]]:
@@ -143,7 +282,7 @@ def search_outputs(folder: Path) -> tuple[str, dict[str, Path]]:
     return text, {name: path for name, path in drawn.items() if path.is_file()}
 
 
-def results_record(held_out: HeldOut, curve: Sequence[float]) -> dict[str, Any]:
+def results_record(held_out: HeldOut, curve: ExpectedBest) -> dict[str, Any]:
     """``optimization_results.yaml``: the official plugin's keys, then the held-out numbers."""
     c = held_out.comparison
     return {
@@ -165,11 +304,11 @@ def results_record(held_out: HeldOut, curve: Sequence[float]) -> dict[str, Any]:
             "optimism": held_out.optimism,
             "note": c.note,
         },
-        "expected_best": list(curve),
+        "expected_best": curve.record(),
     }
 
 
-def report_text(trials: Sequence[TrialRow], held_out: HeldOut, curve: Sequence[float]) -> str:
+def report_text(trials: Sequence[TrialRow], held_out: HeldOut, curve: ExpectedBest) -> str:
     states = [t.state for t in trials]
     runs = [job for t in trials for job in t.jobs]
     failed_to_learn = sum(job.learned is False for job in runs)
@@ -199,11 +338,7 @@ def report_text(trials: Sequence[TrialRow], held_out: HeldOut, curve: Sequence[f
         "",
         *_comparison_lines(held_out),
         "",
-        "## Expected best dev score by number of trials (Dodge et al. 2019)",
-        "",
-        "Over the complete trials' values; pruned and failed trials have none.",
-        "",
-        markdown_table(["trials", "expected best"], [[n, _f(v)] for n, v in enumerate(curve, 1)]),
+        *curve.lines(),
     ]
     missing = [run for run in (*held_out.best_runs, *held_out.baseline_runs) if run.score is None]
     lines += ["", *(f"- Report job without a score: {failure_reason(run)}" for run in missing)]
@@ -248,7 +383,7 @@ def _f(value: float | None) -> str:
     return "none" if value is None else f"{value:.4f}"
 
 
-def _figures(folder: Path, curve: Sequence[float], study: Any) -> None:
+def _figures(folder: Path, curve: ExpectedBest, study: Any) -> None:
     """The expected-best curve, and Optuna's history and importances when ``study`` is given
     (a figure Optuna cannot draw, as importances from one complete trial, is logged and left
     out)."""
@@ -257,12 +392,25 @@ def _figures(folder: Path, curve: Sequence[float], study: Any) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if curve:
+    if curve.curves:
+        points = curve.curves[DEFAULT_ESTIMATOR]
+        n = [p.n for p in points]
         figure, axes = plt.subplots(figsize=(5, 3.5))
-        axes.plot(range(1, len(curve) + 1), curve, marker="o")
-        axes.set_xlabel("trials")
+        axes.fill_between(n, [p.low for p in points], [p.high for p in points], alpha=0.25)
+        axes.plot(n, [p.mean for p in points], marker="o", label=DEFAULT_ESTIMATOR)
+        axes.plot(
+            n,
+            [p.mean for p in curve.curves[WITHOUT_REPLACEMENT]],
+            ls="--",
+            label=WITHOUT_REPLACEMENT,
+        )
+        axes.set_xlabel(
+            "trials spent" + (" (pruned at their partial median)" if curve.pruned else "")
+        )
         axes.set_ylabel("expected best dev score")
-        axes.set_title("Expected best over trials (Dodge et al. 2019)")
+        iid = "" if curve.sampler == IID_SAMPLER else f", {curve.sampler or 'sampler'}: not i.i.d."
+        axes.set_title(f"Expected best, +- 1 SD (Dodge et al. 2019){iid}", fontsize=9)
+        axes.legend(fontsize=8)
         figure.tight_layout()
         save_figure(figure, folder / f"{EXPECTED_BEST}.png")
         plt.close(figure)
