@@ -8,6 +8,7 @@ CUDA runs asynchronously.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import random
 import re
@@ -261,3 +262,9 @@ def callback_share(model_cfg: dict, datamodule, device, rounds: int, output_dir:
         epochs[variant].append(clock.seconds)
     without, with_ = (statistics.median(seconds) for seconds in epochs.values())
     return {"epoch_s": without, "with_s": with_, "share": with_ / without - 1, **settings}
+
+
+if __name__ == "__main__":  # a part of gpu_check.py with no command of its own: --help says so
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.parse_args()
+    parser.error("it runs nothing by itself; run python benchmarks/gpu_check.py (--help)")

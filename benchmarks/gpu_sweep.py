@@ -8,6 +8,7 @@ stays per job although a worker process runs several jobs one after another.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -109,3 +110,9 @@ def read_sweep(sweep_dir: Path) -> dict:
         for path in sweep_dir.glob(f"*/{MEMORY_FILE}")
     ]
     return {"completed": statuses.count("completed"), "peak_gib": max(peaks, default=None)}
+
+
+if __name__ == "__main__":  # a part of gpu_check.py with no command of its own: --help says so
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.parse_args()
+    parser.error("it runs nothing by itself; run python benchmarks/gpu_check.py (--help)")
