@@ -1,0 +1,198 @@
+"""The statistics of a study: each arm against the baseline arm on each task, the arms across
+tasks, and the geometry beside the score.
+
+- Per task, each arm's held-out runs are compared with the baseline arm's on the same report
+  seeds: :func:`isotune.sweeps.statistics.paired_comparison` (mean difference, 95% t interval,
+  Wilcoxon and t-test p), Holm-adjusted over the task's arms (Holm 1979: every arm is a test of
+  the same question on the task). The optimism is an arm's tuning value minus its held-out median:
+  how much choosing its best trial on the tuning seeds flattered it.
+- Across tasks: the per-task mean differences side by side and their mean; one paired comparison
+  over every (task, report seed) pair; each arm's average rank of its held-out median over the
+  tasks (1: best; ties share the mean of their ranks).
+- Geometry: each arm's median IsoScore and average cosine of the classifier input over its
+  held-out runs, per task, and Spearman's rho of each measure against the score over the held-out
+  runs of every arm, per task and over all tasks (each run's measure and score as its difference
+  from its task's median, so that a task's level is no correlation).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from isotune.study.results import GEOMETRY, ArmOutcome
+from isotune.sweeps.statistics import holm, paired_comparison, spearman
+
+ALL_TASKS = "all tasks"
+
+
+def _by_task(outcomes: Sequence[ArmOutcome]) -> dict[str, dict[str, ArmOutcome]]:
+    tasks: dict[str, dict[str, ArmOutcome]] = {}
+    for outcome in outcomes:
+        tasks.setdefault(outcome.task, {})[outcome.arm] = outcome
+    return tasks
+
+
+def arm_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
+    """Per (task, arm): its best trial's values and tuning value, its held-out median, spread
+    (sample standard deviation, min, max) and runs, the runs that failed to learn or have no
+    score, the optimism, and the median of each geometry measure over its held-out runs."""
+    rows = []
+    for outcome in outcomes:
+        scores = list(outcome.held_out_scores().values())
+        median = statistics.median(scores) if scores else None
+        rows.append(
+            {
+                "task": outcome.task,
+                "arm": outcome.arm,
+                "best_params": dict(outcome.best_params),
+                "tuned_value": outcome.tuned_value,
+                "held_out_median": median,
+                "held_out_std": statistics.stdev(scores) if len(scores) > 1 else None,
+                "held_out_min": min(scores) if scores else None,
+                "held_out_max": max(scores) if scores else None,
+                "held_out_runs": len(scores),
+                "failed_to_learn": sum(run.learned is False for run in outcome.runs),
+                "without_score": sum(run.score is None for run in outcome.runs),
+                "runs": len(outcome.runs),
+                "optimism": None
+                if median is None or outcome.tuned_value is None
+                else outcome.tuned_value - median,
+                **{
+                    measure: _median([run.geometry.get(measure) for run in outcome.held_out])
+                    for measure in GEOMETRY
+                },
+            }
+        )
+    return pd.DataFrame(rows, dtype=object)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return statistics.median(present) if present else None
+
+
+def task_comparisons(outcomes: Sequence[ArmOutcome], baseline: str) -> pd.DataFrame:
+    """Per task and arm other than ``baseline``: the paired comparison arm - baseline over the
+    report seeds both have a score on, with Holm's adjustment over the task's arms."""
+    rows = []
+    for task, arms in _by_task(outcomes).items():
+        reference = arms[baseline].held_out_scores() if baseline in arms else {}
+        compared = {
+            arm: paired_comparison(reference, outcome.held_out_scores())
+            for arm, outcome in arms.items()
+            if arm != baseline
+        }
+        wilcoxon_holm, _ = holm({arm: c.wilcoxon_p for arm, c in compared.items()})
+        ttest_holm, _ = holm({arm: c.ttest_p for arm, c in compared.items()})
+        for arm, c in compared.items():
+            low, high = c.t_interval or (None, None)
+            rows.append(
+                {
+                    "task": task,
+                    "arm": arm,
+                    "n": c.n,
+                    "mean_difference": c.mean_difference,
+                    "t_low": low,
+                    "t_high": high,
+                    "wilcoxon_p": c.wilcoxon_p,
+                    "wilcoxon_p_holm": wilcoxon_holm[arm],
+                    "ttest_p": c.ttest_p,
+                    "ttest_p_holm": ttest_holm[arm],
+                    "note": c.note,
+                }
+            )
+    return pd.DataFrame(rows, dtype=object)
+
+
+def average_ranks(outcomes: Sequence[ArmOutcome], maximize: bool = True) -> dict[str, float]:
+    """Each arm's mean over tasks of its rank by held-out median (1: best, ties share their mean
+    rank), over the tasks where it has a median; arms without one on any task are left out."""
+    ranks: dict[str, list[float]] = {}
+    for arms in _by_task(outcomes).values():
+        medians = {
+            arm: statistics.median(scores.values())
+            for arm, outcome in arms.items()
+            if (scores := outcome.held_out_scores())
+        }
+        if not medians:
+            continue
+        values = np.array(list(medians.values()), dtype=float)
+        ranked = stats.rankdata(-values if maximize else values)
+        for arm, rank in zip(medians, ranked, strict=True):
+            ranks.setdefault(arm, []).append(float(rank))
+    return {arm: float(np.mean(r)) for arm, r in ranks.items()}
+
+
+def across_tasks(
+    outcomes: Sequence[ArmOutcome], baseline: str, maximize: bool = True
+) -> pd.DataFrame:
+    """Per arm: its mean paired difference on each task (a column per task), their mean, the
+    paired comparison over every (task, report seed) pair, and its average rank (the baseline
+    arm has a rank and no difference)."""
+    per_task = task_comparisons(outcomes, baseline)
+    tasks = list(_by_task(outcomes))
+    ranks = average_ranks(outcomes, maximize)
+    arms = list(dict.fromkeys(outcome.arm for outcome in outcomes))
+    pairs: dict[str, dict[tuple[str, int], float]] = {arm: {} for arm in arms}
+    for outcome in outcomes:
+        for seed, score in outcome.held_out_scores().items():
+            pairs[outcome.arm][(outcome.task, seed)] = score
+    rows = []
+    for arm in arms:
+        row: dict[str, object] = {"arm": arm}
+        if arm != baseline:
+            mine = per_task.loc[per_task["arm"] == arm].set_index("task")["mean_difference"]
+            differences = {task: mine.get(task) for task in tasks}
+            present = [d for d in differences.values() if d is not None and not pd.isna(d)]
+            pooled = paired_comparison(pairs[baseline], pairs[arm])
+            low, high = pooled.t_interval or (None, None)
+            row.update(
+                {
+                    **{f"difference_{task}": value for task, value in differences.items()},
+                    "mean_of_differences": float(np.mean(present)) if present else None,
+                    "tasks": len(present),
+                    "pairs": pooled.n,
+                    "pooled_mean": pooled.mean_difference,
+                    "pooled_t_low": low,
+                    "pooled_t_high": high,
+                    "pooled_wilcoxon_p": pooled.wilcoxon_p,
+                    "pooled_ttest_p": pooled.ttest_p,
+                }
+            )
+        row["average_rank"] = ranks.get(arm)
+        rows.append(row)
+    return pd.DataFrame(rows, dtype=object)
+
+
+def geometry_correlations(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
+    """Spearman's rho of each geometry measure against the score over the held-out runs of every
+    arm: per task, and over all tasks with each value centred on its task's median."""
+    rows = []
+    pooled: dict[str, tuple[list[float], list[float]]] = {m: ([], []) for m in GEOMETRY}
+    for task, arms in _by_task(outcomes).items():
+        runs = [run for outcome in arms.values() for run in outcome.held_out]
+        for measure in GEOMETRY:
+            points = [
+                (run.geometry[measure], run.score)
+                for run in runs
+                if run.score is not None and measure in run.geometry
+            ]
+            x = [float(p[0]) for p in points]
+            y = [float(p[1]) for p in points]
+            rows.append(_correlation_row(task, measure, x, y))
+            if points:
+                pooled[measure][0].extend(np.subtract(x, np.median(x)).tolist())
+                pooled[measure][1].extend(np.subtract(y, np.median(y)).tolist())
+    for measure, (x, y) in pooled.items():
+        rows.append(_correlation_row(ALL_TASKS, measure, x, y))
+    return pd.DataFrame(rows, dtype=object)
+
+
+def _correlation_row(task: str, measure: str, x: list[float], y: list[float]) -> dict:
+    rho, p, n, note = spearman(x, y)
+    return {"task": task, "measure": measure, "n": n, "rho": rho, "p": p, "note": note}

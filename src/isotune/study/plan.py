@@ -1,0 +1,199 @@
+"""A study's plan: which arms run on which tasks with which budget, checked before any job.
+
+An arm is a name, the overrides it fixes (``intervention=isobn``) and the keys it searches, in the
+search's grammar (:mod:`isotune.search.space`). Every arm searches the learning rate beside its
+own knob, so the baseline arm is tuned as much as the interventions (Melis et al. 2018; Bouthillier
+et al. 2021: a tuned method against an untuned baseline flatters the method). The budget (trials
+x tuning seeds) is the study's, the same for every arm; the report seeds are shared by every arm
+of a task, so that each held-out comparison with the baseline arm is paired.
+
+The settings are plain values (a study preset's ``hydra.sweeper`` node, resolved): the catalog of
+arms (``catalog``: name -> ``overrides``, ``params``), the ``arms`` chosen from it, the
+``baseline_arm``, the learning rate's range (``lr``), ``n_trials``, ``seeds``, ``report_seeds``.
+What this module cannot know alone is asked of its caller: whether a key is in the composed
+config, and each task's config (its GLUE files).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from isotune.errors import IsotuneError
+
+LR_KEY = "optim.lr"  # searched by every arm
+BUDGET_KEYS = ("n_trials", "seeds")  # an arm that sets its own is refused: budgets are equal
+HUB_OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+NEEDED_SPLITS = ("train", "validation")  # what a study's runs read (no test predictions)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm: its fixed overrides and its searched keys, the learning rate among them."""
+
+    name: str
+    overrides: tuple[str, ...]
+    params: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """Arms x tasks, each (task, arm) a search of ``n_trials`` trials over ``seeds``, then its
+    best trial on ``report_seeds``."""
+
+    arms: tuple[Arm, ...]
+    tasks: tuple[str, ...]
+    baseline: str
+    n_trials: int
+    seeds: tuple[int, ...]
+    report_seeds: tuple[int, ...]
+
+    @property
+    def searches(self) -> list[tuple[str, Arm]]:
+        """Every (task, arm), task by task."""
+        return [(task, arm) for task in self.tasks for arm in self.arms]
+
+    @property
+    def jobs(self) -> int:
+        """The study's runs when none is pruned or fails: per search, every trial on every
+        tuning seed, then the best trial on every report seed."""
+        per_search = self.n_trials * len(self.seeds) + len(self.report_seeds)
+        return len(self.searches) * per_search
+
+
+def plan_study(
+    settings: Mapping[str, Any],
+    tasks: Sequence[str],
+    in_config: Callable[[str], bool],
+    task_configs: Mapping[str, Mapping[str, Any]],
+    glue_dir: str | Path | None,
+) -> StudyPlan:
+    """The plan of ``settings`` on ``tasks``, or one message for the first thing that would
+    break it: an unknown arm, an arm's key not in the config (``in_config``), unequal budgets,
+    a task whose data cannot be read offline (``task_configs``: each task's config), tuning and
+    report seeds that overlap."""
+    catalog = settings.get("catalog") or {}
+    names = list(settings.get("arms") or [])
+    unknown = [name for name in names if name not in catalog]
+    if unknown or not names:
+        raise IsotuneError(
+            f"Unknown arm(s) {unknown or names} in hydra.sweeper.arms={names}: the study's arms "
+            f"are {', '.join(catalog) or 'none'}. Fix: choose among them, e.g. "
+            f"hydra.sweeper.arms=[{','.join(list(catalog)[:3])}]."
+        )
+    if len(set(names)) != len(names):
+        raise IsotuneError(
+            f"hydra.sweeper.arms={names} names an arm twice. Fix: name each arm once."
+        )
+    baseline = settings.get("baseline_arm")
+    if baseline not in names:
+        raise IsotuneError(
+            f"The baseline arm {baseline!r} (hydra.sweeper.baseline_arm) is not among the arms "
+            f"{names}: every arm is compared with it on the same report seeds. Fix: add it to "
+            f"hydra.sweeper.arms, or set hydra.sweeper.baseline_arm to one of them."
+        )
+    arms = tuple(_arm(name, catalog[name], settings) for name in names)
+    for arm in arms:
+        _check_keys(arm, in_config)
+    n_trials, seeds, report_seeds = _budget(settings, names, catalog)
+    if not tasks:
+        raise IsotuneError("The study has no task. Fix: name them, e.g. task=rte,mrpc.")
+    for task in tasks:
+        _check_task_offline(task, task_configs.get(task), glue_dir)
+    return StudyPlan(arms, tuple(tasks), str(baseline), n_trials, seeds, report_seeds)
+
+
+def _arm(name: str, entry: Mapping[str, Any], settings: Mapping[str, Any]) -> Arm:
+    params = {
+        LR_KEY: str(settings["lr"]),
+        **{k: str(v) for k, v in (entry.get("params") or {}).items()},
+    }
+    return Arm(name, tuple(str(o) for o in entry.get("overrides") or ()), params)
+
+
+def _check_keys(arm: Arm, in_config: Callable[[str], bool]) -> None:
+    keys = [override.split("=", 1)[0] for override in arm.overrides] + list(arm.params)
+    for key in keys:
+        name = key.lstrip("~").split("@")[0]
+        if not key.startswith("+") and not in_config(name):
+            raise IsotuneError(
+                f"Arm {arm.name!r} sets {name}, which is not in the config, so its value would "
+                "change nothing (or stop every job). Fix: a key of conf/train.yaml or a config "
+                "group, spelled as there (python train.py --cfg job lists them), e.g. "
+                f"hydra.sweeper.catalog.{arm.name}.params.reg.weight."
+            )
+
+
+def _budget(
+    settings: Mapping[str, Any], names: Sequence[str], catalog: Mapping[str, Any]
+) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    n_trials = settings.get("n_trials")
+    if not isinstance(n_trials, int) or n_trials < 1:
+        raise IsotuneError(
+            f"hydra.sweeper.n_trials={n_trials} asks for no trial. Fix: an integer from 1, "
+            "e.g. hydra.sweeper.n_trials=20."
+        )
+    study = {"n_trials": n_trials, "seeds": list(settings.get("seeds") or [])}
+    unequal = [
+        f"  {name}: {key}={catalog[name][key]} (the study's {study[key]})"
+        for name in names
+        for key in BUDGET_KEYS
+        if key in (catalog[name] or {}) and catalog[name][key] != study[key]
+    ]
+    if unequal:
+        raise IsotuneError(
+            "Arms with a budget of their own: a study compares arms tuned with the same "
+            "number of trials on the same tuning seeds (a better-tuned arm wins for that "
+            "alone):\n" + "\n".join(unequal) + "\nFix: drop the arms' own n_trials and seeds; "
+            "set the study's, e.g. hydra.sweeper.n_trials=20, for every arm at once."
+        )
+    seeds, report_seeds = tuple(study["seeds"]), tuple(settings.get("report_seeds") or ())
+    for name, chosen in (("seeds", seeds), ("report_seeds", report_seeds)):
+        if not chosen or len(set(chosen)) != len(chosen):
+            raise IsotuneError(
+                f"hydra.sweeper.{name}={list(chosen)} must name one or more different seeds. "
+                f"Fix: e.g. hydra.sweeper.{name}=[1,2,3]."
+            )
+    overlap = sorted(set(seeds) & set(report_seeds))
+    if overlap:
+        raise IsotuneError(
+            f"Seeds {overlap} are both tuning seeds (hydra.sweeper.seeds={list(seeds)}) and "
+            f"report seeds (hydra.sweeper.report_seeds={list(report_seeds)}): the report would "
+            "judge each arm's winner on seeds it was chosen on. Fix: report seeds that are not "
+            "tuning seeds, e.g. hydra.sweeper.report_seeds=[101,102,103,104,105]."
+        )
+    return n_trials, tuple(int(s) for s in seeds), tuple(int(s) for s in report_seeds)
+
+
+def _check_task_offline(
+    task: str, config: Mapping[str, Any] | None, glue_dir: str | Path | None
+) -> None:
+    if config is None:
+        raise IsotuneError(
+            f"Task {task!r} has no conf/task/{task}.yaml. Fix: one of the tasks in conf/task/, "
+            "e.g. task=rte,mrpc."
+        )
+    if glue_dir is None:
+        offline = [name for name in HUB_OFFLINE if os.environ.get(name, "") not in ("", "0")]
+        if offline:
+            raise IsotuneError(
+                f"Task {task} cannot be read offline: GLUE_DIR is not set, and "
+                f"{'='.join((offline[0], os.environ[offline[0]]))} keeps the Hub away. Fix: "
+                "export GLUE_DIR=<a folder in the official GLUE layout>, e.g. "
+                "GLUE_DIR=../shared/data/glue."
+            )
+        return
+    missing = [
+        Path(glue_dir) / str(config["glue_dir"]) / str(config["files"][split])
+        for split in NEEDED_SPLITS
+        if not (Path(glue_dir) / str(config["glue_dir"]) / str(config["files"][split])).is_file()
+    ]
+    if missing:
+        raise IsotuneError(
+            f"Task {task} is not available offline: {', '.join(map(str, missing))} missing "
+            f"under GLUE_DIR={glue_dir}. Fix: put the official GLUE files of {task} there "
+            f"(<GLUE_DIR>/{config['glue_dir']}/{{train,dev}}.tsv), or leave {task} out of task=."
+        )

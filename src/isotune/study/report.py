@@ -1,0 +1,307 @@
+"""The end of a study: the arms on each task and across tasks, with the geometry beside the score.
+
+Files written into the study folder (each atomically), from the searches' outcomes alone (no
+clock, no host), so that a study stopped and continued ends with the same files as one that ran
+through:
+- ``study_report.md``, also printed at the end: per task, each arm's tuned value, held-out median
+  and spread, failed runs, optimism, and its paired difference with the baseline arm (Holm over
+  the arms); across tasks, the differences side by side, their mean, the test over every (task,
+  report seed) pair and the average rank; the geometry beside the score; the caveats;
+- ``study_results.yaml``: the same numbers as plain values;
+- ``study_runs.csv``: every run of every search;
+- ``expected_best_<task>.png`` (every arm's expected best over its trials, Dodge et al. 2019, on
+  one axis: which arm wins can depend on the budget) and ``held_out.png`` (each arm's held-out
+  score on each report seed, a seed's runs joined across arms: the pairs the tests compare).
+The statistics are :mod:`isotune.study.comparison`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from isotune.atomic_files import save_figure, write_text
+from isotune.search.expected_best import MIN_TRIALS, expected_best_curve
+from isotune.study.comparison import (
+    across_tasks,
+    arm_table,
+    geometry_correlations,
+    task_comparisons,
+)
+from isotune.study.results import GEOMETRY, ArmOutcome, runs_table
+from isotune.sweeps.statistics import seed_count_caveat
+from isotune.tracking.reporting import markdown_table
+
+REPORT_FILE = "study_report.md"
+RESULTS_FILE = "study_results.yaml"
+RUNS_FILE = "study_runs.csv"
+HELD_OUT_FIGURE = "held_out"
+FEW_TASKS = 5  # below, an average over tasks rests on too few numbers to generalise
+
+
+def write_study_report(
+    folder: Path, outcomes: Sequence[ArmOutcome], baseline: str, maximize: bool = True
+) -> str:
+    """Write the files of the module docstring into ``folder``; the report's text."""
+    arms = arm_table(outcomes)
+    per_task = task_comparisons(outcomes, baseline)
+    across = across_tasks(outcomes, baseline, maximize)
+    correlations = geometry_correlations(outcomes)
+    text = report_text(outcomes, baseline, maximize, arms, per_task, across, correlations)
+    write_text(folder / REPORT_FILE, text)
+    write_text(folder / RUNS_FILE, runs_table(outcomes).to_csv(index=False))
+    record = {
+        "baseline_arm": baseline,
+        "direction": "maximize" if maximize else "minimize",
+        "arms": _records(arms),
+        "per_task": _records(per_task),
+        "across_tasks": _records(across),
+        "geometry_vs_score": _records(correlations),
+        "trial_values": {f"{o.task}/{o.arm}": list(o.trial_values) for o in outcomes},
+        "expected_best": {
+            f"{o.task}/{o.arm}": [best.mean for best in _curve(o, maximize)] for o in outcomes
+        },
+    }
+    write_text(folder / RESULTS_FILE, yaml.safe_dump(record, sort_keys=False))
+    _figures(folder, outcomes, maximize)
+    return text
+
+
+def _curve(outcome: ArmOutcome, maximize: bool) -> list[Any]:
+    """The arm's expected best by trials spent, from :data:`MIN_TRIALS` trials with a value
+    (below, its trials' values are reported instead: show_your_work's advice)."""
+    values = outcome.trial_values
+    if len(values) < MIN_TRIALS or all(v is None for v in values):
+        return []
+    return expected_best_curve(values, maximize)
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{key: _plain(value) for key, value in row.items()} for row in frame.to_dict("records")]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def report_text(
+    outcomes: Sequence[ArmOutcome],
+    baseline: str,
+    maximize: bool,
+    arms: pd.DataFrame,
+    per_task: pd.DataFrame,
+    across: pd.DataFrame,
+    correlations: pd.DataFrame,
+) -> str:
+    tasks = list(dict.fromkeys(o.task for o in outcomes))
+    lines = [
+        "# Study report",
+        "",
+        f"{len(arms['arm'].unique()) if len(arms) else 0} arms on {len(tasks)} task(s), each "
+        f"tuned with the same budget; held-out runs on report seeds shared by every arm of a "
+        f"task, compared with the baseline arm `{baseline}` seed by seed. study_runs.csv lists "
+        "every run.",
+    ]
+    unfinished = [f"{o.task}/{o.arm}" for o in outcomes if not o.finished]
+    if unfinished:
+        lines += ["", f"Searches without a held-out report yet: {', '.join(unfinished)}."]
+    for task in tasks:
+        lines += ["", f"## {task}", "", *_task_lines(task, outcomes, maximize, arms, per_task)]
+    lines += ["", "## Across tasks", "", *_across_lines(tasks, across, baseline)]
+    lines += ["", "## Geometry beside the score", "", *_geometry_lines(arms, correlations)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _task_lines(
+    task: str,
+    outcomes: Sequence[ArmOutcome],
+    maximize: bool,
+    arms: pd.DataFrame,
+    per_task: pd.DataFrame,
+) -> list[str]:
+    mine = arms.loc[arms["task"] == task]
+    compared = per_task.loc[per_task["task"] == task].set_index("arm") if len(per_task) else None
+    rows = []
+    for row in mine.to_dict("records"):
+        c = (
+            None
+            if compared is None or row["arm"] not in compared.index
+            else compared.loc[row["arm"]]
+        )
+        rows.append(
+            [
+                row["arm"],
+                _params(row["best_params"]),
+                _f(row["tuned_value"]),
+                _spread(row),
+                f"{row['failed_to_learn']} / {row['without_score']} of {row['runs']}",
+                _f(row["optimism"]),
+                ""
+                if c is None
+                else f"{_f(c['mean_difference'])}, {_interval(c['t_low'], c['t_high'])}",
+                "" if c is None else f"{_f(c['wilcoxon_p'])} ({_f(c['wilcoxon_p_holm'])})",
+                "" if c is None else f"{_f(c['ttest_p'])} ({_f(c['ttest_p_holm'])})",
+            ]
+        )
+    header = [
+        "arm", "best trial", "tuning value", "held out: median ± std [min, max]",
+        "failed to learn / no score", "optimism", "paired Δ: mean, 95% t interval",
+        "Wilcoxon p (Holm)", "t-test p (Holm)",
+    ]  # fmt: skip
+    lines = [markdown_table(header, rows)]
+    short = [o for o in outcomes if o.task == task and not _curve(o, maximize)]
+    if short:
+        values = "; ".join(f"{o.arm}: {', '.join(_f(v) for v in o.trial_values)}" for o in short)
+        lines += [
+            "",
+            f"Trial values (below {MIN_TRIALS} trials the expected best is not estimated, "
+            f"show_your_work's advice; a failed trial: none): {values}.",
+        ]
+    if compared is not None and len(compared):
+        lines += ["", *(f"- {arm}: {note}" for arm, note in compared["note"].items() if note)]
+        n = int(max(compared["n"]))
+        if n:
+            lines.append(seed_count_caveat(n))
+    return lines
+
+
+def _across_lines(tasks: Sequence[str], across: pd.DataFrame, baseline: str) -> list[str]:
+    rows = []
+    for row in across.to_dict("records"):
+        if row["arm"] == baseline:
+            rows.append([row["arm"], *([""] * (len(tasks) + 3)), _f(row["average_rank"], 2)])
+            continue
+        rows.append(
+            [
+                row["arm"],
+                *(_f(row.get(f"difference_{task}")) for task in tasks),
+                _f(row["mean_of_differences"]),
+                f"{_f(row['pooled_mean'])}, {_interval(row['pooled_t_low'], row['pooled_t_high'])}"
+                f" (n = {row['pairs']})",
+                f"{_f(row['pooled_wilcoxon_p'])} / {_f(row['pooled_ttest_p'])}",
+                _f(row["average_rank"], 2),
+            ]
+        )
+    header = [
+        "arm", *(f"Δ {task}" for task in tasks), "mean of Δ",
+        "every (task, seed) pair: mean, 95% t interval", "Wilcoxon p / t-test p", "average rank",
+    ]  # fmt: skip
+    lines = [
+        f"Δ: the arm's mean paired difference with `{baseline}` on each task. Average rank: of "
+        "the held-out median on each task, 1 the best.",
+        "",
+        markdown_table(header, rows),
+        "",
+    ]
+    if len(tasks) < FEW_TASKS:
+        lines.append(
+            f"With {len(tasks)} task(s), the mean of Δ and the average rank rest on "
+            f"{len(tasks)} number(s) per arm: they describe these tasks, not tasks in general. "
+            "The test over every (task, seed) pair treats the pairs as independent, though a "
+            "task's pairs share its tuned settings and its scale."
+        )
+    return lines
+
+
+def _geometry_lines(arms: pd.DataFrame, correlations: pd.DataFrame) -> list[str]:
+    rows = [
+        [row["task"], row["arm"], *(_f(row[m]) for m in GEOMETRY), _f(row["held_out_median"])]
+        for row in arms.to_dict("records")
+    ]
+    header = ["task", "arm", "IsoScore (isotropic: 1)", "average cosine (isotropic: 0)", "score"]
+    corr_rows = [
+        [row["task"], row["measure"], row["n"], _f(row["rho"], 2), _f(row["p"]), row["note"]]
+        for row in correlations.to_dict("records")
+    ]
+    return [
+        "The classifier input at the best epoch: each arm's median over its held-out runs.",
+        "",
+        markdown_table(header, rows),
+        "",
+        "Spearman's rho of each measure against the score over the held-out runs of every arm "
+        "(all tasks: each value centred on its task's median):",
+        "",
+        markdown_table(["task", "measure", "runs", "rho", "p", "note"], corr_rows),
+    ]
+
+
+def _spread(row: dict[str, Any]) -> str:
+    low, high = _f(row["held_out_min"]), _f(row["held_out_max"])
+    std, n = _f(row["held_out_std"]), row["held_out_runs"]
+    return f"{_f(row['held_out_median'])} ± {std} [{low}, {high}] (n = {n})"
+
+
+def _params(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_g(v)}" for k, v in params.items()) or "not yet chosen"
+
+
+def _g(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _interval(low: Any, high: Any) -> str:
+    if low is None or (isinstance(low, float) and math.isnan(low)):
+        return "none"
+    return f"[{_f(low)}, {_f(high)}]"
+
+
+def _f(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "none"
+    return f"{value:.{digits}f}"
+
+
+def _figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(o.task for o in outcomes))
+    arm_names = list(dict.fromkeys(o.arm for o in outcomes))
+    colours = {arm: plt.get_cmap("tab10")(i % 10) for i, arm in enumerate(arm_names)}
+    for task in tasks:
+        figure, axes = plt.subplots(figsize=(5, 3.5))
+        for outcome in (o for o in outcomes if o.task == task):
+            curve = [best.mean for best in _curve(outcome, maximize)]
+            if curve:
+                xs = range(1, len(curve) + 1)
+                axes.plot(xs, curve, marker="o", label=outcome.arm, color=colours[outcome.arm])
+                continue
+            values = [v for v in outcome.trial_values if v is not None]  # too few for a curve
+            xs = range(1, len(values) + 1)
+            axes.scatter(
+                xs, values, label=f"{outcome.arm} (trial values)", color=colours[outcome.arm]
+            )
+        axes.set_xlabel("trials spent")
+        axes.set_ylabel("expected best dev score")
+        axes.set_title(f"{task}: expected best over trials (Dodge et al. 2019)")
+        axes.legend(fontsize="small")
+        figure.tight_layout()
+        save_figure(figure, folder / f"expected_best_{task}.png")
+        plt.close(figure)
+    figure, panels = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.5), squeeze=False)
+    for axes, task in zip(panels[0], tasks, strict=True):
+        scores = {o.arm: o.held_out_scores() for o in outcomes if o.task == task}
+        seeds = sorted({seed for by_seed in scores.values() for seed in by_seed})
+        for seed in seeds:
+            xs = [i for i, arm in enumerate(arm_names) if seed in scores.get(arm, {})]
+            ys = [scores[arm_names[i]][seed] for i in xs]
+            axes.plot(xs, ys, marker="o", alpha=0.6, label=f"seed {seed}")
+        axes.set_xticks(range(len(arm_names)), arm_names, rotation=30)
+        axes.set_title(f"{task}: held-out score per seed")
+    panels[0][-1].legend(fontsize="small")
+    figure.tight_layout()
+    save_figure(figure, folder / f"{HELD_OUT_FIGURE}.png")
+    plt.close(figure)

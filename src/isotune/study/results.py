@@ -1,0 +1,179 @@
+"""What one search of a study gave: its tuned value, every trial's value, and every run, the
+held-out ones with the geometry of their classifier input at the best epoch.
+
+Read from the search's folder as :mod:`isotune.search.report` leaves it (``trials.csv``,
+``optimization_results.yaml``, ``report/trial-<n>/seed-<s>/``); a search that has not reached its
+report yet gives what it has, and the study report says which searches are unfinished.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from isotune.record.results import RESULTS_FILE
+from isotune.search.outcomes import read_outcome
+from isotune.search.report import RESULTS_FILE as SEARCH_RESULTS_FILE
+from isotune.search.report import TRIALS_FILE
+from isotune.sweeps.runs import Run
+from isotune.sweeps.tables import measure_key
+
+GEOMETRY = ("isoscore", "avg_cosine")  # of the classifier input at the best epoch
+TUNING, REPORT = "tuning", "report"  # a run's phase
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One run of a study: its phase, trial (None for a report run), seed and what it gave."""
+
+    task: str
+    arm: str
+    phase: str
+    trial: int | None
+    seed: int
+    score: float | None
+    learned: bool | None
+    status: str
+    geometry: Mapping[str, float] = field(default_factory=dict)
+    job_dir: str = ""
+
+
+@dataclass(frozen=True)
+class ArmOutcome:
+    """One (task, arm) search: the best trial's values and tuning value, what each trial spent
+    adds to the expected best in trial order (:func:`isotune.search.report.spent_value`: None
+    for a failed trial), and every run (tuning and report)."""
+
+    task: str
+    arm: str
+    best_params: Mapping[str, Any]
+    tuned_value: float | None
+    trial_values: tuple[float | None, ...]
+    runs: tuple[StudyRun, ...]
+
+    @property
+    def held_out(self) -> tuple[StudyRun, ...]:
+        return tuple(run for run in self.runs if run.phase == REPORT)
+
+    def held_out_scores(self) -> dict[int, float]:
+        """``{report seed: score}`` of the held-out runs that have a score."""
+        return {run.seed: run.score for run in self.held_out if run.score is not None}
+
+    @property
+    def finished(self) -> bool:
+        """Whether the search reached its held-out report."""
+        return bool(self.held_out)
+
+
+def read_arm(folder: Path, task: str, arm: str) -> ArmOutcome:
+    """The outcome of the search in ``folder`` (see the module docstring)."""
+    trials = _read_trials(folder / TRIALS_FILE)
+    record = _read_yaml(folder / SEARCH_RESULTS_FILE)
+    runs = [
+        StudyRun(
+            task=task,
+            arm=arm,
+            phase=TUNING,
+            trial=int(row["trial"]),
+            seed=int(row["seed"]),
+            score=_number(row.get("score")),
+            learned=None if pd.isna(row.get("learned")) else bool(row["learned"]),
+            status=str(row.get("job_status")),
+            job_dir=str(row.get("job_dir")),
+        )
+        for row in trials.to_dict("records")
+        if not pd.isna(row.get("seed"))
+    ]
+    best = record.get("best_trial")
+    if best is not None:
+        report_dir = folder / "report" / f"trial-{int(best):03d}"
+        for job_dir in sorted(report_dir.glob("seed-*"), key=lambda p: int(p.name[5:])):
+            runs.append(_report_run(job_dir, task, arm))
+    return ArmOutcome(
+        task=task,
+        arm=arm,
+        best_params=dict(record.get("best_params") or {}),
+        tuned_value=_number(record.get("best_value")),
+        trial_values=tuple(_spent(group) for _, group in trials.groupby("trial", sort=True)),
+        runs=tuple(runs),
+    )
+
+
+def _report_run(job_dir: Path, task: str, arm: str) -> StudyRun:
+    seed = int(job_dir.name.removeprefix("seed-"))
+    outcome = read_outcome(job_dir, seed)
+    geometry = {}
+    if outcome.completed:
+        best = (Run.read(job_dir / RESULTS_FILE).result.get("isotropy") or {}).get("best") or {}
+        for measure in GEOMETRY:
+            value = _number(best.get(measure_key(measure)))
+            if value is not None:
+                geometry[measure] = value
+    return StudyRun(
+        task=task,
+        arm=arm,
+        phase=REPORT,
+        trial=None,
+        seed=seed,
+        score=outcome.score,
+        learned=outcome.learned,
+        status=outcome.status,
+        geometry=geometry,
+        job_dir=str(job_dir),
+    )
+
+
+def _spent(jobs: pd.DataFrame) -> float | None:
+    """A trial's value when COMPLETE, the median of its runs' scores when PRUNED, else None (as
+    :func:`isotune.search.report.spent_value` counts it)."""
+    state = jobs["state"].iloc[0]
+    if state == "COMPLETE":
+        return float(jobs["value"].iloc[0])
+    scores = jobs["score"].dropna()
+    return float(scores.median()) if state == "PRUNED" and len(scores) else None
+
+
+def runs_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
+    """One row per run of the study (the study's CSV)."""
+    rows = [
+        {
+            "task": run.task,
+            "arm": run.arm,
+            "phase": run.phase,
+            "trial": run.trial,
+            "seed": run.seed,
+            "score": run.score,
+            "learned": run.learned,
+            "status": run.status,
+            **{measure: run.geometry.get(measure) for measure in GEOMETRY},
+            "job_dir": run.job_dir,
+        }
+        for outcome in outcomes
+        for run in outcome.runs
+    ]
+    columns = ["task", "arm", "phase", "trial", "seed", "score", "learned", "status"]
+    return pd.DataFrame(rows, columns=[*columns, *GEOMETRY, "job_dir"])
+
+
+def _read_trials(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        return pd.DataFrame(columns=["trial", "state", "value", "seed"])
+    return pd.read_csv(path)
+
+
+def _read_yaml(path: Path) -> Mapping[str, Any]:
+    if not path.is_file():
+        return {}
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None

@@ -1,0 +1,282 @@
+"""A study of interventions (docs/study.md): its plan and the checks before any job, its
+statistics against independent restatements (SciPy's paired tests, Holm's procedure spelled as a
+step-down loop, ranks counted by hand), and the study report read from search folders with known
+numbers (tests/helpers/studies.py)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy import stats
+
+from isotune.errors import IsotuneError
+from isotune.study.comparison import (
+    ALL_TASKS,
+    across_tasks,
+    arm_table,
+    average_ranks,
+    geometry_correlations,
+    task_comparisons,
+)
+from isotune.study.plan import plan_study
+from isotune.study.report import REPORT_FILE, RESULTS_FILE, RUNS_FILE, write_study_report
+from isotune.study.results import ArmOutcome, StudyRun, read_arm
+from tests.helpers.studies import write_search
+
+CATALOG = {
+    "none": {"overrides": ["intervention=none"]},
+    "isobn": {"overrides": ["intervention=isobn"]},
+    "cosreg": {
+        "overrides": ["intervention=cosreg"],
+        "params": {"reg.weight": "tag(log, signed, interval(0.01, 10))"},
+    },
+}
+SETTINGS = {
+    "catalog": CATALOG,
+    "arms": ["none", "isobn", "cosreg"],
+    "baseline_arm": "none",
+    "lr": "tag(log, interval(1e-5, 2e-4))",
+    "n_trials": 3,
+    "seeds": [1, 2],
+    "report_seeds": [101, 102, 103, 104, 105],
+}
+KEYS = {"intervention", "optim.lr", "reg.weight"}
+TASK_FILES = {"glue_dir": "RTE", "files": {"train": "train.tsv", "validation": "dev.tsv"}}
+
+
+def _plan(tmp_path: Path, **changes):
+    glue = tmp_path / "glue"
+    (glue / "RTE").mkdir(parents=True, exist_ok=True)
+    for name in ("train.tsv", "dev.tsv"):
+        (glue / "RTE" / name).write_text("x\n")
+    return plan_study(
+        {**SETTINGS, **changes}, ["rte"], KEYS.__contains__, {"rte": TASK_FILES}, glue
+    )
+
+
+# ---- the plan and its checks ----
+def test_every_arm_searches_the_learning_rate_with_the_same_budget(tmp_path):
+    plan = _plan(tmp_path)
+    assert [arm.name for arm in plan.arms] == ["none", "isobn", "cosreg"]
+    assert all(arm.params["optim.lr"] == SETTINGS["lr"] for arm in plan.arms)
+    assert set(plan.arms[2].params) == {"optim.lr", "reg.weight"}
+    assert plan.jobs == 3 * (3 * 2 + 5)  # per arm: 3 trials x 2 tuning seeds, 5 report seeds
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"arms": ["none", "istar_tuned"]}, "Unknown arm(s) ['istar_tuned']"),
+        ({"baseline_arm": "batchnorm"}, "baseline arm 'batchnorm'"),
+        (
+            {"catalog": {**CATALOG, "isobn": {"overrides": ["norm.alpha=1"]}}},
+            "Arm 'isobn' sets norm.alpha, which is not in the config",
+        ),
+        (
+            {"catalog": {**CATALOG, "cosreg": {**CATALOG["cosreg"], "n_trials": 10}}},
+            "cosreg: n_trials=10 (the study's 3)",
+        ),
+        ({"report_seeds": [2, 101]}, "Seeds [2] are both tuning seeds"),
+    ],
+)
+def test_a_plan_that_would_break_the_study_is_refused_in_one_message(tmp_path, changes, message):
+    with pytest.raises(IsotuneError) as error:
+        _plan(tmp_path, **changes)
+    assert message in str(error.value)
+    assert "Fix:" in str(error.value)
+
+
+def test_a_task_without_its_files_offline_is_refused_by_name(tmp_path, monkeypatch):
+    configs = {"rte": TASK_FILES, "mrpc": {**TASK_FILES, "glue_dir": "MRPC"}}
+    (tmp_path / "RTE").mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        (tmp_path / "RTE" / name).write_text("x\n")
+    with pytest.raises(IsotuneError, match=r"Task mrpc is not available offline: .*MRPC/train"):
+        plan_study(SETTINGS, ["rte", "mrpc"], KEYS.__contains__, configs, tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(IsotuneError, match="Task rte cannot be read offline: GLUE_DIR is not"):
+        plan_study(SETTINGS, ["rte"], KEYS.__contains__, configs, None)
+
+
+# ---- the statistics, restated ----
+def _outcome(task, arm, scores, tuned=None, trials=(0.5,), geometry=None):
+    def measures(seed):
+        return (
+            {} if geometry is None else {"isoscore": geometry[seed], "avg_cosine": -geometry[seed]}
+        )
+
+    runs = tuple(
+        StudyRun(task, arm, "report", None, seed, score, True, "completed", measures(seed))
+        for seed, score in scores.items()
+    )
+    return ArmOutcome(task, arm, {"optim.lr": 1e-4}, tuned, tuple(trials), runs)
+
+
+SEEDS = [101, 102, 103, 104, 105, 106]
+RTE = {
+    "none": [0.55, 0.57, 0.54, 0.58, 0.56, 0.53],
+    "isobn": [0.56, 0.60, 0.555, 0.585, 0.59, 0.57],
+    "cosreg": [0.50, 0.58, 0.49, 0.52, 0.57, 0.56],
+    "whitening": [0.545, 0.575, 0.53, 0.575, 0.565, 0.52],
+}
+MRPC = {
+    "none": [0.70, 0.72, 0.68, 0.71, 0.74, 0.69],
+    "isobn": [0.73, 0.71, 0.705, 0.76, 0.745, 0.72],
+    "cosreg": [0.69, 0.735, 0.70, 0.73, 0.72, 0.715],
+    "whitening": [0.68, 0.70, 0.71, 0.69, 0.725, 0.665],
+}
+
+
+def _study():
+    return [
+        _outcome(task, arm, dict(zip(SEEDS, scores, strict=True)), tuned=max(scores) + 0.01)
+        for task, table in (("rte", RTE), ("mrpc", MRPC))
+        for arm, scores in table.items()
+    ]
+
+
+def _holm_step_down(pvalues):
+    """Holm (1979) as he states it: reject in ascending order while p_(i) <= alpha / (m - i + 1);
+    the adjusted p is the smallest alpha at which each hypothesis would be rejected."""
+    m = len(pvalues)
+    order = np.argsort(pvalues)
+    adjusted = np.empty(m)
+    for position, index in enumerate(order):
+        needed = [pvalues[order[j]] * (m - j) for j in range(position + 1)]
+        adjusted[index] = min(1.0, max(needed))
+    return adjusted
+
+
+def _signed_rank_by_enumeration(d):
+    """The two-sided signed-rank p over all 2^n sign flips of the midranks of |d| (no zeros)."""
+    ranks = stats.rankdata(np.abs(d))
+    centre = ranks.sum() / 2
+    observed = abs(ranks[d > 0].sum() - centre)
+    flips = itertools.product([0, 1], repeat=len(d))
+    sums = [abs(np.dot(signs, ranks) - centre) for signs in flips]
+    return float(np.mean(np.array(sums) >= observed - 1e-9))
+
+
+def test_each_arm_against_the_baseline_on_a_task_matches_scipys_paired_tests():
+    table = task_comparisons(_study(), "none")
+    rte = table.loc[table["task"] == "rte"].set_index("arm")
+    p_wilcoxon, p_t = [], []
+    for arm in ("isobn", "cosreg", "whitening"):
+        d = np.subtract(RTE[arm], RTE["none"])
+        row = rte.loc[arm]
+        assert row["n"] == 6 and row["mean_difference"] == pytest.approx(d.mean())
+        half = stats.t.ppf(0.975, 5) * d.std(ddof=1) / math.sqrt(6)
+        assert (row["t_low"], row["t_high"]) == pytest.approx((d.mean() - half, d.mean() + half))
+        assert row["ttest_p"] == pytest.approx(stats.ttest_rel(RTE[arm], RTE["none"]).pvalue)
+        exact = _signed_rank_by_enumeration(np.round(d, 9))
+        assert row["wilcoxon_p"] == pytest.approx(exact)
+        p_wilcoxon.append(exact)
+        p_t.append(row["ttest_p"])
+    assert list(rte["wilcoxon_p_holm"]) == pytest.approx(list(_holm_step_down(p_wilcoxon)))
+    assert list(rte["ttest_p_holm"]) == pytest.approx(list(_holm_step_down(p_t)))
+
+
+def test_across_tasks_the_differences_their_mean_the_pooled_test_and_the_ranks():
+    across = across_tasks(_study(), "none").set_index("arm")
+    for arm in ("isobn", "cosreg", "whitening"):
+        d_rte = np.subtract(RTE[arm], RTE["none"])
+        d_mrpc = np.subtract(MRPC[arm], MRPC["none"])
+        row = across.loc[arm]
+        assert row["difference_rte"] == pytest.approx(d_rte.mean())
+        assert row["mean_of_differences"] == pytest.approx((d_rte.mean() + d_mrpc.mean()) / 2)
+        pooled = np.concatenate([d_rte, d_mrpc])
+        assert row["pairs"] == 12 and row["pooled_mean"] == pytest.approx(pooled.mean())
+        assert row["pooled_ttest_p"] == pytest.approx(stats.ttest_1samp(pooled, 0).pvalue)
+    # ranks counted by hand: 1 + the arms whose median is higher, ties sharing the mean rank
+    expected = {}
+    for table in (RTE, MRPC):
+        medians = {arm: statistics.median(scores) for arm, scores in table.items()}
+        for arm, m in medians.items():
+            higher = sum(other > m for other in medians.values())
+            tied = sum(other == m for other in medians.values())
+            expected.setdefault(arm, []).append(higher + (tied + 1) / 2)
+    ranks = average_ranks(_study())
+    assert ranks == pytest.approx({arm: np.mean(r) for arm, r in expected.items()})
+    assert across.loc["none", "average_rank"] == pytest.approx(ranks["none"])
+
+
+def test_the_geometry_beside_the_score_and_its_rank_correlation():
+    isoscores = {"rte": [0.1, 0.3, 0.2, 0.5, 0.4, 0.6], "mrpc": [0.3, 0.2, 0.6, 0.5, 0.1, 0.4]}
+    outcomes = [
+        _outcome(task, arm, dict(zip(SEEDS, scores, strict=True)), geometry=dict(
+            zip(SEEDS, np.add(isoscores[task], i / 10), strict=True)))
+        for task, table in (("rte", RTE), ("mrpc", MRPC))
+        for i, (arm, scores) in enumerate(table.items())
+    ]  # fmt: skip
+    arms = arm_table(outcomes).set_index(["task", "arm"])
+    assert arms.loc[("rte", "isobn"), "isoscore"] == pytest.approx(
+        np.median(np.add(isoscores["rte"], 0.1))
+    )
+    correlations = geometry_correlations(outcomes).set_index(["task", "measure"])
+    x = np.concatenate([np.add(isoscores["rte"], i / 10) for i in range(4)])
+    y = np.concatenate(list(RTE.values()))
+    row = correlations.loc[("rte", "isoscore")]
+    assert row["n"] == 24 and row["rho"] == pytest.approx(stats.spearmanr(x, y).statistic)
+    mx = np.concatenate([np.add(isoscores["mrpc"], i / 10) for i in range(4)])
+    my = np.concatenate(list(MRPC.values()))
+    pooled_x = np.concatenate([x - np.median(x), mx - np.median(mx)])
+    pooled_y = np.concatenate([y - np.median(y), my - np.median(my)])
+    pooled = correlations.loc[(ALL_TASKS, "avg_cosine")]
+    assert pooled["rho"] == pytest.approx(stats.spearmanr(-pooled_x, pooled_y).statistic)
+
+
+# ---- the report, from search folders ----
+@pytest.mark.slow  # draws its figures: matplotlib's import and drawing take seconds
+def test_the_study_report_reads_every_search_and_writes_its_tables_and_figures(tmp_path):
+    study = tmp_path / "study"
+    numbers = {
+        "none": ({0: 0.56, 1: 0.58, 2: 0.55}, [0.55, 0.57, 0.54, 0.56, 0.53]),
+        "isobn": ({0: 0.60, 1: 0.57, 2: 0.59}, [0.56, 0.60, 0.555, 0.585, None]),
+        "cosreg": ({0: 0.61, 1: 0.50, 2: 0.52, 3: 0.55, 4: 0.58}, [0.50, 0.58, 0.49, 0.52, 0.57]),
+    }
+    outcomes = []
+    for arm, (trials, report) in numbers.items():
+        folder = study / "rte" / arm
+        write_search(
+            folder, "rte", trials, dict(zip(SEEDS[:5], report, strict=True)), {"optim.lr": 3e-5}
+        )
+        outcomes.append(read_arm(folder, "rte", arm))
+    isobn = outcomes[1]
+    assert isobn.tuned_value == 0.60 and isobn.trial_values == (0.60, 0.57, 0.59)
+    assert isobn.held_out_scores() == dict(zip(SEEDS[:4], [0.56, 0.60, 0.555, 0.585], strict=True))
+    assert isobn.held_out[0].geometry == pytest.approx({"isoscore": 0.76, "avg_cosine": 0.44})
+
+    text = write_study_report(study, outcomes, "none")
+    assert (study / REPORT_FILE).read_text() == text
+    for name in ("expected_best_rte.png", "held_out.png"):
+        assert (study / name).stat().st_size > 0
+    runs = pd.read_csv(study / RUNS_FILE)
+    assert len(runs) == (3 + 3 + 5) * 2 + 3 * 5  # every tuning run and every report run
+    assert list(runs.loc[runs["arm"] == "isobn", "status"]).count("failed") == 1
+    record = yaml.safe_load((study / RESULTS_FILE).read_text())
+    rows = {row["arm"]: row for row in record["arms"]}
+    assert rows["isobn"]["held_out_runs"] == 4 and rows["isobn"]["without_score"] == 1
+    assert rows["isobn"]["optimism"] == pytest.approx(
+        0.60 - statistics.median([0.56, 0.60, 0.555, 0.585])
+    )
+    paired = {row["arm"]: row for row in record["per_task"]}
+    assert (
+        paired["isobn"]["n"] == 4
+        and "Seeds without a pair, left out: 105" in paired["isobn"]["note"]
+    )
+    cosreg = [0.61, 0.50, 0.52, 0.55, 0.58]
+    assert record["expected_best"]["rte/cosreg"][0] == pytest.approx(np.mean(cosreg))
+    assert record["expected_best"]["rte/cosreg"][-1] == pytest.approx(
+        sum(v * ((i / 5) ** 5 - ((i - 1) / 5) ** 5) for i, v in enumerate(sorted(cosreg), 1))
+    )
+    assert record["expected_best"]["rte/none"] == []  # 3 trials: their values are listed instead
+    assert "none: 0.5600, 0.5800, 0.5500" in text
+    assert "## rte" in text and "## Across tasks" in text and "With 1 task(s)" in text
+    assert "| isobn | optim.lr=3e-05 | 0.6000 | 0.5725 ± " in text
