@@ -23,6 +23,7 @@ from isotune.record import provenance
 from isotune.record.provenance import PACKAGES, code_identity, differences, file_sha256
 from isotune.record.resume import PROVENANCE_KEY
 from isotune.sweeps.aggregate import aggregate
+from isotune.sweeps.environment import compare
 from isotune.training.run import train
 from tests.helpers.cli import ROOT, run_script, tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
@@ -275,3 +276,17 @@ def test_sweeps_of_two_commits_print_the_mixed_paragraph_and_strict_refuses(
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.startswith("error: --strict: the 2 counted runs below")
     assert "differ in code.commit" in refused.stderr
+
+
+def test_env_says_a_dirty_trees_changes_are_not_in_the_commit_it_names():
+    machine = {"code": {}, "packages": {}}
+    dirty = record_of("4" * 40)
+    dirty["code"] |= {"dirty": True, "changes": "0a1b2c3d"}
+    told = compare(machine, [dirty])
+    assert told.startswith("1 run, 0 without provenance.")
+    assert (
+        f"  git checkout {'4' * 40}  # 1 run, made with uncommitted changes (hash 0a1b2c3d) that "
+        "are not in this commit" in told
+    )
+    clean = compare(machine, [record_of("5" * 40)])
+    assert clean.endswith(f"  git checkout {'5' * 40}  # 1 run")

@@ -139,7 +139,7 @@ def test_ties_and_zeros_have_an_exact_p_given_the_ties():
     assert comparison.wilcoxon_p == brute_force_signed_rank_p(
         [3.5, 3.5, 1.5, 1.5, 5.0], [True, True, True, False, True]
     )
-    assert "1 zero difference(s) left out of the Wilcoxon test, which uses 5 pair(s)" in (
+    assert "1 zero difference left out of the Wilcoxon test, which uses 5 pairs" in (
         comparison.note
     )
 
@@ -258,3 +258,11 @@ def test_smallest_wilcoxon_p_and_the_sentence_under_the_table():
     assert seed_count_caveat(6).startswith(
         "With 6 pairs the smallest two-sided Wilcoxon p is 0.03125"
     )
+
+
+def test_a_count_of_one_reads_in_the_singular():
+    assert seed_count_caveat(1).startswith("With 1 pair the smallest two-sided Wilcoxon p is 1")
+    assert spearman([0.1, 0.2], [0.3, 0.4]).note == "2 points: a rank correlation needs at least 3."
+    assert spearman([0.1], [0.3]).note == "1 point: a rank correlation needs at least 3."
+    one_left = paired_comparison({0: 0.80, 1: 0.82, 2: 0.81}, {0: 0.80, 1: 0.85, 2: 0.79})
+    assert "1 zero difference left out of the Wilcoxon test, which uses 2 pairs." in one_left.note

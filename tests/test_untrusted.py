@@ -177,7 +177,7 @@ def test_a_run_folder_holding_a_code_running_checkpoint_is_left_as_it_was(
         timeout=300,
     )
     one_message(rerun)
-    assert "Reran 1 jobs, 1 failed again." in rerun.stdout
+    assert "Reran 1 job, 1 failed again." in rerun.stdout
     assert folder_digest(folder) == before
     assert not marker.exists()
 

@@ -49,6 +49,7 @@ from omegaconf import MISSING, DictConfig, open_dict
 from isotune.errors import IsotuneError, RunInterrupted
 from isotune.record.stopping import STOP_SIGNALS
 from isotune.sweeps import gpu_slots
+from isotune.tracking.reporting import counted
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ class GpusLauncher(Launcher):
         n_workers = min(n_jobs, len(job_overrides))
         threads = self.threads_per_job or gpu_slots.cpu_share(n_workers)
         log.info(
-            f"Launching {len(job_overrides)} jobs, {n_jobs} at a time, on slots "
+            f"Launching {counted(len(job_overrides), 'job')}, {n_jobs} at a time, on slots "
             f"{[slot.name for slot in slots]}, torch threads per job: {threads} "
             f"(slot locks in {self.slot_dir})"
         )
@@ -226,7 +227,8 @@ class _SlotPool:
                         job_return = _crashed_return(job_num, overrides, worker.process)
                         log.error(str(job_return._return_value))
                     returns[worker.job_index] = job_return
-                    log.info(f"#{job_num} {job_return.status.name}; {len(pending)} jobs queued")
+                    queued = counted(len(pending), "job")
+                    log.info(f"#{job_num} {job_return.status.name}; {queued} queued")
                     if not worker.process.is_alive():
                         busy.remove(worker)
                         if pending and stop.signal is None:
@@ -252,7 +254,7 @@ class _SlotPool:
         ]
         if failed:
             listed = "; ".join(f"#{num} {' '.join(o)}" for num, o in failed)
-            log.error(f"{len(failed)} of {len(jobs)} jobs failed: {listed}")
+            log.error(f"{len(failed)} of {counted(len(jobs), 'job')} failed: {listed}")
         return returns
 
     def _start_worker(self, jobs: list[tuple[int, list[str]]], job_index: int) -> _Worker:

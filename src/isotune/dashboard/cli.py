@@ -26,6 +26,7 @@ from isotune.dashboard.run_file import run_keys
 from isotune.dashboard.views import panels_of, sweep_report, workspace, write_json
 from isotune.errors import IsotuneError
 from isotune.sweeps.runs import Sweep
+from isotune.tracking.reporting import counted
 from isotune.tracking.wandb_status import wandb_online
 
 WORKSPACE_JSON = Path("logs") / "dashboards" / "workspace-{project}.json"
@@ -199,7 +200,7 @@ def _save_or_write(args, build, out: Path, before_saving) -> int:
     what = (
         f"wrote {out}: the {args.command} it would save to "
         f"{args.entity or '<your default entity>'}/{args.project}, "
-        f"{len(panels_of(view))} panels"
+        f"{counted(len(panels_of(view)), 'panel')}"
     )
     if args.dry_run:
         print(f"Dry run: {what}.")

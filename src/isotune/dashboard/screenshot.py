@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from isotune.errors import IsotuneError
+from isotune.tracking.reporting import counted
 
 BROWSERS = ("chromium", "chromium-browser")  # Debian's package, and Ubuntu's name for it
 PLUGIN = "/data/plugin/custom_scalars"
@@ -192,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     runs = len(next(iter(page.points.values())))
-    print(f"Wrote {args.out}: {len(page.points)} charts, {runs} runs, all with points.")
+    charts = counted(len(page.points), "chart")
+    print(f"Wrote {args.out}: {charts}, {counted(runs, 'run')}, all with points.")
     return 0
 
 

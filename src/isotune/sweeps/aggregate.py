@@ -81,6 +81,7 @@ from isotune.sweeps.tables import (
     summarize_scores,
 )
 from isotune.tracking.metric_keys import POST_NORM
+from isotune.tracking.reporting import counted
 from isotune.tracking.wandb_status import wandb_online
 
 RESULTS_MD, ISOTROPY_MD, REPORT_MD = "results_table.md", "isotropy_table.md", "sweep_report.md"
@@ -214,7 +215,8 @@ def aggregate(
     refused = environments.check_strict() if strict else None
     if refused:
         raise IsotuneError(
-            f"--strict: the {len(kept)} counted runs below {', '.join(map(str, directories))} do "
+            f"--strict: the {counted(len(kept), 'counted run')} below "
+            f"{', '.join(map(str, directories))} do "
             f"not come from one environment: {refused}. Fix: rerun the runs that differ from one "
             "checkout and one environment (`python -m isotune.env <folder>` shows how a folder's "
             "runs differ from this machine, and the pip commands for their versions), aggregate "

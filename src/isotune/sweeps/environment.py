@@ -27,6 +27,7 @@ from isotune.record.provenance import (
 )
 from isotune.record.results import RESULTS_FILE
 from isotune.sweeps.runs import load_runs
+from isotune.tracking.reporting import counted
 
 
 def machine_provenance() -> dict[str, Any]:
@@ -47,20 +48,31 @@ def compare(machine: dict[str, Any], recorded: Sequence[dict[str, Any] | None]) 
     ours = identity(machine)
     theirs = [identity(p) for p in recorded]
     fields = [name for name in ours if name.startswith(("code.", "packages."))]
-    lines = [f"{len(recorded)} runs, {sum(not t for t in theirs)} without provenance."]
+    lines = [f"{counted(len(recorded), 'run')}, {sum(not t for t in theirs)} without provenance."]
     differ = []
     for name in fields:
         values = Counter(str(t.get(name, UNKNOWN)) for t in theirs)
         if set(values) != {str(ours[name])}:
-            counts = ", ".join(f"{value} ({n} runs)" for value, n in values.most_common())
+            counts = ", ".join(
+                f"{value} ({counted(n, 'run')})" for value, n in values.most_common()
+            )
             differ.append(f"  {name}: this machine {ours[name]}; the runs {counts}")
     lines += ["Differences from this machine:", *differ] if differ else ["Same code and packages."]
     installs = Counter(_pip_command(p["packages"]) for p in recorded if p and p.get("packages"))
     if installs:
         lines += ["", "Install the recorded versions (in a fresh venv, after README's set-up):"]
-        lines += [f"  {command}  # {n} runs" for command, n in installs.most_common()]
-    commits = Counter(t.get("code.commit") for t in theirs if t.get("code.commit"))
-    lines += [f"  git checkout {commit}  # {n} runs" for commit, n in commits.most_common()]
+        lines += [f"  {command}  # {counted(n, 'run')}" for command, n in installs.most_common()]
+    commits = Counter(
+        (t["code.commit"], t.get("code.changes")) for t in theirs if t.get("code.commit")
+    )
+    for (commit, changes), n in commits.most_common():
+        made_on = f"  git checkout {commit}  # {counted(n, 'run')}"
+        if changes:  # a dirty tree: the commit alone does not rebuild it
+            made_on += (
+                f", made with uncommitted changes (hash {changes}) that are not in this commit: "
+                "the checkout gives the code without them"
+            )
+        lines.append(made_on)
     return "\n".join(lines)
 
 

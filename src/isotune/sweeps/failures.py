@@ -85,7 +85,8 @@ def with_failures(
         sides.append(("baseline", failed.get((row["baseline"], row["task"]))))
         row["failed"], row["baseline_failed"] = (count.failed if count else 0 for _, count in sides)
         notes = [
-            f"All {count.n} runs of the {side} failed to learn{ending}"
+            f"{'The one run' if count.n == 1 else f'All {count.n} runs'} of the {side} failed "
+            f"to learn{ending}"
             for side, count in sides
             if count is not None and count.failed == count.n
         ]

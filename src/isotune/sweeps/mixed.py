@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from isotune.record.provenance import UNKNOWN, identity
 from isotune.sweeps.runs import Run
+from isotune.tracking.reporting import counted
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,7 @@ def describe(mixed: dict[str, Counter]) -> str:
     """``code.commit (2 runs 1a2b3c4d5e6f, 1 run unknown); packages.torch (...)``."""
     return "; ".join(
         f"{name} ("
-        + ", ".join(
-            f"{n} run{'s' if n > 1 else ''} {_shown(value)}" for value, n in values.most_common()
-        )
+        + ", ".join(f"{counted(n, 'run')} {_shown(value)}" for value, n in values.most_common())
         + ")"
         for name, values in mixed.items()
     )

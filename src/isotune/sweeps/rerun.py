@@ -43,6 +43,7 @@ from isotune.record import folder_lock
 from isotune.record.resume import LAST_CHECKPOINT
 from isotune.sweeps import gpu_slots, slurm_jobs
 from isotune.sweeps.runs import Run, Sweep, job_id, load_runs, missing_jobs, unfinished_runs
+from isotune.tracking.reporting import counted
 
 RERUN_DIR_PREFIX = "rerun-"
 DEFAULT_SCRIPT = "train.py"
@@ -286,5 +287,5 @@ def run_reruns(reruns: list[Rerun], left_alone: list[Run], sweep_dir: Path, dry_
         if not dry_run:
             failures += subprocess.run(rerun.argv, cwd=rerun.cwd).returncode != 0
     if not dry_run:
-        print(f"Reran {len(reruns)} jobs, {failures} failed again.")
+        print(f"Reran {counted(len(reruns), 'job')}, {failures} failed again.")
     return int(failures > 0)

@@ -21,6 +21,8 @@ from typing import NamedTuple, TypeVar
 import numpy as np
 from scipy import stats
 
+from isotune.tracking.reporting import counted
+
 __all__ = [
     "BOOTSTRAP_MIN_PAIRS",
     "CONFIDENCE",
@@ -154,8 +156,8 @@ def paired_comparison(
         notes.append("Every difference is 0: the Wilcoxon test has no pair to rank.")
     elif len(nonzero) < n:
         notes.append(
-            f"{n - len(nonzero)} zero difference(s) left out of the Wilcoxon test, "
-            f"which uses {len(nonzero)} pair(s)."
+            f"{counted(n - len(nonzero), 'zero difference')} left out of the Wilcoxon test, "
+            f"which uses {counted(len(nonzero), 'pair')}."
         )
     return PairedComparison(
         seeds=tuple(common),
@@ -232,12 +234,12 @@ def seed_count_caveat(n: int) -> str:
     floor = smallest_wilcoxon_p(n)
     if floor > 1 - CONFIDENCE:
         return (
-            f"With {n} pairs the smallest two-sided Wilcoxon p is {floor:.4g}, so "
+            f"With {counted(n, 'pair')} the smallest two-sided Wilcoxon p is {floor:.4g}, so "
             f"'not significant' there is not 'no effect'."
         )
     return (
-        f"With {n} pairs the smallest two-sided Wilcoxon p is {floor:.4g}; with few seeds "
-        f"'not significant' is still not 'no effect'."
+        f"With {counted(n, 'pair')} the smallest two-sided Wilcoxon p is {floor:.4g}; with few "
+        f"seeds 'not significant' is still not 'no effect'."
     )
 
 
@@ -277,7 +279,9 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> Correlation:
         raise ValueError("x and y must be finite: leave runs without the value out")
     n = len(a)
     if n < 3:
-        return Correlation(None, None, n, f"{n} point(s): a rank correlation needs at least 3.")
+        return Correlation(
+            None, None, n, f"{counted(n, 'point')}: a rank correlation needs at least 3."
+        )
     constant = [name for name, v in (("x", a), ("y", b)) if np.all(v == v[0])]
     if constant:
         return Correlation(None, None, n, f"{' and '.join(constant)} constant: rho undefined.")

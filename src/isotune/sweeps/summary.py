@@ -13,6 +13,7 @@ from pathlib import Path
 from isotune.sweeps.failures import learned_of
 from isotune.sweeps.footprint import disk_used, readable
 from isotune.sweeps.runs import Sweep, load_runs, missing_jobs, unfinished_runs
+from isotune.tracking.reporting import counted
 
 MESSAGE_WIDTH = 300  # characters of a failed job's message; the whole one is in its results.json
 
@@ -36,7 +37,7 @@ def summarize_sweep(sweep_dir: Path) -> SweepSummary:
         lines = [f"Sweep {sweep.dir.resolve()}: no job has started yet."]
     else:
         lines = [
-            f"Sweep {sweep.dir.resolve()}: {completed} of {total} jobs completed"
+            f"Sweep {sweep.dir.resolve()}: {completed} of {counted(total, 'job')} completed"
             + (f", {len(unfinished) + len(missing)} did not:" if unfinished or missing else ".")
         ]
     lines += [

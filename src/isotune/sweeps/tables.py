@@ -21,7 +21,7 @@ from isotune.sweeps.failures import failure_counts, learned_of, not_failed
 from isotune.sweeps.runs import Run
 from isotune.sweeps.seeds import SeedAxis
 from isotune.tracking.metric_keys import POST_NORM, PRE_NORM, iso_key
-from isotune.tracking.reporting import markdown_table
+from isotune.tracking.reporting import counted, markdown_table
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 AVERAGE = "avg"
@@ -255,7 +255,7 @@ def results_markdown(summary: pd.DataFrame, configurations: Configurations) -> s
         sections += [
             "## Results over the runs that learned",
             table(_learned_cell, rows),
-            f"{failed} runs failed to learn; they are left out here (runs without a verdict, "
+            f"{counted(failed, 'run')} failed to learn, left out here (runs without a verdict, "
             "older than the check, are kept).",
         ]
     baselines = dict(zip(summary["configuration"], summary["baseline"], strict=True))

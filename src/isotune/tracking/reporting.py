@@ -1,9 +1,15 @@
-"""What the reports of every family share: Markdown tables (sweep tables, the analysis report)."""
+"""What the reports of every family share: Markdown tables (sweep tables, the analysis report), and
+counts with their nouns."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 run``, ``2 runs``, ``0 runs``: ``n`` and its noun (a regular one), singular for one."""
+    return f"{n} {noun if n == 1 else noun + 's'}"
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

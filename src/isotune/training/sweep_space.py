@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from isotune.errors import IsotuneError
 from isotune.model.encoders import parameter_count
 from isotune.sweeps.footprint import RunFootprint, readable, sweep_footprint
+from isotune.tracking.reporting import counted
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ def check_sweep_fits(sweep_dir: Path, jobs: Sequence[DictConfig], at_once: int) 
     runs = [_footprint(job, None) for job in jobs]
     raise IsotuneError(
         f"This sweep needs about {readable(need)} in {sweep_dir}, but its file system has "
-        f"{readable(free)} free: {len(jobs)} jobs with checkpoint.keep={','.join(keeps)}, "
+        f"{readable(free)} free: {counted(len(jobs), 'job')} with "
+        f"checkpoint.keep={','.join(keeps)}, "
         f"up to {readable(max(run.completed for run in runs))} each once completed and "
         f"{readable(max(run.peak for run in runs))} while one runs, {at_once} at once. Ways out: "
         f"checkpoint.keep=slim (about {readable(_need(jobs, at_once, 'slim'))}) or "
