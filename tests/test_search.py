@@ -284,6 +284,35 @@ def test_a_pruned_trial_stops_before_its_later_seeds_and_is_not_a_failure(tmp_pa
     assert f"{pruned.trial.iloc[0]}* 0.4000" in report
 
 
+WILCOXON = {"_target_": "optuna.pruners.WilcoxonPruner", "p_threshold": 0.15}
+
+
+@pytest.mark.parametrize("other", ["equal", "worse"])
+def test_wilcoxon_prunes_a_clearly_worse_trial_at_its_third_seed_and_not_an_equal_one(
+    tmp_path, other
+):
+    """Four tuning seeds: after three, all three below the best's is one-sided p 0.125."""
+
+    def score(values, seed):  # positive weights: the other trial; the baseline 0.6
+        weight = float(values.get("reg.weight", 0))
+        best = 0.7 + seed / 100
+        if weight > 0:
+            return best - 0.2 if other == "worse" else best + (-1) ** seed / 100  # -, +, -, +
+        return best if weight < 0 else 0.6
+
+    settings = {**SMALL, "seeds": [1, 2, 3, 4], "pruner": WILCOXON}
+    launch = FakeLauncher(tmp_path, score)
+    make_search(tmp_path, launch, n_trials=5, **settings).run()
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    positive = trials[trials["reg.weight"] > 0]
+    assert positive.trial.nunique() and (trials["reg.weight"] < 0).any()
+    if other == "worse":
+        assert set(positive.state) == {"PRUNED"}
+        assert all(sorted(seeds) == [1, 2, 3] for _, seeds in positive.groupby("trial").seed)
+    else:
+        assert set(positive.state) == {"COMPLETE"} and len(positive) == 4 * positive.trial.nunique()
+
+
 def test_a_trial_that_ran_every_seed_completes_with_its_value_and_is_never_pruned(tmp_path):
     """After its last seed a trial has cost all its runs: pruning it would save none and drop
     its value from the expected best, which would then leave out the worst trials."""

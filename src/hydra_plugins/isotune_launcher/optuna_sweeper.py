@@ -68,8 +68,8 @@ class OptunaSweeperConf:
     sampler: Any = None  # conf/hydra/sweeper/sampler/ (random: i.i.d.), or any by _target_
     pruner: Any = field(  # over seeds; null: no pruning, every seed of a batch at once
         default_factory=lambda: {
-            "_target_": "optuna.pruners.WilcoxonPruner",
-            "p_threshold": 0.3,  # one-sided, from 2 seeds: both below the best's gives p 0.25
+            "_target_": "isotune.search.pruning.NoiseGapPruner",
+            "gap_sd": 3.0,  # set by simulation: ~2% of equal trials pruned, most 3 SD worse ones
         }
     )
     direction: str = "maximize"  # the best dev primary metric
