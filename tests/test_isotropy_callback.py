@@ -18,7 +18,10 @@ from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.data import GLUEDataModule
 from isotune.data.tasks import TaskSpec
 from isotune.isotropy import (
+    PROFILE_MEASURES,
     isobn_stats,
+    layer_profile,
+    massive_activations,
     measure_all,
     measure_cloud,
     measure_outliers,
@@ -30,7 +33,7 @@ from isotune.isotropy.figures import correlation_matrix, save_geometry_figure
 from isotune.model.classifier import GLUEClassifier
 from isotune.model.encoders import load_tokenizer
 from isotune.model.sentence_views import collect_views, sentence_views
-from isotune.tracking.metric_keys import POST_NORM, PRE_NORM, SENTENCE_VIEWS
+from isotune.tracking.metric_keys import POST_NORM, PRE_NORM, SENTENCE_VIEWS, profile_key
 from isotune.training.run import train
 from tests.conftest import compose_train_config, tiny_run_overrides
 from tests.helpers.stops import run_one_epoch
@@ -40,7 +43,7 @@ TOKEN_VIEWS = ("layer0_tokens", "layer-1_tokens")
 
 @pytest.fixture(scope="module")
 def isobn_run(tmp_path_factory, tiny_bert, glue_dir):
-    """One tiny-BERT IsoBN run with token-level layers and figures on."""
+    """One tiny-BERT IsoBN run with token-level layers, layer profiles and figures on."""
     folder = tmp_path_factory.mktemp("iso-run")
     cfg = compose_train_config(
         [
@@ -50,6 +53,7 @@ def isobn_run(tmp_path_factory, tiny_bert, glue_dir):
             "callbacks.isotropy.probe_size=20",
             "callbacks.isotropy.token_layers=[0,-1]",
             "callbacks.isotropy.local_k=2",
+            "callbacks.isotropy.layer_profiles=true",
         ],
         folder,
     )
@@ -69,8 +73,13 @@ def test_measures_pretrained_and_every_epoch_into_results(isobn_run):
         for metric in ("iw", "log_iw", "avg_cosine", "isoscore", "std_cv", "corr_abs_mean"):
             assert f"iso/{view}/{metric}" in keys
     assert "iso/pre_norm/local_isoscore" in keys
+    for epoch in ("0", "1", "2"):  # the embeddings and the 2 layers, at both levels
+        for level in ("sentence", "tokens"):
+            for layer in range(3):
+                assert profile_key(level, layer, "twonn") in isotropy["per_epoch"][epoch]
+        assert len(isotropy["massive_activations"][epoch]) == 3
     written = json.loads((folder / "results.json").read_text())["isotropy"]
-    assert written == isotropy
+    assert json.dumps(written) == json.dumps(isotropy)  # NaN: layer 0's [CLS] is one point
     outliers = isotropy["outlier_dimensions"]
     assert outliers["factor"] == 5.0 and sorted(outliers["per_epoch"]) == ["0", "1", "2"]
     for epoch, views in outliers["per_epoch"].items():
@@ -339,7 +348,12 @@ def test_figures_saved_per_view_and_epoch(isobn_run):
     folder, _ = isobn_run
     names = sorted(path.name for path in (folder / "isotropy").glob("*.png"))
     assert names == [
-        f"{view}_epoch{epoch:02d}.png" for view in ("post_norm", "pre_norm") for epoch in range(3)
+        "layer_profiles.png",  # drawn when training ends, one line per epoch
+        *(
+            f"{view}_epoch{epoch:02d}.png"
+            for view in ("post_norm", "pre_norm")
+            for epoch in range(3)
+        ),
     ]
     assert all((folder / "isotropy" / name).stat().st_size > 10_000 for name in names)
 
@@ -382,3 +396,42 @@ def test_resume_keeps_epoch_zero_and_continues(train_config, tmp_path, monkeypat
     before = json.loads((first / "results.json").read_text())["isotropy"]
     assert sorted(results["isotropy"]["per_epoch"]) == ["0", "1", "2"]
     assert results["isotropy"]["pretrained"] == before["pretrained"]
+
+
+def test_layer_profiles_equal_the_library_on_the_same_vectors(train_config):
+    """Each layer's sentence profile equals layer_profile of the analysis' own collection of the
+    layer's pooled vectors; the token profile is layer_profile of the token sample, drawn from
+    the non-special tokens; the largest activations are those of every real token's state."""
+    model, datamodule = tiny_model_and_data(train_config("data.eval_batch_size=64"))
+    monitor = IsotropyMonitor(probe_size=24, seed=1, layer_profiles=True, profile_tokens=60)
+    capture = monitor.new_capture(datamodule, model)
+    collected = monitor.collect(stand_in_trainer(datamodule), model, capture)
+    values, massive = monitor.measure_profiles(collected, capture)
+    dataset = datamodule.dataset("validation")
+    probe = monitor.probe_indices(datamodule)
+    batch = datamodule.collate([dataset[i] for i in probe])
+    reference = collect_layer_vectors(model, [batch], sample=None)
+    views = sentence_views(model.eval(), batch, hidden_states=True)
+    real = batch["attention_mask"].bool()
+    ordinary = real & ~torch.isin(
+        batch["input_ids"], torch.tensor(datamodule.tokenizer.all_special_ids)
+    )
+    assert len(massive) == reference.num_layers == 3  # the embeddings and 2 layers
+    for layer, sentences in enumerate(reference.sentences):
+        expected = layer_profile(sentences)
+        logged = {m: values[profile_key("sentence", layer, m)] for m in PROFILE_MEASURES}
+        assert logged == pytest.approx(expected, rel=1e-12, nan_ok=True)
+        tokens = collected[f"tokens_layer{layer}"]
+        assert len(tokens) == sum(min(3, int(row.sum())) for row in ordinary)  # 60 / 24 -> 3 each
+        states = views.hidden_states[layer]
+        assert torch.isin(tokens[:, :1], states[ordinary][:, :1]).all()
+        logged = {m: values[profile_key("tokens", layer, m)] for m in PROFILE_MEASURES}
+        assert logged == pytest.approx(layer_profile(tokens), rel=1e-12, nan_ok=True)
+        found = massive_activations(states[real])
+        assert massive[layer]["magnitudes"] == pytest.approx(list(found.magnitudes))
+        assert massive[layer]["dims"] == list(found.dims)
+        example, position = massive[layer]["idx"][0], massive[layer]["positions"][0]
+        row = [dataset[i]["idx"] for i in probe].index(example)
+        assert states[row, position].abs().max().item() == pytest.approx(found.magnitudes[0])
+        ratio = values[profile_key("tokens", layer, "massive_ratio")]
+        assert ratio == pytest.approx(found.magnitudes[0] / tokens.abs().median().item())

@@ -33,11 +33,10 @@ from sklearn.model_selection import StratifiedKFold, cross_val_score
 from threadpoolctl import threadpool_limits
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
-from transformers.modeling_outputs import BaseModelOutput
 
 from isotune.isotropy.enhance import cluster_labels
 from isotune.model.classifier import GLUEClassifier
-from isotune.model.sentence_views import SentenceViews, collect_views
+from isotune.model.sentence_views import SentenceViews, collect_views, layer_sentence_vectors
 from isotune.tracking.metric_keys import POST_NORM, PRE_NORM
 
 TOKEN_TYPES = ("punctuation", "stop_word", "sub_word", "other")
@@ -119,17 +118,6 @@ class LayerVectors:
     @property
     def num_layers(self) -> int:
         return len(self.sentences)
-
-
-def layer_sentence_vectors(
-    module: GLUEClassifier, hidden: Tensor, attention_mask: Tensor
-) -> Tensor:
-    """The model's pooling applied to one layer's hidden states. ``pooler`` pooling has no
-    per-layer equivalent (its dense layer was trained on the last layer only), so it gives each
-    layer's [CLS] state, the pooler's input."""
-    if module.pooling == "pooler":
-        return hidden[:, 0]
-    return module.pool(BaseModelOutput(last_hidden_state=hidden), attention_mask)
 
 
 def collect_layer_vectors(

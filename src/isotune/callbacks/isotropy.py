@@ -21,9 +21,11 @@ measures: ``docs/isotropy.md``.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -39,10 +41,20 @@ from isotune.isotropy import (
     measure_outliers,
     overlap,
 )
-from isotune.isotropy.figures import save_geometry_figure
+from isotune.isotropy.figures import save_geometry_figure, save_layer_profile_figure
+from isotune.isotropy.layers import MASSIVE_K, layer_profile, massive_activations
 from isotune.model.adaptation import eval_mode
 from isotune.model.families import hidden_state_indices, num_layers
-from isotune.tracking.metric_keys import ISO_EPOCH, POST_NORM, PRE_NORM, SENTENCE_VIEWS, iso_key
+from isotune.model.sentence_views import layer_sentence_vectors
+from isotune.tracking.metric_keys import (
+    ISO_EPOCH,
+    POST_NORM,
+    PRE_NORM,
+    PROFILE_LEVELS,
+    SENTENCE_VIEWS,
+    iso_key,
+    profile_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +72,19 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+@dataclass(frozen=True)
+class ProfileSampling:
+    """What a capture keeps for the layer profiles: the model's ``layers`` hidden states (the
+    embeddings first), ``per_example`` non-special tokens of each probe example (drawn with
+    ``seed`` and the example's probe position, so the same ones every epoch), and each batch's
+    ``massive_k`` tokens of largest magnitude."""
+
+    layers: int
+    per_example: int
+    seed: int
+    massive_k: int = MASSIVE_K
+
+
 class ProbeCapture:
     """The probe's vectors, kept by forward hooks from whatever batches the module encodes.
 
@@ -71,12 +96,25 @@ class ProbeCapture:
     """
 
     def __init__(
-        self, probe_idx: Sequence[int], special_ids: Sequence[int], token_layers: Sequence[int]
+        self,
+        probe_idx: Sequence[int],
+        special_ids: Sequence[int],
+        token_layers: Sequence[int],
+        profile: ProfileSampling | None = None,
     ) -> None:
+        self.probe_idx = torch.tensor(probe_idx)
         self.position_of = torch.full((max(probe_idx) + 1,), -1)
         self.position_of[torch.tensor(probe_idx)] = torch.arange(len(probe_idx))
         self.special_ids = torch.tensor(special_ids)
         self.token_layers = tuple(token_layers)
+        self.profile = profile
+        self.names = [*SENTENCE_VIEWS, *(f"layer{layer}_tokens" for layer in self.token_layers)]
+        if profile is not None:
+            self.names += [
+                f"{kind}_layer{layer}"
+                for layer in range(profile.layers)
+                for kind in ("sentence", "tokens", "massive", "massive_at")
+            ]
         self.captured = torch.zeros(len(probe_idx), dtype=torch.bool)
         self.seconds = 0.0
         # view -> per batch: (probe positions, vectors, token count per example or None)
@@ -84,11 +122,14 @@ class ProbeCapture:
         self._rows: Tensor | None = None  # rows of the next forward pass that are probe examples
         self._positions: Tensor | None = None
         self._handles: list = []
+        self._module: nn.Module | None = None  # whose pooling makes a layer's sentence vectors
 
     def attach(self, module: nn.Module) -> None:
-        """Hooks on ``module.norm`` and, for token layers, on ``module.encoder``."""
+        """Hooks on ``module.norm`` and, for token layers or layer profiles, on
+        ``module.encoder``."""
+        self._module = module
         self._handles = [module.norm.register_forward_hook(self._keep_sentence_views)]
-        if self.token_layers:
+        if self.token_layers or self.profile is not None:
             encoder = module.encoder
             self._handles += [
                 encoder.register_forward_pre_hook(self._request_hidden_states, with_kwargs=True),
@@ -121,7 +162,7 @@ class ProbeCapture:
         """Every view's vectors as float32 on the CPU, in probe order (tokens: example by
         example, each example's tokens in their order)."""
         ordered = {}
-        for name in (*SENTENCE_VIEWS, *(f"layer{layer}_tokens" for layer in self.token_layers)):
+        for name in self.names:
             parts = self._parts[name]
             positions, vectors, counts = zip(*parts, strict=True)
             order = torch.cat(positions).argsort().tolist()
@@ -162,7 +203,36 @@ class ProbeCapture:
             counts = real.sum(dim=1).cpu()
             for layer in self.token_layers:
                 self._keep(f"layer{layer}_tokens", output.hidden_states[layer][rows][real], counts)
+            if self.profile is not None:
+                self._keep_profile(output.hidden_states, rows, mask, real)
             self.seconds += time.perf_counter() - start
+
+    def _keep_profile(self, hidden_states, rows: Tensor, mask: Tensor, real: Tensor) -> None:
+        """Each layer's pooled sentence vectors, a seeded sample of its non-special tokens (the
+        same positions every epoch) and the tokens that hold the batch's largest magnitudes."""
+        profile, positions = self.profile, self._positions
+        chosen = torch.zeros_like(real)
+        for row, (position, wanted) in enumerate(zip(positions.tolist(), real, strict=True)):
+            candidates = wanted.nonzero().squeeze(1).cpu()
+            generator = torch.Generator().manual_seed(profile.seed + position)
+            keep = torch.randperm(len(candidates), generator=generator)[: profile.per_example]
+            chosen[row, candidates[keep].to(chosen.device)] = True
+        counts = chosen.sum(dim=1).cpu()
+        padded = ~mask.bool()
+        for layer in range(profile.layers):
+            hidden = hidden_states[layer][rows]
+            self._keep(f"sentence_layer{layer}", layer_sentence_vectors(self._module, hidden, mask))
+            self._keep(f"tokens_layer{layer}", hidden[chosen], counts)
+            # the k largest magnitudes of the batch lie in at most k tokens: its k loudest
+            loudness = hidden.abs().amax(dim=2).masked_fill(padded, -1.0).flatten()
+            loudest = loudness.topk(min(profile.massive_k, int(mask.sum()))).indices.cpu()
+            example, token = loudest // hidden.shape[1], loudest % hidden.shape[1]
+            order = example.argsort(stable=True)  # example by example, as _keep orders parts
+            example, token = example[order].to(hidden.device), token[order].to(hidden.device)
+            found = torch.bincount(example.cpu(), minlength=len(rows))
+            self._keep(f"massive_layer{layer}", hidden[example, token], found)
+            at = torch.stack([positions[example.cpu()], token.cpu()], dim=1)
+            self._keep(f"massive_at_layer{layer}", at.float(), found)
 
 
 class IsotropyMonitor(L.Callback):
@@ -182,6 +252,11 @@ class IsotropyMonitor(L.Callback):
             logged (Timkey & van Schijndel 2021: 3).
         figures: save (and log) the std / correlation / spectrum figures every epoch.
         output_dir: where figures go (``<output_dir>/isotropy``).
+        layer_profiles: also measure every layer (:func:`isotune.isotropy.layers.layer_profile`
+            of its pooled sentence vectors and of a token sample, and its massive activations)
+            and draw every epoch's profiles when training ends (``layer_profiles.png``).
+        profile_tokens: about this many non-special tokens per layer for the profiles, the same
+            number from each probe example.
     """
 
     def __init__(
@@ -196,6 +271,8 @@ class IsotropyMonitor(L.Callback):
         rogue_k: int = ROGUE_K,
         figures: bool = True,
         output_dir: str | None = None,
+        layer_profiles: bool = False,
+        profile_tokens: int = 2000,
     ) -> None:
         self.probe_size = probe_size
         self.seed = seed
@@ -207,9 +284,12 @@ class IsotropyMonitor(L.Callback):
         self.rogue_k = rogue_k
         self.figures = figures
         self.output_dir = Path(output_dir) if output_dir else None
+        self.layer_profiles = layer_profiles
+        self.profile_tokens = profile_tokens
         self.history: dict[int, dict[str, float]] = {}  # epoch -> {"iso/<view>/<metric>": value}
         self.timings: dict[int, float] = {}  # epoch -> seconds the measurement took
         self.outliers: dict[int, dict[str, list[int]]] = {}  # epoch -> {view: outlier dimensions}
+        self.massive: dict[int, list[dict]] = {}  # epoch -> per layer: where its largest sit
         self._probe: list[int] | None = None
         self._capture: ProbeCapture | None = None  # attached during a measured validation
 
@@ -222,12 +302,12 @@ class IsotropyMonitor(L.Callback):
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if 0 not in self.history and trainer.is_global_zero:  # not again when resuming
             log.info("Isotropy at epoch 0: encoding the probe with the pre-trained model")
-            self._measure(trainer, module, self.new_capture(trainer.datamodule), epoch=0)
+            self._measure(trainer, module, self.new_capture(trainer.datamodule, module), epoch=0)
 
     def on_validation_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         fitting = trainer.state.fn == "fit" and not trainer.sanity_checking
         if fitting and trainer.is_global_zero:  # the probe is small: one process measures it
-            self._capture = self.new_capture(trainer.datamodule)
+            self._capture = self.new_capture(trainer.datamodule, module)
             self._capture.attach(module)
 
     def on_validation_batch_start(
@@ -249,18 +329,29 @@ class IsotropyMonitor(L.Callback):
             capture.detach()
             self._measure(trainer, module, capture, epoch=trainer.current_epoch + 1)
 
+    def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        """The layer profiles of every epoch in one figure (drawn once: 2 s of matplotlib)."""
+        if self.figures and self.layer_profiles and trainer.is_global_zero:
+            self._profile_figure(trainer)
+
     def on_exception(self, trainer: L.Trainer, module: L.LightningModule, exception) -> None:
         if self._capture is not None:
             self._capture.detach()
             self._capture = None
 
     def state_dict(self) -> dict:
-        return {"history": self.history, "timings": self.timings, "outliers": self.outliers}
+        return {
+            "history": self.history,
+            "timings": self.timings,
+            "outliers": self.outliers,
+            "massive": self.massive,
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.history = {int(epoch): values for epoch, values in state_dict["history"].items()}
         self.timings = {int(epoch): s for epoch, s in state_dict.get("timings", {}).items()}
         self.outliers = {int(epoch): dims for epoch, dims in state_dict.get("outliers", {}).items()}
+        self.massive = {int(epoch): found for epoch, found in state_dict.get("massive", {}).items()}
 
     # -- collecting -----------------------------------------------------------------------------
     def probe_indices(self, datamodule) -> list[int]:
@@ -272,13 +363,22 @@ class IsotropyMonitor(L.Callback):
             self._probe = sorted(chosen.tolist(), key=lambda i: dataset.lengths[i])
         return self._probe
 
-    def new_capture(self, datamodule) -> ProbeCapture:
+    def new_capture(self, datamodule, module: L.LightningModule) -> ProbeCapture:
         """An empty capture of the probe set (not attached)."""
         dataset = datamodule.dataset(datamodule.task.primary_split)
+        probe = self.probe_indices(datamodule)
+        profile = None
+        if self.layer_profiles:
+            profile = ProfileSampling(
+                layers=num_layers(module.encoder.config) + 1,
+                per_example=math.ceil(self.profile_tokens / len(probe)),
+                seed=self.seed,
+            )
         return ProbeCapture(
-            [dataset[i]["idx"] for i in self.probe_indices(datamodule)],
+            [dataset[i]["idx"] for i in probe],
             datamodule.tokenizer.all_special_ids,
             self.token_layers,
+            profile,
         )
 
     @torch.no_grad()
@@ -318,12 +418,13 @@ class IsotropyMonitor(L.Callback):
         """Probe vectors per view (``pre_norm``, ``post_norm``, ``layer<i>_tokens``): those
         ``capture`` holds, the rest encoded apart (all of them without a capture)."""
         if capture is None:
-            capture = self.new_capture(trainer.datamodule)
+            capture = self.new_capture(trainer.datamodule, module)
         self.encode_missing(trainer, module, capture)
         collected = capture.vectors()
         generator = torch.Generator().manual_seed(self.seed)
-        for view, points in collected.items():
-            if view not in SENTENCE_VIEWS and len(points) > self.max_tokens:
+        for view in (f"layer{layer}_tokens" for layer in self.token_layers):
+            points = collected[view]
+            if len(points) > self.max_tokens:
                 keep = torch.randperm(len(points), generator=generator)[: self.max_tokens]
                 collected[view] = points[keep.sort().values]
         return collected
@@ -337,8 +438,12 @@ class IsotropyMonitor(L.Callback):
         values: dict[str, float] = {}
         outliers: dict[str, list[int]] = {}
         collected = self.collect(trainer, module, capture)
+        views = (*SENTENCE_VIEWS, *(f"layer{layer}_tokens" for layer in self.token_layers))
         with one_thread():
-            for view, points in collected.items():
+            if self.layer_profiles:
+                profiles, self.massive[epoch] = self.measure_profiles(collected, capture)
+                values.update(profiles)
+            for view, points in ((view, collected[view]) for view in views):
                 measures = measure_cloud(
                     points,
                     dominant_factor=self.dominant_factor,
@@ -374,6 +479,52 @@ class IsotropyMonitor(L.Callback):
             ", ".join(f"{view} I(W)={values[iso_key(view, 'iw')]:.3g}" for view in SENTENCE_VIEWS),
         )
 
+    def measure_profiles(
+        self, collected: Mapping[str, Tensor], capture: ProbeCapture
+    ) -> tuple[dict[str, float], list[dict]]:
+        """Every layer's profile (:func:`~isotune.isotropy.layers.layer_profile`) of its
+        sentence vectors and token sample, keyed by :func:`profile_key`, with the largest
+        activation (``massive_top1``, ``massive_dim``) and its ratio to the token sample's median
+        magnitude (``massive_ratio``) at the ``tokens`` level; and, per layer, where the largest
+        ``massive_k`` sit (dev ``idx`` of the example, token position, dimension)."""
+        values: dict[str, float] = {}
+        massive = []
+        layers = sum(name.startswith("sentence_layer") for name in collected)
+        for layer in range(layers):
+            for level in PROFILE_LEVELS:
+                points = collected[f"{level}_layer{layer}"]
+                measured = layer_profile(points) if len(points) >= 2 else {}
+                values.update({profile_key(level, layer, m): v for m, v in measured.items()})
+            found = massive_activations(collected[f"massive_layer{layer}"])
+            at = collected[f"massive_at_layer{layer}"][list(found.rows)].long()
+            sample = collected[f"tokens_layer{layer}"].abs()
+            median = sample.median().item() if sample.numel() else math.nan
+            values[profile_key("tokens", layer, "massive_top1")] = found.magnitudes[0]
+            values[profile_key("tokens", layer, "massive_ratio")] = found.magnitudes[0] / median
+            values[profile_key("tokens", layer, "massive_dim")] = float(found.dims[0])
+            massive.append(
+                {
+                    "magnitudes": list(found.magnitudes),
+                    "idx": capture.probe_idx[at[:, 0]].tolist(),
+                    "positions": at[:, 1].tolist(),
+                    "dims": list(found.dims),
+                }
+            )
+        return values, massive
+
+    def profiles(self) -> dict[int, dict[str, dict[int, dict[str, float]]]]:
+        """The layer profiles of every epoch measured: epoch -> level -> layer -> measure."""
+        profiles: dict[int, dict[str, dict[int, dict[str, float]]]] = {}
+        prefix = profile_key("", 0, "").split("/")[:2]
+        for epoch, values in sorted(self.history.items()):
+            for key, value in values.items():
+                parts = key.split("/")
+                if parts[:2] == prefix:
+                    level, layer, measure = parts[2], int(parts[3].removeprefix("layer")), parts[4]
+                    levels = profiles.setdefault(epoch, {})
+                    levels.setdefault(level, {}).setdefault(layer, {})[measure] = value
+        return profiles
+
     def _figure(self, trainer: L.Trainer, measures: CloudMeasures, view: str, epoch: int) -> None:
         folder = (self.output_dir or Path(trainer.default_root_dir)) / "isotropy"
         path = save_geometry_figure(
@@ -381,11 +532,18 @@ class IsotropyMonitor(L.Callback):
             f"{view} sentence vectors, epoch {epoch}",
             folder / f"{view}_epoch{epoch:02d}.png",
         )
+        self._log_image(trainer, iso_key(view, "figure"), path)
+
+    def _profile_figure(self, trainer: L.Trainer) -> None:
+        folder = (self.output_dir or Path(trainer.default_root_dir)) / "isotropy"
+        path = save_layer_profile_figure(self.profiles(), folder / "layer_profiles.png")
+        self._log_image(trainer, "iso/profile/figure", path)
+
+    @staticmethod
+    def _log_image(trainer: L.Trainer, key: str, path: Path) -> None:
         for logger in trainer.loggers:
             if hasattr(logger, "log_image"):  # W&B
-                logger.log_image(
-                    key=iso_key(view, "figure"), images=[str(path)], step=trainer.global_step
-                )
+                logger.log_image(key=key, images=[str(path)], step=trainer.global_step)
 
     # -- results --------------------------------------------------------------------------------
     def summary(self, best_epoch: int | None) -> dict:
@@ -401,6 +559,9 @@ class IsotropyMonitor(L.Callback):
             "outlier_dimensions": {
                 "factor": self.outlier_factor,
                 "per_epoch": {str(epoch): dims for epoch, dims in sorted(self.outliers.items())},
+            },
+            "massive_activations": {
+                str(epoch): found for epoch, found in sorted(self.massive.items())
             },
             "seconds": round(sum(self.timings.values()), 2),
         }

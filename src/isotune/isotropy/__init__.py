@@ -1,18 +1,27 @@
 """Library (no Lightning, no Hydra): the isotropy of an embedding cloud, measured (its measures and
-outlier dimensions, :mod:`.measures`, :mod:`.outliers`, drawn by :mod:`.figures`), restored after
-the fact (:mod:`.enhance`) and penalised in training (:mod:`.penalties`).
+outlier dimensions, :mod:`.measures`, :mod:`.outliers`, its intrinsic dimension, :mod:`.dimension`,
+layer by layer, :mod:`.layers`, drawn by :mod:`.figures`), restored after the fact
+(:mod:`.enhance`) and penalised in training (:mod:`.penalties`).
 
 The measures are re-exported here, so ``from isotune.isotropy import measure_all`` works without
 importing Lightning. Formulas, sources and caveats: ``docs/isotropy.md``.
 May import: norms.
 """
 
+from isotune.isotropy.dimension import mle_dimension, twonn, twonn_microscope
+from isotune.isotropy.layers import (
+    PROFILE_MEASURES,
+    MassiveActivations,
+    layer_profile,
+    massive_activations,
+)
 from isotune.isotropy.measures import (
     CloudMeasures,
     IsoBNStats,
     LocalIsotropy,
     PartitionIsotropy,
     Spectrum,
+    anisotropy,
     average_cosine,
     isobn_stats,
     isoscore,
@@ -42,16 +51,19 @@ from isotune.isotropy.outliers import (
 
 __all__ = [
     "OUTLIER_FACTOR",
+    "PROFILE_MEASURES",
     "ROGUE_K",
     "CloudMeasures",
     "IsoBNStats",
     "LocalIsotropy",
+    "MassiveActivations",
     "OutlierDimensions",
     "OutlierMeasures",
     "Overlap",
     "PartitionIsotropy",
     "RogueDimensions",
     "Spectrum",
+    "anisotropy",
     "average_cosine",
     "cosine_contributions",
     "dimension_variances",
@@ -59,14 +71,19 @@ __all__ = [
     "isoscore",
     "isoscore_star",
     "kmeans",
+    "layer_profile",
     "local_isotropy",
+    "massive_activations",
     "measure_all",
     "measure_cloud",
     "measure_outliers",
+    "mle_dimension",
     "outlier_dimensions",
     "outliers_from_variances",
     "overlap",
     "partition_isotropy",
     "rogue_dimensions",
     "spectrum",
+    "twonn",
+    "twonn_microscope",
 ]

@@ -1,4 +1,5 @@
-"""The IsoBN paper's pictures of an embedding space: per-dimension std, correlations, spectrum.
+"""The IsoBN paper's pictures of an embedding space: per-dimension std, correlations, spectrum;
+and the layer profiles of every epoch (measures over the layers, one line per epoch).
 
 Drawn from what :func:`isotune.isotropy.measure_cloud` already computed (nothing is measured
 again), with matplotlib's object API and the headless Agg canvas: no display, no pyplot state,
@@ -8,8 +9,10 @@ so figures are drawn on servers and in worker processes. A fixed layout instead 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
+import matplotlib
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -62,3 +65,47 @@ def geometry_figure(measures: CloudMeasures, title: str) -> Figure:
 def save_geometry_figure(measures: CloudMeasures, title: str, path: Path) -> Path:
     """Draw :func:`geometry_figure` into a PNG file."""
     return save_figure(geometry_figure(measures, title), path, dpi=80)
+
+
+# The measures a layer-profile figure draws, with their titles (layer_profile's, and the largest
+# activation's ratio to the median).
+PROFILE_TITLES = {
+    "anisotropy": "anisotropy (top eigenvalue share)",
+    "isoscore": "IsoScore",
+    "avg_cosine": "average cosine",
+    "log_iw": "log I(W)",
+    "twonn": "intrinsic dim. (TwoNN)",
+    "mle_id": "intrinsic dim. (MLE)",
+    "massive_ratio": "largest |activation| / median",
+}
+
+
+def layer_profile_figure(profiles: Mapping[int, Mapping[str, Mapping[int, Mapping]]]) -> Figure:
+    """One panel per measure and level (rows: the levels, e.g. sentence and tokens), the layer on
+    the x-axis and one line per epoch (``profiles``: epoch -> level -> layer -> measure -> value;
+    a measure a level lacks leaves its panel empty)."""
+    levels = list(dict.fromkeys(level for epochs in profiles.values() for level in epochs))
+    figure = Figure(figsize=(3.2 * len(PROFILE_TITLES), 3.2 * len(levels)))
+    FigureCanvasAgg(figure)
+    figure.subplots_adjust(left=0.04, right=0.99, bottom=0.1, top=0.88, wspace=0.35, hspace=0.5)
+    axes = figure.subplots(len(levels), len(PROFILE_TITLES), squeeze=False)
+    colours = matplotlib.colormaps["viridis"].resampled(max(len(profiles), 2))
+    for row, level in enumerate(levels):
+        for axis, (measure, title) in zip(axes[row], PROFILE_TITLES.items(), strict=True):
+            for number, (epoch, by_level) in enumerate(sorted(profiles.items())):
+                layers = sorted(by_level.get(level, {}))
+                points = [(i, by_level[level][i].get(measure)) for i in layers]
+                points = [(i, value) for i, value in points if value is not None]
+                if points:
+                    x, y = zip(*points, strict=True)
+                    axis.plot(x, y, marker=".", color=colours(number), label=f"epoch {epoch}")
+            axis.set(title=f"{level}: {title}", xlabel="layer (0 = embeddings)")
+    if profiles:
+        axes[0][0].legend(fontsize=7)
+    figure.suptitle("Layer profiles (epoch 0 = pre-trained)")
+    return figure
+
+
+def save_layer_profile_figure(profiles: Mapping, path: Path) -> Path:
+    """Draw :func:`layer_profile_figure` into a PNG file."""
+    return save_figure(layer_profile_figure(profiles), path, dpi=80)

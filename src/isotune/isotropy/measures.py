@@ -253,6 +253,20 @@ def isoscore_star(X: Tensor, C0: Tensor | None = None, zeta: float = 0.2) -> Ten
     return _isoscore_from_moments(shrunk.trace(), shrunk.square().sum(), d)
 
 
+def anisotropy(X: Tensor) -> float:
+    """The largest eigenvalue's share of the mean-centred covariance, in [1/d, 1] (1 = one
+    direction): the anisotropy of Razzhigaev et al., "The Shape of Learning" (Findings of EACL
+    2024), which their package ``llm-microscope`` computes from the singular values of the
+    centred points. ``measure_all`` logs the same number as ``top1_var_ratio``. NaN for a cloud
+    without variance."""
+    return _anisotropy(_Cloud(X))
+
+
+def _anisotropy(cloud: _Cloud) -> float:
+    variances = cloud.variances
+    return (variances[0] / variances.sum()).item()
+
+
 @dataclass(frozen=True)
 class Spectrum:
     """The covariance spectrum and three summaries of how many directions carry the variance."""
@@ -432,7 +446,7 @@ def measure_cloud(
         "effective_rank": spec.effective_rank,
         "participation_ratio": spec.participation_ratio,
         "n_dominant": float(spec.n_dominant),
-        "top1_var_ratio": spec.explained_variance_ratio[0].item(),
+        "top1_var_ratio": _anisotropy(cloud),
         "top10_var_ratio": spec.explained_variance_ratio[:10].sum().item(),
     }
     if local_k is not None:

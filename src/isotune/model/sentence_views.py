@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+from transformers.modeling_outputs import BaseModelOutput
 
 from isotune.model.adaptation import eval_mode
 from isotune.tracking.metric_keys import POST_NORM, PRE_NORM
@@ -43,6 +44,17 @@ def sentence_views(
     pre_norm = module.pool(output, batch["attention_mask"])
     layers = tuple(output.hidden_states) if hidden_states else ()
     return SentenceViews(pre_norm, module.norm(pre_norm), layers)
+
+
+def layer_sentence_vectors(
+    module: GLUEClassifier, hidden: Tensor, attention_mask: Tensor
+) -> Tensor:
+    """The model's pooling applied to one layer's hidden states. ``pooler`` pooling has no
+    per-layer equivalent (its dense layer was trained on the last layer only), so it gives each
+    layer's [CLS] state, the pooler's input."""
+    if module.pooling == "pooler":
+        return hidden[:, 0]
+    return module.pool(BaseModelOutput(last_hidden_state=hidden), attention_mask)
 
 
 # extra(batch on the device, its views, index of its first example) -> more named vectors

@@ -14,6 +14,10 @@ PRE_NORM = "pre_norm"
 POST_NORM = "post_norm"
 SENTENCE_VIEWS = (PRE_NORM, POST_NORM)
 
+# The clouds of a layer profile (isotune.isotropy.layers): each layer's sentence vectors (the
+# model's pooling) and a sample of its token states.
+PROFILE_LEVELS = ("sentence", "tokens")
+
 STEP = "trainer/global_step"  # Lightning's W&B logger adds it to every logged row
 # Logged by the module with the dev scores, counted as iso/epoch is and as every epoch is counted
 # here (from 1): Lightning's own "epoch" is 0 during the first epoch, so the scores of epoch N
@@ -59,6 +63,12 @@ def val_key(prefix: str, metric: str) -> str:
 def iso_key(view: str, measure: str) -> str:
     """``iso/<view>/<measure>``: ``iso/post_norm/log_iw``."""
     return f"iso/{view}/{measure}"
+
+
+def profile_key(level: str, layer: int, measure: str) -> str:
+    """A layer profile's value (docs/isotropy.md, "Layer profiles"):
+    ``iso/profile/<level>/layer<i>/<measure>``, ``level`` one of :data:`PROFILE_LEVELS`."""
+    return f"iso/profile/{level}/layer{layer}/{measure}"
 
 
 def params_key(count: str) -> str:

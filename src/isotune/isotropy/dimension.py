@@ -1,0 +1,141 @@
+"""Intrinsic dimension of a point cloud: how many coordinates its points need locally.
+
+Three estimators from nearest-neighbour distances (formulas, sources and blind spots:
+``docs/isotropy.md``, "Intrinsic dimension"):
+
+- :func:`twonn`: TwoNN of Facco, d'Errico, Rodriguez & Laio, "Estimating the intrinsic dimension of
+  datasets by a minimal neighborhood information" (Scientific Reports 2017). The ratio
+  mu = r2 / r1 of each point's second to first neighbour distance follows a Pareto law of shape d,
+  so -log(1 - F(mu)) = d log(mu): d is the slope, through the origin, of the empirical
+  cumulative distribution of the sorted ratios, without the largest ``discard_fraction`` of them
+  (the paper's 10%). As scikit-dimension's ``TwoNN`` (0.5.0, ``method='linear'``).
+- :func:`twonn_microscope`: the variant of Razzhigaev et al., "The Shape of Learning"
+  (Findings of EACL 2024; ``intrinsic_dimension`` of their package ``llm-microscope`` 0.0.7):
+  the points centred and scaled to mean norm 1, ratios with r1 < 1e-8 or mu <= 1 + 1e-8 left
+  out of the fit but counted in F, and the slope fitted on the smallest ``1 / reduction_factor``
+  of the remaining ratios only (5: a fifth).
+- :func:`mle_dimension`: Levina & Bickel, "Maximum Likelihood Estimation of Intrinsic Dimension"
+  (NeurIPS 2004): at each point, (k - 1) / sum_{j<k} log(T_k / T_j) over its k nearest
+  neighbours' distances T_j, averaged over the points (scikit-dimension's ``MLE`` with
+  ``comb='mean'``; its default ``'mle'`` averages the inverses, after MacKay & Ghahramani).
+
+Neighbours are searched in float32 on mean-centred points, k + 2 candidates per point, and their
+distances then computed exactly in float64 as |x - y| (so a duplicate point is at distance 0,
+never at a rounding error's distance); a point is never its own neighbour. Torch only; the
+distances cost O(N^2 d) in blocks of rows, so a cloud of 10,000 points takes seconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from isotune.isotropy.measures import check_point_cloud
+
+TWONN_DISCARD = 0.1  # Facco et al.: the largest 10% of the ratios are left out of the fit
+MICROSCOPE_REDUCTION = 5  # Razzhigaev et al.: the fit uses the smallest fifth of the ratios
+MICROSCOPE_EPS = 1e-8  # their threshold on distances and ratios, after scaling to mean norm 1
+MLE_NEIGHBOURS = 20  # scikit-dimension's default k for MLE
+_ROW_BLOCK = 512  # rows of the distance matrix computed at once
+_EXTRA_CANDIDATES = 2  # float32 rounding may swap near-equal neighbours: re-rank a few more
+
+
+def neighbour_distances(X: Tensor, k: int) -> Tensor:
+    """(N, k) float64 distances from each point to its k nearest other points, ascending."""
+    points = check_point_cloud(X).detach().to(torch.float64)
+    count = len(points)
+    if not 1 <= k < count:
+        raise ValueError(f"k must lie in [1, {count - 1}] for {count} points, got {k}")
+    points = points - points.mean(dim=0)  # distances are translation-invariant: less rounding
+    coarse = points.float()
+    squared = coarse.square().sum(dim=1)
+    candidates = min(k + _EXTRA_CANDIDATES, count - 1)
+    rows = []
+    for start in range(0, count, _ROW_BLOCK):
+        block = coarse[start : start + _ROW_BLOCK]
+        own = torch.arange(len(block))
+        approximate = squared[start : start + len(block), None] + squared - 2 * block @ coarse.T
+        approximate[own, start + own] = math.inf  # not its own neighbour
+        nearest = approximate.topk(candidates, dim=1, largest=False).indices
+        exact = torch.linalg.vector_norm(
+            points[start : start + len(block), None, :] - points[nearest], dim=2
+        )
+        rows.append(exact.sort(dim=1).values[:, :k])
+    return torch.cat(rows)
+
+
+def _slope_through_origin(x: Tensor, y: Tensor) -> float:
+    """The least-squares slope of y = d x without intercept."""
+    return (x @ y / (x @ x)).item()
+
+
+def twonn_from_distances(distances: Tensor, discard_fraction: float = TWONN_DISCARD) -> float:
+    """Facco et al.'s TwoNN from each point's first two neighbour distances ((N, >= 2)).
+
+    Points with r1 = 0 (a duplicate) have no ratio and are dropped, as scikit-dimension drops
+    them; N counts the rest. NaN when fewer than 2 ratios are left for the fit.
+    """
+    if not 0.0 <= discard_fraction < 1.0:
+        raise ValueError(f"discard_fraction must lie in [0, 1), got {discard_fraction}")
+    r1, r2 = distances[:, 0], distances[:, 1]
+    ratios = (r2[r1 > 0] / r1[r1 > 0]).sort().values
+    count = len(ratios)
+    kept = int(count * (1 - discard_fraction))  # as scikit-dimension rounds it
+    if kept < 2:
+        return math.nan
+    empirical = torch.arange(1, kept + 1, dtype=torch.float64) / count
+    return _slope_through_origin(ratios[:kept].log(), -torch.log1p(-empirical))
+
+
+def twonn(X: Tensor, discard_fraction: float = TWONN_DISCARD) -> float:
+    """TwoNN intrinsic dimension (Facco et al. 2017), as scikit-dimension's ``TwoNN``."""
+    return twonn_from_distances(neighbour_distances(X, 2), discard_fraction)
+
+
+def twonn_microscope_from_distances(
+    distances: Tensor, mean_norm: float, reduction_factor: int = MICROSCOPE_REDUCTION
+) -> float:
+    """Razzhigaev et al.'s TwoNN variant from the first two neighbour distances ((N, >= 2)) of
+    the mean-centred points, whose mean norm is ``mean_norm``. NaN when no ratio is left."""
+    if reduction_factor < 1:
+        raise ValueError(f"reduction_factor must be >= 1, got {reduction_factor}")
+    r1, r2 = distances[:, 0] / mean_norm, distances[:, 1] / mean_norm
+    ratios = torch.where(r1 < MICROSCOPE_EPS, -1.0, r2 / r1.clamp(min=MICROSCOPE_EPS))
+    ratios = ratios.sort().values
+    left_out = int((ratios <= 1 + MICROSCOPE_EPS).sum())
+    ratios = ratios[left_out:]
+    count = len(ratios)
+    used = min(count // reduction_factor, count - 1)
+    if used < 1:
+        return math.nan
+    empirical = torch.arange(1 + left_out, used + 1 + left_out, dtype=torch.float64)
+    empirical /= count + left_out
+    return _slope_through_origin(ratios[:used].log(), -torch.log1p(-empirical))
+
+
+def twonn_microscope(X: Tensor, reduction_factor: int = MICROSCOPE_REDUCTION) -> float:
+    """The TwoNN variant of LLM-Microscope (Razzhigaev et al. 2024), as its package computes it."""
+    points = check_point_cloud(X).detach().to(torch.float64)
+    mean_norm = torch.linalg.vector_norm(points - points.mean(dim=0), dim=1).mean().item()
+    return twonn_microscope_from_distances(
+        neighbour_distances(points, 2), mean_norm, reduction_factor
+    )
+
+
+def mle_from_distances(distances: Tensor) -> float:
+    """Levina & Bickel's estimate from each point's k nearest neighbour distances ((N, k)).
+    A point whose k distances are all equal, or whose nearest neighbour is a duplicate, has no
+    finite estimate and is left out; NaN when no point has one."""
+    k = distances.shape[1]
+    if k < 2:
+        raise ValueError(f"the MLE needs at least 2 neighbours per point, got {k}")
+    logs = torch.log(distances[:, -1:] / distances).sum(dim=1)
+    defined = (distances[:, 0] > 0) & (logs > 0)
+    return ((k - 1) / logs[defined]).mean().item() if defined.any() else math.nan
+
+
+def mle_dimension(X: Tensor, k: int = MLE_NEIGHBOURS) -> float:
+    """Levina-Bickel MLE of the intrinsic dimension over ``k`` neighbours per point."""
+    return mle_from_distances(neighbour_distances(X, k))

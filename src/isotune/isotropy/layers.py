@@ -1,0 +1,106 @@
+"""The geometry of a model layer by layer: a profile of measures per layer, and where its
+largest activations sit.
+
+Razzhigaev et al. (Findings of EACL 2024) read a transformer's anisotropy and intrinsic dimension
+as curves over its layers (decoders: bell-shaped anisotropy, peaking in the middle layers;
+encoders: flat); Sun et al., "Massive Activations in Large Language Models" (COLM 2024), find a
+few activations per layer up to 10,000 times the median, at fixed dimensions and at the first or
+delimiter tokens. :func:`layer_profile` measures one layer's cloud (sentence vectors or token
+states); :func:`massive_activations` finds one layer's largest magnitudes. Formulas, sources and
+blind spots: ``docs/isotropy.md``, "Layer profiles".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from isotune.isotropy.dimension import (
+    MLE_NEIGHBOURS,
+    mle_from_distances,
+    neighbour_distances,
+    twonn_from_distances,
+    twonn_microscope_from_distances,
+)
+from isotune.isotropy.measures import (
+    _anisotropy,
+    _average_cosine,
+    _Cloud,
+    _isoscore_from_variances,
+    _partition_isotropy,
+)
+
+# What a layer profile holds, in the order figures and tables show them.
+PROFILE_MEASURES = (
+    "anisotropy",
+    "isoscore",
+    "avg_cosine",
+    "log_iw",
+    "twonn",
+    "twonn_microscope",
+    "mle_id",
+)
+MASSIVE_K = 3  # Sun et al. report the top 3 magnitudes of each layer
+
+
+def layer_profile(X: Tensor, mle_neighbours: int = MLE_NEIGHBOURS) -> dict[str, float]:
+    """:data:`PROFILE_MEASURES` of one layer's cloud (N points x d dimensions).
+
+    ``anisotropy`` is Razzhigaev et al.'s (:func:`~isotune.isotropy.anisotropy`); IsoScore, the
+    average cosine and log I(W) are the project's measures (:mod:`.measures`); ``twonn``,
+    ``twonn_microscope`` and ``mle_id`` are the intrinsic dimension estimators of
+    :mod:`.dimension`, from one nearest-neighbour search (the MLE with ``mle_neighbours``, at most
+    N - 1). The covariance and its spectrum are computed once.
+    """
+    cloud = _Cloud(X)
+    neighbours = min(mle_neighbours, cloud.n - 1)
+    distances = neighbour_distances(cloud.centred, max(neighbours, 2))
+    mean_norm = torch.linalg.vector_norm(cloud.centred, dim=1).mean().item()
+    return {
+        "anisotropy": _anisotropy(cloud),
+        "isoscore": _isoscore_from_variances(cloud.variances).item(),
+        "avg_cosine": _average_cosine(cloud),
+        "log_iw": _partition_isotropy(cloud).log_iw,
+        "twonn": twonn_from_distances(distances),
+        "twonn_microscope": twonn_microscope_from_distances(distances, mean_norm),
+        "mle_id": mle_from_distances(distances[:, :neighbours]),
+    }
+
+
+@dataclass(frozen=True)
+class MassiveActivations:
+    """A layer's ``k`` largest activation magnitudes and where they sit, largest first."""
+
+    magnitudes: tuple[float, ...]
+    rows: tuple[int, ...]  # the token (row of the states given) of each
+    dims: tuple[int, ...]  # the hidden dimension of each
+    median: float  # the median magnitude of all the states given
+
+    @property
+    def ratio(self) -> float:
+        """The largest magnitude over the median one: Sun et al.'s massive activations are
+        about 1,000 times the median and more (inf when the median is 0)."""
+        return self.magnitudes[0] / self.median if self.median > 0 else float("inf")
+
+
+def massive_activations(states: Tensor, k: int = MASSIVE_K) -> MassiveActivations:
+    """The ``k`` largest ``|activation|`` of one layer's token ``states`` (tokens x d), with
+    their token and dimension, and the median magnitude (Sun et al. 2024). Give every token of
+    the sequences, special ones included: massive activations sit at the first token and at
+    delimiters."""
+    magnitudes = states.detach().abs().to(torch.float64)
+    if magnitudes.ndim != 2 or not 1 <= k <= magnitudes.numel():
+        raise ValueError(
+            f"need (tokens, dims) states with at least k = {k} values, got shape "
+            f"{tuple(magnitudes.shape)}"
+        )
+    top = magnitudes.flatten().topk(k)
+    dims = magnitudes.shape[1]
+    return MassiveActivations(
+        magnitudes=tuple(top.values.tolist()),
+        rows=tuple((top.indices // dims).tolist()),
+        dims=tuple((top.indices % dims).tolist()),
+        median=magnitudes.median().item(),
+    )
