@@ -5,6 +5,7 @@ every reader (analyze.py, test predictions) works from and a resume refuses with
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -52,6 +53,9 @@ def test_a_completed_run_keeps_its_best_model_only_and_every_reader_works_from_i
     message = str(continued.value)
     assert "holds the model only" in message and "checkpoint.keep=full" in message
     assert "optimizer_states" in message
+    assert "start afresh by leaving ckpt_path unset" in message  # resume=never would not do
+    afresh = train(train_config(output_dir=tmp_path / "continued"))  # the fix, as it says
+    assert afresh["status"] == "completed"
     # The same run started again in its folder (a sweep typed again, a requeue as it finished):
     # nothing left to train, it stands as it is; with other settings, one message.
     again = train(
@@ -68,16 +72,33 @@ def test_a_completed_run_keeps_its_best_model_only_and_every_reader_works_from_i
 
 
 def test_keep_none_keeps_no_model_and_a_failed_run_keeps_its_last_checkpoint(
-    train_config, tmp_path
+    train_config, tmp_path, caplog
 ):
     results = train(train_config("checkpoint.keep=none", output_dir=tmp_path / "none"))
     assert results["status"] == "completed" and results["best_checkpoint"] is None
     assert checkpoints(tmp_path / "none") == []
     assert json.loads((tmp_path / "none" / "results.json").read_text())["best_checkpoint"] is None
-    with pytest.raises(IsotuneError) as again:  # no model kept to tell its settings from
-        train(train_config("checkpoint.keep=none", output_dir=tmp_path / "none"))
-    assert "holds a completed run that kept no model" in str(again.value)
-    assert "resume=never" in str(again.value)
+    # Started again with its settings (a sweep typed again), by what its results.json records:
+    # it stands as it is, quietly; with other settings, one message naming them.
+    record = (tmp_path / "none" / "results.json").read_bytes()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        again = train(train_config("checkpoint.keep=none", output_dir=tmp_path / "none"))
+    assert again == json.loads(record) and again["steps"] == results["steps"]
+    assert not caplog.records  # no warning, no error
+    assert (tmp_path / "none" / "results.json").read_bytes() == record
+    for given in ("none/checkpoints/best.ckpt", "none"):  # analyze.py's ckpt_path
+        with pytest.raises(IsotuneError, match="kept no model to analyse") as analysed:
+            load_checkpoint(str(tmp_path / given))
+        told = str(analysed.value)
+        assert "completed with checkpoint.keep=none" in told and "python train.py " in told
+        assert f" resume=never hydra.run.dir={tmp_path / 'none'} " in told
+    with pytest.raises(IsotuneError) as other:
+        train(train_config("checkpoint.keep=none", "seed=5", output_dir=tmp_path / "none"))
+    message = str(other.value)
+    assert "holds a completed run that kept no model" in message
+    assert "seed: 1 -> 5" in message and "resume=never" in message
+    assert (tmp_path / "none" / "results.json").read_bytes() == record
 
     with pytest.raises(Killed):  # killed as its second epoch starts
         train(train_config("checkpoint.keep=slim", KILL_AFTER_ONE, output_dir=tmp_path / "failed"))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -64,9 +65,11 @@ from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.model.classifier import GLUEClassifier
 from isotune.model.encoders import load_tokenizer
+from isotune.record.results import RESULTS_FILE, read_results
 from isotune.record.resume import MODEL_KEYS, read_checkpoint
 
 log = logging.getLogger(__name__)
+KEEP_OVERRIDE = "checkpoint.keep="  # what a run keeps (docs/training.md#what-a-run-keeps)
 # What a refused checkpoint's message tells analyze.py to do: it needs one (it has no resume=).
 FIX_ANALYZE = (
     "point ckpt_path at checkpoints/best.ckpt (or last.ckpt) of a run folder written by train.py"
@@ -224,6 +227,29 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
 
 
 # -- inputs -------------------------------------------------------------------------------------
+def _check_a_model_was_kept(path: Path) -> None:
+    """A ``ckpt_path`` that is no file, in (or naming) the folder of a run that completed without
+    keeping a model (``checkpoint.keep=none``): say so, and how to train it again keeping one.
+    Else the checkpoint reader's own message stands."""
+    for folder in (path, path.parent, path.parent.parent):
+        try:
+            record = read_results(folder / RESULTS_FILE)
+        except (OSError, ValueError):
+            continue
+        if record.get("status") != "completed" or record.get("best_checkpoint") is not None:
+            return
+        overrides = [o for o in record.get("overrides") or [] if not o.startswith(KEEP_OVERRIDE)]
+        again = shlex.join(["python", "train.py", *overrides, "resume=never"])
+        raise IsotuneError(
+            f"The run in {folder} kept no model to analyse: it completed with "
+            "checkpoint.keep=none (its results.json and metrics.csv hold its results; "
+            f"best_checkpoint: null). Fix: train it again keeping its best model (the default, "
+            f"checkpoint.keep=slim): {again} hydra.run.dir={shlex.quote(str(folder))} (or "
+            "without hydra.run.dir and resume=never, in a new folder); then python analyze.py "
+            "ckpt_path=<its folder>/checkpoints/best.ckpt."
+        )
+
+
 def load_checkpoint(path: str | None) -> GLUEClassifier:
     """The fine-tuned model of a ``train.py`` checkpoint, on the CPU, built from the checkpoint
     read as data only (:func:`isotune.record.resume.read_checkpoint`): its hyperparameters, then its
@@ -234,6 +260,8 @@ def load_checkpoint(path: str | None) -> GLUEClassifier:
             "ckpt_path=logs/runs/<run>/checkpoints/best.ckpt (or last.ckpt) of a train.py run."
         )
     file = Path(path).expanduser()
+    if not file.is_file():
+        _check_a_model_was_kept(file)
     checkpoint = read_checkpoint(file, required=MODEL_KEYS, fix=FIX_ANALYZE)
     try:
         hyperparameters = dict(checkpoint["hyper_parameters"])

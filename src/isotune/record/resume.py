@@ -45,6 +45,9 @@ FIX_CKPT_PATH = (
     "point ckpt_path at checkpoints/last.ckpt (or best.ckpt) of a run folder written by "
     "train.py, or leave ckpt_path unset to start without it"
 )
+START_WITHOUT_CKPT_PATH = (
+    "start afresh by leaving ckpt_path unset (resume=never alone does not: ckpt_path wins over it)"
+)
 FIX_OWN_LAST = (
     "start afresh in this folder with resume=never (its broken last.ckpt is replaced at the "
     "first save), or in a new folder (leave hydra.run.dir unset)"
@@ -124,10 +127,11 @@ def run_config(cfg: DictConfig) -> dict[str, Any]:
     return plain
 
 
-def checkpoint_to_resume(cfg: DictConfig) -> Path | None:
+def checkpoint_to_resume(cfg: DictConfig, settings: Mapping[str, Any]) -> Path | None:
     """``ckpt_path`` if given; else, with ``resume=auto``, the run folder's ``last.ckpt`` if it
     has one (the same run started again in its folder); else None: a fresh start, or nothing to
-    do for a completed run started again with its own settings (:func:`completed_record`)."""
+    do for a completed run started again with its own settings (:func:`completed_record`;
+    ``settings``: what this start would record in results.json, its overrides included)."""
     if cfg.ckpt_path is not None:
         return Path(cfg.ckpt_path).expanduser()
     if cfg.get("resume", "auto") != "auto":
@@ -137,7 +141,7 @@ def checkpoint_to_resume(cfg: DictConfig) -> Path | None:
         return last
     record = completed_record(cfg)
     if record is not None:
-        check_same_completed_run(Path(cfg.paths.output_dir), record, run_config(cfg))
+        check_same_completed_run(Path(cfg.paths.output_dir), record, run_config(cfg), settings)
     return None
 
 
@@ -159,21 +163,49 @@ def completed_record(cfg: DictConfig) -> dict[str, Any] | None:
     return record if record.get("status") == "completed" and record.get("steps") else None
 
 
-def check_same_completed_run(folder: Path, record: Mapping[str, Any], current: Mapping) -> None:
+def check_same_completed_run(
+    folder: Path, record: Mapping[str, Any], current: Mapping, settings: Mapping[str, Any]
+) -> None:
     """The completed run in ``folder`` was configured as ``current``, by its best.ckpt's saved
-    config (:func:`check_same_run` names the keys that differ); with other settings, or no model
-    kept to tell, it is refused: starting afresh would train it again over its results."""
+    config (:func:`check_same_run` names the keys that differ); one that kept no model
+    (``checkpoint.keep=none``) by what its results.json records (``settings``: task, model, norm,
+    seeds, ..., and the overrides that change a result). With other settings it is refused:
+    starting afresh would train it again over its results."""
     best = record.get("best_checkpoint")
     best_file = folder / "checkpoints" / Path(best).name if best else None
-    if best_file is None or not best_file.is_file():
+    if best_file is not None and best_file.is_file():
+        check_same_run(read_checkpoint(best_file, required=MODEL_KEYS), best_file, current)
+        return
+    differences = recorded_differences(record, settings)
+    if differences:
+        listed = "\n".join(f"  {line}" for line in differences)
         raise IsotuneError(
-            f"The run folder {folder} holds a completed run that kept no model to tell its "
-            "settings from (checkpoint.keep=none), so resume=auto cannot tell this start from a "
-            "different run, and training afresh would overwrite its results. Fix: leave it as it "
-            "is (its results.json holds its results); to train it again in this folder, add "
+            f"The run folder {folder} holds a completed run that kept no model "
+            "(checkpoint.keep=none), recorded in its results.json with other settings than this "
+            f"start's (recorded -> now):\n{listed}\nTraining afresh here would overwrite its "
+            "results. Fix: run with its settings (it then stands as it is), or in a new folder "
+            "(leave hydra.run.dir unset); to train it again here over its results, add "
             "resume=never."
         )
-    check_same_run(read_checkpoint(best_file, required=MODEL_KEYS), best_file, current)
+
+
+def recorded_differences(record: Mapping[str, Any], settings: Mapping[str, Any]) -> list[str]:
+    """``key: recorded -> now`` for each of ``settings`` that ``record`` (a results.json) holds
+    otherwise; for ``overrides``, each override that changes a result (not bookkeeping) that is
+    only on one side. A key the record lacks (written before it was recorded) is not compared."""
+    differences = []
+    for key, value in settings.items():
+        recorded = record.get(key)
+        if key == "overrides" and recorded is not None:
+            old, new = (
+                {o for o in overrides if not _bookkeeping(o.lstrip("+~").split("=", 1)[0])}
+                for overrides in (recorded, value)
+            )
+            if old != new:
+                differences.append(f"{key}: {sorted(old - new)} -> {sorted(new - old)}")
+        elif recorded is not None and recorded != value:
+            differences.append(f"{key}: {recorded!r} -> {value!r}")
+    return differences
 
 
 def check_links_stay_inside(folder: str | Path, folder_key: str = "hydra.run.dir") -> None:
@@ -250,13 +282,13 @@ def read_checkpoint(
         ) from error
     missing = [key for key in required if not isinstance(checkpoint, dict) or key not in checkpoint]
     if "optimizer_states" in missing and not set(missing) & set(MODEL_KEYS):  # the model only
+        afresh = FIX_OWN_LAST if fix == FIX_OWN_LAST else START_WITHOUT_CKPT_PATH
         raise IsotuneError(
             f"{path} holds the model only, without the optimizer's and scheduler's state that "
             "continuing training needs (lacks " + ", ".join(missing) + "): a completed run "
             "keeps its best epoch so by default, and removes its last.ckpt. Fix: continue from "
             "checkpoints/last.ckpt of a run that has not completed; to keep completed runs "
-            "continuable, train them with checkpoint.keep=full; or start afresh with "
-            "resume=never."
+            f"continuable, train them with checkpoint.keep=full; or {afresh}."
         )
     if missing:
         raise IsotuneError(

@@ -87,30 +87,15 @@ def _started(cfg: DictConfig, output_dir: Path, rank_zero: bool) -> dict[str, An
     completed run started again with its own settings is left as it stands."""
     finished = completed_record(cfg)
     if finished is not None:
-        check_start(cfg)  # its settings, by its best.ckpt: else one message
+        check_start(cfg)  # its settings, by its best.ckpt or its record: else one message
         log.info(
             "The run in %s completed already (best epoch %s): nothing left to train; its "
-            "results.json and best checkpoint stand as they are.",
+            "results.json and what it kept of its checkpoints stand as they are.",
             output_dir,
             finished.get("best_epoch"),
         )
         return finished
-    record = RunRecord(
-        output_dir,
-        write=rank_zero,
-        task=cfg.task.name,
-        model=cfg.model.name,
-        model_name_or_path=cfg.model.name_or_path,
-        norm=cfg.norm.name,
-        reg=cfg.reg.name,
-        reg_weight=_as_float(cfg.reg.weight),
-        adapt=cfg.adapt.name,
-        seed=cfg.seed,
-        seed_init=cfg.seed_init,
-        seed_data=cfg.seed_data,
-        primary_metric=cfg.task.primary_metric,
-        overrides=_overrides(),
-    )
+    record = RunRecord(output_dir, write=rank_zero, **recorded_settings(cfg))
     resume_from, resumed_at_step = _checked_start(cfg, record)
     record.start(str(resume_from) if resume_from else None, resumed_at_step)
     stop = StopRequest()  # SIGTERM, SIGUSR2: stop where the run can continue from
@@ -250,7 +235,7 @@ def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None]:
     that holds a run (:class:`isotune.training.hydra_callbacks.StartCheckInRunFolder`)."""
     check_train_config(cfg)  # before any model loads: bad values fail in seconds
     check_links_stay_inside(cfg.paths.output_dir)
-    resume_from = checkpoint_to_resume(cfg)
+    resume_from = checkpoint_to_resume(cfg, recorded_settings(cfg))
     if resume_from is None:
         return None, None
     checkpoint = read_checkpoint(
@@ -405,6 +390,25 @@ def _as_float(value: Any) -> Any:
 
 def _plain(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+def recorded_settings(cfg: DictConfig) -> dict[str, Any]:
+    """What a run records in its results.json of what it runs: the tables' axes, its seeds and
+    its command-line overrides."""
+    return {
+        "task": cfg.task.name,
+        "model": cfg.model.name,
+        "model_name_or_path": cfg.model.name_or_path,
+        "norm": cfg.norm.name,
+        "reg": cfg.reg.name,
+        "reg_weight": _as_float(cfg.reg.weight),
+        "adapt": cfg.adapt.name,
+        "seed": cfg.seed,
+        "seed_init": cfg.seed_init,
+        "seed_data": cfg.seed_data,
+        "primary_metric": cfg.task.primary_metric,
+        "overrides": _overrides(),
+    }
 
 
 def _overrides() -> list[str]:
