@@ -14,6 +14,7 @@ from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.dashboard.tensorboard import EpochAxesTensorBoardLogger
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
+from isotune.model.classifier import POOLINGS
 from isotune.norms.registry import NORMS, build_norm
 from isotune.record.checkpoints import RunCheckpoint
 from isotune.record.csv_logging import RunCSVLogger
@@ -87,7 +88,7 @@ def test_all_glue_tasks_are_present():
 def test_every_model_composes(name, tmp_path):
     cfg = compose_train_config([f"model={name}", "model.name_or_path=/some/folder"], tmp_path)
     assert cfg.model.name == name and cfg.model.name_or_path == "/some/folder"
-    assert cfg.model.pooling in ("pooler", "cls", "mean")
+    assert cfg.model.pooling in POOLINGS
 
 
 @pytest.mark.parametrize("name", options("norm"))

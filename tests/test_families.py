@@ -18,10 +18,10 @@ import torch
 from huggingface_hub import constants as hub_constants
 from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoModel
+from transformers.pytorch_utils import Conv1D
 
 from isotune.analysis.run import analyze
 from isotune.errors import IsotuneError
-from isotune.model.classifier import GLUEClassifier
 from isotune.model.encoders import load_encoder, load_tokenizer, wordpiece_tokenizer
 from isotune.model.families import (
     FAMILIES,
@@ -29,6 +29,7 @@ from isotune.model.families import (
     family_of,
     head_pooling,
     hidden_size,
+    layer_modules,
     lora_target_modules,
     num_layers,
     takes_token_types,
@@ -42,6 +43,7 @@ from tests.helpers.cli import run_script
 from tests.helpers.encoders import (
     TINY_CONFIGS,
     WORDS,
+    classifier,
     save_tiny_bart,
     save_tiny_encoder,
     save_tiny_t5,
@@ -61,7 +63,15 @@ EXPECTED = {
     "deberta-v2": (2, 0.1, False, "cls", ("query_proj", "value_proj")),  # type_vocab_size 0
     "modernbert": (3, 0.0, False, "mean", ("Wqkv",)),  # classifier_dropout, classifier_pooling
     "mpnet": (2, 0.1, False, "cls", ("q", "v")),
+    # Decoders: no dropout before the score layer, the last real token, peft's targets
+    "gpt2": (2, 0.0, False, "last", ("c_attn",)),  # a Conv1D: query, key and value
+    "gpt_neox": (2, 0.0, False, "last", ("query_key_value",)),
+    **{
+        model_type: (2, 0.0, False, "last", ("q_proj", "v_proj"))
+        for model_type in ("opt", "llama", "qwen2", "qwen3", "gemma", "gemma3_text")
+    },
 }
+LINEAR = (torch.nn.Linear, Conv1D)  # GPT-2's linear layers are Conv1D
 # The presets of families other than BERT and RoBERTa: (Hub id, family, its classifier's pooling)
 PRESETS = {
     "distilbert": ("distilbert-base-uncased", "distilbert", "cls"),
@@ -69,6 +79,9 @@ PRESETS = {
     "electra": ("google/electra-base-discriminator", "electra", "cls"),
     "deberta_v3": ("microsoft/deberta-v3-base", "deberta-v2", "cls"),
     "modernbert": ("answerdotai/ModernBERT-base", "modernbert", "mean"),  # its classifier_pooling
+    "gpt2": ("openai-community/gpt2", "gpt2", "last"),
+    "pythia_160m": ("EleutherAI/pythia-160m", "gpt_neox", "last"),
+    "qwen": ("Qwen/Qwen2.5-0.5B", "qwen2", "last"),
 }
 
 
@@ -91,11 +104,12 @@ def test_each_familys_facts_are_read_from_its_own_config(model_type):
 def test_each_familys_facts_hold_for_its_model(model_type):
     """The targets are linear layers of every block, a trained pooler is a pooler layer, token
     types reach an embedding only where the table says so, and hidden_states are the embeddings
-    and every layer, all of the hidden size, padded as the input."""
+    and every layer, all of the hidden size, padded as the input: each layer's output as the
+    table's layer modules give it, the last through the family's final norm."""
     config = tiny_config(model_type)
     model = AutoModel.from_config(config).eval()
     family = FAMILIES[model_type]
-    linear = [name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
+    linear = [name for name, module in model.named_modules() if isinstance(module, LINEAR)]
     for target in lora_target_modules(config):
         assert any(name.endswith(f".{target}") for name in linear), target
     if family.trained_pooler:
@@ -106,6 +120,19 @@ def test_each_familys_facts_hold_for_its_model(model_type):
     assert len(output.hidden_states) == num_layers(config) + 1
     assert all(h.shape == (2, 6, hidden_size(config)) for h in output.hidden_states)
     assert torch.equal(output.hidden_states[-1], output.last_hidden_state)
+    layers = layer_modules(model)
+    if model_type != "albert":  # its layer groups serve several layers each
+        assert len(layers) == num_layers(config)
+        outputs = []
+        for layer in layers:
+            layer.register_forward_hook(lambda _, __, out: outputs.append(out))
+        model(input_ids=ids, attention_mask=mask)
+        states = [out[0] if isinstance(out, tuple) else out for out in outputs]
+        for i, state in enumerate(states[:-1]):
+            assert torch.equal(state, output.hidden_states[i + 1]), i
+        if family.final_norm is not None:
+            states[-1] = model.get_submodule(family.final_norm)(states[-1])
+        assert torch.allclose(states[-1], output.hidden_states[-1], atol=1e-6)
     if takes_token_types(config):
         segments = model(input_ids=ids, attention_mask=mask, token_type_ids=torch.ones_like(ids))
         assert not torch.allclose(segments.last_hidden_state, output.last_hidden_state)
@@ -147,20 +174,6 @@ def tiny_ernie(tmp_path_factory) -> Path:
     config = AutoConfig.for_model("ernie", vocab_size=len(tokenizer), **TINY_CONFIGS["bert"])
     AutoModel.from_config(config).save_pretrained(folder)
     return folder
-
-
-def classifier(
-    folder: Path, pooling: str = "cls", dropout=None, adapt=None, norm="none", reg=None
-) -> GLUEClassifier:
-    task = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "task" / "rte.yaml"))
-    return GLUEClassifier(
-        task=task,
-        model={"name": "tiny", "name_or_path": str(folder), "pooling": pooling, "dropout": dropout},
-        norm=OmegaConf.to_container(OmegaConf.load(CONF_DIR / "norm" / f"{norm}.yaml")),
-        optim={},
-        reg=reg,
-        adapt=adapt,
-    )
 
 
 def test_an_unknown_family_trains_once_its_settings_are_given(tiny_ernie):

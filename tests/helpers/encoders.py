@@ -4,6 +4,9 @@ Each has 2 layers of width 32 (ModernBERT 3, so that one of its layers attends g
 through a sliding window narrower than the fixtures' sentences), and a tokenizer fitted to the
 fixtures' words: byte-level BPE for RoBERTa and XLM-RoBERTa (no token types, as theirs), BERT's
 WordPiece for the rest (it gives token_type_ids, which only BERT, ALBERT and ELECTRA read).
+The decoder language models (GPT-2, GPT-NeoX, OPT, Llama, Qwen2/3, Gemma, Gemma-3) get GPT-2's
+kind of tokenizer: byte-level BPE with one end-of-text token and no pad token, sentence pairs
+joined as they come; Llama's pads on the left.
 Beside them, a tiny T5 (an encoder-decoder the family table does not know), with a Unigram
 tokenizer as T5's, and a tiny BART (an encoder-decoder whose encoder transformers cannot load
 alone). No download.
@@ -16,18 +19,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 from tokenizers import ByteLevelBPETokenizer, processors
 from transformers import (
     AutoConfig,
     AutoModel,
+    GPT2TokenizerFast,
     PretrainedConfig,
     PreTrainedModel,
+    PreTrainedTokenizerBase,
     RobertaTokenizerFast,
     T5Config,
     T5Model,
     T5Tokenizer,
 )
 
+from isotune.model.classifier import GLUEClassifier
 from isotune.model.encoders import wordpiece_tokenizer
 
 POSITIVE = ["good", "great", "fine", "nice", "happy", "bright"]
@@ -60,8 +67,34 @@ TINY_CONFIGS: dict[str, dict] = {
         "classifier_pooling": "mean",
     },
     "mpnet": BERT_SIZES,
+    "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_inner": 64, "n_positions": 128},
+    "gpt_neox": {**BERT_SIZES, "max_position_embeddings": 128},
+    "opt": {
+        "hidden_size": 32,
+        "word_embed_proj_dim": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "ffn_dim": 64,
+        "max_position_embeddings": 128,
+    },
+    **{
+        model_type: {**BERT_SIZES, "num_key_value_heads": 1, "head_dim": 16}
+        for model_type in ("llama", "qwen2", "qwen3", "gemma")
+    },
+    "gemma3_text": {
+        **BERT_SIZES,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "sliding_window": 8,  # narrower than the fixtures' sentences, as ModernBERT's
+        "layer_types": ["sliding_attention", "full_attention"],
+    },
 }
 BPE_FAMILIES = ("roberta", "xlm-roberta")
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # as conftest's, which imports this
+DECODER_FAMILIES = ("gpt2", "gpt_neox", "opt", "llama", "qwen2", "qwen3", "gemma", "gemma3_text")
+END_OF_TEXT = "<|endoftext|>"
+DECODER_IDS = {"bos_token_id": 0, "eos_token_id": 0}  # <|endoftext|>; no pad token
+LEFT_PADDING = ("llama",)  # as Llama's Hugging Face tokenizers pad
 
 
 def sentence(rng: random.Random, polar: list[str]) -> str:
@@ -86,9 +119,35 @@ def bpe_tokenizer() -> RobertaTokenizerFast:
     return RobertaTokenizerFast(tokenizer_object=bpe._tokenizer)
 
 
+def decoder_tokenizer(padding_side: str = "right") -> GPT2TokenizerFast:
+    """GPT-2's kind of tokenizer fitted to the fixtures' sentences: byte-level BPE, one
+    end-of-text token (beginning, end and unknown), no pad token, pairs joined as they come."""
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(_texts(), vocab_size=400, min_frequency=1, special_tokens=[END_OF_TEXT])
+    return GPT2TokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token=END_OF_TEXT,
+        eos_token=END_OF_TEXT,
+        unk_token=END_OF_TEXT,
+        padding_side=padding_side,
+    )
+
+
+def family_tokenizer(model_type: str) -> PreTrainedTokenizerBase:
+    """The tiny tokenizer of a family's kind (module doc)."""
+    if model_type in DECODER_FAMILIES:
+        return decoder_tokenizer("left" if model_type in LEFT_PADDING else "right")
+    if model_type in BPE_FAMILIES:
+        return bpe_tokenizer()
+    return wordpiece_tokenizer([*WORDS, "."])
+
+
 def tiny_config(model_type: str, vocab_size: int = 100) -> PretrainedConfig:
     """The tiny config of a family, for a tokenizer of ``vocab_size`` tokens."""
-    ids = BPE_IDS if model_type in BPE_FAMILIES else WORDPIECE_IDS
+    if model_type in DECODER_FAMILIES:
+        ids = DECODER_IDS
+    else:
+        ids = BPE_IDS if model_type in BPE_FAMILIES else WORDPIECE_IDS
     return AutoConfig.for_model(
         model_type, vocab_size=vocab_size, **ids, **TINY_CONFIGS[model_type]
     )
@@ -108,9 +167,7 @@ def save_tiny_encoder(model_type: str, folder: Path) -> Path:
     """A randomly initialised (seeded) tiny encoder of ``model_type`` and its tokenizer, in
     ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    tokenizer = (
-        bpe_tokenizer() if model_type in BPE_FAMILIES else wordpiece_tokenizer([*WORDS, "."])
-    )
+    tokenizer = family_tokenizer(model_type)
     tokenizer.save_pretrained(folder)
     save_seeded(lambda: AutoModel.from_config(tiny_config(model_type, len(tokenizer))), folder)
     return folder
@@ -154,3 +211,18 @@ def save_tiny_bart(folder: Path) -> Path:
     config = AutoConfig.for_model("bart", vocab_size=len(tokenizer), d_model=32, **sizes, **BPE_IDS)
     save_seeded(lambda: AutoModel.from_config(config), folder)
     return folder
+
+
+def classifier(
+    folder: Path, pooling: str | None = "cls", dropout=None, adapt=None, norm="none", reg=None
+) -> GLUEClassifier:
+    """A classifier of RTE on the model in ``folder`` (``pooling`` None: the family's own)."""
+    task = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "task" / "rte.yaml"))
+    return GLUEClassifier(
+        task=task,
+        model={"name": "tiny", "name_or_path": str(folder), "pooling": pooling, "dropout": dropout},
+        norm=OmegaConf.to_container(OmegaConf.load(CONF_DIR / "norm" / f"{norm}.yaml")),
+        optim={},
+        reg=reg,
+        adapt=adapt,
+    )

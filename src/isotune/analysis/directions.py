@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 import torch
 from torch import Tensor, nn
+from transformers.pytorch_utils import Conv1D
 
 from isotune.analysis.geometry import LayerVectors
 from isotune.errors import IsotuneError
@@ -77,8 +78,8 @@ def new_dominant_directions(
 
 def linear_weights(encoder: nn.Module, names: Collection[str] | None = None) -> dict[str, Tensor]:
     """The weight matrix of each linear layer of the transformer blocks (not the pooler), as it
-    acts: a peft LoRA layer's base weight plus its active adapters' update; only ``names`` when
-    given."""
+    acts (out x in; GPT-2's ``Conv1D`` stores in x out): a peft LoRA layer's base weight plus its
+    active adapters' update; only ``names`` when given."""
     weights: dict[str, Tensor] = {}
     for name, module in encoder.named_modules():
         if name.startswith("pooler") or any(name.startswith(f"{done}.") for done in weights):
@@ -87,9 +88,12 @@ def linear_weights(encoder: nn.Module, names: Collection[str] | None = None) -> 
             continue
         if hasattr(module, "base_layer") and hasattr(module, "get_delta_weight"):
             delta = sum(module.get_delta_weight(adapter) for adapter in module.active_adapters)
-            weights[name] = module.base_layer.weight.detach() + delta.detach()
+            weight = module.base_layer.weight.detach() + delta.detach()
+            weights[name] = weight.T if isinstance(module.base_layer, Conv1D) else weight
         elif isinstance(module, nn.Linear):
             weights[name] = module.weight.detach()
+        elif isinstance(module, Conv1D):
+            weights[name] = module.weight.detach().T
     return weights
 
 

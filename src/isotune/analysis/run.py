@@ -137,7 +137,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     }
     lap("collect")
 
-    pooling = hparams["model"]["pooling"]
+    pooling = finetuned.pooling  # model.pooling=null: the family's own, as the model resolved it
     tables = {
         "isotropy_by_layer": isotropy_by_layer(
             dev_vectors, pooling, cfg.isotropy.dominant_factor, cfg.seed

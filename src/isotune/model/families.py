@@ -1,12 +1,13 @@
-"""What differs between encoder families, in one table keyed by ``config.model_type``.
+"""What differs between model families, in one table keyed by ``config.model_type``.
 
-Hugging Face encoders share an interface (``AutoModel``, ``last_hidden_state``, ``hidden_states``
-with the embeddings first) but not their config names, inputs or heads. The classifier (dropout,
-token types, the pooler), LoRA's default targets, I-STAR's ``reg.layers``, the isotropy callback's
-token layers and the analysis' intruder matrices ask this module instead of reading a BERT name
-from the config. Each fact follows the family's own Hugging Face sequence-classification model,
-so that ``model.dropout=null`` and the ``conf/model`` presets fine-tune as its own classifier
-does (docs/training.md, "Encoder families").
+Hugging Face encoders and decoder language models share an interface (``AutoModel``,
+``last_hidden_state``, ``hidden_states`` with the embeddings first) but not their config names,
+inputs or heads. The classifier (dropout, token types, the pooler, the pooling),
+LoRA's default targets, I-STAR's ``reg.layers``, the isotropy callback's token layers and the
+analysis' intruder matrices ask this module instead of reading a BERT name from the config. Each
+fact follows the family's own Hugging Face sequence-classification model, so that
+``model.dropout=null``, ``model.pooling=null`` and the ``conf/model`` presets fine-tune as its own
+classifier does (docs/training.md, "Model families").
 
 A family missing from :data:`FAMILIES` still trains when the settings that stand in for its facts
 are given; asked for a fact, it gets one :class:`IsotuneError` naming them.
@@ -28,6 +29,7 @@ __all__ = [
     "head_pooling",
     "hidden_size",
     "hidden_state_indices",
+    "layer_modules",
     "lora_target_modules",
     "num_layers",
     "takes_token_types",
@@ -38,18 +40,29 @@ __all__ = [
 BERT_DROPOUT = ("classifier_dropout", "hidden_dropout_prob")
 
 
+# Decoder language models' classifiers (GPT2ForSequenceClassification and the generic one of
+# Llama, Qwen, Gemma) put no dropout before their score layer, and read the last real token.
+NO_DROPOUT: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class Family:
-    """One encoder family, as its Hugging Face sequence-classification model uses it."""
+    """One model family, as its Hugging Face sequence-classification model uses it."""
 
     name: str  # as papers write it
     dropout: tuple[str, ...]  # config attributes of the dropout before its classifier: first set
+    # (NO_DROPOUT: its classifier has none, 0.0)
     token_types: bool  # token_type_ids have an embedding (segment A/B), given type_vocab_size > 1
     trained_pooler: bool  # the base model's pooler was trained in pre-training (NSP, SOP)
-    head_pooling: str  # what its classifier reads: pooler | cls | mean | classifier_pooling
+    head_pooling: str  # what its classifier reads: pooler | cls | mean | last | classifier_pooling
     lora_targets: tuple[str, ...] | None = None  # its attention query/value; None: peft's table
     hidden_size: str = "hidden_size"  # config attribute of the hidden states' width
     num_layers: str = "num_hidden_layers"  # config attribute of the transformer layers' count
+    # Where the base model keeps its transformer layers (a ModuleList; ALBERT: its layer groups,
+    # each run for several layers) and the norm applied after the last one only: hidden_states[-1]
+    # is final_norm(last layer's output), the earlier ones are the layers' outputs as they are.
+    layers: str = "encoder.layer"
+    final_norm: str | None = None
 
 
 # Positional fields: name, dropout, token_types, trained_pooler, head_pooling, lora_targets (given
@@ -67,10 +80,17 @@ FAMILIES: dict[str, Family] = {
         ("q_lin", "v_lin"),
         hidden_size="dim",
         num_layers="n_layers",
+        layers="transformer.layer",
     ),
     # Its layers share their weights: each target is one module per layer group.
     "albert": Family(
-        "ALBERT", ("classifier_dropout_prob",), True, True, "pooler", ("query", "value")
+        "ALBERT",
+        ("classifier_dropout_prob",),
+        True,
+        True,
+        "pooler",
+        ("query", "value"),
+        layers="encoder.albert_layer_groups",
     ),
     "electra": Family("ELECTRA", BERT_DROPOUT, True, False, "cls"),
     # DeBERTa-v3 checkpoints are model_type deberta-v2 with type_vocab_size 0.
@@ -79,14 +99,59 @@ FAMILIES: dict[str, Family] = {
     ),
     # Its head pools as config.classifier_pooling says; Wqkv projects query, key and value at once.
     "modernbert": Family(
-        "ModernBERT", ("classifier_dropout",), False, False, "classifier_pooling", ("Wqkv",)
+        "ModernBERT",
+        ("classifier_dropout",),
+        False,
+        False,
+        "classifier_pooling",
+        ("Wqkv",),
+        layers="layers",
+        final_norm="final_norm",
     ),
     "mpnet": Family("MPNet", ("hidden_dropout_prob",), False, False, "cls", ("q", "v")),
+    # Decoder language models: no token types, no pooler, the last real token, no dropout before
+    # the head; LoRA's targets from peft's table (GPT-2's c_attn is a Conv1D, query, key and value
+    # in one matrix; GPT-NeoX's query_key_value likewise).
+    "gpt2": Family("GPT-2", NO_DROPOUT, False, False, "last", layers="h", final_norm="ln_f"),
+    "gpt_neox": Family(
+        "GPT-NeoX (Pythia)",
+        NO_DROPOUT,
+        False,
+        False,
+        "last",
+        layers="layers",
+        final_norm="final_layer_norm",
+    ),
+    # Its classifier reads the last hidden state after project_out, word_embed_proj_dim wide
+    # (OPT-350m: 512, its layers 1024; the other sizes: the hidden size).
+    "opt": Family(
+        "OPT",
+        NO_DROPOUT,
+        False,
+        False,
+        "last",
+        hidden_size="word_embed_proj_dim",
+        layers="decoder.layers",
+        final_norm="decoder.final_layer_norm",
+    ),
+    **{
+        model_type: Family(
+            name, NO_DROPOUT, False, False, "last", layers="layers", final_norm="norm"
+        )
+        for model_type, name in (
+            ("llama", "Llama"),  # SmolLM2, TinyLlama
+            ("qwen2", "Qwen2"),
+            ("qwen3", "Qwen3"),
+            ("gemma", "Gemma"),
+            ("gemma3_text", "Gemma-3"),
+        )
+    },
 }
 
 SETTINGS_FIX = (
     "Fix: give what the table would: model.dropout=<p> (the dropout before the head, e.g. 0.1); "
-    "with adapt=lora, adapt.target_modules=[...] (its attention projections{layers}); for "
+    "model.pooling=cls, mean or last (what the sentence vector reads); with adapt=lora, "
+    "adapt.target_modules=[...] (its attention projections{layers}); for "
     "analyze.py on a checkpoint without LoRA, directions.matrices=all. Or add the family to "
     "FAMILIES in src/isotune/model/families.py (docs/extending.md)."
 )
@@ -131,8 +196,11 @@ def num_layers(config: Any) -> int:
 
 def default_dropout(config: Any) -> float:
     """The dropout the family's Hugging Face classifier applies to its input: the first of its
-    config attributes that is set (``model.dropout=null`` takes it)."""
+    config attributes that is set (``model.dropout=null`` takes it); 0.0 for a decoder's, which
+    has none."""
     family = family_of(config, "the dropout before the head")
+    if family.dropout == NO_DROPOUT:
+        return 0.0
     for name in family.dropout:
         value = getattr(config, name, None)
         if value is not None:
@@ -144,11 +212,19 @@ def default_dropout(config: Any) -> float:
 
 
 def head_pooling(family: Family, config: Any) -> str:
-    """What the family's Hugging Face classifier reads: ``pooler``, ``cls`` or ``mean``
+    """What the family's Hugging Face classifier reads: ``pooler``, ``cls``, ``mean`` or ``last``
     (ModernBERT: its config's ``classifier_pooling``)."""
     if family.head_pooling == "classifier_pooling":
         return getattr(config, "classifier_pooling", "cls")
     return family.head_pooling
+
+
+def layer_modules(model: Any) -> Any:
+    """The base model's transformer layers (a ``ModuleList``, in order; ALBERT's: its layer groups,
+    each run for several layers), where hooks see each layer's output: ``hidden_states[i + 1]``
+    for layer ``i``, but the last one's before the family's ``final_norm``."""
+    family = family_of(model.config, "where its transformer layers are")
+    return model.get_submodule(family.layers)
 
 
 def takes_token_types(config: Any) -> bool | None:
