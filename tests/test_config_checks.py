@@ -227,6 +227,44 @@ def test_cpu_and_auto_accelerators_need_no_gpu(no_gpu, trainer):
     check_train_config(compose_train_config([f"trainer={trainer}"]))
 
 
+@pytest.mark.parametrize(
+    ("added", "line"),
+    [
+        (
+            ["+optim.lrr=1e-3"],
+            "  +optim.lrr=1e-3: no code reads optim.lrr, so the run would ignore it; did you mean "
+            "optim.lr? (a key the config has takes no +)",
+        ),
+        (["norm=isobn", "+norm.momentm=0.1"], "did you mean norm.momentum?"),
+        (["reg=istar", "+reg.zetta=0.1"], "did you mean reg.zeta?"),
+        (["+model.dropot=0.1"], "did you mean model.dropout?"),
+        (["+data.batchsize=8"], "did you mean data.batch_size?"),
+        (["+trainer.val_chek_interval=0.5"], "did you mean trainer.val_check_interval?"),
+        (["+callbacks.isotropy.probe_sizes=8"], "did you mean callbacks.isotropy.probe_size?"),
+        (
+            ["+optim.x.y=1"],
+            "no code reads optim.x, so the run would ignore it; the keys code reads",
+        ),
+    ],
+)
+def test_a_key_added_where_no_code_reads_it_names_the_nearest_known_key(added, line):
+    (reported,) = problems(*added)
+    assert line in reported
+
+
+@pytest.mark.parametrize(
+    "added",
+    [
+        ["+trainer.val_check_interval=0.5"],  # a Lightning Trainer argument the config leaves out
+        ["norm=batchnorm", "+norm.affine=false"],  # an argument of the norm's own class
+        ["+callbacks.mine={_target_:lightning.pytorch.callbacks.Timer}"],  # a callback of one's own
+        ["+callbacks.mine._target_=lightning.pytorch.callbacks.Timer"],
+    ],
+)
+def test_a_key_added_where_code_reads_it_passes(added):
+    check_train_config(compose_train_config(added))
+
+
 def test_every_problem_is_reported_at_once_one_line_each():
     reported = problems("seed=abc", "data.batch_size=0", "optim.lr=-1")
     assert reported == [

@@ -5,11 +5,15 @@ Hydra passes on whatever the command line says (``data.batch_size=abc`` arrives 
 PyTorch after the model has loaded, or not at all, with an error naming neither key nor value.
 The keys users set are checked here against their valid ranges, against each other where one
 limits another (a norm and the batches it learns from), and against the machine (a GPU
-accelerator); every problem is reported.
+accelerator); every problem is reported. A key added with ``+key=`` under a section code reads
+(:data:`READ_SECTIONS`) must be one that code reads: Hydra answers a misspelt ``optim.lrr=1e-3``
+with "use +optim.lrr", and the key so added would be ignored.
 """
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from isotune.errors import IsotuneError
 from isotune.isotropy.penalties import REGULARIZERS
 from isotune.model.classifier import SCHEDULES
-from isotune.model.regularization import SHRINKAGE_SAMPLES, VIEWS
+from isotune.model.regularization import SHRINKAGE_SAMPLES, VIEWS, Regularization
 from isotune.norms.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SHARE, SWITCH
 from isotune.norms.registry import NORMS
 from isotune.norms.values import finite_number, integer
@@ -211,6 +215,101 @@ def _accelerator_problems(cfg: DictConfig) -> list[str]:
     ]
 
 
+# Sections whose keys code reads: a key added under one (+optim.lrr=1e-3) must be among its keys,
+# or a parameter of what builds it: its _target_, or for norm and reg the class built from them.
+READ_SECTIONS = ("optim", "reg", "norm", "model", "data", "trainer", "callbacks")
+SECTION_BUILDERS: dict[str, Callable[[DictConfig], Any]] = {
+    "norm": lambda section: getattr(NORMS.get(section.get("name")), "module", None),
+    "reg": lambda section: Regularization,
+}
+
+
+def _added_key_problems(cfg: DictConfig) -> list[str]:
+    """Each key the command line added (``+key=value``) under :data:`READ_SECTIONS` that no code
+    reads, with the nearest key that it does."""
+    problems = []
+    added = [o[1:].split("=", 1) for o in _task_overrides(cfg) if o.startswith("+") and "=" in o]
+    added_keys = {key for key, _ in added}
+    for key, value in added:
+        parts = key.split(".")
+        if parts[0] not in READ_SECTIONS or len(parts) < 2:
+            continue
+        unread = _unread_part(cfg, parts, added_keys)
+        if unread is not None:
+            section, name, known = unread
+            nearest = difflib.get_close_matches(name, known, n=1)
+            if nearest:
+                hint = f"did you mean {section}.{nearest[0]}? (a key the config has takes no +)"
+            else:
+                hint = f"the keys code reads there: {', '.join(known)}"
+            problems.append(
+                f"  +{key}={value}: no code reads {section}.{name}, so the run would ignore it; "
+                + hint
+            )
+    return problems
+
+
+def _unread_part(
+    cfg: DictConfig, parts: list[str], added_keys: set[str]
+) -> tuple[str, str, list[str]] | None:
+    """(section, name, its known keys) at the first level of ``parts`` that names no key its
+    section has or its builder takes; None where code reads the key (or builds a new object)."""
+    for depth in range(1, len(parts)):
+        section, name = ".".join(parts[:depth]), parts[depth]
+        node = OmegaConf.select(cfg, section)
+        if not isinstance(node, DictConfig) or name == "_target_":
+            return None
+        tree = OmegaConf.to_container(node, resolve=False)
+        created = {k for k, v in tree.items() if _only_added(f"{section}.{k}", v, added_keys)}
+        child = tree.get(name)
+        if name in created and isinstance(child, dict) and "_target_" in child:
+            return None  # a whole object added (+callbacks.mine={_target_: ...}): it is built
+        known = set(tree) - created
+        builder = _builder(node, section)
+        if builder is not None:
+            parameters = inspect.signature(builder).parameters.values()
+            if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+                return None  # it takes any keyword: no telling
+            known |= {p.name for p in parameters}
+        if name not in known:
+            return section, name, sorted(known - {"_target_"})
+    return None
+
+
+def _only_added(path: str, value: Any, added_keys: set[str]) -> bool:
+    """Whether the config node at ``path`` (``value``, plain) holds only what ``+`` added."""
+    if path in added_keys:
+        return True
+    if isinstance(value, dict) and value:
+        return all(_only_added(f"{path}.{k}", v, added_keys) for k, v in value.items())
+    return False
+
+
+def _builder(node: DictConfig, section: str) -> Any:
+    """What builds a config section from its keys: its ``_target_``, or the class of
+    :data:`SECTION_BUILDERS`; None for a section read key by key."""
+    if "_target_" in node:
+        from hydra.utils import get_object
+
+        try:
+            return get_object(node["_target_"])
+        except (ImportError, ValueError):  # building it will say so
+            return None
+    make = SECTION_BUILDERS.get(section)
+    return make(node) if make is not None else None
+
+
+def _task_overrides(cfg: DictConfig) -> list[str]:
+    """The command line's overrides: Hydra's record in ``cfg`` (a composed config), else in the
+    running job's Hydra config; none outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    recorded = OmegaConf.select(cfg, "hydra.overrides.task")
+    if recorded is None and HydraConfig.initialized():
+        recorded = HydraConfig.get().overrides.task
+    return list(recorded or [])
+
+
 def rule_problems(cfg: DictConfig, rules: Rules) -> list[str]:
     """One line per key of ``rules`` whose value in ``cfg`` is outside its range."""
     problems = []
@@ -236,5 +335,5 @@ def check_train_config(cfg: DictConfig) -> None:
     margin = margin_problem(OmegaConf.select(cfg, "failure.margin", default=0.0))
     problems += [f"  {margin}"] if margin else []
     problems += _split_seed_problems(cfg) + _norm_batch_problems(cfg) + _reg_weight_problems(cfg)
-    problems += _accelerator_problems(cfg)
+    problems += _accelerator_problems(cfg) + _added_key_problems(cfg)
     raise_problems(problems)
