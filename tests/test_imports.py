@@ -55,6 +55,14 @@ def test_a_library_module_imports_without_the_training_stack(module):
 
 
 @pytest.mark.slow
+def test_the_search_core_imports_without_hydra():
+    """The ask-launch-tell loop and the search it drives live beside the other cores; only the
+    sweeper that adapts them to Hydra (hydra_plugins/isotune_launcher) imports Hydra."""
+    imported = top_level_modules_after("import isotune.search.loop, isotune.search.search")
+    assert "hydra" not in imported and "lightning" not in imported
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("module", OFFLINE_TOOLS)
 def test_an_offline_tool_answers_help_without_torch(module):
     code = (

@@ -7,9 +7,12 @@ figures; the slow tests run `python train.py -m hparams_search=istar` on the tin
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -19,18 +22,31 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import optuna
 import pandas as pd
 import pytest
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
 from scipy import stats
 
-from hydra_plugins.isotune_launcher.optuna_sweeper import Search
+from hydra_plugins.isotune_launcher.hydra_search import (
+    check_search_fits,
+    job_overrides,
+    search_settings,
+)
+from hydra_plugins.isotune_launcher.optuna_sweeper import AGAIN
+from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
+from isotune.search.loop import run_searches
+from isotune.search.search import Search
 from isotune.search.space import parse_space
+from isotune.sweeps import slurm_jobs
 from isotune.sweeps.rerun import plan_reruns
+from isotune.sweeps.slurm_jobs import SlurmJob
 from isotune.sweeps.summary import summarize_sweep
 from tests.conftest import ROOT, compose_train_config
 from tests.helpers.cli import run_script, tiny_cli_overrides
@@ -110,12 +126,22 @@ def test_a_bad_search_space_is_one_message_naming_the_key(params, arguments, nam
 # ---- the search, on a launcher that writes results.json ----
 class FakeLauncher:
     """Writes each job's run folder as a training run leaves it, with ``score(overrides, seed)``
-    as its best dev accuracy (None: the job crashed), and counts the jobs and launches."""
+    as its best dev accuracy (None: the job crashed), and counts the jobs and launches. At launch
+    ``stop_at_launch`` it is stopped as by Ctrl-C before any job; at launch ``unended_at_launch``
+    it raises as submitit's launcher does at the first job SLURM killed, leaving the batch's
+    first job ``interrupted`` and its second ``running``."""
 
-    def __init__(self, folder: Path, score: Score, stop_at_launch: int | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        score: Score,
+        stop_at_launch: int | None = None,
+        unended_at_launch: int | None = None,
+    ) -> None:
         self.folder = folder
         self.score = score
         self.stop_at_launch = stop_at_launch
+        self.unended_at_launch = unended_at_launch
         self.launches: list[list[list[str]]] = []
 
     @property
@@ -125,18 +151,23 @@ class FakeLauncher:
     def __call__(self, jobs: list[list[str]]) -> None:
         if self.stop_at_launch is not None and len(self.launches) == self.stop_at_launch:
             raise KeyboardInterrupt
+        unended = len(self.launches) == self.unended_at_launch
         self.launches.append(jobs)
-        for overrides in jobs:
+        for index, overrides in enumerate(jobs):
             values = dict(o.split("=", 1) for o in overrides)
             job_dir = self.folder / values["hydra.sweep.subdir"]
             task_overrides = [o for o in overrides if not o.startswith("hydra.")]
             seed = int(values["seed"])
             score = self.score(values, seed)
-            if score is None:
+            if unended and index < 2:
+                result = {"status": ("interrupted", "running")[index], "error": None}
+            elif score is None:
                 result = {"status": "failed", "error": "NonFiniteLossError: loss is nan"}
             else:
                 result = {**completed("minilm", "none", "rte", seed, score), "learned": score > 0.5}
             write_run(job_dir, task_overrides, result)
+        if unended:
+            raise RuntimeError("Job 7_0 (task: 0) failed during processing with trace: ...")
 
 
 def weight_score(values: dict[str, str], seed: int) -> float | None:
@@ -147,15 +178,36 @@ def weight_score(values: dict[str, str], seed: int) -> float | None:
     return 0.7 - abs(math.log10(abs(weight)) + 1) / 10 - (weight > 0) / 10 + seed / 1000
 
 
+@functools.cache
+def istar_config(*overrides: str) -> DictConfig:
+    """The composed config of `hparams_search=istar <overrides>`, composed once (a search reads
+    it and never changes it)."""
+    return compose_train_config(["hparams_search=istar", *overrides])
+
+
+class SearchRun:
+    """One search driven as the sweeper drives it, its batches handed to a fake launcher."""
+
+    def __init__(self, search: Search, launch: FakeLauncher, n_jobs: int) -> None:
+        self.search, self.launch, self.n_jobs = search, launch, n_jobs
+
+    def run(self) -> None:
+        folder = self.search.folder
+        run_searches(
+            [self.search], lambda jobs: self.launch(job_overrides(jobs, folder)), self.n_jobs
+        )
+
+
 def make_search(
     folder: Path, launch: FakeLauncher, *overrides: str, arguments=(), **settings
-) -> Search:
+) -> SearchRun:
     """The search `python train.py -m hparams_search=istar <overrides> <arguments>` runs."""
-    cfg = compose_train_config(["hparams_search=istar", *overrides])
-    sweeper = OmegaConf.to_container(cfg.hydra.sweeper, resolve=True)
-    for hydra_only in ("_target_", "_recursive_"):
-        sweeper.pop(hydra_only)
-    return Search(cfg, {**sweeper, **settings}, list(arguments), folder, launch)
+    cfg = istar_config(*overrides)
+    sweeper = {**OmegaConf.to_container(cfg.hydra.sweeper, resolve=True), **settings}
+    search_config = search_settings(cfg, sweeper, list(arguments), folder)
+    return SearchRun(
+        Search(search_config, folder, OmegaConf.to_yaml(cfg)), launch, sweeper["n_jobs"]
+    )
 
 
 SMALL = {"seeds": [1, 2], "report_seeds": [11, 12, 13], "pruner": None}
@@ -382,6 +434,56 @@ def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupte
     assert results[0] == results[1]
 
 
+def test_a_launcher_raising_mid_batch_leaves_the_trial_unfinished_and_the_search_continues(
+    tmp_path, monkeypatch, caplog
+):
+    """submitit's launcher raises at the first job SLURM killed while the array's others still
+    run: those jobs have no score, so their trial is neither FAILED nor given a value. The search
+    stops as a plain sweep does (its summary, the jobs going on and their scancel, exit 1), and
+    typed again once they ended, it ends as an uninterrupted search."""
+    settings = {**SMALL, "n_trials": 3}
+    whole = FakeLauncher(tmp_path / "whole", weight_score)
+    make_search(tmp_path / "whole", whole, **settings).run()
+
+    folder = tmp_path / "stopped"
+    held: list[SlurmJob] = []  # what squeue says the folder sent and SLURM still holds
+    monkeypatch.setattr(slurm_jobs, "live_jobs", lambda sweep_dir: list(held))
+    stopped = FakeLauncher(folder, weight_score, unended_at_launch=1)  # trial 1's two seeds
+
+    def on_slurm(jobs):
+        held[:] = [SlurmJob("7_1", "RUNNING")]
+        stopped(jobs)
+
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(SystemExit) as exit, stops_with_a_summary(folder, stopped, "Search", AGAIN):
+        make_search(folder, on_slurm, **settings).run()
+    assert exit.value.code == 1
+    said = caplog.text
+    assert f"Sweep {folder}: 2 of 4 jobs completed, 2 did not:" in said
+    assert "The launcher stopped waiting (RuntimeError: Job 7_0 (task: 0) failed" in said
+    assert f"{folder / 'trial-001' / 'seed-1'}: interrupted" in said
+    assert f"{folder / 'trial-001' / 'seed-2'}: running" in said
+    assert "Their trials stay unfinished, never failed" in said
+    assert "go on without it: 7_1 (RUNNING)" in said and "scancel 7" in said
+    assert AGAIN in said
+    journal = JournalStorage(JournalFileBackend(str(folder / "optuna_journal.log")))
+    study = optuna.load_study(study_name="istar_rte_minilm", storage=journal)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "RUNNING"]
+
+    again = FakeLauncher(folder, weight_score)
+    with pytest.raises(IsotuneError, match="still queued or running: 7_1"):
+        make_search(folder, again, **settings).run()  # not while SLURM holds a job
+    held.clear()
+    make_search(folder, again, **settings).run()
+    subdirs = [dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"] for job in again.jobs]
+    assert subdirs[:2] == ["trial-001/seed-1", "trial-001/seed-2"]  # continued, then on
+    first, second = (
+        pd.read_csv(tmp_path / name / "trials.csv").drop(columns="job_dir")
+        for name in ("whole", "stopped")
+    )
+    pd.testing.assert_frame_equal(first, second)
+
+
 def test_a_job_of_the_stopped_search_still_running_is_not_launched_again(tmp_path):
     """On SLURM a job outlives the search that submitted it: typed again while the job runs,
     the search stops with one message instead of a second job there, which the folder lock would
@@ -475,6 +577,79 @@ def test_the_wandb_report_of_a_stopped_search_says_it_has_not_ended(tmp_path):
     assert heading["text"] == f"Search {tmp_path.name}"
     assert text["text"].startswith(f"No search_report.md in {tmp_path} yet: the search has not")
     assert grid["panels"] == []
+
+
+# ---- the loop: several searches on one launcher, and what every sweep gets ----
+def test_two_searches_share_each_launch_and_end_as_each_would_alone(tmp_path):
+    """The study helper's ground: jobs of several searches in one launch, each search asking and
+    telling its own trials as if alone."""
+    samplers = {"a": 0, "b": 5}
+    settings = {**SMALL, "n_trials": 2}
+
+    def search(folder, launch, name):
+        sampler = {"_target_": "optuna.samplers.TPESampler", "seed": samplers[name]}
+        return make_search(folder / name, launch, **settings, sampler=sampler)
+
+    for name in samplers:
+        search(
+            tmp_path / "alone", FakeLauncher(tmp_path / "alone" / name, weight_score), name
+        ).run()
+    together = tmp_path / "together"
+    launch = FakeLauncher(together, weight_score)
+    searches = [search(together, launch, name).search for name in samplers]
+    run_searches(searches, lambda jobs: launch(job_overrides(jobs, together)), 2)
+
+    # Each launch: one trial of each search (both seeds), then both reports at once.
+    assert [len(batch) for batch in launch.launches] == [4, 4, 12]
+    for batch in launch.launches:
+        owners = [dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"][0] for job in batch]
+        assert owners == ["a"] * (len(batch) // 2) + ["b"] * (len(batch) // 2)
+    alone, shared = (
+        pd.read_csv(tmp_path / where / "b" / "trials.csv").drop(columns="job_dir")
+        for where in ("alone", "together")
+    )
+    pd.testing.assert_frame_equal(alone, shared)
+    assert not pd.read_csv(together / "a" / "trials.csv")["reg.weight"].equals(
+        pd.read_csv(together / "b" / "trials.csv")["reg.weight"]
+    )
+
+
+def test_a_search_refuses_a_job_whose_folder_holds_a_link_leading_out(tmp_path):
+    """As every plain sweep does: the job never reaches the launcher, its refusal is its
+    record, and its trial FAILs with the refusal as the reason."""
+    folder = tmp_path / "search"
+    (tmp_path / "elsewhere").mkdir()
+    job_dir = folder / "trial-000" / "seed-2"
+    job_dir.mkdir(parents=True)
+    (job_dir / "checkpoints").symlink_to(tmp_path / "elsewhere")
+    launch = FakeLauncher(folder, weight_score)
+    make_search(folder, launch, n_trials=2, max_failure_rate=1.0, **SMALL).run()
+    launched = [dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"] for job in launch.jobs]
+    assert "trial-000/seed-1" in launched and "trial-000/seed-2" not in launched
+    trials = pd.read_csv(folder / "trials.csv")
+    refused = trials[trials.trial == 0]
+    assert set(refused.state) == {"FAIL"} and list(refused.seed) == [1, 2]
+    assert "symbolic links that lead out of it" in refused.reason.iloc[0]
+    record = json.loads((job_dir / "results.json").read_text())
+    assert record["status"] == "failed" and "lead out of it" in record["error"]
+    assert not any((tmp_path / "elsewhere").iterdir())  # nothing written through the link
+
+
+def test_a_search_that_cannot_fit_on_its_disk_is_refused_before_any_job(tmp_path, monkeypatch):
+    """Its whole budget is counted, as a plain sweep's: 4 trials on 2 tuning seeds and 3 report
+    seeds on each side, on a disk with 1 MB free."""
+    overrides = ["hparams_search=istar", "checkpoint.keep=full"]
+    launch = FakeLauncher(tmp_path, weight_score)
+    settings = make_search(tmp_path, launch, *overrides[1:], **SMALL, n_trials=4).search.settings
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1_000_000))
+    cfg = compose_train_config(overrides)
+    with pytest.raises(IsotuneError, match="check_free_space=false") as refused:
+        check_search_fits(
+            cfg, settings, 1, tmp_path, lambda o: compose_train_config([*overrides, *o])
+        )
+    assert "14 jobs with checkpoint.keep=full" in str(refused.value)
+    assert launch.launches == []
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ PRETRAINED_IW = 0.01
 
 def write_run(job_dir: Path, overrides: list[str], result: dict) -> None:
     """A job directory as a training run leaves it: Hydra's record and results.json."""
-    (job_dir / ".hydra").mkdir(parents=True)
+    (job_dir / ".hydra").mkdir(parents=True, exist_ok=True)
     (job_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     (job_dir / "results.json").write_text(json.dumps({**result, "overrides": overrides}))
 

@@ -26,7 +26,6 @@ import dataclasses
 import itertools
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,13 +42,11 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict, read_write
 
-from hydra_plugins.isotune_launcher.waiting import sigterm_stops_the_wait
+from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.errors import IsotuneError
-from isotune.record import folder_lock
-from isotune.record.results import RESULTS_FILE, RunRecord
-from isotune.record.resume import check_links_stay_inside
-from isotune.sweeps.runs import SWEEP_FILE
-from isotune.sweeps.slurm_jobs import check_no_live_jobs, jobs_going_on
+from isotune.record.results import RESULTS_FILE
+from isotune.record.resume import check_links_stay_inside, record_refusal
+from isotune.sweeps.slurm_jobs import check_no_live_jobs
 from isotune.sweeps.summary import summarize_sweep
 
 log = logging.getLogger(__name__)
@@ -115,7 +112,7 @@ class _KeepingLauncher:
             check_links_stay_inside(folder, "hydra.sweep.dir")
         except IsotuneError as error:
             log.error(f"#{number} : {' '.join(filter_overrides(overrides))} refused: {error}")
-            _record_refusal(folder, overrides, error)
+            record_refusal(folder, overrides, error)
             return JobReturn(
                 overrides=overrides,
                 hydra_cfg=config,
@@ -140,20 +137,6 @@ def _job_folder(config: DictConfig) -> str:
     return folder
 
 
-def _record_refusal(folder: str, overrides: list[str], error: IsotuneError) -> None:
-    """The refusal as the job's latest attempt in its results.json, holding the folder's lock
-    (a job of an earlier sweep may still run there: then its record is left to it)."""
-    try:
-        locked = folder_lock.hold(folder)
-        try:
-            RunRecord(folder, overrides=overrides).finish("failed", error)
-        finally:
-            if locked:
-                folder_lock.release(folder)
-    except (IsotuneError, OSError) as unrecorded:
-        log.error(f"The refusal could not be recorded in {folder}/{RESULTS_FILE}: {unrecorded}")
-
-
 class SummarizingSweeper(BasicSweeper):
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -167,33 +150,13 @@ class SummarizingSweeper(BasicSweeper):
 
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).resolve()
         log.info(f"Sweep folder: {sweep_dir}")
-        try:
-            with sigterm_stops_the_wait(self.launcher.launcher):
-                check_no_live_jobs(sweep_dir, "Typing the sweep again")
-                self.launcher.composed = self._job_configs(arguments)
-                jobs = list(self.launcher.composed.values())
-                fits_at_once = jobs_at_once(self.config.hydra.launcher, len(jobs))
-                check_sweep_fits(sweep_dir, jobs, fits_at_once)
-                super().sweep(arguments)
-        except IsotuneError as error:  # the launcher refused its settings, or the disk: no job ran
-            log.error(f"{error}\nSweep folder: {sweep_dir}")
-            sys.exit(1)
-        except (KeyboardInterrupt, SystemExit) as stop:  # a signal stopped the sweep
-            log.warning(summarize_sweep(sweep_dir).text)
-            if going_on := jobs_going_on(sweep_dir):
-                log.warning(going_on)
-            if isinstance(stop, SystemExit):
-                raise
-            sys.exit(128 + getattr(stop, "signal", signal.SIGINT))
-        except Exception as error:  # submitit's launcher raises at the first failed job
-            if not (sweep_dir / SWEEP_FILE).is_file():
-                raise
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            log.error(
-                f"{summarize_sweep(sweep_dir).text}\nThe launcher stopped waiting: "
-                f"{type(error).__name__}: {first_line} (jobs still running on a cluster go on)"
-            )
-            sys.exit(1)
+        with stops_with_a_summary(sweep_dir, self.launcher.launcher, "Sweep"):
+            check_no_live_jobs(sweep_dir, "Typing the sweep again")
+            self.launcher.composed = self._job_configs(arguments)
+            jobs = list(self.launcher.composed.values())
+            fits_at_once = jobs_at_once(self.config.hydra.launcher, len(jobs))
+            check_sweep_fits(sweep_dir, jobs, fits_at_once)
+            super().sweep(arguments)
         returns = [job for batch in self.launcher.returns for job in batch]
         summary = summarize_sweep(sweep_dir)
         unrecorded = [job for job in returns if _failed_without_record(job)]

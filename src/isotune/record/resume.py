@@ -12,6 +12,7 @@ they are shown (:data:`BOOKKEEPING_KEYS`) may differ.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import re
@@ -25,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from isotune.atomic_files import links_leaving
 from isotune.errors import IsotuneError
-from isotune.record.results import RESULTS_FILE, read_results
+from isotune.record import folder_lock
+from isotune.record.results import RESULTS_FILE, RunRecord, read_results
 
 RESUME_MODES = ("auto", "never")
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -38,6 +40,8 @@ KEEP_KEY = "isotune_keep"  # "slim": the model only, without the state continuin
 MODEL_KEYS = ("state_dict", "hyper_parameters")
 RESUME_KEYS = (*MODEL_KEYS, "global_step", "epoch", "loops", "optimizer_states", "lr_schedulers")
 UNSAFE_LOAD_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+
+log = logging.getLogger(__name__)
 WANDB_FOLDER = "wandb"  # what W&B's logger makes in the run folder (logger.wandb.save_dir)
 # What a refused checkpoint's message tells train.py to do, by where the checkpoint came from:
 # ckpt_path= wins over the folder's last.ckpt and over resume=never, so it must change or go.
@@ -234,6 +238,22 @@ def check_links_stay_inside(folder: str | Path, folder_key: str = "hydra.run.dir
             f"a copy of what it points at, or run in a new folder (leave {folder_key} unset); "
             "to keep runs on other storage, set paths.log_dir there."
         )
+
+
+def record_refusal(folder: str | Path, overrides: list[str], error: IsotuneError) -> None:
+    """A sweep's refusal of a job (:func:`check_links_stay_inside`) as the job's latest attempt
+    in its results.json, so that the sweep's summary reports it rather than how the job ended
+    before; holding the folder's lock (a job of an earlier sweep may still run there: then its
+    record is left to it)."""
+    try:
+        locked = folder_lock.hold(folder)
+        try:
+            RunRecord(folder, overrides=overrides).finish("failed", error)
+        finally:
+            if locked:
+                folder_lock.release(folder)
+    except (IsotuneError, OSError) as unrecorded:
+        log.error(f"The refusal could not be recorded in {folder}/{RESULTS_FILE}: {unrecorded}")
 
 
 def _below_wandb_folder(path: Path) -> bool:

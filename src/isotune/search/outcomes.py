@@ -5,6 +5,8 @@ A run that completed has a score, its best dev primary metric, even when it fail
 above its dev set's trivial predictor): it counts at that score and is counted, since dropping it
 would flatter a setting that breaks training. A job that crashed, went NaN, was refused or left no
 record has no score: its trial fails, and the reason says which job and why, never a made-up value.
+A job that has not ended (still running, interrupted, never started) is no result at all: its
+trial waits for it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from isotune.record.results import RESULTS_FILE
 from isotune.sweeps.failures import learned_of
 from isotune.sweeps.runs import Run
 
+UNENDED = ("running", "interrupted", "missing")  # a job's statuses that are not its end
+
 
 @dataclass(frozen=True)
 class JobOutcome:
@@ -37,6 +41,11 @@ class JobOutcome:
     @property
     def completed(self) -> bool:
         return self.score is not None
+
+    @property
+    def ended(self) -> bool:
+        """Completed or failed for good: not running, interrupted or never started."""
+        return self.status not in UNENDED
 
     def as_record(self) -> dict[str, Any]:
         """Plain values, kept with the trial in the study (Optuna's user attributes)."""

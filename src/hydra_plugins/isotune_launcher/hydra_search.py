@@ -1,0 +1,132 @@
+"""A search as Hydra gives it: ``hydra.sweeper``'s settings and the composed config read into
+:class:`~isotune.search.settings.SearchSettings`, the jobs handed to Hydra's launcher, and the
+disk check every plain sweep gets. The search itself is :mod:`isotune.search`, without Hydra.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from isotune.errors import IsotuneError
+from isotune.search.search import Job
+from isotune.search.settings import SEED_KEY, SearchSettings
+from isotune.search.space import SearchSpace, override_value, parse_space
+
+
+def search_settings(
+    config: DictConfig, sweeper: dict[str, Any], arguments: list[str], folder: Path
+) -> SearchSettings:
+    """The settings of the search ``config`` (the sweep's composed config) asks for, from the
+    ``hydra.sweeper`` keys ``sweeper`` and the command line's sweep ``arguments``; refused in one
+    message where a searched or baseline key is not in the config (the rest is checked by
+    :meth:`~isotune.search.settings.SearchSettings.check`, as a search starts)."""
+    s = {
+        key: OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        for key, value in sweeper.items()
+    }
+    space = parse_space(s["params"] or {}, arguments)
+    for searched in space.searched:
+        _check_in_config(config, searched.key, "searched key")
+    for key in s["baseline"] or {}:
+        _check_in_config(config, key, "baseline's key (hydra.sweeper.baseline)")
+    sampler = dict(s["sampler"])
+
+    def make_sampler(seed: int | None) -> Any:
+        return instantiate(sampler if seed is None else {**sampler, "seed": seed})
+
+    return SearchSettings(
+        space=space,
+        seeds=tuple(s["seeds"] or ()),
+        report_seeds=tuple(s["report_seeds"] or ()),
+        baseline=tuple(_baseline(config, space, s["baseline"])),
+        direction=s["direction"],
+        n_trials=s["n_trials"],
+        max_failure_rate=s["max_failure_rate"],
+        study_name=s["study_name"] or folder.name,
+        storage=s["storage"],
+        make_sampler=make_sampler,
+        sampler_seed=sampler.get("seed"),
+        pruner=instantiate(s["pruner"]) if s["pruner"] is not None else None,
+        tag_runs=config.hydra.runtime.choices.get("logger") == "wandb",
+    )
+
+
+def _check_in_config(config: DictConfig, key: str, what: str) -> None:
+    if key.startswith("+"):  # adds a key the config lacks, as the user asked
+        return
+    name = key.lstrip("~").split("@")[0]
+    if name in config.hydra.runtime.choices:
+        return
+    missing = object()
+    if OmegaConf.select(config, name, default=missing, throw_on_missing=False) is missing:
+        raise IsotuneError(
+            f"The {what} {name} is not in the config, so its value would change nothing "
+            "(or stop every job). Fix: a key of conf/train.yaml or a config group "
+            "(python train.py --cfg job lists them), spelled as there, e.g. optim.lr or "
+            "reg.weight."
+        )
+
+
+def _baseline(config: DictConfig, space: SearchSpace, baseline: dict[str, Any] | None) -> list[str]:
+    """The fixed overrides, then ``baseline`` (default: each searched key at its config
+    value)."""
+    if baseline is None:
+        baseline = {}
+        choices = config.hydra.runtime.choices
+        for searched in space.searched:
+            name = searched.key.lstrip("+~").split("@")[0]
+            if searched.key.startswith("+"):
+                continue  # the config lacks it: the baseline leaves it out
+            if name not in choices:
+                baseline[name] = OmegaConf.select(config, name)
+            elif choices[name] is not None:
+                baseline[name] = choices[name]
+    kept = [o for o in space.fixed if o.split("=", 1)[0] not in baseline]
+    return [*kept, *(f"{key}={override_value(value)}" for key, value in baseline.items())]
+
+
+def check_search_fits(
+    config: DictConfig,
+    settings: SearchSettings,
+    trials_at_once: int,
+    folder: Path,
+    compose: Callable[[list[str]], DictConfig],
+) -> None:
+    """Refuse a search that cannot fit on its disk, as a plain sweep is refused
+    (:func:`isotune.training.sweep_space.check_sweep_fits`): its whole budget (every trial on
+    every tuning seed, then the report's runs), each job sized as the baseline's run, since the
+    searched values are not known before they are asked."""
+    from isotune.training.sweep_space import check_sweep_fits, jobs_at_once  # imports torch
+
+    job = compose([*settings.baseline, f"{SEED_KEY}={settings.seeds[0]}"])
+    count = settings.n_trials * len(settings.seeds) + 2 * len(settings.report_seeds)
+    at_once = jobs_at_once(config.hydra.launcher, trials_at_once * len(settings.seeds))
+    check_sweep_fits(folder, [job] * count, at_once)
+
+
+class HydraLaunch:
+    """Hands a search's batches to Hydra's launcher, each job in its folder under the search
+    folder (``hydra.sweep.subdir``), numbered on from the previous batch."""
+
+    def __init__(self, launcher: Any, sweep_dir: Path) -> None:
+        self.launcher = launcher
+        self.sweep_dir = sweep_dir
+        self.launched = 0
+
+    def __call__(self, jobs: Sequence[Job]) -> None:
+        first, self.launched = self.launched, self.launched + len(jobs)
+        self.launcher.launch(job_overrides(jobs, self.sweep_dir), initial_job_idx=first)
+
+
+def job_overrides(jobs: Sequence[Job], sweep_dir: Path) -> list[list[str]]:
+    """Each job's overrides as Hydra's launcher takes them, its folder as ``hydra.sweep.subdir``."""
+    return [
+        [*job.overrides, f"hydra.sweep.subdir={os.path.relpath(job.folder, sweep_dir)}"]
+        for job in jobs
+    ]

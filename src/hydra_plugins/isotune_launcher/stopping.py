@@ -1,0 +1,72 @@
+"""How a sweep or a search stops before its end: one path for both sweepers.
+
+- A refusal before any job ran (an :class:`~isotune.errors.IsotuneError`: bad settings, a disk too
+  small, jobs still held by SLURM) is its message and the folder, exit status 1.
+- Jobs of a search that have not ended (:class:`~isotune.search.loop.JobsNotEnded`), or a launcher
+  that raised (submitit's raises at the first job SLURM failed, while the array's other jobs still
+  run): the summary so far, why it stopped, the jobs that go on without it with the ``scancel`` that
+  stops them, exit status 1.
+- Ctrl-C or SIGTERM (:mod:`.waiting`): the summary so far and the jobs that go on, then the
+  signal's exit status (130, 143).
+
+``again`` is the line that says how to continue (a search: the same command).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hydra_plugins.isotune_launcher.waiting import sigterm_stops_the_wait
+from isotune.errors import IsotuneError
+from isotune.search.loop import JobsNotEnded
+from isotune.sweeps.runs import SWEEP_FILE
+from isotune.sweeps.slurm_jobs import jobs_going_on
+from isotune.sweeps.summary import summarize_sweep
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def stops_with_a_summary(
+    folder: Path, launcher: Any, what: str, again: str | None = None
+) -> Iterator[None]:
+    """Run the block (the sweep or search in ``folder``, ``what`` naming it) and stop as the
+    module docstring says."""
+    try:
+        with sigterm_stops_the_wait(launcher):
+            yield
+    except JobsNotEnded as stopped:
+        _stop(folder, str(stopped), again, log.error)
+        sys.exit(1)
+    except IsotuneError as error:
+        log.error(f"{error}\n{what} folder: {folder}")
+        sys.exit(1)
+    except SystemExit:  # a job's own exit, or the gpus launcher's on a signal
+        _stop(folder, None, again, log.warning)
+        raise
+    except KeyboardInterrupt as stop:
+        _stop(folder, None, again, log.warning)
+        sys.exit(128 + getattr(stop, "signal", signal.SIGINT))
+    except Exception as error:
+        if not (folder / SWEEP_FILE).is_file():
+            raise  # no job was sent: Hydra's own error, as it is
+        text = str(error).strip()
+        first_line = text.splitlines()[0] if text else ""
+        why = (
+            f"The launcher stopped waiting: {type(error).__name__}: {first_line} (jobs still "
+            "running on a cluster go on)"
+        )
+        _stop(folder, why, again, log.error)
+        sys.exit(1)
+
+
+def _stop(folder: Path, why: str | None, again: str | None, say: Callable[[str], None]) -> None:
+    """Say the summary so far, why it stopped, the jobs that go on and how to continue."""
+    lines = [summarize_sweep(folder).text] if (folder / SWEEP_FILE).is_file() else []
+    say("\n".join([*lines, *(line for line in (why, jobs_going_on(folder), again) if line)]))

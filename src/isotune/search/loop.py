@@ -1,0 +1,152 @@
+"""The ask-launch-tell loop: the jobs of one or several searches, launched together in batches.
+
+Each round starts new trials, one per search in turn, until ``trials_at_once`` trials are in flight
+over all of them, gathers the next jobs of every search
+(:meth:`~isotune.search.search.Search.next_jobs`) and hands those that did not complete before to
+the launcher as one batch; how each job ended is read from its results.json,
+not from what the launcher returns or raises (:mod:`isotune.search.outcomes`), and each search is
+told its own (:meth:`~isotune.search.search.Search.tell`). So several searches share a launcher's
+slots instead of running one after another.
+
+Before a batch starts, as in every plain sweep: a job whose folder a live process holds (a job of
+a stopped search that outlived it on SLURM) stops the search in one message, since a second job
+there would be refused by the folder lock and fail its trial for good; and a job whose folder
+holds a link leading out of it (:func:`~isotune.record.resume.check_links_stay_inside`) is refused,
+the refusal recorded in its results.json, without reaching the launcher.
+
+A job that has not ended after its batch (still running or interrupted when the launcher raised, as
+submitit's does at the first job SLURM killed; interrupted by its own signal; never started) is no
+result: its trial stays unfinished, and the loop stops with :class:`JobsNotEnded` once the other
+jobs' outcomes are told. The same command continues: a completed job is read, an interrupted one
+resumes from its last.ckpt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from isotune.errors import IsotuneError
+from isotune.record import folder_lock
+from isotune.record.resume import check_links_stay_inside, record_refusal
+from isotune.search.outcomes import JobOutcome, completed_before, read_outcome
+from isotune.search.search import Job, Search
+
+log = logging.getLogger(__name__)
+
+Launch = Callable[[Sequence[Job]], None]  # runs the jobs as one batch; may raise
+
+
+class JobsNotEnded(IsotuneError):
+    """A search stopped because jobs of its last batch have not ended; the message names them."""
+
+
+def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int) -> None:
+    """Run ``searches`` to their end, their jobs launched together by ``launch``, with at most
+    ``trials_at_once`` trials in flight over all of them (``hydra.sweeper.n_jobs``)."""
+    if not isinstance(trials_at_once, int) or trials_at_once < 1:
+        raise IsotuneError(
+            f"hydra.sweeper.n_jobs={trials_at_once}: trials launched at once must be an "
+            "integer from 1. Fix: hydra.sweeper.n_jobs=1."
+        )
+    for search in searches:
+        search.open()
+    while not all(search.finished for search in searches):
+        _start_trials(searches, trials_at_once - sum(s.in_flight for s in searches))
+        batch = [(search, job) for search in searches for job in search.next_jobs()]
+        if not batch:
+            raise RuntimeError("no search has a job to run, yet not every search has finished")
+        outcomes, launcher_error = run_batch([job for _, job in batch], launch)
+        ran = list(zip(batch, outcomes, strict=True))
+        for search in searches:
+            search.tell([(job, outcome) for (owner, job), outcome in ran if owner is search])
+        unended = [outcome for outcome in outcomes if not outcome.ended]
+        if unended:
+            raise JobsNotEnded(_not_ended(unended, launcher_error))
+        if launcher_error is not None:
+            log.error(f"The launcher stopped: {_first_line(launcher_error)} (every job had ended)")
+
+
+def _start_trials(searches: Sequence[Search], room: int) -> None:
+    """Start up to ``room`` new trials, one per search in turn, so that every search gets its
+    share of the slots."""
+    starting = list(searches)
+    while room > 0 and starting:
+        for search in list(starting):
+            if room == 0:
+                break
+            if search.start_trial():
+                room -= 1
+            else:
+                starting.remove(search)
+
+
+def run_batch(jobs: Sequence[Job], launch: Launch) -> tuple[list[JobOutcome], Exception | None]:
+    """Launch, as one batch, each job that did not complete before; every job's outcome, in
+    order, and the error the launcher raised (None if it returned)."""
+    done = [completed_before(job.folder, job.seed, job.overrides) for job in jobs]
+    to_launch = [job for job, outcome in zip(jobs, done, strict=True) if outcome is None]
+    check_none_alive([job.folder for job in to_launch])
+    to_launch = [job for job in to_launch if not _refused(job)]
+    launcher_error = None
+    if to_launch:
+        try:
+            launch(to_launch)
+        except IsotuneError:
+            raise
+        except Exception as error:  # submitit's launcher raises at the first failed job
+            launcher_error = error
+    outcomes = [o or read_outcome(job.folder, job.seed) for job, o in zip(jobs, done, strict=True)]
+    return outcomes, launcher_error
+
+
+def check_none_alive(job_dirs: Sequence[Path]) -> None:
+    """Refuse to launch a job into a folder a live process holds: a job of a stopped search
+    that outlived it (a SLURM job goes on after the command that submitted it stops). A second
+    job there would be refused by the folder lock and fail its trial for good."""
+    holders = {folder: folder_lock.holder(folder) for folder in job_dirs}
+    alive = {f: pid for f, pid in holders.items() if pid not in (None, os.getpid())}
+    if alive:
+        jobs = "\n".join(f"  {folder} (pid {pid})" for folder, pid in alive.items())
+        raise IsotuneError(
+            "Jobs this search would launch are still running in their folders, each held "
+            "by a live process (jobs of the stopped search, which outlive it on SLURM):\n"
+            f"{jobs}\nLaunching them again would start a second job in each folder. Fix: "
+            "wait for them to end (squeue lists them), or cancel them (scancel <job id>), "
+            "then type the same command again: a completed job is read, an interrupted one "
+            "resumes from its last.ckpt."
+        )
+
+
+def _refused(job: Job) -> bool:
+    """Whether the job's folder holds a link leading out of it: then the refusal is recorded as
+    its failed attempt, and it is not launched."""
+    try:
+        check_links_stay_inside(job.folder, "hydra.sweep.dir")
+    except IsotuneError as error:
+        log.error(f"{job.folder} refused: {error}")
+        record_refusal(job.folder, list(job.overrides), error)
+        return True
+    return False
+
+
+def _not_ended(unended: Sequence[JobOutcome], launcher_error: Exception | None) -> str:
+    jobs = "\n".join(f"  {outcome.job_dir}: {outcome.status}" for outcome in unended)
+    why = (
+        f"The launcher stopped waiting ({_first_line(launcher_error)}), and these"
+        if launcher_error is not None
+        else "These"
+    )
+    return (
+        f"{why} jobs of the search have not ended (running, interrupted or never started):\n"
+        f"{jobs}\nTheir trials stay unfinished, never failed. Jobs still running go on; "
+        "once they end (or are cancelled), type the same command again: a completed job is "
+        "read, an interrupted one resumes from its last.ckpt."
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"

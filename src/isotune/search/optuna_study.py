@@ -1,0 +1,104 @@
+"""A search's Optuna study: where it lives, the settings it was made with, and the sampler that
+asks each trial.
+
+The study is Optuna's journal file in the search folder unless ``storage`` names another file or a
+database (no server needed; a journal works across processes and on shared file systems), so the
+same command continues it. It records the settings its trials ran under
+(:meth:`~isotune.search.settings.SearchSettings.record`); a command with others is refused before
+any job runs, since it would rank trials run under different settings.
+
+Trial ``k`` is asked with the sampler's ``seed + k``, so the trials asked do not depend on where
+a search was stopped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from isotune.errors import IsotuneError
+from isotune.search.settings import SearchSettings
+
+JOURNAL_FILE = "optuna_journal.log"  # the study, in the search folder unless storage names one
+SETTINGS_ATTR = "isotune_settings"  # the study's user attribute: what its trials were run under
+
+
+def storage_file(settings: SearchSettings, folder: Path) -> Path | None:
+    """The file the study lives in: a journal (``storage`` null or a path) or a SQLite database;
+    None for a database server's URL."""
+    storage = settings.storage
+    if storage is None:
+        return folder / JOURNAL_FILE
+    if str(storage).startswith("sqlite:///"):
+        return Path(str(storage).removeprefix("sqlite:///"))
+    return None if "://" in str(storage) else Path(str(storage))
+
+
+def check_storage(settings: SearchSettings, folder: Path) -> None:
+    """Refuse a storage file that cannot be written, before the search folder is made."""
+    path = storage_file(settings, folder)
+    if path is None:
+        return  # a database server: Optuna reports its own errors
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as error:
+        raise IsotuneError(
+            f"Cannot write the study's storage {path}: {error.strerror or error}. Fix: "
+            "hydra.sweeper.storage=null (a journal file in the search folder) or a file in a "
+            "folder you can write."
+        ) from None
+
+
+def open_study(settings: SearchSettings, folder: Path) -> Any:
+    """The study (made, or loaded to be continued), its settings checked against this
+    command's (:func:`check_same_settings`)."""
+    import optuna
+
+    storage: Any = settings.storage
+    if storage is None or "://" not in str(storage):
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        storage = JournalStorage(JournalFileBackend(str(storage_file(settings, folder))))
+    study = optuna.create_study(
+        study_name=settings.study_name,
+        storage=storage,
+        sampler=trial_sampler(settings, 0),
+        pruner=settings.pruner if settings.pruner is not None else optuna.pruners.NopPruner(),
+        direction=settings.direction,
+        load_if_exists=True,
+    )
+    check_same_settings(study, settings, folder)
+    return study
+
+
+def check_same_settings(study: Any, settings: SearchSettings, folder: Path) -> None:
+    """Record the settings in a new study; refuse to continue one made with others. A study
+    older than the record is recorded now: its past settings are unknown."""
+    record = settings.record()
+    recorded = study.user_attrs.get(SETTINGS_ATTR)
+    if recorded is None:
+        study.set_user_attr(SETTINGS_ATTR, record)
+        return
+    differ = [key for key in record if recorded.get(key) != record[key]]
+    if differ:
+        lines = "\n".join(
+            f"  {key}: the study's {recorded.get(key)!r}, this command's {record[key]!r}"
+            for key in differ
+        )
+        raise IsotuneError(
+            f"The study {settings.study_name!r} in {folder} was made with other settings; "
+            f"continuing it would rank trials run under different ones:\n{lines}\nFix: type "
+            "the command that made it (its multirun.yaml has the overrides) to continue it, "
+            "or give this search a folder of its own: hydra.sweeper.study_name=<a new name>."
+        )
+
+
+def trial_sampler(settings: SearchSettings, trial_number: int) -> Any:
+    """The sampler that asks trial ``trial_number``: seeded ``seed + trial_number`` when it has a
+    seed, so that the trials asked do not depend on where a search was stopped."""
+    if settings.sampler_seed is None:
+        return settings.make_sampler(None)
+    return settings.make_sampler(int(settings.sampler_seed) + trial_number)

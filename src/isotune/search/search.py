@@ -1,0 +1,276 @@
+"""One search, told apart from the launching: it proposes its next jobs and takes their outcomes.
+
+A trial is a configuration over the tuning seeds, each seed one job; its value is the median
+score of its jobs (:mod:`isotune.search.outcomes`). With a pruner the seeds run in rounds (seed i
+of every trial in flight, each score reported with its seed index as the step), so a trial
+clearly worse stops before its later seeds; without one, every seed of a trial runs in one round.
+Once every trial has ended, the best trial and the baseline run on the report seeds, and
+:mod:`isotune.search.report` compares them there.
+
+:meth:`Search.start_trial` asks a new trial, :meth:`Search.next_jobs` gives the jobs of a round,
+and :meth:`Search.tell` takes their outcomes. How many trials are in flight, who launches the jobs
+and beside which other searches' jobs is the caller's (:func:`isotune.search.loop.run_searches`),
+so that several searches can share a launcher's slots. A trial whose job has not ended (running,
+interrupted, never started) stays unfinished in the study: it is never given a value or a FAIL,
+and the same command continues it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from isotune.atomic_files import write_text
+from isotune.errors import IsotuneError
+from isotune.search.optuna_study import check_storage, open_study, trial_sampler
+from isotune.search.outcomes import JobOutcome, failure_reason, trial_value
+from isotune.search.report import TRIALS_FILE, HeldOut, TrialRow, trials_table, write_report
+from isotune.search.settings import SEED_KEY, SearchSettings
+from isotune.search.space import SearchSpace
+from isotune.sweeps.runs import SWEEP_FILE
+from isotune.sweeps.slurm_jobs import check_no_live_jobs
+from isotune.sweeps.summary import summarize_sweep
+
+log = logging.getLogger(__name__)
+
+REPORT = -1  # the trial number of the held-out report's jobs
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run a search asks for: its folder, seed and task overrides (the seed's included), and
+    the trial it belongs to (:data:`REPORT` for the held-out report's runs)."""
+
+    folder: Path
+    seed: int
+    overrides: tuple[str, ...]
+    trial: int
+
+
+@dataclass
+class _Trial:
+    """A trial in flight: the Optuna trial, the seeds it has run, and the round it is in."""
+
+    trial: Any
+    round: int = 0
+    outcomes: dict[int, JobOutcome] = field(default_factory=dict)  # by seed index
+
+
+class Search:
+    """One search in ``folder``: :meth:`open`, then rounds of :meth:`start_trial` (one per free
+    slot), :meth:`next_jobs` and :meth:`tell`, until :attr:`finished`. ``sweep_record`` is
+    written as the folder's multirun.yaml (the sweep tools read the search's command from it)."""
+
+    def __init__(self, settings: SearchSettings, folder: Path, sweep_record: str) -> None:
+        settings.check()
+        check_storage(settings, folder)
+        self.settings = settings
+        self.folder = folder
+        self.sweep_record = sweep_record
+        self.study: Any = None
+        self.live: dict[int, _Trial] = {}
+        self.report_asked = False
+        self.report_text: str | None = None
+
+    @property
+    def space(self) -> SearchSpace:
+        return self.settings.space
+
+    @property
+    def pruning(self) -> bool:
+        from optuna.pruners import NopPruner
+
+        return not isinstance(self.study.pruner, NopPruner)
+
+    @property
+    def in_flight(self) -> int:
+        """Trials started and not ended."""
+        return len(self.live)
+
+    @property
+    def finished(self) -> bool:
+        return self.report_text is not None
+
+    def open(self) -> None:
+        """The checks before any job runs (the study's settings, jobs still held by SLURM), then
+        the folder's record, and the trials a stopped search left running, to continue."""
+        import optuna
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.study = open_study(self.settings, self.folder)  # before multirun.yaml is written
+        check_no_live_jobs(self.folder, "Continuing the search")
+        write_text(self.folder / SWEEP_FILE, self.sweep_record)
+        left = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        for frozen in left:
+            self.live[frozen.number] = _Trial(optuna.trial.Trial(self.study, frozen._trial_id))
+        if left:
+            log.info(f"Continuing trials {[t.number for t in left]} a stopped search left")
+
+    def start_trial(self) -> bool:
+        """Ask the study for a new trial, if the budget has room; whether it did."""
+        if len(self.study.trials) >= self.settings.n_trials:
+            return False
+        self.study.sampler = trial_sampler(self.settings, len(self.study.trials))
+        trial = self.study.ask(self.space.distributions())
+        self.live[trial.number] = _Trial(trial)
+        return True
+
+    def next_jobs(self) -> list[Job]:
+        """The jobs of the next round: those of the trials in flight; once every trial has
+        ended, the held-out report's; then none."""
+        if self.live:
+            return [job for number in sorted(self.live) for job in self._round_jobs(number)]
+        if len(self.study.trials) < self.settings.n_trials or self.report_asked:
+            return []
+        self.report_asked = True
+        return self._report_jobs()
+
+    def tell(self, ran: Sequence[tuple[Job, JobOutcome]]) -> None:
+        """Take the outcomes of this search's jobs of the round :meth:`next_jobs` gave."""
+        if any(job.trial == REPORT for job, _ in ran):
+            outcomes = [outcome for _, outcome in ran]
+            if all(outcome.ended for outcome in outcomes):
+                self._report(outcomes)
+            else:  # asked again when the search is continued
+                self.report_asked = False
+            return
+        for job, outcome in ran:
+            self.live[job.trial].outcomes[self.settings.seeds.index(job.seed)] = outcome
+        for number in sorted({job.trial for job, _ in ran}):
+            self._end_round(number)
+        self.check_failure_rate()
+
+    # ---- the trials ----
+    def _round_seeds(self, live: _Trial) -> list[int]:
+        """The indices of the tuning seeds the trial runs in its current round."""
+        if not self.pruning:
+            return list(range(len(self.settings.seeds)))
+        return [live.round]
+
+    def _round_jobs(self, number: int) -> list[Job]:
+        live = self.live[number]
+        overrides = self.space.overrides(live.trial.params)
+        return [
+            self._job(overrides, self.settings.seeds[i], f"trial-{number:03d}", number)
+            for i in self._round_seeds(live)
+        ]
+
+    def _end_round(self, number: int) -> None:
+        """Tell Optuna how the trial's round went: FAIL if a job failed, PRUNED if the pruner
+        says so while seeds remain, COMPLETE after its last seed; else on to the next round. A
+        trial with a job that has not ended stays as it is."""
+        from optuna.trial import TrialState
+
+        live = self.live[number]
+        trial = live.trial
+        indices = self._round_seeds(live)
+        outcomes = [live.outcomes[i] for i in indices]
+        if not all(outcome.ended for outcome in outcomes):
+            return
+        ran = [live.outcomes[i] for i in sorted(live.outcomes)]
+        trial.set_user_attr("jobs", [outcome.as_record() for outcome in ran])
+        failed = [outcome for outcome in outcomes if not outcome.completed]
+        if failed:
+            trial.set_user_attr("reason", failure_reason(failed[0]))
+            self.study.tell(trial, state=TrialState.FAIL)
+            log.warning(f"Trial {number} FAILED: {failure_reason(failed[0])}")
+            del self.live[number]
+            return
+        last = len(self.settings.seeds) - 1
+        for i, outcome in zip(indices, outcomes, strict=True):
+            trial.report(outcome.score, step=i)
+        # Only while seeds remain: after the last one pruning saves no run, and a PRUNED trial
+        # has no value, so the expected best would leave out the worst trials.
+        if self.pruning and indices[-1] < last and trial.should_prune():
+            self.study.tell(trial, state=TrialState.PRUNED)
+            log.info(f"Trial {number} PRUNED after seed {self.settings.seeds[indices[-1]]}")
+            del self.live[number]
+            return
+        if indices[-1] < last:
+            live.round += 1
+            return
+        value = trial_value(ran)
+        self.study.tell(trial, value)
+        log.info(f"Trial {number}: {self.space.values(trial.params)} -> {value:.4f}")
+        del self.live[number]
+
+    def check_failure_rate(self) -> None:
+        from optuna.trial import TrialState
+
+        finished = [t for t in self.study.trials if t.state.is_finished()]
+        failed = [t for t in finished if t.state == TrialState.FAIL]
+        rate = self.settings.max_failure_rate
+        if finished and len(failed) / len(finished) > rate:
+            reasons = "\n".join(f"  trial {t.number}: {t.user_attrs.get('reason')}" for t in failed)
+            raise IsotuneError(
+                f"{len(failed)} of {len(finished)} finished trials FAILED (a job crashed, went "
+                f"NaN or was refused), more than hydra.sweeper.max_failure_rate={rate}:\n"
+                f"{reasons}\nFix what the jobs' results.json and train.log say, then type the "
+                "same command: the search continues."
+            )
+
+    # ---- the held-out report ----
+    def _report_jobs(self) -> list[Job]:
+        from optuna.trial import TrialState
+
+        if not any(t.state == TrialState.COMPLETE for t in self.study.trials):
+            rows = self._rows()
+            write_text(self.folder / TRIALS_FILE, trials_table(rows).to_csv(index=False))
+            raise IsotuneError(
+                f"No trial completed ({len(rows)} pruned or failed): there is no best "
+                "configuration to report. Fix: see trials.csv and the jobs' train.log; a looser "
+                "pruner or more trials (hydra.sweeper.n_trials) may help."
+            )
+        best = self.study.best_trial
+        best_overrides = self.space.overrides(best.params)
+        seeds = self.settings.report_seeds
+        return [
+            *(self._job(best_overrides, s, f"report/trial-{best.number:03d}") for s in seeds),
+            *(self._job(list(self.settings.baseline), s, "report/baseline") for s in seeds),
+        ]
+
+    def _report(self, ran: list[JobOutcome]) -> None:
+        best = self.study.best_trial
+        best_overrides = self.space.overrides(best.params)
+        n = len(self.settings.report_seeds)
+        shared = set(self.space.fixed)  # what both run with: the table shows what sets them apart
+        held_out = HeldOut(
+            best=_row(best, self.space),
+            best_overrides=[o for o in best_overrides if o not in shared],
+            baseline_overrides=[o for o in self.settings.baseline if o not in shared],
+            best_runs=ran[:n],
+            baseline_runs=ran[n:],
+        )
+        text = write_report(self.folder, self._rows(), held_out, self.settings.maximize, self.study)
+        log.info(f"{summarize_sweep(self.folder).text}\n\n{text}")
+        self.report_text = text
+
+    def _rows(self) -> list[TrialRow]:
+        return [_row(t, self.space) for t in self.study.trials if t.state.is_finished()]
+
+    def _job(self, overrides: list[str], seed: int, where: str, trial: int = REPORT) -> Job:
+        task_overrides = (*overrides, f"{SEED_KEY}={seed}", *self._wandb_tags(where))
+        return Job(self.folder / where / f"seed-{seed}", seed, task_overrides, trial)
+
+    def _wandb_tags(self, where: str) -> list[str]:
+        """With ``logger=wandb``, each run is tagged with the search and its trial (or report
+        side); W&B already groups a trial's runs, whose overrides differ only by seed."""
+        if not self.settings.tag_runs:
+            return []
+        tags = [f"search-{self.settings.study_name}", where.replace("/", "-")]
+        return [f"logger.wandb.tags=[{','.join(repr(tag) for tag in tags)}]"]
+
+
+def _row(trial: Any, space: SearchSpace) -> TrialRow:
+    jobs = [JobOutcome.from_record(record) for record in trial.user_attrs.get("jobs", [])]
+    return TrialRow(
+        number=trial.number,
+        state=trial.state.name,
+        values=space.values(trial.params),
+        value=trial.value if trial.state.name == "COMPLETE" else None,
+        jobs=jobs,
+        reason=trial.user_attrs.get("reason", ""),
+    )
