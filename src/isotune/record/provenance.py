@@ -8,7 +8,9 @@ config, :mod:`isotune.sweeps.mixed` can tell a clean comparison from a mixed one
 ``python -m isotune.env`` this machine from a folder's runs. Every value is checkable by hand:
 the commit against ``git rev-parse HEAD``, the versions against ``pip show``, each hash against
 ``sha256sum``. Nothing is cached: a file is hashed each time it is recorded (streamed, so a
-weight file of gigabytes costs its read, not its size in memory).
+weight file of gigabytes costs its read, not its size in memory), except an untracked file in the
+checkout over :data:`UNTRACKED_HASH_CAP`, which enters by its size and mtime (the record says
+which), and an untracked link, which enters by its target, never followed.
 
 Imports neither torch nor the training stack at the top: the offline tools read records without
 them.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import os
 import platform
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -25,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 # The packages whose versions decide a run's numbers (pip's names).
+OWN_PACKAGE = "isotune"  # this project's own version; its code is the commit
 PACKAGES = (
+    OWN_PACKAGE,
     "torch",
     "lightning",
     "transformers",
@@ -35,11 +40,16 @@ PACKAGES = (
     "omegaconf",
     "numpy",
     "torchmetrics",
+    "optuna",  # the search's sampler and pruner
+    "scipy",  # the paired statistics
+    "scikit-learn",
+    "datasets",  # GLUE from the Hub
 )
 GIT_TIMEOUT_S = 10  # a git that hangs (a network filesystem) must not hold a run's start
 UNKNOWN = "unknown"  # the value of every field of a record without provenance
 SHORT = 12  # hex digits of the hash of uncommitted changes
 BLOCK = 1 << 20  # bytes read at a time when hashing a file
+UNTRACKED_HASH_CAP = 64 << 20  # an untracked file larger enters by size and mtime, not hashed
 
 
 def package_root() -> Path:
@@ -58,7 +68,6 @@ def code_identity(folder: Path | None = None) -> dict[str, Any]:
         _git(root, "ls-files", "--error-unmatch", str(folder))  # the package is tracked there
         commit = _git(root, "rev-parse", "HEAD")
         status = _git(root, "--no-optional-locks", "status", "--porcelain", "--untracked-files=all")
-        changes = _changes_hash(root) if status else None
     except (OSError, subprocess.SubprocessError) as error:
         why = getattr(error, "stderr", None) or str(error)
         return {
@@ -67,7 +76,36 @@ def code_identity(folder: Path | None = None) -> dict[str, Any]:
             "changes": None,
             "note": f"not run from a git checkout ({str(why).strip().splitlines()[0]})",
         }
-    return {"commit": commit, "dirty": bool(status), "changes": changes, "root": str(root)}
+    identity = {"commit": commit, "dirty": bool(status), "changes": None, "root": str(root)}
+    if status:
+        try:
+            identity["changes"], notes = _changes_hash(root)
+        except (OSError, subprocess.SubprocessError) as error:  # the commit stays known
+            identity["changes"], notes = None, [f"changes not hashed: {error}"]
+        if notes:
+            identity["changes_note"] = "; ".join(notes)
+    return identity
+
+
+def code_as_imported(imported: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
+    """The code a process runs is what it imported when it started (``imported``, taken then),
+    whatever the checkout holds ``now``: a ``git pull`` or an edit mid-sweep (the basic launcher,
+    reused ``gpus`` workers) changes the tree, not the modules in memory, though a module
+    imported later comes from the new tree. So the record is the imported identity, and a tree
+    changed since is ``dirty: true`` with ``dirty_why`` naming both."""
+    same = all(imported.get(key) == now.get(key) for key in ("commit", "changes"))
+    if same or imported.get("commit") is None:
+        return dict(now) if same else dict(imported)
+    return {
+        **imported,
+        "dirty": True,
+        "dirty_why": (
+            f"the checkout changed after this process imported isotune: commit "
+            f"{imported.get('commit')} -> {now.get('commit')}, changes {imported.get('changes')} "
+            f"-> {now.get('changes')} (a git pull or an edit mid-sweep); the run executes the "
+            "code imported, and any module it imports later from the changed tree"
+        ),
+    }
 
 
 def _git(folder: Path, *arguments: str) -> str:
@@ -80,9 +118,10 @@ def _git(folder: Path, *arguments: str) -> str:
     ).stdout.strip()
 
 
-def _changes_hash(root: Path) -> str:
+def _changes_hash(root: Path) -> tuple[str, list[str]]:
     """A short hash of the tree's uncommitted changes: the diff against HEAD and every untracked
-    file's name and contents, so two trees with the same edits get the same hash."""
+    file's name and contents, so two trees with the same edits get the same hash; and what
+    entered otherwise than by its contents (links, files over the cap, unreadable ones)."""
     digest = hashlib.sha256(
         subprocess.run(
             ["git", "-C", str(root), "diff", "HEAD", "--binary"],
@@ -92,9 +131,34 @@ def _changes_hash(root: Path) -> str:
         ).stdout
     )
     untracked = _git(root, "ls-files", "--others", "--exclude-standard")
+    notes: dict[str, list[str]] = {}
     for name in sorted(filter(None, untracked.splitlines())):
-        digest.update(name.encode() + b"\0" + file_sha256(root / name).encode())
-    return digest.hexdigest()[:SHORT]
+        content, how = _untracked_content(root / name)
+        digest.update(name.encode() + b"\0" + content.encode())
+        if how:
+            notes.setdefault(how, []).append(name)
+    return digest.hexdigest()[:SHORT], [
+        f"{how}: {', '.join(names)}" for how, names in notes.items()
+    ]
+
+
+def _untracked_content(path: Path) -> tuple[str, str | None]:
+    """What an untracked file adds to the changes' hash, and how it entered when not by its
+    sha256: a link by its target (a link to a data folder, or a dangling one, is not code to
+    hash), a file over :data:`UNTRACKED_HASH_CAP` by its size and mtime."""
+    try:
+        if path.is_symlink():
+            return f"link -> {os.readlink(path)}", "links, by their target"
+        size = path.stat().st_size
+        if size > UNTRACKED_HASH_CAP:
+            mib = UNTRACKED_HASH_CAP >> 20
+            return (
+                f"size {size} mtime {path.stat().st_mtime_ns}",
+                f"over {mib} MiB, by size and mtime",
+            )
+        return file_sha256(path), None
+    except OSError as error:
+        return f"unreadable: {error.strerror}", "unreadable"
 
 
 def package_versions() -> dict[str, str | None]:

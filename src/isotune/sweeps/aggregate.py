@@ -183,11 +183,13 @@ def aggregate(
     measures: Sequence[str] = KEY_MEASURES,
     now: datetime | None = None,
     strict: bool = False,
+    allow_unknown_code: bool = False,
 ) -> Aggregate:
     """Read every run below ``directories`` (and their sweeps' multirun.yaml); ``baseline``:
     ``AXIS=VALUE`` choices over the default baseline; ``now`` (default: the current time, with
     its UTC offset) dates the age of running runs; ``strict`` refuses counted runs that do not
-    all come from one known environment."""
+    all come from one known environment, runs of unknown code among them unless
+    ``allow_unknown_code``."""
     directories = [Path(directory) for directory in directories]
     for directory in directories:
         if not directory.is_dir():
@@ -212,7 +214,7 @@ def aggregate(
 
     kept, duplicate_groups = latest_completed_runs(runs, key=identity)
     environments = Environments.of(kept)
-    refused = environments.check_strict() if strict else None
+    refused = environments.check_strict(allow_unknown_code) if strict else None
     if refused:
         raise IsotuneError(
             f"--strict: the {counted(len(kept), 'counted run')} below "
@@ -329,6 +331,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="refuse runs that differ in code, packages, model or data (or do not record them)",
     )
+    parser.add_argument(
+        "--allow-unknown-code",
+        action="store_true",
+        help="with --strict, accept runs whose code is unknown (not run from a git checkout)",
+    )
     parser.add_argument("--wandb", action="store_true", help="also log everything to W&B")
     parser.add_argument(
         "--wandb-project",
@@ -337,7 +344,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        result = aggregate(args.directories, args.baseline, args.measures, strict=args.strict)
+        result = aggregate(
+            args.directories,
+            args.baseline,
+            args.measures,
+            strict=args.strict,
+            allow_unknown_code=args.allow_unknown_code,
+        )
     except IsotuneError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

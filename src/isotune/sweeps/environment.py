@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from isotune.record.provenance import (
+    OWN_PACKAGE,
     PACKAGES,
     UNKNOWN,
     code_identity,
@@ -77,7 +78,8 @@ def compare(machine: dict[str, Any], recorded: Sequence[dict[str, Any] | None]) 
 
 
 def _pip_command(packages: dict[str, str | None]) -> str:
-    pins = [f"{name}=={packages[name]}" for name in PACKAGES if packages.get(name)]
+    pinned = [name for name in PACKAGES if name != OWN_PACKAGE]  # its code: the git checkout line
+    pins = [f"{name}=={packages[name]}" for name in pinned if packages.get(name)]
     return "pip install " + " ".join(pins)
 
 

@@ -6,18 +6,22 @@ A ``git pull`` between two sweeps, a transformers upgrade, a GLUE file replaced:
 run's numbers without changing its configuration, so a table that mixes them is wrong in silence.
 The model's identity is compared among the runs of one model name, the data's among the runs of
 one task (a sweep over models or tasks differs there by design). A run older than the provenance
-record counts as ``unknown`` in every field, never as equal to a known value.
+record counts as ``unknown`` in every field, never as equal to a known value; a run whose commit
+is null (not run from a git checkout) has unknown code, and two such runs are not the same code:
+``--strict`` refuses them by name unless ``--allow-unknown-code``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from isotune.record.provenance import UNKNOWN, identity
 from isotune.sweeps.runs import Run
 from isotune.tracking.reporting import counted
+
+NAMED = 10  # run folders named in --strict's refusal, then how many more
 
 
 @dataclass(frozen=True)
@@ -26,21 +30,27 @@ class Environments:
 
     runs: int
     fields: dict[str, Counter]
+    unknown_code: tuple[str, ...] = field(default=())  # folders of runs whose commit is unknown
 
     @classmethod
     def of(cls, runs: Sequence[Run]) -> Environments:
         own = [_fields(run) for run in runs]
         scopes = [_scope(run) for run in runs]
         names = dict.fromkeys(name for fields in own for name in fields)
-        counted: dict[str, Counter] = {}
+        values: dict[str, Counter] = {}
         for name in names:
             scope = _scope_of(name)
-            counted[name] = Counter(
+            values[name] = Counter(
                 fields.get(name, UNKNOWN)
                 for fields, run_scope in zip(own, scopes, strict=True)
                 if scope is None or scope in run_scope
             )
-        return cls(len(runs), counted)
+        unknown = tuple(
+            str(run.path.parent)
+            for run, fields in zip(runs, own, strict=True)
+            if fields.get("code.commit") in (None, UNKNOWN)
+        )
+        return cls(len(runs), values, unknown)
 
     @property
     def mixed(self) -> dict[str, Counter]:
@@ -52,13 +62,26 @@ class Environments:
         """Every run records its provenance."""
         return bool(self.fields) and all(UNKNOWN not in v for v in self.fields.values())
 
-    def check_strict(self) -> str | None:
-        """Why ``--strict`` refuses these runs, or None: mixed, or of unknown provenance."""
+    def check_strict(self, allow_unknown_code: bool = False) -> str | None:
+        """Why ``--strict`` refuses these runs, or None: mixed, of unknown provenance, or of
+        unknown code (unless ``allow_unknown_code``)."""
+        reasons = []
         if self.runs and not self.known and not self.mixed:
-            return "no run records its provenance (they predate it), so their sameness is unknown"
+            reasons.append(
+                "no run records its provenance (they predate it), so their sameness is unknown"
+            )
         if self.mixed:
-            return f"they differ in {describe(self.mixed)}"
-        return None
+            reasons.append(f"they differ in {describe(self.mixed)}")
+        if self.unknown_code and not allow_unknown_code:
+            more = len(self.unknown_code) - NAMED
+            reasons.append(
+                f"the code of {counted(len(self.unknown_code), 'run')} is unknown (no commit: not "
+                "run from a git checkout, or recorded before provenance was), so two of them are "
+                f"not known to be the same code: {', '.join(self.unknown_code[:NAMED])}"
+                + (f" and {more} more" if more > 0 else "")
+                + " (--allow-unknown-code accepts them)"
+            )
+        return "; ".join(reasons) or None
 
     def markdown(self) -> str:
         """The report's paragraph: which fields differ, each value with its count of runs; or

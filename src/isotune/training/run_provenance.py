@@ -3,7 +3,9 @@ and the packages, the device and precision its trainer uses, its model folder's 
 revision it loaded, and the hash of each split file it reads (or the Hub dataset's revision).
 
 Taken once the trainer is built, so the device and precision are the ones the run uses; each
-attempt of a resumed run takes its own."""
+attempt of a resumed run takes its own. The code's identity is taken once, when this module is
+imported (the process's start, before any job), and each run records it, dirty with why if the
+checkout changed since (:func:`isotune.record.provenance.code_as_imported`)."""
 
 from __future__ import annotations
 
@@ -11,21 +13,31 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from huggingface_hub import constants as hub_constants
 from lightning.pytorch.accelerators import CUDAAccelerator
 from omegaconf import DictConfig
 
 from isotune.data import HUB_DATASET, split_file
+from isotune.data.reading import HUB_REVISIONS
 from isotune.data.tasks import TaskSpec
 from isotune.model.classifier import GLUEClassifier
 from isotune.model.encoders import FOLDER_PARTS, resolve_model_path
 from isotune.record.provenance import (
+    code_as_imported,
     code_identity,
     device_identity,
     file_sha256,
     files_identity,
     package_versions,
 )
+
+# Besides FOLDER_PARTS' vocabularies: the files that set how the tokenizer uses them.
+TOKENIZER_SETTINGS = (
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "merges.txt",
+)
+CODE_AT_IMPORT = code_identity()  # the code this process imported, whatever the tree holds later
 
 
 def run_provenance(cfg: DictConfig, model: GLUEClassifier, trainer: L.Trainer) -> dict[str, Any]:
@@ -36,7 +48,7 @@ def run_provenance(cfg: DictConfig, model: GLUEClassifier, trainer: L.Trainer) -
         splits.append(task.test_split)
     gpus = trainer.num_devices if isinstance(trainer.accelerator, CUDAAccelerator) else 0
     return {
-        "code": code_identity(),
+        "code": code_as_imported(CODE_AT_IMPORT, code_identity()),
         "packages": package_versions(),
         "device": device_identity(gpus, str(trainer.precision)),
         "model": model_identity(cfg.model.name_or_path, model.encoder),
@@ -45,11 +57,12 @@ def run_provenance(cfg: DictConfig, model: GLUEClassifier, trainer: L.Trainer) -
 
 
 def model_identity(name_or_path: str, encoder: Any) -> dict[str, Any]:
-    """A local folder (``pkg://`` included): the sha256 of its config and weight files. A Hub
-    model: the revision (commit sha) transformers loaded, from the loaded config."""
+    """A local folder (``pkg://`` included): the sha256 of its config, weight and tokenizer files
+    (the tokenizer decides a run's inputs as the weights decide its outputs). A Hub model: the
+    revision (commit sha) transformers loaded, from the loaded config."""
     folder = Path(resolve_model_path(name_or_path))
     if folder.is_dir():
-        patterns = (*FOLDER_PARTS["config.json"], *FOLDER_PARTS["weights"])
+        patterns = [*(p for parts in FOLDER_PARTS.values() for p in parts), *TOKENIZER_SETTINGS]
         return {"name_or_path": name_or_path, **files_identity(folder, patterns)}
     revision = getattr(getattr(encoder, "config", None), "_commit_hash", None)
     return {"name_or_path": name_or_path, "revision": revision}
@@ -57,11 +70,14 @@ def model_identity(name_or_path: str, encoder: Any) -> dict[str, Any]:
 
 def data_identity(task: TaskSpec, split: str, glue_dir: str | None) -> dict[str, Any]:
     """A split file under GLUE_DIR: its path and sha256. From the Hub: the dataset and the
-    revision its local cache holds (None when that cache has none to name)."""
+    revision this process loaded it at (:data:`isotune.data.reading.HUB_REVISIONS`); a split not
+    loaded yet (train loads once fitting starts) comes from the revision its task's other splits
+    were loaded at, one cached data set; None when no split of the task was loaded."""
     if glue_dir is not None:
         path = split_file(task, split, glue_dir)
         return {"file": str(path), "sha256": file_sha256(path)}
-    ref = Path(hub_constants.HF_HUB_CACHE) / f"datasets--{HUB_DATASET.replace('/', '--')}"
-    ref = ref / "refs" / "main"
-    revision = ref.read_text().strip() if ref.is_file() else None
-    return {"hub": HUB_DATASET, "config": task.hub_config, "revision": revision}
+    loaded = HUB_REVISIONS.get((task.hub_config, split))
+    if loaded is None:
+        same_task = [r for (config, _), r in HUB_REVISIONS.items() if config == task.hub_config]
+        loaded = next((r for r in same_task if r), None)
+    return {"hub": HUB_DATASET, "config": task.hub_config, "revision": loaded}
