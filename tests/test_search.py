@@ -659,6 +659,7 @@ def test_a_search_that_cannot_fit_on_its_disk_is_refused_before_any_job(tmp_path
         ([], {"baseline": {"reg.weigth": 0}}, [], "baseline's key (hydra.sweeper.baseline) reg"),
         ([], {"seeds": [1, 2], "report_seeds": [2, 3]}, [], "Seeds [2]"),
         ([], {"n_trials": 0}, [], "n_trials=0"),
+        (["hydra.sweeper.sampler=random"], {}, [], "Fix: hydra/sweeper/sampler=random"),
         ([], {}, ["reg.weight=0.5"], "fixed on the command line"),
         ([], {}, ["seed=3"], "seed is set by the search"),
         ([], {"params": {"reg.weight": "tag(log, interval(0, 1))"}}, [], "low end above 0"),

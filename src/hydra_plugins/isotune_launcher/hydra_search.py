@@ -35,6 +35,12 @@ def search_settings(
         _check_in_config(config, searched.key, "searched key")
     for key in s["baseline"] or {}:
         _check_in_config(config, key, "baseline's key (hydra.sweeper.baseline)")
+    if not isinstance(s["sampler"], dict):  # hydra.sweeper.sampler=random: a value, not a config
+        raise IsotuneError(
+            f"hydra.sweeper.sampler={s['sampler']} sets the sampler to a value, not a sampler. "
+            f"Fix: hydra/sweeper/sampler={s['sampler']} (a config of conf/hydra/sweeper/sampler/, "
+            "such as random or tpe), or hydra.sweeper.sampler._target_=optuna.samplers.<Name>."
+        )
     sampler = dict(s["sampler"])
 
     def make_sampler(seed: int | None) -> Any:
