@@ -34,7 +34,7 @@ from isotune.analysis.run import FIX_ANALYZE, analyze
 from isotune.analysis.verdicts import judge, judge_outliers
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
-from isotune.isotropy import measure_all
+from isotune.isotropy import layer_profile, measure_all
 from isotune.tracking.metric_keys import POST_NORM, PRE_NORM
 from isotune.training.config_checks import SEED_RANGE
 from isotune.training.run import train
@@ -209,7 +209,9 @@ def test_measures_every_layer_of_both_models(analysis):
     assert table[["iw", "log_iw", "avg_cosine"]].notna().all().all()
     # With cls pooling, layer 0 is the [CLS] embedding, the same for every example: no variance.
     varied = table[(table.view == "tokens") | (table.layer > 0)]
-    assert varied[["isoscore", "effective_rank"]].notna().all().all()
+    assert (
+        varied[["isoscore", "effective_rank", "anisotropy", "twonn", "mle_id"]].notna().all().all()
+    )
     local = pd.read_csv(folder / "local_structure.csv")
     assert len(local) == 2 * (NUM_HIDDEN_LAYERS + 1) * 2
     assert ((local.purity >= local.majority - 1e-9) & (local.purity <= 1)).all()
@@ -279,6 +281,12 @@ def test_pooler_pooling_measures_and_judges_the_pre_norm_view():
     ]
     expected = [measure_all(v.pre_norm)["log_iw"] for v in vectors.values()]
     assert pre_norm.log_iw.tolist() == pytest.approx(expected)
+    # Per layer also the layer profile's anisotropy and intrinsic dimensions, before and after.
+    for model, layer_vectors_of in vectors.items():
+        rows = layers[(layers.model == model) & (layers.view == "tokens")]
+        profiles = [layer_profile(points) for points in layer_vectors_of.tokens]
+        for name in ("anisotropy", "twonn", "twonn_microscope", "mle_id"):
+            assert rows[name].tolist() == pytest.approx([p[name] for p in profiles]), name
     assert sentence_view("pooler") == PRE_NORM and sentence_view("mean") == "sentence"
 
     token_type = torch.arange(40) % 2

@@ -20,7 +20,7 @@ from torch import Tensor
 from isotune.analysis.geometry import LayerVectors, probe_predictions, separability
 from isotune.data.metrics import build_metrics, compute_scores, predictions
 from isotune.data.tasks import TaskSpec
-from isotune.isotropy import measure_all
+from isotune.isotropy import layer_profile, measure_all
 from isotune.isotropy.enhance import (
     all_but_the_top,
     cluster_based,
@@ -34,6 +34,8 @@ from isotune.tracking.metric_keys import POST_NORM, PRE_NORM
 
 MODELS = ("pretrained", "finetuned")
 MEASURES = ("iw", "log_iw", "avg_cosine", "isoscore", "n_dominant", "effective_rank")
+# Per layer also Razzhigaev et al.'s anisotropy and the intrinsic dimension (layer_profile's).
+LAYER_MEASURES = (*MEASURES, "anisotropy", "twonn", "twonn_microscope", "mle_id")
 PROPERTIES = ("token_type", "frequency")
 SEPARABILITY = ("purity", "probe_accuracy")
 METHODS = (
@@ -69,7 +71,8 @@ def sentence_view(pooling: str) -> str:
 def isotropy_by_layer(
     vectors: Mapping[str, LayerVectors], pooling: str, dominant_factor: float, seed: int
 ) -> pd.DataFrame:
-    """Every measure of :func:`~isotune.isotropy.measure_all` per model, view and layer.
+    """Every measure of :func:`~isotune.isotropy.measure_all` and of
+    :func:`~isotune.isotropy.layer_profile` per model, view and layer.
 
     Views: ``tokens`` (the token sample), ``sentence`` (the model's pooling of each layer; for
     ``pooler`` pooling each layer's [CLS] state) and, for ``pooler`` pooling, ``pre_norm`` (the
@@ -85,8 +88,16 @@ def isotropy_by_layer(
                 if points is None:
                     continue
                 measures = measure_all(points, dominant_factor=dominant_factor, seed=seed)
+                profile = layer_profile(points)
                 rows.append(
-                    {"model": model, "view": view, "layer": layer, "n": len(points), **measures}
+                    {
+                        "model": model,
+                        "view": view,
+                        "layer": layer,
+                        "n": len(points),
+                        **measures,
+                        **{name: profile[name] for name in LAYER_MEASURES if name not in measures},
+                    }
                 )
     return pd.DataFrame(rows)
 

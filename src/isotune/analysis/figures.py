@@ -16,7 +16,13 @@ import torch
 from matplotlib.ticker import NullFormatter
 from omegaconf import DictConfig
 
-from isotune.analysis.experiments import MEASURES, MODELS, PROPERTIES, SEPARABILITY, SETTINGS
+from isotune.analysis.experiments import (
+    LAYER_MEASURES,
+    MODELS,
+    PROPERTIES,
+    SEPARABILITY,
+    SETTINGS,
+)
 from isotune.analysis.geometry import LayerVectors
 from isotune.atomic_files import save_figure
 from isotune.data.tasks import TaskSpec
@@ -31,6 +37,9 @@ MEASURE_TITLES = {
     "isoscore": "IsoScore",
     "n_dominant": "dominant directions",
     "effective_rank": "effective rank",
+    "anisotropy": "anisotropy (top eigenvalue share)",
+    "twonn": "intrinsic dimension (TwoNN)",
+    "mle_id": "intrinsic dimension (MLE)",
 }
 FIGURES = {
     "isotropy_by_layer": "Isotropy per layer, pre-trained vs fine-tuned (T1, T3)",
@@ -72,7 +81,7 @@ def draw_figures(
 
 def isotropy_figure(table: pd.DataFrame) -> plt.Figure:
     """Line plots over layers: one row per level (tokens, sentences), one column per measure."""
-    measures = [name for name in MEASURES if name != "iw"]
+    measures = [name for name in LAYER_MEASURES if name in MEASURE_TITLES and name != "iw"]
     figure, axes = plt.subplots(2, len(measures), figsize=(4 * len(measures), 7), squeeze=False)
     for row, view in enumerate(("tokens", "sentence")):
         for axis, measure in zip(axes[row], measures, strict=True):

@@ -16,7 +16,7 @@ import pandas as pd
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from isotune.analysis.experiments import MEASURES, SEPARABILITY, SETTINGS
+from isotune.analysis.experiments import LAYER_MEASURES, MEASURES, SEPARABILITY, SETTINGS
 from isotune.analysis.figures import FIGURES
 from isotune.analysis.geometry import TOKEN_TYPES
 from isotune.analysis.verdicts import Verdict
@@ -38,7 +38,7 @@ def write_tables(tables: Mapping[str, pd.DataFrame], task: TaskSpec, output_dir:
 def table_markdown(name: str, table: pd.DataFrame, task: TaskSpec) -> str:
     """The main columns of one table as Markdown, numbers to four significant digits."""
     keys = {
-        "isotropy_by_layer": ["model", "view", "layer", "n", *MEASURES],
+        "isotropy_by_layer": ["model", "view", "layer", "n", *LAYER_MEASURES],
         "local_structure": ["model", "layer", "property", *SEPARABILITY, "majority", "n_classes"],
         "enhancement": ["setting", "view", "method", *MEASURES, *task.metrics],
         "outlier_dimensions": [
@@ -160,7 +160,7 @@ def log_to_loggers(
     per_layer: dict[int, dict[str, float]] = {}
     for row in layers.itertuples(index=False):
         values = per_layer.setdefault(row.layer, {})
-        values.update({f"{row.model}/{row.view}/{m}": getattr(row, m) for m in MEASURES})
+        values.update({f"{row.model}/{row.view}/{m}": getattr(row, m) for m in LAYER_MEASURES})
     for row in local.itertuples(index=False):
         values = per_layer.setdefault(row.layer, {})
         values.update(

@@ -70,13 +70,13 @@ def save_geometry_figure(measures: CloudMeasures, title: str, path: Path) -> Pat
 # The measures a layer-profile figure draws, with their titles (layer_profile's, and the largest
 # activation's ratio to the median).
 PROFILE_TITLES = {
-    "anisotropy": "anisotropy (top eigenvalue share)",
+    "anisotropy": "anisotropy",
     "isoscore": "IsoScore",
     "avg_cosine": "average cosine",
     "log_iw": "log I(W)",
-    "twonn": "intrinsic dim. (TwoNN)",
-    "mle_id": "intrinsic dim. (MLE)",
-    "massive_ratio": "largest |activation| / median",
+    "twonn": "TwoNN dimension",
+    "mle_id": "MLE dimension",
+    "massive_ratio": "max |h| / median",
 }
 
 
