@@ -42,7 +42,9 @@ from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
 from isotune.search.loop import run_searches
+from isotune.search.optuna_study import trial_sampler
 from isotune.search.search import Search
+from isotune.search.settings import SearchSettings
 from isotune.search.space import parse_space
 from isotune.sweeps import slurm_jobs
 from isotune.sweeps.rerun import plan_reruns
@@ -406,13 +408,15 @@ def test_a_study_is_continued_only_under_the_settings_it_was_made_with(tmp_path)
 
 
 def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupted_one(tmp_path):
+    """Stopped in trial 10, TPE's first trial after its 10 random start-up ones, between its two
+    seeds: the continued search asks trial 11 from the history as the uninterrupted one does."""
     never = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 0.0}  # seeds in rounds
-    settings = {**SMALL, "pruner": never, "n_trials": 4}
+    settings = {**SMALL, "pruner": never, "n_trials": 12, "report_seeds": [11]}
     whole = FakeLauncher(tmp_path / "whole", weight_score)
     make_search(tmp_path / "whole", whole, **settings).run()
 
-    stopped = FakeLauncher(tmp_path / "stopped", weight_score, stop_at_launch=5)
-    with pytest.raises(KeyboardInterrupt):  # in trial 2, after its first seed
+    stopped = FakeLauncher(tmp_path / "stopped", weight_score, stop_at_launch=21)
+    with pytest.raises(KeyboardInterrupt):  # in trial 10, after its first seed
         make_search(tmp_path / "stopped", stopped, **settings).run()
     again = FakeLauncher(tmp_path / "stopped", weight_score)
     make_search(tmp_path / "stopped", again, **settings).run()
@@ -426,12 +430,53 @@ def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupte
         for name in ("whole", "stopped")
     )
     pd.testing.assert_frame_equal(first, second)
-    assert list(second.trial.unique()) == [0, 1, 2, 3]
+    assert list(second.trial.unique()) == list(range(12))
     results = [
         yaml.safe_load((tmp_path / name / "optimization_results.yaml").read_text())
         for name in ("whole", "stopped")
     ]
     assert results[0] == results[1]
+
+
+def asked_values(
+    sampler: Callable[[int | None], object], seed: int, stop_at: int = -1, trials: int = 8
+) -> list:
+    """The values of x in [0, 1] that the ``trials`` of a search with ``sampler`` seeded ``seed``
+    ask, its process restarted (a new sampler) before trial ``stop_at``."""
+    space = parse_space({"x": "interval(0.0, 1.0)"}, [])
+    settings = SearchSettings(
+        space=space, seeds=(1,), report_seeds=(2,), baseline=(), direction="maximize",
+        n_trials=trials, max_failure_rate=0.25, study_name="s", storage=None, make_sampler=sampler,
+        sampler_seed=seed, pruner=None,
+    )  # fmt: skip
+    study = optuna.create_study(direction="maximize")
+    values = []
+    for k in range(trials):
+        current = None if k == stop_at else study.sampler
+        study.sampler = trial_sampler(settings, k, current if k else None)
+        trial = study.ask(space.distributions())
+        values.append(trial.params["x"])
+        study.tell(trial, 1 - abs(trial.params["x"] - 0.3))
+    return values
+
+
+def test_searches_with_other_sampler_seeds_share_no_trial():
+    """With seed + k, seed 1's trials 0-6 were seed 0's trials 1-7."""
+    tpe = asked_values(lambda seed: optuna.samplers.TPESampler(seed=seed), 0)
+    assert tpe == asked_values(lambda seed: optuna.samplers.TPESampler(seed=seed), 0, stop_at=5)
+    other = asked_values(lambda seed: optuna.samplers.TPESampler(seed=seed), 1)
+    assert not set(tpe) & set(other)
+
+
+def test_a_qmc_sampler_is_seeded_once_and_continues_its_sequence():
+    def qmc(seed):
+        return optuna.samplers.QMCSampler(seed=seed, scramble=True)
+
+    values = asked_values(qmc, 0, trials=9)
+    assert values == asked_values(qmc, 0, stop_at=4, trials=9)  # continued after a stop, exactly
+    # Its trials 1-8 (the first is Optuna's independent draw) are a low-discrepancy sequence, one
+    # in each eighth of [0, 1], which a scrambled sequence reseeded per trial does not keep.
+    assert sorted(int(x * 8) for x in values[1:]) == list(range(8))
 
 
 def test_a_launcher_raising_mid_batch_leaves_the_trial_unfinished_and_the_search_continues(

@@ -7,14 +7,20 @@ same command continues it. It records the settings its trials ran under
 (:meth:`~isotune.search.settings.SearchSettings.record`); a command with others is refused before
 any job runs, since it would rank trials run under different settings.
 
-Trial ``k`` is asked with the sampler's ``seed + k``, so the trials asked do not depend on where
-a search was stopped.
+Trial ``k`` is asked by a sampler seeded from both the sampler's seed and ``k`` (NumPy's
+``SeedSequence([seed, k])``), so the trials asked do not depend on where a search was stopped, and
+searches with other sampler seeds share no trial (with ``seed + k``, seed 1's trials 0-4 were seed
+0's trials 1-5). A sampler that keeps a sequence in the study (QMC) is seeded once, with the seed
+itself: reseeded per trial, it would scramble its sequence anew each time; the study records how
+far along it is, so a continued search goes on with the same sequence.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from isotune.errors import IsotuneError
 from isotune.search.settings import SearchSettings
@@ -96,9 +102,21 @@ def check_same_settings(study: Any, settings: SearchSettings, folder: Path) -> N
         )
 
 
-def trial_sampler(settings: SearchSettings, trial_number: int) -> Any:
-    """The sampler that asks trial ``trial_number``: seeded ``seed + trial_number`` when it has a
-    seed, so that the trials asked do not depend on where a search was stopped."""
+def trial_sampler(settings: SearchSettings, trial_number: int, current: Any = None) -> Any:
+    """The sampler that asks trial ``trial_number`` (see the module docstring); ``current`` is
+    the study's sampler until now, kept where it is unseeded or keeps a sequence."""
+    if current is not None and (settings.sampler_seed is None or _keeps_a_sequence(current)):
+        return current
     if settings.sampler_seed is None:
         return settings.make_sampler(None)
-    return settings.make_sampler(int(settings.sampler_seed) + trial_number)
+    sampler = settings.make_sampler(int(settings.sampler_seed))
+    if _keeps_a_sequence(sampler):
+        return sampler
+    (seed,) = np.random.SeedSequence([int(settings.sampler_seed), trial_number]).generate_state(1)
+    return settings.make_sampler(int(seed))
+
+
+def _keeps_a_sequence(sampler: Any) -> bool:
+    from optuna.samplers import QMCSampler
+
+    return isinstance(sampler, QMCSampler)

@@ -113,7 +113,8 @@ class Search:
         """Ask the study for a new trial, if the budget has room; whether it did."""
         if len(self.study.trials) >= self.settings.n_trials:
             return False
-        self.study.sampler = trial_sampler(self.settings, len(self.study.trials))
+        number = len(self.study.trials)
+        self.study.sampler = trial_sampler(self.settings, number, self.study.sampler)
         trial = self.study.ask(self.space.distributions())
         self.live[trial.number] = _Trial(trial)
         return True
