@@ -302,12 +302,43 @@ def test_a_crashed_job_fails_its_trial_and_the_search_goes_on(tmp_path):
     assert (tmp_path / "optimization_results.yaml").is_file()
 
 
-def test_past_max_failure_rate_the_search_stops_with_one_message(tmp_path):
-    launch = FakeLauncher(tmp_path, lambda values, seed: None)
-    with pytest.raises(IsotuneError, match="1 of 1 finished trials FAILED") as stopped:
-        make_search(tmp_path, launch, n_trials=6, max_failure_rate=0.5, **SMALL).run()
-    assert "max_failure_rate=0.5" in str(stopped.value) and "trial 0: seed 1" in str(stopped.value)
-    assert len(launch.launches) == 1  # no later trial, no report
+def test_one_failure_rule_stops_the_search_and_says_what_continues_it(tmp_path):
+    """max_failure_rate 0.25 of 4 trials allows one FAIL: trial 0's does not stop the search
+    (by a share of finished trials, 1 of 1 did, and each retype stopped again); trial 2's does.
+    Typed again, the search stops before any job; with the rate the message names, it goes on.
+    Each failed trial keeps both of its jobs, the crashed first seed and the completed second."""
+
+    def first_seed_crashes_in_trials_0_and_2(values, seed):
+        crashed = values["hydra.sweep.subdir"] in ("trial-000/seed-1", "trial-002/seed-1")
+        return None if crashed else weight_score(values, seed)
+
+    settings = {**SMALL, "n_trials": 4, "max_failure_rate": 0.25}
+    launch = FakeLauncher(tmp_path, first_seed_crashes_in_trials_0_and_2)
+    with pytest.raises(IsotuneError, match="2 trials FAILED") as stopped:
+        make_search(tmp_path, launch, **settings).run()
+    message = str(stopped.value)
+    assert (
+        "more than the 1 that hydra.sweeper.max_failure_rate=0.25 of hydra.sweeper.n_trials=4"
+        in message
+    )
+    assert "trial 0: seed 1" in message and "trial 2: seed 1" in message
+    assert "type the same command with hydra.sweeper.max_failure_rate=0.5 or higher" in message
+    assert len(launch.launches) == 3  # trials 0, 1 and 2
+    again = FakeLauncher(tmp_path, first_seed_crashes_in_trials_0_and_2)
+    with pytest.raises(IsotuneError, match="2 trials FAILED"):
+        make_search(tmp_path, again, **settings).run()
+    assert again.launches == []  # stopped before any job
+    make_search(tmp_path, again, **{**settings, "max_failure_rate": 0.5}).run()
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    assert trials.groupby("trial").state.first().tolist() == [
+        "FAIL",
+        "COMPLETE",
+        "FAIL",
+        "COMPLETE",
+    ]
+    for _, failed in trials[trials.state == "FAIL"].groupby("trial"):
+        assert list(failed.seed) == [1, 2] and list(failed.job_status) == ["failed", "completed"]
+        assert failed.score.iloc[1] == pytest.approx(weight_score(failed.iloc[1].to_dict(), 2))
 
 
 def test_a_pruned_trial_stops_before_its_later_seeds_and_is_not_a_failure(tmp_path):

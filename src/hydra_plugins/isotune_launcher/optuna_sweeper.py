@@ -52,7 +52,7 @@ class OptunaSweeperConf:
     storage: str | None = None  # null: optuna_journal.log in the search folder; or a file or URL
     n_trials: int = 20
     n_jobs: int = 1  # trials asked and launched at once
-    max_failure_rate: float = 0.25  # share of finished trials that may FAIL before the search stops
+    max_failure_rate: float = 0.25  # share of n_trials that may FAIL: one more stops the search
     params: dict[str, Any] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # tuning seeds
     report_seeds: list[int] = field(default_factory=lambda: [101, 102, 103, 104, 105])

@@ -18,6 +18,7 @@ and the same command continues it.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,7 @@ class Search:
             self.live[frozen.number] = _Trial(optuna.trial.Trial(self.study, frozen._trial_id))
         if left:
             log.info(f"Continuing trials {[t.number for t in left]} a stopped search left")
+        self.check_failures()
 
     def start_trial(self) -> bool:
         """Ask the study for a new trial, if the budget has room; whether it did."""
@@ -142,7 +144,7 @@ class Search:
             self.live[job.trial].outcomes[self.settings.seeds.index(job.seed)] = outcome
         for number in sorted({job.trial for job, _ in ran}):
             self._end_round(number)
-        self.check_failure_rate()
+        self.check_failures()
 
     # ---- the trials ----
     def _round_seeds(self, live: _Trial) -> list[int]:
@@ -198,20 +200,30 @@ class Search:
         log.info(f"Trial {number}: {self.space.values(trial.params)} -> {value:.4f}")
         del self.live[number]
 
-    def check_failure_rate(self) -> None:
+    def check_failures(self) -> None:
+        """The one failure rule: the search stops once more trials FAILED than
+        ``max_failure_rate`` of ``n_trials`` allows, a count known before it starts, so that one
+        early failure does not stop it. The failed trials stay FAIL and count, so the same
+        command stops again before any job, until the rate allows them."""
         from optuna.trial import TrialState
 
-        finished = [t for t in self.study.trials if t.state.is_finished()]
-        failed = [t for t in finished if t.state == TrialState.FAIL]
-        rate = self.settings.max_failure_rate
-        if finished and len(failed) / len(finished) > rate:
-            reasons = "\n".join(f"  trial {t.number}: {t.user_attrs.get('reason')}" for t in failed)
-            raise IsotuneError(
-                f"{len(failed)} of {len(finished)} finished trials FAILED (a job crashed, went "
-                f"NaN or was refused), more than hydra.sweeper.max_failure_rate={rate}:\n"
-                f"{reasons}\nFix what the jobs' results.json and train.log say, then type the "
-                "same command: the search continues."
-            )
+        failed = [t for t in self.study.trials if t.state == TrialState.FAIL]
+        rate, budget = self.settings.max_failure_rate, self.settings.n_trials
+        allowed = math.floor(rate * budget + 1e-9)
+        if len(failed) <= allowed:
+            return
+        reasons = "\n".join(f"  trial {t.number}: {t.user_attrs.get('reason')}" for t in failed)
+        needed = math.ceil(len(failed) / budget * 100) / 100
+        raise IsotuneError(
+            f"{len(failed)} trials FAILED (a job crashed, went NaN or was refused), more than the "
+            f"{allowed} that hydra.sweeper.max_failure_rate={rate} of hydra.sweeper.n_trials="
+            f"{budget} allows:\n{reasons}\nThe failed trials stay FAIL in the study and count. "
+            "Fix: see what their jobs' results.json and train.log say; once the cause is gone (a "
+            "full disk, a lost node), type the same command with hydra.sweeper.max_failure_rate="
+            f"{needed} or higher, and the search continues. A fix that changes the search's "
+            "settings (its space, fixed overrides or seeds) needs a study of its own: "
+            "hydra.sweeper.study_name=<a new name>."
+        )
 
     # ---- the held-out report ----
     def _report_jobs(self) -> list[Job]:
