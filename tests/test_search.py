@@ -26,6 +26,10 @@ import optuna
 import pandas as pd
 import pytest
 import yaml
+from hydra._internal.callbacks import Callbacks
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.utils import create_config_search_path
+from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import JournalStorage
@@ -34,13 +38,15 @@ from scipy import stats
 
 from hydra_plugins.isotune_launcher.hydra_search import (
     check_search_fits,
+    dry_run_search,
     job_overrides,
     search_settings,
 )
-from hydra_plugins.isotune_launcher.optuna_sweeper import AGAIN
+from hydra_plugins.isotune_launcher.optuna_sweeper import AGAIN, OptunaSweeper
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
+from isotune.search.checks import searched_as_typed
 from isotune.search.loop import run_searches
 from isotune.search.optuna_study import trial_sampler
 from isotune.search.search import Search
@@ -50,7 +56,8 @@ from isotune.sweeps import slurm_jobs
 from isotune.sweeps.rerun import plan_reruns
 from isotune.sweeps.slurm_jobs import SlurmJob
 from isotune.sweeps.summary import summarize_sweep
-from tests.conftest import ROOT, compose_train_config
+from isotune.training.config_checks import RULES, raise_problems, rule_problems
+from tests.conftest import CONF_DIR, ROOT, compose_train_config
 from tests.helpers.cli import run_script, tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
 from tests.helpers.locks import held_by_another_process
@@ -103,6 +110,26 @@ def test_a_sweep_typed_on_the_command_line_is_searched_and_nested_params_are_dot
         "optim.weight_decay": FloatDistribution(0.0, 0.1),
     }
     assert space.fixed == ("norm=isobn",)  # the command line's value replaces the params'
+
+
+def test_a_space_reads_back_from_the_grammar_it_is_written_in():
+    """A study's settings are shown as typed: each text parses to the distribution it shows."""
+    params = {
+        "optim.lr": "tag(log, interval(1e-05, 0.001))",
+        "data.batch_size": "choice(8, 16, 32)",
+        "trainer.max_epochs": "range(1, 4)",
+        "optim.warmup_ratio": "range(0.0, 0.3, 0.1)",
+        "optim.weight_decay": "interval(0, 0.1)",
+        "data.max_length": "int(interval(64, 256))",
+        "reg.weight": "tag(log, signed, interval(0.01, 1))",
+        "reg.zeta": "interval(1.0, 5.0)",
+        "norm.group_size": "tag(log, interval(2, 64))",
+    }
+    space = parse_space(params, [])
+    typed = searched_as_typed(space.distributions())
+    assert typed["reg.weight"] == "tag(log, signed, interval(0.01, 1))"
+    assert typed["optim.lr"] == "tag(log, interval(1e-05, 0.001))"
+    assert parse_space(typed, []).distributions() == space.distributions()
 
 
 @pytest.mark.parametrize(
@@ -203,21 +230,29 @@ class SearchRun:
 def make_search(
     folder: Path, launch: FakeLauncher, *overrides: str, arguments=(), **settings
 ) -> SearchRun:
-    """The search `python train.py -m hparams_search=istar <overrides> <arguments>` runs."""
+    """The search `python train.py -m hparams_search=istar <overrides> <arguments>` runs, its
+    dry run composing the jobs' configs as the sweeper's does (a bad option or value raises)."""
     cfg = istar_config(*overrides)
     sweeper = {**OmegaConf.to_container(cfg.hydra.sweeper, resolve=True), **settings}
     search_config = search_settings(cfg, sweeper, list(arguments), folder)
-    return SearchRun(
-        Search(search_config, folder, OmegaConf.to_yaml(cfg)), launch, sweeper["n_jobs"]
-    )
+    search = Search(search_config, folder, OmegaConf.to_yaml(cfg))
+
+    def compose(job: list[str]) -> None:
+        job_config = compose_train_config(["hparams_search=istar", *overrides, *job])
+        raise_problems(rule_problems(job_config, RULES))
+
+    dry_run_search(cfg, search_config, compose)
+    return SearchRun(search, launch, sweeper["n_jobs"])
 
 
 SMALL = {"seeds": [1, 2], "report_seeds": [11, 12, 13], "pruner": None}
 
 
-def test_a_seeded_search_runs_every_trial_on_every_tuning_seed_then_reports(tmp_path):
+def test_a_seeded_search_runs_every_trial_on_every_tuning_seed_then_reports(tmp_path, recwarn):
     launch = FakeLauncher(tmp_path, weight_score)
     make_search(tmp_path, launch, n_trials=5, n_jobs=2, **SMALL).run()
+    # Optuna's figures are experimental, and chosen: no ExperimentalWarning on every search.
+    assert not [w for w in recwarn if w.category.__name__ == "ExperimentalWarning"]
     # 5 trials in batches of 2, 2, 1, each batch's seeds at once (no pruner); then the report.
     assert [len(batch) for batch in launch.launches] == [4, 4, 2, 6]
     trials = pd.read_csv(tmp_path / "trials.csv")
@@ -419,23 +454,75 @@ def test_a_trial_that_ran_every_seed_completes_with_its_value_and_is_never_prune
     assert not (tmp_path / "expected_best.png").exists()
 
 
-def test_a_study_is_continued_only_under_the_settings_it_was_made_with(tmp_path):
+def test_a_study_is_continued_only_under_the_settings_that_rank_its_trials(tmp_path):
     """The folder is named by the study, not its settings: another command on the same task and
-    model would otherwise rank trials run on other seeds, or with other fixed overrides."""
+    model would otherwise rank trials run on other seeds, or with other fixed overrides. The
+    difference is written as typed (interval(0.01, 1)), not as Optuna's JSON."""
     launch = FakeLauncher(tmp_path, weight_score)
     make_search(tmp_path, launch, n_trials=1, **SMALL).run()
     for arguments, settings, named in (
-        ((), {**SMALL, "seeds": [1, 3]}, "seeds: the study's [1, 2], this command's [1, 3]"),
-        (("trainer=cpu_bf16",), SMALL, "fixed: the study's [], this command's ['trainer=cpu_bf"),
+        ((), {**SMALL, "seeds": [1, 3]}, "seeds: the study's [1,2], this command's [1,3]"),
+        (("trainer=cpu_bf16",), SMALL, "fixed: the study's no override, this command's trainer"),
+        (
+            (),
+            {**SMALL, "params": {"reg.weight": "interval(0.01, 1)"}},
+            "searched: the study's reg.weight=tag(log, signed, interval(0.01, 1)), this "
+            "command's reg.weight=interval(0.01, 1)",
+        ),
     ):
         again = FakeLauncher(tmp_path, weight_score)
-        with pytest.raises(IsotuneError, match="was made with other settings") as refused:
+        with pytest.raises(IsotuneError, match="ranked its trials under other settings") as refused:
             make_search(tmp_path, again, arguments=arguments, n_trials=2, **settings).run()
         assert named in str(refused.value) and "hydra.sweeper.study_name=" in str(refused.value)
+        assert "_type" not in str(refused.value)  # no distribution JSON
         assert again.launches == []  # refused before any job
     more = FakeLauncher(tmp_path, weight_score)  # more trials: the same search, continued
     make_search(tmp_path, more, n_trials=2, **SMALL).run()
     assert sorted(pd.read_csv(tmp_path / "trials.csv").trial.unique()) == [0, 1]
+
+
+def test_the_report_settings_and_the_logger_may_change_when_a_study_is_continued(tmp_path):
+    """The baseline, the report seeds and the logger rank no trial: typed again with them changed,
+    the study goes on, no trial runs again, the report is made again with the new setting's runs,
+    and the old report runs stay in their folders."""
+    make_search(tmp_path, FakeLauncher(tmp_path, weight_score), n_trials=1, **SMALL).run()
+    changed = {**SMALL, "report_seeds": [11, 14], "baseline": {"reg": "istar", "reg.weight": 0.05}}
+    again = FakeLauncher(tmp_path, weight_score)
+    make_search(
+        tmp_path,
+        again,
+        "logger=tensorboard",
+        arguments=["logger=tensorboard"],
+        n_trials=1,
+        **changed,
+    ).run()
+    ran = sorted(dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"] for job in again.jobs)
+    best = next(p.name for p in (tmp_path / "report").glob("trial-*"))
+    assert ran == [
+        "report/baseline-2/seed-11", "report/baseline-2/seed-14", f"report/{best}/seed-14"
+    ]  # fmt: skip
+    assert (tmp_path / "report" / "baseline" / "seed-13" / "results.json").is_file()
+    held_out = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())["held_out"]
+    assert held_out["seeds"] == [11, 14]
+    assert held_out["baseline_overrides"] == ["reg=istar", "reg.weight=0.05"]
+
+
+def test_a_key_fixed_in_params_is_fixed_and_the_refusal_names_that_fix(tmp_path):
+    """`hparams_search=istar reg.weight=0.5` is refused; the fix its message names runs every
+    job with reg.weight=0.5 alone (the searched weight used to follow it and win)."""
+    with pytest.raises(IsotuneError, match="searched") as refused:
+        make_search(tmp_path, FakeLauncher(tmp_path, weight_score), arguments=["reg.weight=0.5"])
+    fix = "++hydra.sweeper.params.reg.weight=0.5"
+    another = "'optim.lr=tag(log, interval(1e-5, 2e-4))'"
+    assert fix in str(refused.value) and another in str(refused.value)
+    launch = FakeLauncher(tmp_path, weight_score)
+    search = make_search(tmp_path, launch, fix, arguments=[another.strip("'")], n_trials=2, **SMALL)
+    search.run()
+    trial_jobs = [job for job in launch.jobs if "report" not in " ".join(job)]
+    assert len(trial_jobs) == 4
+    for job in trial_jobs:
+        assert [o for o in job if o.startswith("reg.weight=")] == ["reg.weight=0.5"]
+    assert len({next(o for o in job if o.startswith("optim.lr=")) for job in trial_jobs}) == 2
 
 
 def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupted_one(tmp_path):
@@ -739,6 +826,14 @@ def test_a_search_that_cannot_fit_on_its_disk_is_refused_before_any_job(tmp_path
         ([], {}, ["reg.weight=0.5"], "fixed on the command line"),
         ([], {}, ["seed=3"], "seed is set by the search"),
         ([], {"params": {"reg.weight": "tag(log, interval(0, 1))"}}, [], "low end above 0"),
+        ([], {"baseline": {"reg": "nonee"}}, [], "Could not find 'reg/nonee'"),
+        ([], {"report_seeds": [-5]}, [], "[-5] not a seed"),
+        ([], {"seeds": [1, 2**32]}, [], "[4294967296] not a seed"),
+        ([], {"report_seeds": []}, [], "hydra.sweeper.report_seeds=[101,102,103,104,105]"),
+        ([], {"seeds": [], "report_seeds": [1, 2]}, [], "hydra.sweeper.seeds=[3,4,5]"),
+        ([], {"params": {"norm": "choice(isobn, nonee)"}}, [], "searched option norm=nonee"),
+        ([], {}, ["task=rte,mrpc"], "run one search per task"),
+        ([], {}, ["model=minilm,bert"], "run one search per model"),
     ],
 )
 def test_bad_search_settings_stop_before_any_job(tmp_path, overrides, settings, arguments, named):
@@ -747,6 +842,49 @@ def test_bad_search_settings_stop_before_any_job(tmp_path, overrides, settings, 
         make_search(tmp_path, launch, *overrides, arguments=arguments, **settings).run()
     assert named in str(refused.value) and "Fix" in str(refused.value)
     assert launch.launches == []
+
+
+def test_the_sweeper_composes_the_baseline_before_any_job_and_exits_1(tmp_path, caplog):
+    """`python train.py -m hparams_search=istar 'hydra.sweeper.baseline={reg: nonee}'` ran every
+    trial, then "MissingConfigException", exit 0. The sweeper composes the baseline through
+    Hydra's own config loader first: one message, "Search folder:" once, exit 1."""
+    typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}"]
+    cfg = compose_train_config([*typed, "hydra.sweeper.baseline={reg: nonee}"])
+    settings = OmegaConf.to_container(cfg.hydra.sweeper)
+    sweeper = OptunaSweeper(**{k: v for k, v in settings.items() if not k.startswith("_")})
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
+    context = HydraContext(config_loader=loader, callbacks=Callbacks())
+    sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
+    with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as stopped:
+        sweeper.sweep(typed)
+    assert stopped.value.code == 1
+    assert "Could not find 'reg/nonee'" in caplog.text and "Fix:" in caplog.text
+    assert caplog.text.count("Search folder:") == 1
+    assert not list(tmp_path.rglob("results.json"))
+
+
+def test_a_setting_fixed_after_its_refusal_is_not_refused_as_another_study(tmp_path):
+    """`'hydra.sweeper.baseline={reg: nonee}'` used to run every trial, then stop; typed again
+    fixed, it was refused as "other settings". Now: refused before the study exists."""
+    with pytest.raises(IsotuneError, match="nonee"):
+        make_search(tmp_path, FakeLauncher(tmp_path, weight_score), baseline={"reg": "nonee"})
+    launch = FakeLauncher(tmp_path, weight_score)
+    make_search(tmp_path, launch, n_trials=1, baseline={"reg": "none"}, **SMALL).run()
+    assert (tmp_path / "search_report.md").is_file()
+
+
+def test_a_search_whose_report_runs_did_not_complete_stops_with_one_message(tmp_path):
+    """ "1 of 3 jobs completed, 2 did not" ended with exit 0: the sweeper exits 1 on this error;
+    the summary names each job by its path in the search folder, not as "#seed-12"."""
+
+    def report_crashes(values, seed):
+        return None if seed > 10 else weight_score(values, seed)
+
+    with pytest.raises(IsotuneError, match="lacks 6 of its 6 runs") as stopped:
+        make_search(tmp_path, FakeLauncher(tmp_path, report_crashes), n_trials=1, **SMALL).run()
+    assert "type the same command again" in str(stopped.value)
+    summary = summarize_sweep(tmp_path).text
+    assert "  report/baseline/seed-12 failed" in summary and "#seed" not in summary
 
 
 def test_a_storage_that_cannot_be_written_stops_before_any_job(tmp_path):

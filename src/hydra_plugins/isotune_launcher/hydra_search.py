@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from isotune.errors import IsotuneError
+from isotune.search.checks import dry_run, dry_run_jobs, key_name
 from isotune.search.search import Job
 from isotune.search.settings import SEED_KEY, SearchSettings
 from isotune.search.space import SearchSpace, override_value, parse_space
@@ -81,7 +82,7 @@ def _check_in_config(config: DictConfig, key: str, what: str) -> None:
 
 def _baseline(config: DictConfig, space: SearchSpace, baseline: dict[str, Any] | None) -> list[str]:
     """The fixed overrides, then ``baseline`` (default: each searched key at its config
-    value)."""
+    value), whose keys replace the fixed ones."""
     if baseline is None:
         baseline = {}
         choices = config.hydra.runtime.choices
@@ -93,8 +94,33 @@ def _baseline(config: DictConfig, space: SearchSpace, baseline: dict[str, Any] |
                 baseline[name] = OmegaConf.select(config, name)
             elif choices[name] is not None:
                 baseline[name] = choices[name]
-    kept = [o for o in space.fixed if o.split("=", 1)[0] not in baseline]
+    # A baseline key replaces the fixed overrides of that key and under it: reg=none drops a
+    # reg.weight fixed for the searched regularizer.
+    under = tuple(f"{key}." for key in baseline)
+    names = [(o, key_name(o.split("=", 1)[0])) for o in space.fixed]
+    kept = [o for o, name in names if name not in baseline and not name.startswith(under)]
     return [*kept, *(f"{key}={override_value(value)}" for key, value in baseline.items())]
+
+
+def compose_checked(config: DictConfig, loader: Any, overrides: list[str]) -> DictConfig:
+    """A job's config composed as the launcher will, its values checked against their ranges as
+    train.py checks them (not the machine's GPU: the jobs may run on another)."""
+    from isotune.training.config_checks import RULES, raise_problems, rule_problems
+
+    job = loader.load_sweep_config(config, overrides)
+    raise_problems(rule_problems(job, RULES))
+    return job
+
+
+def dry_run_search(
+    config: DictConfig, settings: SearchSettings, compose: Callable[[list[str]], Any]
+) -> None:
+    """Compose the search's baseline, and each option of a searched config group, before any
+    job runs (:func:`isotune.search.checks.dry_run`): a group option that does not exist or a
+    value out of range stops the search there, not after every trial."""
+    groups = config.hydra.runtime.choices
+    jobs = dry_run_jobs(settings.space, settings.baseline, settings.report_seeds[0], groups)
+    dry_run(compose, jobs)
 
 
 def check_search_fits(

@@ -24,6 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from hydra_plugins.isotune_launcher.hydra_search import (
     HydraLaunch,
     check_search_fits,
+    compose_checked,
+    dry_run_search,
     search_settings,
 )
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
@@ -88,6 +90,7 @@ class OptunaSweeper(Sweeper):
         with stops_with_a_summary(folder, self.launcher, "Search", AGAIN):
             settings = search_settings(config, self.settings, arguments, folder)
             search = Search(settings, folder, OmegaConf.to_yaml(config))
+            dry_run_search(config, settings, lambda o: compose_checked(config, loader, o))
             n_jobs = self.settings["n_jobs"]
             check_search_fits(
                 config, settings, n_jobs, folder, lambda o: loader.load_sweep_config(config, o)

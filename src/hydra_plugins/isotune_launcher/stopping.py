@@ -1,7 +1,8 @@
 """How a sweep or a search stops before its end: one path for both sweepers.
 
 - A refusal before any job ran (an :class:`~isotune.errors.IsotuneError`: bad settings, a disk too
-  small, jobs still held by SLURM) is its message and the folder, exit status 1.
+  small, jobs still held by SLURM) is its message, exit status 1 (the folder was named as the
+  sweep or search started).
 - Jobs of a search that have not ended (:class:`~isotune.search.loop.JobsNotEnded`), or a launcher
   that raised (submitit's raises at the first job SLURM failed, while the array's other jobs still
   run): the summary so far, why it stopped, the jobs that go on without it with the ``scancel`` that
@@ -45,7 +46,7 @@ def stops_with_a_summary(
         _stop(folder, str(stopped), again, log.error)
         sys.exit(1)
     except IsotuneError as error:
-        log.error(f"{error}\n{what} folder: {folder}")
+        log.error(str(error))
         sys.exit(1)
     except SystemExit:  # a job's own exit, or the gpus launcher's on a signal
         _stop(folder, None, again, log.warning)

@@ -3,9 +3,10 @@ asks each trial.
 
 The study is Optuna's journal file in the search folder unless ``storage`` names another file or a
 database (no server needed; a journal works across processes and on shared file systems), so the
-same command continues it. It records the settings its trials ran under
-(:meth:`~isotune.search.settings.SearchSettings.record`); a command with others is refused before
-any job runs, since it would rank trials run under different settings.
+same command continues it. It records what ranks its trials
+(:meth:`~isotune.search.settings.SearchSettings.record`); a command with other such settings is
+refused before any job runs, since it would rank trials run under different ones. The report's
+settings may change: the study keeps each baseline its report ran (:func:`report_baseline_folder`).
 
 Trial ``k`` is asked by a sampler seeded from both the sampler's seed and ``k`` (NumPy's
 ``SeedSequence([seed, k])``), so the trials asked do not depend on where a search was stopped, and
@@ -23,10 +24,12 @@ from typing import Any
 import numpy as np
 
 from isotune.errors import IsotuneError
+from isotune.search.checks import baseline_folder, changes_a_run, check_same_ranking
 from isotune.search.settings import SearchSettings
 
 JOURNAL_FILE = "optuna_journal.log"  # the study, in the search folder unless storage names one
-SETTINGS_ATTR = "isotune_settings"  # the study's user attribute: what its trials were run under
+SETTINGS_ATTR = "isotune_settings"  # the study's user attribute: what ranks its trials
+BASELINES_ATTR = "isotune_baselines"  # every baseline its report ran, the first in report/baseline
 
 
 def storage_file(settings: SearchSettings, folder: Path) -> Path | None:
@@ -81,25 +84,28 @@ def open_study(settings: SearchSettings, folder: Path) -> Any:
 
 
 def check_same_settings(study: Any, settings: SearchSettings, folder: Path) -> None:
-    """Record the settings in a new study; refuse to continue one made with others. A study
-    older than the record is recorded now: its past settings are unknown."""
+    """Record what ranks the trials in a new study; refuse to continue one that ranked them
+    under others (:func:`~isotune.search.checks.check_same_ranking`). A study older than the
+    record is recorded now: its past settings are unknown."""
     record = settings.record()
     recorded = study.user_attrs.get(SETTINGS_ATTR)
     if recorded is None:
         study.set_user_attr(SETTINGS_ATTR, record)
         return
-    differ = [key for key in record if recorded.get(key) != record[key]]
-    if differ:
-        lines = "\n".join(
-            f"  {key}: the study's {recorded.get(key)!r}, this command's {record[key]!r}"
-            for key in differ
-        )
-        raise IsotuneError(
-            f"The study {settings.study_name!r} in {folder} was made with other settings; "
-            f"continuing it would rank trials run under different ones:\n{lines}\nFix: type "
-            "the command that made it (its multirun.yaml has the overrides) to continue it, "
-            "or give this search a folder of its own: hydra.sweeper.study_name=<a new name>."
-        )
+    check_same_ranking(recorded, record, settings.study_name, folder)
+
+
+def report_baseline_folder(study: Any, baseline: tuple[str, ...]) -> str:
+    """The folder, under the search folder, of ``baseline``'s report runs in ``study``: the
+    study's first baseline in ``report/baseline``, a later one in ``report/baseline-<k>``
+    (:func:`~isotune.search.checks.baseline_folder`), so that the old one's runs are kept."""
+    first = study.user_attrs.get(SETTINGS_ATTR, {}).get("baseline")  # a record before ours
+    baselines = study.user_attrs.get(
+        BASELINES_ATTR, [sorted(filter(changes_a_run, first))] if first else []
+    )
+    folder = baseline_folder(baselines, baseline)
+    study.set_user_attr(BASELINES_ATTR, baselines)
+    return folder
 
 
 def trial_sampler(settings: SearchSettings, trial_number: int, current: Any = None) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 
 from isotune.errors import IsotuneError
 from isotune.record.results import RESULTS_FILE
+from isotune.search.checks import changes_a_run
 from isotune.sweeps.failures import learned_of
 from isotune.sweeps.runs import Run
 
@@ -75,13 +76,14 @@ def read_outcome(job_dir: Path, seed: int) -> JobOutcome:
 
 def completed_before(job_dir: Path, seed: int, overrides: Sequence[str]) -> JobOutcome | None:
     """The outcome of a job whose run already completed in ``job_dir`` with these task
-    ``overrides`` (a search continued after a stop does not run it again), else None. A completed
-    run of other overrides there is refused: the folder belongs to another search."""
+    ``overrides`` (a search continued after a stop does not run it again), else None; overrides
+    that change no score (the logger) may differ. A completed run of other overrides there is
+    refused: the folder belongs to another search."""
     outcome = read_outcome(job_dir, seed)
     if not outcome.completed:
         return None
     ran = Run.read(Path(job_dir) / RESULTS_FILE).overrides
-    if set(ran) != set(overrides):
+    if set(filter(changes_a_run, ran)) != set(filter(changes_a_run, overrides)):
         raise IsotuneError(
             f"{job_dir} holds a completed run of other overrides ({' '.join(ran)}) than this "
             f"search's job there ({' '.join(overrides)}): the search folder holds another "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import statistics
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -416,6 +417,7 @@ def _figures(folder: Path, curve: ExpectedBest, study: Any) -> None:
         plt.close(figure)
     if study is None:
         return
+    from optuna.exceptions import ExperimentalWarning
     from optuna.visualization import matplotlib as optuna_plots
 
     for name, plot in (
@@ -423,7 +425,10 @@ def _figures(folder: Path, curve: ExpectedBest, study: Any) -> None:
         (IMPORTANCES, optuna_plots.plot_param_importances),
     ):
         try:
-            axes = plot(study)
+            with warnings.catch_warnings():
+                # Experimental in Optuna since v2.2, and chosen: not a warning on every search.
+                warnings.filterwarnings("ignore", category=ExperimentalWarning)
+                axes = plot(study)
         except (ValueError, RuntimeError) as error:
             log.info("No %s figure: %s", name, error)
             continue

@@ -26,7 +26,12 @@ from typing import Any
 
 from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
-from isotune.search.optuna_study import check_storage, open_study, trial_sampler
+from isotune.search.optuna_study import (
+    check_storage,
+    open_study,
+    report_baseline_folder,
+    trial_sampler,
+)
 from isotune.search.outcomes import JobOutcome, failure_reason, trial_value
 from isotune.search.report import TRIALS_FILE, HeldOut, TrialRow, trials_table, write_report
 from isotune.search.settings import SEED_KEY, SearchSettings
@@ -240,9 +245,10 @@ class Search:
         best = self.study.best_trial
         best_overrides = self.space.overrides(best.params)
         seeds = self.settings.report_seeds
+        baseline_dir = report_baseline_folder(self.study, self.settings.baseline)
         return [
             *(self._job(best_overrides, s, f"report/trial-{best.number:03d}") for s in seeds),
-            *(self._job(list(self.settings.baseline), s, "report/baseline") for s in seeds),
+            *(self._job(list(self.settings.baseline), s, baseline_dir) for s in seeds),
         ]
 
     def _report(self, ran: list[JobOutcome]) -> None:
@@ -260,6 +266,15 @@ class Search:
         text = write_report(self.folder, self._rows(), held_out, self.settings.maximize, self.study)
         log.info(f"{summarize_sweep(self.folder).text}\n\n{text}")
         self.report_text = text
+        if missing := [run for run in ran if not run.completed]:
+            raise IsotuneError(
+                f"The held-out report lacks {len(missing)} of its {len(ran)} runs, so the search "
+                "did not complete:\n"
+                + "\n".join(f"  {failure_reason(run)}" for run in missing)
+                + "\nFix what their results.json and train.log say, then type the same command "
+                "again: the report's runs that did not complete run again, and the report is "
+                "made again."
+            )
 
     def _rows(self) -> list[TrialRow]:
         return [_row(t, self.space) for t in self.study.trials if t.state.is_finished()]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from isotune.errors import IsotuneError
+from isotune.search.checks import check_no_axis, check_seeds, ranking_settings
 from isotune.search.space import SearchSpace
 
 SEED_KEY = "seed"  # what each job of a trial varies
@@ -50,9 +51,10 @@ class SearchSettings:
         if not self.space.searched:
             raise IsotuneError(
                 "The search has no searched key: hydra.sweeper.params holds no sweep. Fix: "
-                "search one, e.g. hydra.sweeper.params.optim.lr='tag(log, interval(1e-5, 1e-3))' "
+                "search one, e.g. 'optim.lr=tag(log, interval(1e-5, 1e-3))' on the command line, "
                 "or use an hparams_search= preset."
             )
+        check_no_axis(self.space)
         if not isinstance(self.n_trials, int) or self.n_trials < 1:
             raise IsotuneError(
                 f"hydra.sweeper.n_trials={self.n_trials} asks for no trial. Fix: "
@@ -68,20 +70,7 @@ class SearchSettings:
                 f"hydra.sweeper.max_failure_rate={self.max_failure_rate} is not a share of "
                 "trials. Fix: a value from 0 to 1, e.g. hydra.sweeper.max_failure_rate=0.25."
             )
-        for name, seeds in (("seeds", self.seeds), ("report_seeds", self.report_seeds)):
-            if not seeds or len(set(seeds)) != len(seeds):
-                raise IsotuneError(
-                    f"hydra.sweeper.{name}={list(seeds)} must name one or more different seeds. "
-                    f"Fix: e.g. hydra.sweeper.{name}=[1,2,3]."
-                )
-        overlap = sorted(set(self.seeds) & set(self.report_seeds))
-        if overlap:
-            raise IsotuneError(
-                f"Seeds {overlap} are both tuning seeds (hydra.sweeper.seeds={list(self.seeds)}) "
-                f"and report seeds (hydra.sweeper.report_seeds={list(self.report_seeds)}): the "
-                "report would judge the winner on seeds it was chosen on. Fix: report seeds that "
-                "are not tuning seeds, e.g. hydra.sweeper.report_seeds=[101,102,103,104,105]."
-            )
+        check_seeds(list(self.seeds), list(self.report_seeds))
         keys = [key.key for key in self.space.searched]
         keys += [text.split("=", 1)[0] for text in self.space.fixed]
         for key in keys:
@@ -92,18 +81,7 @@ class SearchSettings:
                 )
 
     def record(self) -> dict[str, Any]:
-        """What makes the trials of one study comparable: the space searched, the overrides every
-        job gets, the tuning seeds, and the report's seeds, baseline and direction. The folder is
-        named by the study, not by these, so a command with other settings would continue the
-        study and rank trials run under different ones."""
-        from optuna.distributions import distribution_to_json
-
-        distributions = sorted(self.space.distributions().items())
-        return {
-            "searched": {name: distribution_to_json(d) for name, d in distributions},
-            "fixed": sorted(self.space.fixed),
-            "seeds": [int(seed) for seed in self.seeds],
-            "report_seeds": [int(seed) for seed in self.report_seeds],
-            "baseline": sorted(self.baseline),
-            "direction": str(self.direction),
-        }
+        """What ranks the trials of one study (:func:`~isotune.search.checks.ranking_settings`).
+        The folder is named by the study, not by these, so a command with others would continue
+        the study and rank trials run under different ones."""
+        return ranking_settings(self.space, self.seeds, self.direction)

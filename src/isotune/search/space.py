@@ -13,7 +13,10 @@
 
 ``params`` (``hydra.sweeper.params``, nested keys joined with dots) come first, the command line's
 overrides after: a sweep there searches its key instead; a plain value there fixes its key, and is
-refused where the key is also searched (which one would the search be about?). Every refusal is
+refused where the key is also searched (which one would the search be about?). Within ``params``
+the later of a key's values wins, so ``++hydra.sweeper.params.reg.weight=0.5`` fixes a weight a
+preset searches (Hydra keeps the preset's ``reg.weight`` and the typed ``reg: {weight: 0.5}`` as two
+entries, one key). Every refusal is
 one message naming the key, its value and the fix, raised before any job runs.
 """
 
@@ -101,9 +104,18 @@ def parse_space(params: Mapping[str, Any], arguments: Sequence[str]) -> SearchSp
                     raise IsotuneError(
                         f"{key} is searched ({text.split('=', 1)[0]} in hydra.sweeper.params) and "
                         f"fixed on the command line ({text}). Fix: drop {text} to search it, or "
-                        f"set hydra.sweeper.params.{key}={override.value()} to fix it in the "
-                        "search."
+                        f"type ++hydra.sweeper.params.{key}={override.value()} instead to fix it "
+                        "in every job"
+                        + (
+                            " (the search then needs another key to search, e.g. "
+                            "'optim.lr=tag(log, interval(1e-5, 2e-4))')."
+                            if len(searched) == 1
+                            else "."
+                        )
                     )
+                # In params, a plain value after a sweep of the same key fixes it: a preset's
+                # ``reg.weight`` and ``++hydra.sweeper.params.reg.weight=0.5`` are one key.
+                searched.pop(key, None)
                 fixed[key] = text
                 continue
             fixed.pop(key, None)

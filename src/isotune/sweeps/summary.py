@@ -41,7 +41,8 @@ def summarize_sweep(sweep_dir: Path) -> SweepSummary:
             + (f", {len(unfinished) + len(missing)} did not:" if unfinished or missing else ".")
         ]
     lines += [
-        f"  #{run.job_dir.name} {_short(run.describe(now))}  ({run.job_dir})" for run in unfinished
+        f"  {_label(run.job_dir, sweep.dir)} {_short(run.describe(now))}  ({run.job_dir})"
+        for run in unfinished
     ]
     lines += [
         f"  #{job.number} missing (no results.json): {shlex.join(job.overrides)}" for job in missing
@@ -57,6 +58,17 @@ def summarize_sweep(sweep_dir: Path) -> SweepSummary:
         lines.append(f"Rerun them with: python -m isotune.rerun {sweep.dir}")
     lines.append(f"The sweep folder uses {readable(disk_used(sweep.dir))} of disk.")
     return SweepSummary("\n".join(lines), all_completed=not unfinished and not missing)
+
+
+def _label(job_dir: Path, sweep_dir: Path) -> str:
+    """``#3`` for a sweep's job folder ``3``; a search's job by its path, ``report/baseline/seed-5``
+    (its folder's name alone, ``seed-5``, would read as a job number)."""
+    if job_dir.name.isdigit():
+        return f"#{job_dir.name}"
+    try:
+        return str(job_dir.relative_to(sweep_dir))
+    except ValueError:
+        return str(job_dir)
 
 
 def _short(message: str) -> str:
