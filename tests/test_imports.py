@@ -19,7 +19,8 @@ import pytest
 import isotune
 
 PACKAGE = Path(isotune.__file__).parent
-GROUND = ("errors", "atomic_files")  # every wing may import them; they import no wing
+# every wing may import them; they import no wing
+GROUND = ("errors", "atomic_files", "file_digest")
 ENTRY_MODULES = ("aggregate", "rerun", "env")  # `python -m isotune.<name>`: above every wing
 WINGS = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
 LIBRARY_WINGS = ("norms", "isotropy")

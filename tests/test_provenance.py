@@ -22,13 +22,13 @@ import pytest
 from isotune.dashboard.run_file import records
 from isotune.data.reading import HUB_REVISIONS, loaded_revision
 from isotune.errors import IsotuneError
+from isotune.file_digest import file_sha256
 from isotune.record import provenance
 from isotune.record.provenance import (
     PACKAGES,
     code_as_imported,
     code_identity,
     differences,
-    file_sha256,
     package_versions,
 )
 from isotune.record.resume import PROVENANCE_KEY

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from isotune.errors import IsotuneError
-from isotune.record.provenance import file_sha256
+from isotune.file_digest import file_sha256
 
 log = logging.getLogger(__name__)
 

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from isotune.file_digest import file_sha256
+
 # The packages whose versions decide a run's numbers (pip's names).
 OWN_PACKAGE = "isotune"  # this project's own version; its code is the commit
 PACKAGES = (
@@ -48,7 +50,6 @@ PACKAGES = (
 GIT_TIMEOUT_S = 10  # a git that hangs (a network filesystem) must not hold a run's start
 UNKNOWN = "unknown"  # the value of every field of a record without provenance
 SHORT = 12  # hex digits of the hash of uncommitted changes
-BLOCK = 1 << 20  # bytes read at a time when hashing a file
 UNTRACKED_HASH_CAP = 64 << 20  # an untracked file larger enters by size and mtime, not hashed
 
 
@@ -198,18 +199,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file (what ``sha256sum`` prints), streamed through one buffer of a MiB as
-    ``hashlib.file_digest`` does (Python 3.11+): a weight file of gigabytes costs its read, not
-    its size in memory, and as fast (the packaged MiniLM's 91 MB: about 0.2 s)."""
-    digest, buffer = hashlib.sha256(), bytearray(BLOCK)
-    view = memoryview(buffer)
-    with Path(path).open("rb", buffering=0) as file:
-        while size := file.readinto(buffer):
-            digest.update(view[:size])
-    return digest.hexdigest()
 
 
 def files_identity(folder: Path, patterns: Iterable[str]) -> dict[str, Any]:

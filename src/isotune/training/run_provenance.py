@@ -19,13 +19,13 @@ from omegaconf import DictConfig
 from isotune.data import HUB_DATASET, split_file
 from isotune.data.reading import HUB_REVISIONS
 from isotune.data.tasks import TaskSpec
+from isotune.file_digest import file_sha256
 from isotune.model.classifier import GLUEClassifier
 from isotune.model.encoders import FOLDER_PARTS, resolve_model_path
 from isotune.record.provenance import (
     code_as_imported,
     code_identity,
     device_identity,
-    file_sha256,
     files_identity,
     package_versions,
 )
