@@ -824,7 +824,7 @@ def test_a_search_that_cannot_fit_on_its_disk_is_refused_before_any_job(tmp_path
         ([], {"n_trials": 0}, [], "n_trials=0"),
         (["hydra.sweeper.sampler=random"], {}, [], "Fix: hydra/sweeper/sampler=random"),
         ([], {}, ["reg.weight=0.5"], "fixed on the command line"),
-        ([], {}, ["seed=3"], "seed is set by the search"),
+        ([], {}, ["seed=3"], "seed=3: set by the search"),
         ([], {"params": {"reg.weight": "tag(log, interval(0, 1))"}}, [], "low end above 0"),
         ([], {"baseline": {"reg": "nonee"}}, [], "Could not find 'reg/nonee'"),
         ([], {"report_seeds": [-5]}, [], "[-5] not a seed"),
@@ -885,6 +885,32 @@ def test_a_search_whose_report_runs_did_not_complete_stops_with_one_message(tmp_
     assert "type the same command again" in str(stopped.value)
     summary = summarize_sweep(tmp_path).text
     assert "  report/baseline/seed-12 failed" in summary and "#seed" not in summary
+
+
+def test_seed_init_and_seed_data_fixed_by_hand_are_refused_with_seed_in_one_message(tmp_path):
+    """seed_data=0 on a search's command line gave every tuning and report run the same batch
+    order: the report seeds were not held out in it."""
+    launch = FakeLauncher(tmp_path, weight_score)
+    typed = ["seed_init=3", "seed_data=0"]  # composed into the config, and the sweep's arguments
+    with pytest.raises(IsotuneError) as refused:
+        make_search(tmp_path, launch, *typed, arguments=typed, **SMALL).run()
+    assert str(refused.value).startswith("seed_init=3, seed_data=0: set by the search, not by")
+    assert "Fix: drop them" in str(refused.value)
+    params = {"reg.weight": "interval(0.1, 1)", "seed": "choice(1, 2)"}  # a preset's, say
+    with pytest.raises(IsotuneError, match=r"^seed=<searched>, seed_data=0 \(in the config\): "):
+        make_search(tmp_path, launch, "seed_data=0", params=params, **SMALL)
+    assert launch.launches == []
+    # Left to follow seed, they differ between every report run and every tuning run.
+    kept = FakeLauncher(tmp_path / "kept", weight_score)
+    make_search(tmp_path / "kept", kept, n_trials=1, **SMALL).run()
+    tuning, report = (
+        next(job for job in kept.jobs if where in " ".join(job)) for where in ("trial-", "report/")
+    )
+    runs = [
+        compose_train_config([o for o in job if not o.startswith("hydra.")])
+        for job in (tuning, report)
+    ]
+    assert runs[0].seed_init != runs[1].seed_init and runs[0].seed_data != runs[1].seed_data
 
 
 def test_a_storage_that_cannot_be_written_stops_before_any_job(tmp_path):

@@ -16,7 +16,13 @@ from omegaconf import DictConfig, OmegaConf
 from isotune.errors import IsotuneError
 from isotune.search.checks import dry_run, dry_run_jobs, key_name
 from isotune.search.search import Job
-from isotune.search.settings import SEED_KEY, SearchSettings
+from isotune.search.settings import (
+    SEED_KEY,
+    SEED_KEYS,
+    SearchSettings,
+    fixed_seeds,
+    refuse_fixed_seeds,
+)
 from isotune.search.space import SearchSpace, override_value, parse_space
 
 
@@ -32,6 +38,7 @@ def search_settings(
         for key, value in sweeper.items()
     }
     space = parse_space(s["params"] or {}, arguments)
+    refuse_fixed_seeds([*fixed_seeds(space), *_seeds_fixed_in(config, fixed_seeds(space))])
     for searched in space.searched:
         _check_in_config(config, searched.key, "searched key")
     for key in s["baseline"] or {}:
@@ -62,6 +69,18 @@ def search_settings(
         pruner=instantiate(s["pruner"]) if s["pruner"] is not None else None,
         tag_runs=config.hydra.runtime.choices.get("logger") == "wandb",
     )
+
+
+def _seeds_fixed_in(config: DictConfig, named: list[str]) -> list[str]:
+    """The keys of :data:`SEED_KEYS` that do not follow ``seed`` in ``config`` (a preset or
+    conf/train.yaml gave them a value), but those ``named`` already."""
+    raw = OmegaConf.to_container(config, resolve=False)
+    already = {key_name(text.split("=", 1)[0]) for text in named}
+    return [
+        f"{key}={raw[key]} (in the config)"
+        for key in SEED_KEYS[1:]
+        if key in raw and key not in already and "${seed}" not in str(raw[key])
+    ]
 
 
 def _check_in_config(config: DictConfig, key: str, what: str) -> None:

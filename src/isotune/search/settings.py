@@ -13,10 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from isotune.errors import IsotuneError
-from isotune.search.checks import check_no_axis, check_seeds, ranking_settings
+from isotune.search.checks import check_no_axis, check_seeds, key_name, ranking_settings
 from isotune.search.space import SearchSpace
 
 SEED_KEY = "seed"  # what each job of a trial varies
+# seed and the keys that follow it (${seed} in conf/train.yaml): the initialisation and the batch
+# order. The search sets seed per job; fixed, any of them would be shared by every tuning and
+# report run, and the report's seeds would not be held out in what it sets.
+SEED_KEYS = (SEED_KEY, "seed_init", "seed_data")
 
 
 @dataclass(frozen=True)
@@ -71,17 +75,30 @@ class SearchSettings:
                 "trials. Fix: a value from 0 to 1, e.g. hydra.sweeper.max_failure_rate=0.25."
             )
         check_seeds(list(self.seeds), list(self.report_seeds))
-        keys = [key.key for key in self.space.searched]
-        keys += [text.split("=", 1)[0] for text in self.space.fixed]
-        for key in keys:
-            if key.lstrip("+~").split("@")[0] == SEED_KEY:
-                raise IsotuneError(
-                    f"{key} is set by the search: each trial runs on hydra.sweeper.seeds and the "
-                    "report on hydra.sweeper.report_seeds. Fix: drop it, and set those instead."
-                )
+        refuse_fixed_seeds(fixed_seeds(self.space))
 
     def record(self) -> dict[str, Any]:
         """What ranks the trials of one study (:func:`~isotune.search.checks.ranking_settings`).
         The folder is named by the study, not by these, so a command with others would continue
         the study and rank trials run under different ones."""
         return ranking_settings(self.space, self.seeds, self.direction)
+
+
+def fixed_seeds(space: SearchSpace) -> list[str]:
+    """The searched or fixed overrides of ``space`` that set a key of :data:`SEED_KEYS`."""
+    texts = [f"{key.key}=<searched>" for key in space.searched] + list(space.fixed)
+    return [text for text in texts if key_name(text.split("=", 1)[0]) in SEED_KEYS]
+
+
+def refuse_fixed_seeds(fixed: list[str]) -> None:
+    """Refuse, in one message naming each, seeds fixed for every run of a search (``fixed``:
+    each as ``key=value`` and where it is set)."""
+    if not fixed:
+        return
+    raise IsotuneError(
+        f"{', '.join(fixed)}: set by the search, not by hand. Each trial runs on "
+        "hydra.sweeper.seeds and the report on hydra.sweeper.report_seeds, and seed_init and "
+        "seed_data follow seed (${seed}), so that every report run differs from every tuning "
+        "run in its initialisation and batch order; fixed, they would be shared by all of them. "
+        "Fix: drop them from the command line and the preset, and set those seeds instead."
+    )
