@@ -647,6 +647,43 @@ def test_a_launcher_raising_mid_batch_leaves_the_trial_unfinished_and_the_search
     pd.testing.assert_frame_equal(first, second)
 
 
+def test_two_searches_on_one_journal_never_run_a_trial_twice(tmp_path):
+    """A shared storage: search A is stopped in trial 1 while its process lives on (its folder
+    held, as a live search holds it); search B on the same study leaves trial 1 to it instead of
+    running it again (A would then die telling a trial B finished), and takes it over once A has
+    stopped, in A's folder, where its jobs are."""
+    settings = {**SMALL, "storage": str(tmp_path / "shared.log"), "study_name": "shared"}
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = FakeLauncher(a, weight_score, stop_at_launch=1)
+    with pytest.raises(KeyboardInterrupt):  # trial 1 asked, its jobs not launched
+        make_search(a, first, **settings, n_trials=3).run()
+    with held_by_another_process(a):  # A's process, still alive
+        second = FakeLauncher(b, weight_score)
+        make_search(b, second, **settings, n_trials=3).run()  # trial 2, then its report
+    third = FakeLauncher(b, weight_score)  # A has stopped: B typed again, one trial more
+    make_search(b, third, **settings, n_trials=4).run()
+
+    def folders(launcher):
+        return [
+            str(
+                (launcher.folder / dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"])
+                .resolve()
+                .relative_to(tmp_path)
+            )
+            for job in launcher.jobs
+            if "report" not in " ".join(job)
+        ]
+
+    assert folders(first) == ["a/trial-000/seed-1", "a/trial-000/seed-2"]
+    assert folders(second) == ["b/trial-002/seed-1", "b/trial-002/seed-2"]
+    assert folders(third) == [
+        "a/trial-001/seed-1", "a/trial-001/seed-2", "b/trial-003/seed-1", "b/trial-003/seed-2"
+    ]  # fmt: skip
+    trials = pd.read_csv(b / "trials.csv")
+    assert trials.groupby("trial").state.first().tolist() == ["COMPLETE"] * 4
+    assert trials.job_dir.str.startswith(str(a / "trial-001")).sum() == 2
+
+
 def test_a_job_of_the_stopped_search_still_running_is_not_launched_again(tmp_path):
     """On SLURM a job outlives the search that submitted it: typed again while the job runs,
     the search stops with one message instead of a second job there, which the folder lock would

@@ -14,19 +14,32 @@ searches with other sampler seeds share no trial (with ``seed + k``, seed 1's tr
 0's trials 1-5). A sampler that keeps a sequence in the study (QMC) is seeded once, with the seed
 itself: reseeded per trial, it would scramble its sequence anew each time; the study records how
 far along it is, so a continued search goes on with the same sequence.
+
+A study in a shared ``storage`` may have several searches working on it at once, each in its own
+folder (``n_trials`` is then the study's total). Each trial records its home, the search folder
+its jobs run in, and its owner, the search running it (its folder, host and process). A RUNNING
+trial is taken over only from an owner known to have stopped: its folder's lock, which a live
+search holds (:mod:`isotune.record.folder_lock`, seen across hosts on a shared file system), is
+free. So two searches never run one trial, and neither tells Optuna about a trial the other
+finished.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from isotune.errors import IsotuneError
+from isotune.record import folder_lock
 from isotune.search.checks import baseline_folder, changes_a_run, check_same_ranking
 from isotune.search.settings import SearchSettings
 
+HOME_ATTR = "isotune_folder"  # a trial's user attribute: the search folder its jobs run in
+OWNER_ATTR = "isotune_owner"  # the search running it: its folder, host and process
 JOURNAL_FILE = "optuna_journal.log"  # the study, in the search folder unless storage names one
 SETTINGS_ATTR = "isotune_settings"  # the study's user attribute: what ranks its trials
 BASELINES_ATTR = "isotune_baselines"  # every baseline its report ran, the first in report/baseline
@@ -126,3 +139,18 @@ def _keeps_a_sequence(sampler: Any) -> bool:
     from optuna.samplers import QMCSampler
 
     return isinstance(sampler, QMCSampler)
+
+
+def owner(folder: Path) -> dict[str, Any]:
+    """The record of the search in ``folder`` running a trial, as its owner."""
+    return {"folder": str(folder), "host": socket.gethostname(), "pid": os.getpid()}
+
+
+def owner_stopped(trial: Any, folder: Path) -> bool:
+    """Whether the RUNNING ``trial`` may be taken over by the search in ``folder``: its owner is
+    this folder's search (one live search per folder), unrecorded (a study older than the
+    record), or has stopped (its folder's lock is free)."""
+    recorded = trial.user_attrs.get(OWNER_ATTR)
+    if recorded is None or Path(recorded["folder"]) == folder:
+        return True
+    return folder_lock.holder(recorded["folder"]) is None

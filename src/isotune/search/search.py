@@ -27,8 +27,12 @@ from typing import Any
 from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
 from isotune.search.optuna_study import (
+    HOME_ATTR,
+    OWNER_ATTR,
     check_storage,
     open_study,
+    owner,
+    owner_stopped,
     report_baseline_folder,
     trial_sampler,
 )
@@ -58,9 +62,11 @@ class Job:
 
 @dataclass
 class _Trial:
-    """A trial in flight: the Optuna trial, the seeds it has run, and the round it is in."""
+    """A trial in flight: the Optuna trial, where its jobs run, the seeds it has run, and the
+    round it is in."""
 
     trial: Any
+    home: Path  # the search folder its jobs run in
     round: int = 0
     outcomes: dict[int, JobOutcome] = field(default_factory=dict)  # by seed index
 
@@ -109,11 +115,18 @@ class Search:
         self.study = open_study(self.settings, self.folder)  # before multirun.yaml is written
         check_no_live_jobs(self.folder, "Continuing the search")
         write_text(self.folder / SWEEP_FILE, self.sweep_record)
-        left = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        for frozen in left:
-            self.live[frozen.number] = _Trial(optuna.trial.Trial(self.study, frozen._trial_id))
-        if left:
-            log.info(f"Continuing trials {[t.number for t in left]} a stopped search left")
+        running = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        for frozen in running:
+            if owner_stopped(frozen, self.folder):
+                self._run(optuna.trial.Trial(self.study, frozen._trial_id), frozen.user_attrs)
+                continue
+            others = frozen.user_attrs[OWNER_ATTR]
+            log.info(
+                f"Trial {frozen.number} runs in another search ({others['folder']} on "
+                f"{others['host']}, pid {others['pid']}): left to it"
+            )
+        if self.live:
+            log.info(f"Continuing trials {sorted(self.live)} a stopped search left")
         self.check_failures()
 
     def start_trial(self) -> bool:
@@ -123,8 +136,15 @@ class Search:
         number = len(self.study.trials)
         self.study.sampler = trial_sampler(self.settings, number, self.study.sampler)
         trial = self.study.ask(self.space.distributions())
-        self.live[trial.number] = _Trial(trial)
+        trial.set_user_attr(HOME_ATTR, str(self.folder))
+        self._run(trial, {})
         return True
+
+    def _run(self, trial: Any, attrs: dict[str, Any]) -> None:
+        """Run ``trial`` (its user attributes ``attrs``) here: in flight, owned by this search,
+        its jobs in its home folder."""
+        trial.set_user_attr(OWNER_ATTR, owner(self.folder))
+        self.live[trial.number] = _Trial(trial, Path(attrs.get(HOME_ATTR, self.folder)))
 
     def next_jobs(self) -> list[Job]:
         """The jobs of the next round: those of the trials in flight; once every trial has
@@ -162,7 +182,7 @@ class Search:
         live = self.live[number]
         overrides = self.space.overrides(live.trial.params)
         return [
-            self._job(overrides, self.settings.seeds[i], f"trial-{number:03d}", number)
+            self._job(overrides, self.settings.seeds[i], f"trial-{number:03d}", number, live.home)
             for i in self._round_seeds(live)
         ]
 
@@ -279,9 +299,16 @@ class Search:
     def _rows(self) -> list[TrialRow]:
         return [_row(t, self.space) for t in self.study.trials if t.state.is_finished()]
 
-    def _job(self, overrides: list[str], seed: int, where: str, trial: int = REPORT) -> Job:
+    def _job(
+        self,
+        overrides: list[str],
+        seed: int,
+        where: str,
+        trial: int = REPORT,
+        home: Path | None = None,
+    ) -> Job:
         task_overrides = (*overrides, f"{SEED_KEY}={seed}", *self._wandb_tags(where))
-        return Job(self.folder / where / f"seed-{seed}", seed, task_overrides, trial)
+        return Job((home or self.folder) / where / f"seed-{seed}", seed, task_overrides, trial)
 
     def _wandb_tags(self, where: str) -> list[str]:
         """With ``logger=wandb``, each run is tagged with the search and its trial (or report
