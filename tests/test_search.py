@@ -7,6 +7,7 @@ figures; the slow tests run `python train.py -m hparams_search=istar` on the tin
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -47,7 +48,7 @@ from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
 from isotune.search.checks import searched_as_typed
-from isotune.search.loop import run_searches
+from isotune.search.loop import JobsNotEnded, run_searches
 from isotune.search.optuna_study import trial_sampler
 from isotune.search.search import Search
 from isotune.search.settings import SearchSettings
@@ -645,6 +646,22 @@ def test_a_launcher_raising_mid_batch_leaves_the_trial_unfinished_and_the_search
         for name in ("whole", "stopped")
     )
     pd.testing.assert_frame_equal(first, second)
+
+
+def test_a_job_interrupted_while_the_launcher_returns_stops_the_search_too(tmp_path):
+    """A gpus worker stopped by its own SIGTERM: its job is interrupted, the launcher returns."""
+    launch = FakeLauncher(tmp_path, weight_score, unended_at_launch=0)
+
+    def returns(jobs):
+        with contextlib.suppress(RuntimeError):
+            launch(jobs)
+
+    with pytest.raises(JobsNotEnded, match=r"^These jobs of the search have not ended") as stopped:
+        make_search(tmp_path, returns, n_trials=2, **SMALL).run()
+    assert f"{tmp_path / 'trial-000' / 'seed-1'}: interrupted" in str(stopped.value)
+    journal = JournalStorage(JournalFileBackend(str(tmp_path / "optuna_journal.log")))
+    study = optuna.load_study(study_name="istar_rte_minilm", storage=journal)
+    assert [t.state.name for t in study.trials] == ["RUNNING"]
 
 
 def test_two_searches_on_one_journal_never_run_a_trial_twice(tmp_path):
