@@ -10,7 +10,8 @@ model: they test the sweep machinery, and the packaged MiniLM already runs in th
 run. Nothing else is added: no ``hydra.run.dir``, ``hydra.sweep.dir`` or ``+key=``. Placeholders
 such as ``logs/runs/<run>/checkpoints/best.ckpt`` are filled with what the pages' training
 commands left in that directory, README's first. Multiruns are cut to two jobs, searches
-(``hparams_search=``) to one trial of one tuning seed and one report seed; ``experiment=``
+(``hparams_search=``) to one trial of one tuning seed and one report seed, studies (``study=``)
+to that on RTE with the arms ``none`` and ``isobn``; ``experiment=``
 presets and SLURM commands are composed into their job lists, not run. A command written on
 several pages, or two that come to the same after the cut and the filling (``-m task=rte,mrpc,stsb``
 and ``-m task=rte,mrpc``), runs once.
@@ -62,6 +63,8 @@ SEARCH_SIZE = {
     "hydra.sweeper.seeds": "[1]",
     "hydra.sweeper.report_seeds": "[2]",
 }
+STUDY = "study="  # arms x tasks of searches (docs/study.md): its folder is logs/study/<study>
+STUDY_SIZE = {**SEARCH_SIZE, "hydra.sweeper.arms": "[none,isobn]", "hydra.sweeper.tasks": "[rte]"}
 ANALYZE_SIZE = {
     "data.dev_examples": "32",
     "data.train_examples": "32",
@@ -102,6 +105,10 @@ class Command:
     @property
     def search(self) -> bool:
         return self.target == "train.py" and any(arg.startswith(SEARCH) for arg in self.args)
+
+    @property
+    def study(self) -> bool:
+        return self.target == "train.py" and any(arg.startswith(STUDY) for arg in self.args)
 
     @property
     def compose_only(self) -> bool:
@@ -276,6 +283,8 @@ class Workdir:
             sizes["model.name_or_path"] = str(self.tiny_encoder)
         if any(arg.startswith(SEARCH) for arg in args):
             sizes.update(SEARCH_SIZE)
+        if any(arg.startswith(STUDY) for arg in args):
+            sizes.update(STUDY_SIZE)
         return sizes_not_given(sizes, args)
 
     def fill(self, command: Command, arg: str) -> str:
@@ -319,6 +328,10 @@ def read_status(run_dir: Path) -> str:
 def check_train(outcome: Outcome) -> None:
     if outcome.command.search:
         report = outcome.created_under("search") / "search_report.md"
+        assert report.is_file(), outcome.report(f"no {report}")
+        return
+    if outcome.command.study:
+        report = outcome.created_under("study") / "study_report.md"
         assert report.is_file(), outcome.report(f"no {report}")
         return
     if not outcome.command.multirun:

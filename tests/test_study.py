@@ -6,14 +6,21 @@ numbers (tests/helpers/studies.py)."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
+import signal
 import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from omegaconf import OmegaConf
 from scipy import stats
 
 from isotune.errors import IsotuneError
@@ -28,6 +35,8 @@ from isotune.study.comparison import (
 from isotune.study.plan import plan_study
 from isotune.study.report import REPORT_FILE, RESULTS_FILE, RUNS_FILE, write_study_report
 from isotune.study.results import ArmOutcome, StudyRun, read_arm
+from tests.conftest import ROOT, compose_train_config
+from tests.helpers.cli import tiny_cli_overrides
 from tests.helpers.studies import write_search
 
 CATALOG = {
@@ -280,3 +289,75 @@ def test_the_study_report_reads_every_search_and_writes_its_tables_and_figures(t
     assert "none: 0.5600, 0.5800, 0.5500" in text
     assert "## rte" in text and "## Across tasks" in text and "With 1 task(s)" in text
     assert "| isobn | optim.lr=3e-05 | 0.6000 | 0.5725 ± " in text
+
+
+# ---- end to end, as typed ----
+def _study_command(tiny_bert: Path, glue_dir: Path, *more: str) -> list[str]:
+    """``python train.py -m study=isotropy_cpu task=rte`` at a tiny budget: two arms, one trial
+    on one tuning seed, two report seeds, one job at a time: 6 tiny runs."""
+    return [
+        sys.executable, str(ROOT / "train.py"), "-m", "study=isotropy_cpu", "task=rte",
+        "hydra.sweeper.arms=[none,cosreg]", "hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=[1]",
+        "hydra.sweeper.report_seeds=[3,4]", "hydra.sweeper.n_jobs=1", "hydra.launcher.n_jobs=1",
+        "trainer=cpu", "logger=none", *tiny_cli_overrides(tiny_bert, glue_dir), *more,
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_study_stopped_in_its_middle_continues_to_the_same_report(tmp_path, tiny_bert, glue_dir):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    whole, stopped_dir = tmp_path / "whole", tmp_path / "stopped"
+    for cwd in (whole, stopped_dir):
+        cwd.mkdir()
+    command = _study_command(tiny_bert, glue_dir)
+    done = subprocess.run(command, cwd=whole, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = whole / "logs" / "study" / "isotropy_cpu_minilm"
+    text = (folder / REPORT_FILE).read_text()
+    assert "## rte" in text and "| cosreg |" in text and text in done.stdout + done.stderr
+    assert "checkpoint.keep=none" in done.stdout + done.stderr
+    runs = pd.read_csv(folder / RUNS_FILE)
+    assert len(runs) == 2 * (1 + 2) and set(runs["status"]) == {"completed"}
+    assert not list(folder.rglob("*.ckpt"))  # a study keeps the runs' records, not their models
+
+    stopped = subprocess.Popen(command, cwd=stopped_dir, env=env, stdout=subprocess.PIPE, text=True)
+    first = stopped_dir / "logs" / "study" / "isotropy_cpu_minilm" / "rte" / "none"
+    deadline = time.monotonic() + 300
+    while not list(first.glob("report/trial-*/seed-3/results.json")):  # a search in its report
+        assert stopped.poll() is None and time.monotonic() < deadline, "nothing to stop"
+        time.sleep(0.2)
+    stopped.send_signal(signal.SIGTERM)
+    output = stopped.communicate(timeout=120)[0]
+    assert stopped.returncode in (1, 128 + signal.SIGTERM), output[-3000:]  # 1: a job was cut
+    assert "continue the study" in output
+    continued = stopped_dir / "logs" / "study" / "isotropy_cpu_minilm"
+    before = {p: json.loads(p.read_text()) for p in continued.rglob("results.json")}
+    done_before = [p for p, r in before.items() if r["status"] == "completed"]
+    assert done_before  # the stop came after a completed run
+    again = subprocess.run(command, cwd=stopped_dir, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    results = {p: json.loads(p.read_text()) for p in continued.rglob("results.json")}
+    assert len(results) == 6 and all(r["status"] == "completed" for r in results.values())
+    assert all(results[p] == before[p] for p in done_before)  # no completed run ran again
+    assert (continued / REPORT_FILE).read_text() == text  # the same tables as the whole study
+
+
+@pytest.mark.parametrize(
+    ("preset", "runs"), [("isotropy", 1820), ("isotropy_cpu", 104), ("isotropy_results", 66)]
+)
+def test_each_preset_plans_the_runs_docs_study_md_gives(preset, runs, tmp_path):
+    cfg = compose_train_config([f"study={preset}"])
+    settings = OmegaConf.to_container(cfg.hydra.sweeper, resolve=True)
+    tasks = settings["tasks"]
+    configs = {task: TASK_FILES for task in tasks}
+    (tmp_path / "RTE").mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        (tmp_path / "RTE" / name).write_text("x\n")
+
+    def in_config(key: str) -> bool:
+        return key in cfg.hydra.runtime.choices or OmegaConf.select(cfg, key) is not None
+
+    plan = plan_study(settings, tasks, in_config, configs, tmp_path)
+    assert plan.jobs == runs and plan.baseline == "none"
+    assert cfg.checkpoint.keep == "none"  # a study keeps its runs' records, not their models
+    assert str(cfg.hydra.sweep.dir).endswith(f"/study/{settings['study_name']}")

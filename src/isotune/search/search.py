@@ -265,10 +265,14 @@ class Search:
         best = self.study.best_trial
         best_overrides = self.space.overrides(best.params)
         seeds = self.settings.report_seeds
-        baseline_dir = report_baseline_folder(self.study, self.settings.baseline)
+        if self.settings.baseline is None:  # a study's search: its baseline is an arm
+            baseline_dir, baseline_seeds = "", ()
+        else:
+            baseline_dir = report_baseline_folder(self.study, self.settings.baseline)
+            baseline_seeds = seeds
         return [
             *(self._job(best_overrides, s, f"report/trial-{best.number:03d}") for s in seeds),
-            *(self._job(list(self.settings.baseline), s, baseline_dir) for s in seeds),
+            *(self._job(list(self.settings.baseline), s, baseline_dir) for s in baseline_seeds),
         ]
 
     def _report(self, ran: list[JobOutcome]) -> None:
@@ -279,7 +283,7 @@ class Search:
         held_out = HeldOut(
             best=_row(best, self.space),
             best_overrides=[o for o in best_overrides if o not in shared],
-            baseline_overrides=[o for o in self.settings.baseline if o not in shared],
+            baseline_overrides=[o for o in self.settings.baseline or () if o not in shared],
             best_runs=ran[:n],
             baseline_runs=ran[n:],
         )

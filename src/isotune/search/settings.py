@@ -29,13 +29,14 @@ class SearchSettings:
 
     ``make_sampler(seed)`` makes the sampler (``seed`` None: unseeded); ``sampler_seed`` is the
     seed the user gave it (None: none). ``pruner`` is an Optuna pruner, None for none.
-    ``baseline`` is the baseline's overrides, the fixed ones included. ``tag_runs``: tag each
+    ``baseline`` is the baseline's overrides, the fixed ones included; None: no baseline runs
+    (a study's search, whose baseline is an arm of the study). ``tag_runs``: tag each
     run with the search and its trial (``logger=wandb``)."""
 
     space: SearchSpace
     seeds: tuple[int, ...]
     report_seeds: tuple[int, ...]
-    baseline: tuple[str, ...]
+    baseline: tuple[str, ...] | None
     direction: str
     n_trials: int
     max_failure_rate: float

@@ -21,9 +21,11 @@ from isotune.errors import IsotuneError
 from isotune.record.results import RESULTS_FILE, read_results
 
 SWEEP_FILE = "multirun.yaml"
-# The sweeper of a search (docs/search.md), as multirun.yaml names it: our own, whose folders
-# continue by their command (the official hydra-optuna-sweeper lays its folders out otherwise).
+# The sweepers of a search (docs/search.md) and of a study's searches (docs/study.md), as a search
+# folder's multirun.yaml names them: our own, whose folders continue by their command (the
+# official hydra-optuna-sweeper lays its folders out otherwise).
 SEARCH_SWEEPER = "hydra_plugins.isotune_launcher.optuna_sweeper.OptunaSweeper"
+STUDY_SWEEPER = "hydra_plugins.isotune_launcher.study_sweeper.StudySweeper"
 # Where a search lays out its runs: each trial's on the tuning seeds in ``trial-<n>/seed-<s>``,
 # the winner's and the baseline's on the report seeds below ``report/``.
 SEARCH_REPORT_FOLDER = "report"
@@ -123,9 +125,10 @@ class Sweep:
 
     @property
     def is_search(self) -> bool:
-        """A search (``hydra/sweeper=optuna``, docs/search.md) chooses each trial from the scores
-        of the earlier ones: typing its command again continues it; rerunning jobs would not."""
-        return self.sweeper == SEARCH_SWEEPER
+        """A search (``hydra/sweeper=optuna``, docs/search.md, or one of a study's) chooses each
+        trial from the scores of the earlier ones: typing its command again continues it;
+        rerunning jobs would not."""
+        return self.sweeper in (SEARCH_SWEEPER, STUDY_SWEEPER)
 
     @property
     def enumerable(self) -> bool:

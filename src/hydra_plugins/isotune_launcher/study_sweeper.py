@@ -1,0 +1,227 @@
+"""Hydra sweeper ``study`` (``hydra/sweeper=study``, set by a ``study=`` preset): arms x tasks, each
+(task, arm) a search at the same budget, their jobs sharing the launcher's slots (docs/study.md).
+
+The plan and its checks are :mod:`isotune.study.plan`'s, run before any job; then the whole study
+must fit on its disk, as every sweep (each job sized as the baseline arm's run on its task). Each
+(task, arm) is a :class:`~isotune.search.search.Search` in ``<study folder>/<task>/<arm>``, with
+no baseline of its own: the baseline is an arm, tuned as the others, and every arm of a task runs
+its best trial on the same report seeds. :func:`isotune.search.loop.run_searches` runs them all,
+their trials in flight together (``n_jobs``), so a study keeps every slot busy. The study folder
+is locked for one process (the sweep's folder lock); typed again, the command continues every
+search where it stopped. At the end, :mod:`isotune.study.report` writes the study report.
+
+A ``task`` sweep on the command line (``task=rte,mrpc``) is the study's tasks, never searched;
+another sweep there is refused (the arms say what is searched); a plain value applies to every
+job.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.errors import HydraException
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from hydra_plugins.isotune_launcher.hydra_search import HydraLaunch, compose_checked
+from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
+from isotune.errors import IsotuneError
+from isotune.search.loop import run_searches
+from isotune.search.search import Search
+from isotune.search.settings import SEED_KEY, SearchSettings
+from isotune.search.space import parse_space
+from isotune.study.plan import Arm, StudyPlan, plan_study
+from isotune.study.report import write_study_report
+from isotune.study.results import read_arm
+
+log = logging.getLogger(__name__)
+
+AGAIN = "Type the same command again to continue the study (docs/study.md)."
+TASK_KEY = "task"
+
+
+@dataclass
+class StudySweeperConf:
+    _target_: str = "hydra_plugins.isotune_launcher.study_sweeper.StudySweeper"
+    _recursive_: bool = False  # the sampler and pruner stay configs: each search makes its own
+    catalog: dict[str, Any] = field(default_factory=dict)  # arm: {overrides, params}
+    arms: list[str] = field(default_factory=list)  # chosen from the catalog
+    baseline_arm: str = "none"
+    lr: str = "tag(log, interval(1e-5, 2e-4))"  # searched by every arm
+    tasks: list[str] = field(default_factory=lambda: ["rte"])  # task=... replaces them
+    study_name: str | None = None  # null: the study folder's name
+    n_trials: int = 20  # per (task, arm)
+    n_jobs: int = 1  # trials in flight over all the searches
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
+    report_seeds: list[int] = field(default_factory=lambda: [101, 102, 103, 104, 105])
+    direction: str = "maximize"
+    max_failure_rate: float = 0.25  # per search
+    sampler: Any = field(
+        default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": 0}
+    )
+    pruner: Any = field(
+        default_factory=lambda: {"_target_": "optuna.pruners.WilcoxonPruner", "p_threshold": 0.3}
+    )
+
+
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="study", node=StudySweeperConf, provider="isotune"
+)
+
+
+class StudySweeper(Sweeper):
+    def __init__(self, **settings: Any) -> None:
+        self.settings = settings
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.launcher: Any = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def sweep(self, arguments: list[str]) -> Any:
+        assert self.config is not None and self.hydra_context is not None
+        config = self.config
+        folder = Path(str(config.hydra.sweep.dir)).resolve()
+        log.info(f"Study folder: {folder}")
+        with stops_with_a_summary(folder, self.launcher, "Study", AGAIN):
+            s = _plain(self.settings)
+            tasks, fixed = _tasks_and_fixed(arguments, s["tasks"])
+            composed = self._task_jobs(tasks, fixed, s)
+            task_configs = {t: OmegaConf.to_container(job.task) for t, job in composed.items()}
+            glue_dir = OmegaConf.select(config, "paths.glue_dir")
+            plan = plan_study(s, tasks, lambda key: _in_config(config, key), task_configs, glue_dir)
+            log.info(
+                f"{len(plan.searches)} searches ({', '.join(a.name for a in plan.arms)} on "
+                f"{', '.join(plan.tasks)}): {plan.jobs} runs when none is pruned or fails; "
+                f"checkpoint.keep={config.checkpoint.keep}"
+                + (
+                    " (the runs' records are kept, not their models)"
+                    if config.checkpoint.keep == "none"
+                    else ""
+                )
+            )
+            searches = [
+                Search(
+                    self._search_settings(s, plan, task, arm, fixed, folder),
+                    folder / task / arm.name,
+                    OmegaConf.to_yaml(config),
+                )
+                for task, arm in plan.searches
+            ]
+            self._check_fits(plan, composed, folder)
+            run_searches(searches, HydraLaunch(self.launcher, folder), s["n_jobs"])
+            outcomes = [read_arm(folder / t / a.name, t, a.name) for t, a in plan.searches]
+            text = write_study_report(folder, outcomes, plan.baseline, s["direction"] == "maximize")
+            log.info(f"\n{text}")
+
+    def _search_settings(
+        self,
+        s: dict[str, Any],
+        plan: StudyPlan,
+        task: str,
+        arm: Arm,
+        fixed: list[str],
+        folder: Path,
+    ) -> SearchSettings:
+        sampler = dict(s["sampler"])
+
+        def make_sampler(seed: int | None) -> Any:
+            return instantiate(sampler if seed is None else {**sampler, "seed": seed})
+
+        assert self.config is not None
+        name = s["study_name"] or folder.name
+        return SearchSettings(
+            space=parse_space(dict(arm.params), [*fixed, f"{TASK_KEY}={task}", *arm.overrides]),
+            seeds=plan.seeds,
+            report_seeds=plan.report_seeds,
+            baseline=None,  # the baseline is an arm of the study
+            direction=s["direction"],
+            n_trials=plan.n_trials,
+            max_failure_rate=s["max_failure_rate"],
+            study_name=f"{name}_{task}_{arm.name}",
+            storage=None,
+            make_sampler=make_sampler,
+            sampler_seed=sampler.get("seed"),
+            pruner=instantiate(s["pruner"]) if s["pruner"] is not None else None,
+            tag_runs=self.config.hydra.runtime.choices.get("logger") == "wandb",
+        )
+
+    def _task_jobs(
+        self, tasks: list[str], fixed: list[str], s: dict[str, Any]
+    ) -> dict[str, DictConfig]:
+        """Each task's job of the baseline arm, composed and its values checked as train.py
+        checks them (a task without a config is absent, which the plan refuses by name)."""
+        assert self.config is not None and self.hydra_context is not None
+        loader = self.hydra_context.config_loader
+        baseline = (s["catalog"].get(s["baseline_arm"]) or {}).get("overrides") or []
+        jobs = {}
+        for task in tasks:
+            overrides = [*fixed, f"{TASK_KEY}={task}", *baseline, f"{SEED_KEY}={s['seeds'][0]}"]
+            try:
+                jobs[task] = compose_checked(self.config, loader, overrides)
+            except HydraException:
+                continue
+        return jobs
+
+    def _check_fits(self, plan: StudyPlan, jobs: dict[str, DictConfig], folder: Path) -> None:
+        """Refuse a study that cannot fit on its disk, before any job: every run of every
+        search, each sized as the baseline arm's run on its task."""
+        from isotune.training.sweep_space import check_sweep_fits, jobs_at_once  # imports torch
+
+        assert self.config is not None
+        per_task = len(plan.arms) * (plan.n_trials * len(plan.seeds) + len(plan.report_seeds))
+        at_once = jobs_at_once(
+            self.config.hydra.launcher, self.settings["n_jobs"] * len(plan.seeds)
+        )
+        check_sweep_fits(
+            folder, [jobs[task] for task in plan.tasks for _ in range(per_task)], at_once
+        )
+
+
+def _plain(settings: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        for key, value in settings.items()
+    }
+
+
+def _tasks_and_fixed(arguments: list[str], tasks: list[str]) -> tuple[list[str], list[str]]:
+    """The command line's ``task`` (a sweep: the study's tasks; else the preset's ``tasks``) and
+    its plain overrides, for every job; another sweep is refused."""
+    fixed = []
+    for override in OverridesParser.create().parse_overrides(arguments):
+        key = override.get_key_element()
+        if key == TASK_KEY:
+            if override.is_sweep_override():
+                tasks = [str(value) for value in override.sweep_string_iterator()]
+            else:
+                tasks = [str(override.value())]
+        elif override.is_sweep_override():
+            raise IsotuneError(
+                f"{override.input_line} sweeps a key on a study's command line: a study searches "
+                "only its arms' keys (hydra.sweeper.catalog) and grids only task. Fix: give "
+                f"{key} one value, or search it in an arm's params."
+            )
+        else:
+            fixed.append(override.input_line)
+    return tasks, fixed
+
+
+def _in_config(config: DictConfig, key: str) -> bool:
+    if key in config.hydra.runtime.choices or key.split(".")[0] in config.hydra.runtime.choices:
+        return True
+    missing = object()
+    return OmegaConf.select(config, key, default=missing, throw_on_missing=False) is not missing
