@@ -23,6 +23,7 @@ import yaml
 from omegaconf import OmegaConf
 from scipy import stats
 
+from isotune.dashboard.cli import study_section
 from isotune.errors import IsotuneError
 from isotune.study.comparison import (
     ALL_TASKS,
@@ -289,6 +290,11 @@ def test_the_study_report_reads_every_search_and_writes_its_tables_and_figures(t
     assert "none: 0.5600, 0.5800, 0.5500" in text
     assert "## rte" in text and "## Across tasks" in text and "With 1 task(s)" in text
     assert "| isobn | optim.lr=3e-05 | 0.6000 | 0.5725 ± " in text
+    # the W&B report of a study folder opens with the study report and its figures
+    (heading, body, names), *_ = study_section(study)[0]
+    assert heading == "Study study" and "### rte" in body and "## Across tasks" in body
+    assert names == ["study/expected_best_rte", "study/held_out"]
+    assert study_section(study / "rte" / "none") == ([], {})
 
 
 # ---- end to end, as typed ----

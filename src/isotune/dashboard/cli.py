@@ -70,12 +70,31 @@ def search_sections(
         if not sweep.is_search:
             continue
         text, drawn = search_outputs(sweep.dir)
-        body = re.sub(r"\A# .*\n+", "", text)  # its title: the section's heading instead
-        body = re.sub(r"^(#+) ", r"#\1 ", body, flags=re.MULTILINE)  # its parts below that
+        body = _under_heading(text)
         named = {f"{sweep.dir.name}/{name}": path for name, path in drawn.items()}
         sections.append((f"Search {sweep.dir.name}", body, list(named)))
         figures |= named
     return sections, figures
+
+
+def study_section(folder: Path) -> tuple[list[tuple[str, str, list[str]]], dict[str, Path]]:
+    """The report's opening section when ``folder`` is a study's (its study_report.md and
+    figures, as :func:`search_sections` gives a search's); none otherwise."""
+    from isotune.study.report import study_outputs
+
+    outputs = study_outputs(folder)
+    if outputs is None:
+        return [], {}
+    text, drawn = outputs
+    named = {f"{folder.name}/{name}": path for name, path in drawn.items()}
+    return [(f"Study {folder.resolve().name}", _under_heading(text), list(named))], named
+
+
+def _under_heading(text: str) -> str:
+    """A report's Markdown as a section's body: its title dropped (the section's heading
+    instead), its parts one level below."""
+    body = re.sub(r"\A# .*\n+", "", text)
+    return re.sub(r"^(#+) ", r"#\1 ", body, flags=re.MULTILINE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,6 +154,8 @@ def _report(args: argparse.Namespace) -> int:
     result = aggregate([args.sweep])
     _, figures, report_path = write_outputs(result, args.sweep)
     searches, search_figures = search_sections(result.sweeps)
+    study, study_figures = study_section(args.sweep)  # a study's report opens with it
+    searches, search_figures = [*study, *searches], {**study_figures, **search_figures}
     title = args.sweep.resolve().name  # the group of the aggregate's summary run
     run_files = wandb_runs_below([run.job_dir for run in result.runs])
     logged: set[str] = set()

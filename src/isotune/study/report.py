@@ -81,6 +81,16 @@ def _curve(outcome: ArmOutcome, maximize: bool) -> list[Any]:
     return expected_best_curve(values, maximize)
 
 
+def study_outputs(folder: Path) -> tuple[str, dict[str, Path]] | None:
+    """What a study left in ``folder`` for its W&B report: the text of its report and its
+    figures by name; None where ``folder`` is no study folder or the study has not ended."""
+    path = folder / REPORT_FILE
+    if not path.is_file():
+        return None
+    drawn = [*sorted(folder.glob("expected_best_*.png")), folder / f"{HELD_OUT_FIGURE}.png"]
+    return path.read_text(), {p.stem: p for p in drawn if p.is_file()}
+
+
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [{key: _plain(value) for key, value in row.items()} for row in frame.to_dict("records")]
 
