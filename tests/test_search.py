@@ -48,7 +48,7 @@ from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
 from isotune.search.checks import searched_as_typed
-from isotune.search.loop import JobsNotEnded, run_searches
+from isotune.search.loop import JobsNotEnded, check_reports_complete, run_searches
 from isotune.search.optuna_study import trial_sampler
 from isotune.search.search import Search
 from isotune.search.settings import SearchSettings
@@ -226,6 +226,7 @@ class SearchRun:
         run_searches(
             [self.search], lambda jobs: self.launch(job_overrides(jobs, folder)), self.n_jobs
         )
+        check_reports_complete([self.search])
 
 
 def make_search(
@@ -829,6 +830,28 @@ def test_two_searches_share_each_launch_and_end_as_each_would_alone(tmp_path):
     assert not pd.read_csv(together / "a" / "trials.csv")["reg.weight"].equals(
         pd.read_csv(together / "b" / "trials.csv")["reg.weight"]
     )
+
+
+def test_a_failed_report_run_lets_every_search_end_then_stops_in_one_message(tmp_path):
+    """A NaN on one report seed of one search raised inside the loop: the other searches were
+    never told their report's outcomes, and a study report was never written. Now every search
+    ends with its report (the run counted as failed), then one message names the failed runs."""
+
+    def a_report_nan(values, seed):
+        nan = values["hydra.sweep.subdir"].startswith("a/report") and seed == 12
+        return None if nan else weight_score(values, seed)
+
+    launch = FakeLauncher(tmp_path, a_report_nan)
+    searches = [make_search(tmp_path / name, launch, n_trials=1, **SMALL).search for name in "ab"]
+    run_searches(searches, lambda jobs: launch(job_overrides(jobs, tmp_path)), 2)
+    assert all(search.finished for search in searches)
+    assert "Held out" in (tmp_path / "b" / "search_report.md").read_text()
+    assert "failed" in (tmp_path / "a" / "search_report.md").read_text()
+    with pytest.raises(IsotuneError, match="lacks 2 of its 12 runs") as stopped:
+        check_reports_complete(searches)
+    named = [line for line in str(stopped.value).splitlines() if "NonFiniteLossError" in line]
+    assert len(named) == 2 and all("a/report/" in line and "seed-12" in line for line in named)
+    check_reports_complete(searches[1:])  # b alone completed
 
 
 def test_a_search_refuses_a_job_whose_folder_holds_a_link_leading_out(tmp_path):

@@ -29,7 +29,7 @@ from hydra_plugins.isotune_launcher.hydra_search import (
     search_settings,
 )
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
-from isotune.search.loop import run_searches
+from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
 
 log = logging.getLogger(__name__)
@@ -96,3 +96,4 @@ class OptunaSweeper(Sweeper):
                 config, settings, n_jobs, folder, lambda o: loader.load_sweep_config(config, o)
             )
             run_searches([search], HydraLaunch(self.launcher, folder), n_jobs)
+            check_reports_complete([search])

@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydra_plugins.isotune_launcher.hydra_search import HydraLaunch, compose_checked
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.errors import IsotuneError
-from isotune.search.loop import run_searches
+from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
 from isotune.search.settings import SEED_KEY, SearchSettings
 from isotune.search.space import parse_space
@@ -126,6 +126,7 @@ class StudySweeper(Sweeper):
             outcomes = [read_arm(folder / t / a.name, t, a.name) for t, a in plan.searches]
             text = write_study_report(folder, outcomes, plan.baseline, s["direction"] == "maximize")
             log.info(f"\n{text}")
+            check_reports_complete(searches)
 
     def _search_settings(
         self,

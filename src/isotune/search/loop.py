@@ -31,7 +31,7 @@ from pathlib import Path
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
 from isotune.record.resume import check_links_stay_inside, record_refusal
-from isotune.search.outcomes import JobOutcome, completed_before, read_outcome
+from isotune.search.outcomes import JobOutcome, completed_before, failure_reason, read_outcome
 from isotune.search.search import Job, Search
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,29 @@ def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int
             raise JobsNotEnded(_not_ended(unended, launcher_error))
         if launcher_error is not None:
             log.error(f"The launcher stopped: {_first_line(launcher_error)} (every job had ended)")
+
+
+def check_reports_complete(searches: Sequence[Search]) -> None:
+    """Stop, in one message naming them, if report runs of any of ``searches`` did not complete.
+
+    Called once every search has ended and its report (and a study's report) is written, so that
+    one failed held-out run (a NaN on one report seed) neither stops the other searches nor
+    keeps the report from counting it as a failure; the command still exits 1, since the
+    comparison lacks that run."""
+    lacking = [search for search in searches if search.missing_report_runs]
+    if not lacking:
+        return
+    missing = sum(len(search.missing_report_runs) for search in lacking)
+    total = sum(search.report_runs for search in searches)
+    runs = "\n".join(
+        f"  {failure_reason(run)}" for search in lacking for run in search.missing_report_runs
+    )
+    raise IsotuneError(
+        f"The held-out report lacks {missing} of its {total} runs, so the search did not "
+        f"complete; the report counts them as failed:\n{runs}\nFix what their results.json and "
+        "train.log say, then type the same command again: the report's runs that did not "
+        "complete run again, and the report is made again."
+    )
 
 
 def _start_trials(searches: Sequence[Search], room: int) -> None:

@@ -86,6 +86,10 @@ class Search:
         self.live: dict[int, _Trial] = {}
         self.report_asked = False
         self.report_text: str | None = None
+        # The report's runs that did not complete: failures the report counts; the caller says
+        # so once every search has ended (:func:`isotune.search.loop.check_reports_complete`).
+        self.missing_report_runs: list[JobOutcome] = []
+        self.report_runs = 0
 
     @property
     def space(self) -> SearchSpace:
@@ -290,15 +294,8 @@ class Search:
         text = write_report(self.folder, self._rows(), held_out, self.settings.maximize, self.study)
         log.info(f"{summarize_sweep(self.folder).text}\n\n{text}")
         self.report_text = text
-        if missing := [run for run in ran if not run.completed]:
-            raise IsotuneError(
-                f"The held-out report lacks {len(missing)} of its {len(ran)} runs, so the search "
-                "did not complete:\n"
-                + "\n".join(f"  {failure_reason(run)}" for run in missing)
-                + "\nFix what their results.json and train.log say, then type the same command "
-                "again: the report's runs that did not complete run again, and the report is "
-                "made again."
-            )
+        self.missing_report_runs = [run for run in ran if not run.completed]
+        self.report_runs = len(ran)
 
     def _rows(self) -> list[TrialRow]:
         return [_row(t, self.space) for t in self.study.trials if t.state.is_finished()]
