@@ -367,3 +367,14 @@ def test_each_preset_plans_the_runs_docs_study_md_gives(preset, runs, tmp_path):
     assert plan.jobs == runs and plan.baseline == "none"
     assert cfg.checkpoint.keep == "none"  # a study keeps its runs' records, not their models
     assert str(cfg.hydra.sweep.dir).endswith(f"/study/{settings['study_name']}")
+
+
+def test_a_study_prunes_with_the_plain_searchs_default_pruner():
+    """The study sweeper kept WilcoxonPruner (p 0.3) after the search's default became
+    NoiseGapPruner: one default now, in the preset as composed."""
+    cfg = compose_train_config(["study=isotropy"])
+    search = compose_train_config(["hparams_search=lr"])
+    assert OmegaConf.to_container(cfg.hydra.sweeper.pruner) == OmegaConf.to_container(
+        search.hydra.sweeper.pruner
+    )
+    assert cfg.hydra.sweeper.pruner._target_ == "isotune.search.pruning.NoiseGapPruner"

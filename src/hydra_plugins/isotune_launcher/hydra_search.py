@@ -26,6 +26,16 @@ from isotune.search.settings import (
 from isotune.search.space import SearchSpace, override_value, parse_space
 
 
+def default_pruner() -> dict[str, Any]:
+    """The pruner over seeds of every search, plain or a study's (``hydra.sweeper.pruner``; null:
+    no pruning, every seed of a batch at once): one default, so that a study's searches prune as
+    a plain search does."""
+    return {
+        "_target_": "isotune.search.pruning.NoiseGapPruner",
+        "gap_sd": 3.0,  # set by simulation: ~2% of equal trials pruned, most 3 SD worse ones
+    }
+
+
 def search_settings(
     config: DictConfig, sweeper: dict[str, Any], arguments: list[str], folder: Path
 ) -> SearchSettings:

@@ -25,6 +25,7 @@ from hydra_plugins.isotune_launcher.hydra_search import (
     HydraLaunch,
     check_search_fits,
     compose_checked,
+    default_pruner,
     dry_run_search,
     search_settings,
 )
@@ -43,12 +44,7 @@ class OptunaSweeperConf:
     _recursive_: bool = False  # the sampler and pruner stay configs: the sampler is made per trial
     defaults: list[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}])
     sampler: Any = None  # conf/hydra/sweeper/sampler/ (random: i.i.d.), or any by _target_
-    pruner: Any = field(  # over seeds; null: no pruning, every seed of a batch at once
-        default_factory=lambda: {
-            "_target_": "isotune.search.pruning.NoiseGapPruner",
-            "gap_sd": 3.0,  # set by simulation: ~2% of equal trials pruned, most 3 SD worse ones
-        }
-    )
+    pruner: Any = field(default_factory=default_pruner)  # over seeds; null: no pruning
     direction: str = "maximize"  # the best dev primary metric
     study_name: str | None = None  # null: the search folder's name
     storage: str | None = None  # null: optuna_journal.log in the search folder; or a file or URL

@@ -29,7 +29,11 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.isotune_launcher.hydra_search import HydraLaunch, compose_checked
+from hydra_plugins.isotune_launcher.hydra_search import (
+    HydraLaunch,
+    compose_checked,
+    default_pruner,
+)
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.errors import IsotuneError
 from isotune.search.loop import check_reports_complete, run_searches
@@ -65,9 +69,7 @@ class StudySweeperConf:
     sampler: Any = field(
         default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": 0}
     )
-    pruner: Any = field(
-        default_factory=lambda: {"_target_": "optuna.pruners.WilcoxonPruner", "p_threshold": 0.3}
-    )
+    pruner: Any = field(default_factory=default_pruner)  # a plain search's: one default
 
 
 ConfigStore.instance().store(
