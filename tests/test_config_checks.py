@@ -235,7 +235,13 @@ def test_cpu_and_auto_accelerators_need_no_gpu(no_gpu, trainer):
             "  +optim.lrr=1e-3: no code reads optim.lrr, so the run would ignore it; did you mean "
             "optim.lr? (a key the config has takes no +)",
         ),
+        (
+            ["++optim.lrr=1e-3"],
+            "  ++optim.lrr=1e-3: no code reads optim.lrr, so the run would ignore it; did you mean "
+            "optim.lr?",
+        ),
         (["norm=isobn", "+norm.momentm=0.1"], "did you mean norm.momentum?"),
+        (["norm=isobn", "++norm.momentm=0.1"], "did you mean norm.momentum?"),
         (["reg=istar", "+reg.zetta=0.1"], "did you mean reg.zeta?"),
         (["+model.dropot=0.1"], "did you mean model.dropout?"),
         (["+data.batchsize=8"], "did you mean data.batch_size?"),
@@ -256,6 +262,8 @@ def test_a_key_added_where_no_code_reads_it_names_the_nearest_known_key(added, l
     "added",
     [
         ["+trainer.val_check_interval=0.5"],  # a Lightning Trainer argument the config leaves out
+        ["++trainer.val_check_interval=0.5"],
+        ["++optim.lr=1e-3"],  # ++ sets a key the config has
         ["norm=batchnorm", "+norm.affine=false"],  # an argument of the norm's own class
         ["+callbacks.mine={_target_:lightning.pytorch.callbacks.Timer}"],  # a callback of one's own
         ["+callbacks.mine._target_=lightning.pytorch.callbacks.Timer"],

@@ -225,14 +225,28 @@ SECTION_BUILDERS: dict[str, Callable[[DictConfig], Any]] = {
 
 
 def _added_key_problems(cfg: DictConfig) -> list[str]:
-    """Each key the command line added (``+key=value``) under :data:`READ_SECTIONS` that no code
-    reads, with the nearest key that it does."""
+    """Each key the command line added (``+key=value``, or ``++key=value``, which adds or sets)
+    under :data:`READ_SECTIONS` that no code reads, with the nearest key that it does."""
     problems = []
-    added = [o[1:].split("=", 1) for o in _task_overrides(cfg) if o.startswith("+") and "=" in o]
-    added_keys = {key for key, _ in added}
-    for key, value in added:
+    added = [
+        (o[: len(o) - len(o.lstrip("+"))], *o.lstrip("+").split("=", 1))
+        for o in _task_overrides(cfg)
+        if o.startswith("+") and "=" in o
+    ]
+    added = [
+        (pluses, key, value) for pluses, key, value in added if key.split(".")[0] in READ_SECTIONS
+    ]
+    # ``++`` adds a key or sets one the config has; only the config composed without them tells.
+    forced = [f"{pluses}{key}={value}" for pluses, key, value in added if pluses == "++"]
+    before = _composed_without(cfg, forced) if forced else None
+    added_keys = {
+        key
+        for pluses, key, _ in added
+        if pluses == "+" or OmegaConf.select(before, key, default=_MISSING) is _MISSING
+    }
+    for pluses, key, value in added:
         parts = key.split(".")
-        if parts[0] not in READ_SECTIONS or len(parts) < 2:
+        if len(parts) < 2:
             continue
         unread = _unread_part(cfg, parts, added_keys)
         if unread is not None:
@@ -243,8 +257,8 @@ def _added_key_problems(cfg: DictConfig) -> list[str]:
             else:
                 hint = f"the keys code reads there: {', '.join(known)}"
             problems.append(
-                f"  +{key}={value}: no code reads {section}.{name}, so the run would ignore it; "
-                + hint
+                f"  {pluses}{key}={value}: no code reads {section}.{name}, "
+                f"so the run would ignore it; {hint}"
             )
     return problems
 
@@ -274,6 +288,26 @@ def _unread_part(
         if name not in known:
             return section, name, sorted(known - {"_target_"})
     return None
+
+
+_MISSING = object()
+
+
+def _composed_without(cfg: DictConfig, dropped: list[str]) -> DictConfig:
+    """The config Hydra composes from the command line that made ``cfg``, less the overrides
+    ``dropped``: in the running Hydra app, else from the config folder ``cfg`` records."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = cfg.hydra if "hydra" in cfg else HydraConfig.get()
+    name = hydra_cfg.job.config_name
+    kept = [o for o in _task_overrides(cfg) if o not in dropped]
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name=name, overrides=kept)
+    (folder,) = [s.path for s in hydra_cfg.runtime.config_sources if s.provider == "main"]
+    with initialize_config_dir(config_dir=folder, version_base="1.3"):
+        return compose(config_name=name, overrides=kept)
 
 
 def _only_added(path: str, value: Any, added_keys: set[str]) -> bool:
