@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import os
 import signal
@@ -20,9 +21,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from hydra._internal.callbacks import Callbacks
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.utils import create_config_search_path
+from hydra.types import HydraContext
 from omegaconf import OmegaConf
 from scipy import stats
 
+from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper
 from isotune.dashboard.cli import study_section
 from isotune.errors import IsotuneError
 from isotune.study.comparison import (
@@ -33,10 +39,10 @@ from isotune.study.comparison import (
     geometry_correlations,
     task_comparisons,
 )
-from isotune.study.plan import plan_study
+from isotune.study.plan import check_arm_keys, check_task_offline, plan_study
 from isotune.study.report import REPORT_FILE, RESULTS_FILE, RUNS_FILE, write_study_report
 from isotune.study.results import ArmOutcome, StudyRun, read_arm
-from tests.conftest import ROOT, compose_train_config
+from tests.conftest import CONF_DIR, ROOT, compose_train_config
 from tests.helpers.cli import tiny_cli_overrides
 from tests.helpers.studies import write_search
 
@@ -66,9 +72,11 @@ def _plan(tmp_path: Path, **changes):
     (glue / "RTE").mkdir(parents=True, exist_ok=True)
     for name in ("train.tsv", "dev.tsv"):
         (glue / "RTE" / name).write_text("x\n")
-    return plan_study(
-        {**SETTINGS, **changes}, ["rte"], KEYS.__contains__, {"rte": TASK_FILES}, glue
-    )
+    plan = plan_study({**SETTINGS, **changes}, ["rte"])
+    for arm in plan.arms:
+        check_arm_keys(arm, KEYS.__contains__)
+    check_task_offline("rte", TASK_FILES, glue)
+    return plan
 
 
 # ---- the plan and its checks ----
@@ -108,11 +116,12 @@ def test_a_task_without_its_files_offline_is_refused_by_name(tmp_path, monkeypat
     (tmp_path / "RTE").mkdir()
     for name in ("train.tsv", "dev.tsv"):
         (tmp_path / "RTE" / name).write_text("x\n")
+    check_task_offline("rte", configs["rte"], tmp_path)
     with pytest.raises(IsotuneError, match=r"Task mrpc is not available offline: .*MRPC/train"):
-        plan_study(SETTINGS, ["rte", "mrpc"], KEYS.__contains__, configs, tmp_path)
+        check_task_offline("mrpc", configs["mrpc"], tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(IsotuneError, match="Task rte cannot be read offline: GLUE_DIR is not"):
-        plan_study(SETTINGS, ["rte"], KEYS.__contains__, configs, None)
+        check_task_offline("rte", configs["rte"], None)
 
 
 # ---- the statistics, restated ----
@@ -355,15 +364,13 @@ def test_each_preset_plans_the_runs_docs_study_md_gives(preset, runs, tmp_path):
     cfg = compose_train_config([f"study={preset}"])
     settings = OmegaConf.to_container(cfg.hydra.sweeper, resolve=True)
     tasks = settings["tasks"]
-    configs = {task: TASK_FILES for task in tasks}
-    (tmp_path / "RTE").mkdir()
-    for name in ("train.tsv", "dev.tsv"):
-        (tmp_path / "RTE" / name).write_text("x\n")
 
     def in_config(key: str) -> bool:
         return key in cfg.hydra.runtime.choices or OmegaConf.select(cfg, key) is not None
 
-    plan = plan_study(settings, tasks, in_config, configs, tmp_path)
+    plan = plan_study(settings, tasks)
+    for arm in plan.arms:
+        check_arm_keys(arm, in_config)
     assert plan.jobs == runs and plan.baseline == "none"
     assert cfg.checkpoint.keep == "none"  # a study keeps its runs' records, not their models
     assert str(cfg.hydra.sweep.dir).endswith(f"/study/{settings['study_name']}")
@@ -378,3 +385,52 @@ def test_a_study_prunes_with_the_plain_searchs_default_pruner():
         search.hydra.sweeper.pruner
     )
     assert cfg.hydra.sweeper.pruner._target_ == "isotune.search.pruning.NoiseGapPruner"
+
+
+# ---- the sweeper's refusals, before any job ----
+def _refused_study(tmp_path: Path, glue_dir: Path, typed: list[str], preset=()) -> str:
+    """Sweep ``python train.py -m study=isotropy task=rte <typed>`` (``preset``: values composed
+    into the config as a preset would set them, not typed) and return what it logged as it
+    stopped with exit status 1 before any job."""
+    typed = ["study=isotropy", "task=rte", f"paths.log_dir={tmp_path}", *typed]
+    cfg = compose_train_config([*typed, f"paths.glue_dir={glue_dir}", *preset])
+    settings = OmegaConf.to_container(cfg.hydra.sweeper)
+    sweeper = StudySweeper(**{k: v for k, v in settings.items() if not k.startswith("_")})
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
+    context = HydraContext(config_loader=loader, callbacks=Callbacks())
+    sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("hydra_plugins.isotune_launcher.stopping")
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            sweeper.sweep([arg for arg in typed if arg.startswith("task=")])
+    finally:
+        logger.removeHandler(handler)
+    assert stopped.value.code == 1
+    assert not list(tmp_path.rglob("results.json"))
+    return "\n".join(messages)
+
+
+@pytest.mark.parametrize(
+    ("typed", "preset", "message"),
+    [
+        (["hydra.sweeper.sampler=random"], [], "sets the sampler to a value, not a sampler"),
+        ([], ["seed_data=0"], "seed_data=0 (in the config): set by the search"),
+        (["hydra.sweeper.seeds=[]"], [], "hydra.sweeper.seeds=[] must name one or more"),
+    ],
+)
+def test_a_study_refuses_what_a_plain_search_refuses(tmp_path, glue_dir, typed, preset, message):
+    """The study built its searches' settings by a copy of the search's builder, without its
+    guards: a sampler typed as a value crashed on dict("random"), a preset's seed_data=0 ran,
+    and seeds=[] raised IndexError. One builder now, one message each."""
+    logged = _refused_study(tmp_path, glue_dir, typed, preset)
+    assert message in logged and "Fix:" in logged
+
+
+def test_a_study_with_no_report_seed_names_a_fix_that_overlaps_no_tuning_seed(tmp_path):
+    with pytest.raises(IsotuneError) as refused:
+        _plan(tmp_path, seeds=[101, 102], report_seeds=[])
+    assert "hydra.sweeper.report_seeds=[103,104,105,106,107]" in str(refused.value)

@@ -43,16 +43,36 @@ def search_settings(
     ``hydra.sweeper`` keys ``sweeper`` and the command line's sweep ``arguments``; refused in one
     message where a searched or baseline key is not in the config (the rest is checked by
     :meth:`~isotune.search.settings.SearchSettings.check`, as a search starts)."""
-    s = {
-        key: OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-        for key, value in sweeper.items()
-    }
+    s = plain_values(sweeper)
     space = parse_space(s["params"] or {}, arguments)
-    refuse_fixed_seeds([*fixed_seeds(space), *_seeds_fixed_in(config, fixed_seeds(space))])
     for searched in space.searched:
         _check_in_config(config, searched.key, "searched key")
     for key in s["baseline"] or {}:
         _check_in_config(config, key, "baseline's key (hydra.sweeper.baseline)")
+    baseline = tuple(_baseline(config, space, s["baseline"]))
+    return settings_of(config, s, space, baseline, s["study_name"] or folder.name)
+
+
+def plain_values(sweeper: dict[str, Any]) -> dict[str, Any]:
+    """``hydra.sweeper``'s keys as plain values, resolved."""
+    return {
+        key: OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        for key, value in sweeper.items()
+    }
+
+
+def settings_of(
+    config: DictConfig,
+    s: dict[str, Any],
+    space: SearchSpace,
+    baseline: tuple[str, ...] | None,
+    study_name: str,
+) -> SearchSettings:
+    """The settings of one search of ``space`` from the plain ``hydra.sweeper`` values ``s``
+    (:func:`plain_values`), the one builder of a plain search and of each search of a study, so
+    that both refuse what a search cannot run under: seeds fixed for every run (on the command
+    line, in a preset or in ``space``'s fixed overrides) and a sampler given as a value."""
+    refuse_fixed_seeds([*fixed_seeds(space), *_seeds_fixed_in(config, fixed_seeds(space))])
     if not isinstance(s["sampler"], dict):  # hydra.sweeper.sampler=random: a value, not a config
         raise IsotuneError(
             f"hydra.sweeper.sampler={s['sampler']} sets the sampler to a value, not a sampler. "
@@ -68,12 +88,12 @@ def search_settings(
         space=space,
         seeds=tuple(s["seeds"] or ()),
         report_seeds=tuple(s["report_seeds"] or ()),
-        baseline=tuple(_baseline(config, space, s["baseline"])),
+        baseline=baseline,
         direction=s["direction"],
         n_trials=s["n_trials"],
         max_failure_rate=s["max_failure_rate"],
-        study_name=s["study_name"] or folder.name,
-        storage=s["storage"],
+        study_name=study_name,
+        storage=s.get("storage"),
         make_sampler=make_sampler,
         sampler_seed=sampler.get("seed"),
         pruner=instantiate(s["pruner"]) if s["pruner"] is not None else None,

@@ -26,21 +26,22 @@ from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.isotune_launcher.hydra_search import (
     HydraLaunch,
     compose_checked,
     default_pruner,
+    plain_values,
+    settings_of,
 )
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.errors import IsotuneError
 from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
-from isotune.search.settings import SEED_KEY, SearchSettings
+from isotune.search.settings import SearchSettings
 from isotune.search.space import parse_space
-from isotune.study.plan import Arm, StudyPlan, plan_study
+from isotune.study.plan import Arm, StudyPlan, check_arm_keys, check_task_offline, plan_study
 from isotune.study.report import write_study_report
 from isotune.study.results import read_arm
 
@@ -54,6 +55,7 @@ TASK_KEY = "task"
 class StudySweeperConf:
     _target_: str = "hydra_plugins.isotune_launcher.study_sweeper.StudySweeper"
     _recursive_: bool = False  # the sampler and pruner stay configs: each search makes its own
+    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}])
     catalog: dict[str, Any] = field(default_factory=dict)  # arm: {overrides, params}
     arms: list[str] = field(default_factory=list)  # chosen from the catalog
     baseline_arm: str = "none"
@@ -66,9 +68,7 @@ class StudySweeperConf:
     report_seeds: list[int] = field(default_factory=lambda: [101, 102, 103, 104, 105])
     direction: str = "maximize"
     max_failure_rate: float = 0.25  # per search
-    sampler: Any = field(
-        default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": 0}
-    )
+    sampler: Any = None  # conf/hydra/sweeper/sampler/, as a plain search's
     pruner: Any = field(default_factory=default_pruner)  # a plain search's: one default
 
 
@@ -99,12 +99,17 @@ class StudySweeper(Sweeper):
         folder = Path(str(config.hydra.sweep.dir)).resolve()
         log.info(f"Study folder: {folder}")
         with stops_with_a_summary(folder, self.launcher, "Study", AGAIN):
-            s = _plain(self.settings)
+            s = plain_values(self.settings)
             tasks, fixed = _tasks_and_fixed(arguments, s["tasks"])
+            plan = plan_study(s, tasks)
+            settings = [self._search_settings(s, t, arm, fixed, folder) for t, arm in plan.searches]
             composed = self._task_jobs(tasks, fixed, s)
-            task_configs = {t: OmegaConf.to_container(job.task) for t, job in composed.items()}
             glue_dir = OmegaConf.select(config, "paths.glue_dir")
-            plan = plan_study(s, tasks, lambda key: _in_config(config, key), task_configs, glue_dir)
+            for task in tasks:
+                job = composed.get(task)
+                check_task_offline(task, job and OmegaConf.to_container(job.task), glue_dir)
+            for arm in plan.arms:
+                check_arm_keys(arm, lambda key: _in_config(config, key))
             log.info(
                 f"{len(plan.searches)} searches ({', '.join(a.name for a in plan.arms)} on "
                 f"{', '.join(plan.tasks)}): {plan.jobs} runs when none is pruned or fails; "
@@ -116,12 +121,8 @@ class StudySweeper(Sweeper):
                 )
             )
             searches = [
-                Search(
-                    self._search_settings(s, plan, task, arm, fixed, folder),
-                    folder / task / arm.name,
-                    OmegaConf.to_yaml(config),
-                )
-                for task, arm in plan.searches
+                Search(search, folder / task / arm.name, OmegaConf.to_yaml(config))
+                for search, (task, arm) in zip(settings, plan.searches, strict=True)
             ]
             self._check_fits(plan, composed, folder)
             run_searches(searches, HydraLaunch(self.launcher, folder), s["n_jobs"])
@@ -131,36 +132,15 @@ class StudySweeper(Sweeper):
             check_reports_complete(searches)
 
     def _search_settings(
-        self,
-        s: dict[str, Any],
-        plan: StudyPlan,
-        task: str,
-        arm: Arm,
-        fixed: list[str],
-        folder: Path,
+        self, s: dict[str, Any], task: str, arm: Arm, fixed: list[str], folder: Path
     ) -> SearchSettings:
-        sampler = dict(s["sampler"])
-
-        def make_sampler(seed: int | None) -> Any:
-            return instantiate(sampler if seed is None else {**sampler, "seed": seed})
-
+        """The search of ``arm`` on ``task``, built as a plain search's settings are
+        (:func:`~hydra_plugins.isotune_launcher.hydra_search.settings_of`), with no baseline of
+        its own: the baseline is an arm of the study."""
         assert self.config is not None
-        name = s["study_name"] or folder.name
-        return SearchSettings(
-            space=parse_space(dict(arm.params), [*fixed, f"{TASK_KEY}={task}", *arm.overrides]),
-            seeds=plan.seeds,
-            report_seeds=plan.report_seeds,
-            baseline=None,  # the baseline is an arm of the study
-            direction=s["direction"],
-            n_trials=plan.n_trials,
-            max_failure_rate=s["max_failure_rate"],
-            study_name=f"{name}_{task}_{arm.name}",
-            storage=None,
-            make_sampler=make_sampler,
-            sampler_seed=sampler.get("seed"),
-            pruner=instantiate(s["pruner"]) if s["pruner"] is not None else None,
-            tag_runs=self.config.hydra.runtime.choices.get("logger") == "wandb",
-        )
+        space = parse_space(dict(arm.params), [*fixed, f"{TASK_KEY}={task}", *arm.overrides])
+        name = f"{s['study_name'] or folder.name}_{task}_{arm.name}"
+        return settings_of(self.config, s, space, None, name)
 
     def _task_jobs(
         self, tasks: list[str], fixed: list[str], s: dict[str, Any]
@@ -172,7 +152,7 @@ class StudySweeper(Sweeper):
         baseline = (s["catalog"].get(s["baseline_arm"]) or {}).get("overrides") or []
         jobs = {}
         for task in tasks:
-            overrides = [*fixed, f"{TASK_KEY}={task}", *baseline, f"{SEED_KEY}={s['seeds'][0]}"]
+            overrides = [*fixed, f"{TASK_KEY}={task}", *baseline]
             try:
                 jobs[task] = compose_checked(self.config, loader, overrides)
             except HydraException:
@@ -192,13 +172,6 @@ class StudySweeper(Sweeper):
         check_sweep_fits(
             folder, [jobs[task] for task in plan.tasks for _ in range(per_task)], at_once
         )
-
-
-def _plain(settings: dict[str, Any]) -> dict[str, Any]:
-    return {
-        key: OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-        for key, value in settings.items()
-    }
 
 
 def _tasks_and_fixed(arguments: list[str], tasks: list[str]) -> tuple[list[str], list[str]]:

@@ -10,8 +10,8 @@ of a task, so that each held-out comparison with the baseline arm is paired.
 The settings are plain values (a study preset's ``hydra.sweeper`` node, resolved): the catalog of
 arms (``catalog``: name -> ``overrides``, ``params``), the ``arms`` chosen from it, the
 ``baseline_arm``, the learning rate's range (``lr``), ``n_trials``, ``seeds``, ``report_seeds``.
-What this module cannot know alone is asked of its caller: whether a key is in the composed
-config, and each task's config (its GLUE files).
+What this module cannot know alone is given by its caller once it has composed each (task, arm):
+whether a key is in that config, and each task's config (its GLUE files).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from isotune.errors import IsotuneError
+from isotune.search.checks import check_seeds
 
 LR_KEY = "optim.lr"  # searched by every arm
 BUDGET_KEYS = ("n_trials", "seeds")  # an arm that sets its own is refused: budgets are equal
@@ -64,17 +65,11 @@ class StudyPlan:
         return len(self.searches) * per_search
 
 
-def plan_study(
-    settings: Mapping[str, Any],
-    tasks: Sequence[str],
-    in_config: Callable[[str], bool],
-    task_configs: Mapping[str, Mapping[str, Any]],
-    glue_dir: str | Path | None,
-) -> StudyPlan:
+def plan_study(settings: Mapping[str, Any], tasks: Sequence[str]) -> StudyPlan:
     """The plan of ``settings`` on ``tasks``, or one message for the first thing that would
-    break it: an unknown arm, an arm's key not in the config (``in_config``), unequal budgets,
-    a task whose data cannot be read offline (``task_configs``: each task's config), tuning and
-    report seeds that overlap."""
+    break it: an unknown arm, unequal budgets, no task, tuning and report seeds that overlap.
+    What needs each (task, arm) composed is checked once it is: :func:`check_arm_keys`,
+    :func:`check_task_offline`."""
     catalog = settings.get("catalog") or {}
     names = list(settings.get("arms") or [])
     unknown = [name for name in names if name not in catalog]
@@ -96,13 +91,9 @@ def plan_study(
             f"hydra.sweeper.arms, or set hydra.sweeper.baseline_arm to one of them."
         )
     arms = tuple(_arm(name, catalog[name], settings) for name in names)
-    for arm in arms:
-        _check_keys(arm, in_config)
     n_trials, seeds, report_seeds = _budget(settings, names, catalog)
     if not tasks:
         raise IsotuneError("The study has no task. Fix: name them, e.g. task=rte,mrpc.")
-    for task in tasks:
-        _check_task_offline(task, task_configs.get(task), glue_dir)
     return StudyPlan(arms, tuple(tasks), str(baseline), n_trials, seeds, report_seeds)
 
 
@@ -114,7 +105,8 @@ def _arm(name: str, entry: Mapping[str, Any], settings: Mapping[str, Any]) -> Ar
     return Arm(name, tuple(str(o) for o in entry.get("overrides") or ()), params)
 
 
-def _check_keys(arm: Arm, in_config: Callable[[str], bool]) -> None:
+def check_arm_keys(arm: Arm, in_config: Callable[[str], bool]) -> None:
+    """Refuse a key ``arm`` fixes or searches that is not in its config (``in_config``)."""
     keys = [override.split("=", 1)[0] for override in arm.overrides] + list(arm.params)
     for key in keys:
         name = key.lstrip("~").split("@")[0]
@@ -150,27 +142,15 @@ def _budget(
             "alone):\n" + "\n".join(unequal) + "\nFix: drop the arms' own n_trials and seeds; "
             "set the study's, e.g. hydra.sweeper.n_trials=20, for every arm at once."
         )
-    seeds, report_seeds = tuple(study["seeds"]), tuple(settings.get("report_seeds") or ())
-    for name, chosen in (("seeds", seeds), ("report_seeds", report_seeds)):
-        if not chosen or len(set(chosen)) != len(chosen):
-            raise IsotuneError(
-                f"hydra.sweeper.{name}={list(chosen)} must name one or more different seeds. "
-                f"Fix: e.g. hydra.sweeper.{name}=[1,2,3]."
-            )
-    overlap = sorted(set(seeds) & set(report_seeds))
-    if overlap:
-        raise IsotuneError(
-            f"Seeds {overlap} are both tuning seeds (hydra.sweeper.seeds={list(seeds)}) and "
-            f"report seeds (hydra.sweeper.report_seeds={list(report_seeds)}): the report would "
-            "judge each arm's winner on seeds it was chosen on. Fix: report seeds that are not "
-            "tuning seeds, e.g. hydra.sweeper.report_seeds=[101,102,103,104,105]."
-        )
+    seeds, report_seeds = study["seeds"], list(settings.get("report_seeds") or [])
+    check_seeds(seeds, report_seeds)  # a plain search's check: one message for both
     return n_trials, tuple(int(s) for s in seeds), tuple(int(s) for s in report_seeds)
 
 
-def _check_task_offline(
+def check_task_offline(
     task: str, config: Mapping[str, Any] | None, glue_dir: str | Path | None
 ) -> None:
+    """Refuse a task without a config (``config`` None) or whose files cannot be read offline."""
     if config is None:
         raise IsotuneError(
             f"Task {task!r} has no conf/task/{task}.yaml. Fix: one of the tasks in conf/task/, "
