@@ -23,6 +23,7 @@ from isotune.errors import IsotuneError
 from isotune.model import gguf_cache
 from isotune.model.encoders import load_encoder, load_tokenizer, resolve_model_path
 from isotune.model.families import FAMILIES
+from isotune.model.sentence_views import layer_sentence_vectors
 from tests.conftest import CONF_DIR
 from tests.helpers.encoders import (
     DECODER_FAMILIES,
@@ -77,6 +78,25 @@ def test_last_pooling_reads_the_rightmost_kept_position_whatever_the_padding(dec
     output = type("Output", (), {"last_hidden_state": hidden})
     assert model.pool(output, right).flatten().tolist() == [1.0, 7.0]
     assert model.pool(output, left).flatten().tolist() == [3.0, 7.0]
+
+
+def test_cls_pooling_reads_the_first_real_token_of_a_left_padded_batch(decoder_folders):
+    """On Llama, which pads left, ``cls`` (and a layer's vector under ``pooler``) is the first
+    token each pair has alone, not the padding at position 0 (rotary positions leave a token
+    that attends only to itself unchanged by where it sits)."""
+    folder = decoder_folders["llama"]
+    model = classifier(folder, pooling="cls").eval()
+    tokenizer = load_tokenizer(str(folder))
+    batch = dict(tokenizer(*PAIRS, padding=True, return_tensors="pt"))
+    assert batch["attention_mask"][1, 0] == 0  # the shorter pair is padded on the left
+    alone = [dict(tokenizer(a, b, return_tensors="pt")) for a, b in zip(*PAIRS, strict=True)]
+    with torch.no_grad():
+        expected = torch.cat([model.sentence_vector(one) for one in alone])
+        assert torch.allclose(model.sentence_vector(batch), expected, atol=1e-5)
+        hidden = model.encode(batch).last_hidden_state
+        model.pooling = "pooler"
+        layer = layer_sentence_vectors(model, hidden, batch["attention_mask"])
+        assert torch.allclose(layer, expected, atol=1e-5)
 
 
 def test_a_decoder_pads_with_its_end_of_text_and_joins_pairs_without_token_types(

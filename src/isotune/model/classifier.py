@@ -39,6 +39,7 @@ from isotune.model.families import (
     takes_token_types,
 )
 from isotune.model.regularization import Regularization
+from isotune.model.sentence_views import first_token
 from isotune.norms.registry import build_norm
 from isotune.tracking.metric_keys import (
     EPOCH,
@@ -171,12 +172,13 @@ class GLUEClassifier(L.LightningModule):
         ``last`` reads the last real token, the rightmost position the attention mask keeps,
         with right or left padding alike, as decoders' Hugging Face classifiers do (they find it
         from ``pad_token_id`` in the input ids; with the pad token set to the end-of-sequence
-        token, only the mask tells a real end from padding)."""
+        token, only the mask tells a real end from padding). ``cls`` reads the first real token
+        likewise (:func:`first_token`): position 0 is padding on the families that pad left."""
         if self.pooling == "pooler":
             return output.pooler_output
         hidden = output.last_hidden_state
         if self.pooling == "cls":
-            return hidden[:, 0]
+            return first_token(hidden, attention_mask)
         if self.pooling == "last":
             positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
             last = (positions * attention_mask).argmax(dim=1)

@@ -46,6 +46,13 @@ def sentence_views(
     return SentenceViews(pre_norm, module.norm(pre_norm), layers)
 
 
+def first_token(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """Each example's state at the first position its attention mask keeps (n x d): position 0
+    with right padding, after the padding on families that pad left (Llama, Gemma)."""
+    first = attention_mask.argmax(dim=1)
+    return hidden[torch.arange(len(hidden), device=hidden.device), first]
+
+
 def layer_sentence_vectors(
     module: GLUEClassifier, hidden: Tensor, attention_mask: Tensor
 ) -> Tensor:
@@ -53,7 +60,7 @@ def layer_sentence_vectors(
     per-layer equivalent (its dense layer was trained on the last layer only), so it gives each
     layer's [CLS] state, the pooler's input."""
     if module.pooling == "pooler":
-        return hidden[:, 0]
+        return first_token(hidden, attention_mask)
     return module.pool(BaseModelOutput(last_hidden_state=hidden), attention_mask)
 
 
