@@ -31,6 +31,7 @@ from scipy import stats
 from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper
 from isotune.dashboard.cli import study_section
 from isotune.errors import IsotuneError
+from isotune.search.space import parse_space
 from isotune.study.comparison import (
     ALL_TASKS,
     across_tasks,
@@ -406,7 +407,7 @@ def _refused_study(tmp_path: Path, glue_dir: Path, typed: list[str], preset=()) 
     logger.addHandler(handler)
     try:
         with pytest.raises(SystemExit) as stopped:
-            sweeper.sweep([arg for arg in typed if arg.startswith("task=")])
+            sweeper.sweep([arg for arg in typed if not arg.lstrip("+").startswith("hydra.")])
     finally:
         logger.removeHandler(handler)
     assert stopped.value.code == 1
@@ -434,3 +435,34 @@ def test_a_study_with_no_report_seed_names_a_fix_that_overlaps_no_tuning_seed(tm
     with pytest.raises(IsotuneError) as refused:
         _plan(tmp_path, seeds=[101, 102], report_seeds=[])
     assert "hydra.sweeper.report_seeds=[103,104,105,106,107]" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("typed", "message"),
+    [
+        (["++hydra.sweeper.params.optim.lr=0.0001"], "hydra.sweeper.params is not a setting of"),
+        (["optim.lr=0.0001"], "or type ++hydra.sweeper.lr=0.0001 instead"),
+        (
+            ["reg.weight=0.5"],
+            "or type ++hydra.sweeper.catalog.istar.params.reg.weight=0.5 instead",
+        ),
+    ],
+)
+def test_a_study_names_fixes_that_work_in_a_study(tmp_path, glue_dir, typed, message):
+    """A refusal named ++hydra.sweeper.params.optim.lr=..., which a study silently ignored
+    (its searches' keys are in hydra.sweeper.catalog and hydra.sweeper.lr)."""
+    logged = _refused_study(tmp_path, glue_dir, typed)
+    assert message in logged and "Fix:" in logged
+
+
+def test_a_key_fixed_in_an_arms_params_is_fixed_in_its_search():
+    """The fix the study names works: a plain value typed under an arm's params fixes the key
+    the preset searches there."""
+    cfg = compose_train_config(
+        ["study=isotropy", "++hydra.sweeper.catalog.istar.params.reg.weight=0.5"]
+    )
+    settings = OmegaConf.to_container(cfg.hydra.sweeper, resolve=True)
+    istar = next(arm for arm in plan_study(settings, ["rte"]).arms if arm.name == "istar")
+    space = parse_space(dict(istar.params), list(istar.overrides))
+    assert [key.key for key in space.searched] == ["optim.lr"]
+    assert "reg.weight=0.5" in space.fixed

@@ -16,7 +16,7 @@ job.
 """
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,14 @@ from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
 from isotune.search.settings import SearchSettings
 from isotune.search.space import parse_space
-from isotune.study.plan import Arm, StudyPlan, check_arm_keys, check_task_offline, plan_study
+from isotune.study.plan import (
+    LR_KEY,
+    Arm,
+    StudyPlan,
+    check_arm_keys,
+    check_task_offline,
+    plan_study,
+)
 from isotune.study.report import write_study_report
 from isotune.study.results import read_arm
 
@@ -100,6 +107,7 @@ class StudySweeper(Sweeper):
         log.info(f"Study folder: {folder}")
         with stops_with_a_summary(folder, self.launcher, "Study", AGAIN):
             s = plain_values(self.settings)
+            _refuse_unknown_keys(s)
             tasks, fixed = _tasks_and_fixed(arguments, s["tasks"])
             plan = plan_study(s, tasks)
             settings = [self._search_settings(s, t, arm, fixed, folder) for t, arm in plan.searches]
@@ -138,7 +146,11 @@ class StudySweeper(Sweeper):
         (:func:`~hydra_plugins.isotune_launcher.hydra_search.settings_of`), with no baseline of
         its own: the baseline is an arm of the study."""
         assert self.config is not None
-        space = parse_space(dict(arm.params), [*fixed, f"{TASK_KEY}={task}", *arm.overrides])
+        space = parse_space(
+            dict(arm.params),
+            [*fixed, f"{TASK_KEY}={task}", *arm.overrides],
+            lambda key: "hydra.sweeper.lr" if key == LR_KEY else f"{arm.where}.params.{key}",
+        )
         name = f"{s['study_name'] or folder.name}_{task}_{arm.name}"
         return settings_of(self.config, s, space, None, name)
 
@@ -171,6 +183,21 @@ class StudySweeper(Sweeper):
         )
         check_sweep_fits(
             folder, [jobs[task] for task in plan.tasks for _ in range(per_task)], at_once
+        )
+
+
+def _refuse_unknown_keys(settings: dict[str, Any]) -> None:
+    """Refuse a ``hydra.sweeper`` key the study has not (``++hydra.sweeper.params.optim.lr=...``
+    adds one that nothing would read): the study would run without it."""
+    known = {f.name for f in fields(StudySweeperConf) if not f.name.startswith("_")}
+    unknown = sorted(key for key in settings if key not in known and not key.startswith("_"))
+    if unknown:
+        raise IsotuneError(
+            f"hydra.sweeper.{unknown[0]} is not a setting of a study (hydra/sweeper=study), so "
+            "it would change nothing: its settings are "
+            f"{', '.join(sorted(known - {'defaults'}))}. "
+            "Fix: drop it; an arm's searched keys are hydra.sweeper.catalog.<arm>.params, the "
+            "learning rate's range is hydra.sweeper.lr (docs/study.md)."
         )
 
 

@@ -22,7 +22,7 @@ one message naming the key, its value and the fix, raised before any job runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,8 +85,19 @@ def override_value(value: Any) -> str:
     return str(value)
 
 
-def parse_space(params: Mapping[str, Any], arguments: Sequence[str]) -> SearchSpace:
-    """The space of ``hydra.sweeper.params`` and the command line's ``arguments``."""
+def params_key(key: str) -> str:
+    """Where a plain search's ``params`` set ``key``: the override that fixes or searches it."""
+    return f"hydra.sweeper.params.{key}"
+
+
+def parse_space(
+    params: Mapping[str, Any],
+    arguments: Sequence[str],
+    set_at: Callable[[str], str] = params_key,
+) -> SearchSpace:
+    """The space of ``params`` (a plain search's ``hydra.sweeper.params``) and the command line's
+    ``arguments``. ``set_at(key)`` is the override that sets a key of ``params``, named in a
+    refusal's fix: a study's arms keep theirs elsewhere (``hydra.sweeper.catalog``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -102,9 +113,9 @@ def parse_space(params: Mapping[str, Any], arguments: Sequence[str]) -> SearchSp
             if not override.is_sweep_override():
                 if source == "the command line" and key in searched:
                     raise IsotuneError(
-                        f"{key} is searched ({text.split('=', 1)[0]} in hydra.sweeper.params) and "
-                        f"fixed on the command line ({text}). Fix: drop {text} to search it, or "
-                        f"type ++hydra.sweeper.params.{key}={override.value()} instead to fix it "
+                        f"{key} is searched ({set_at(key)}) and fixed on the command line "
+                        f"({text}). Fix: drop {text} to search it, or type "
+                        f"++{set_at(key)}={override.value()} instead to fix it "
                         "in every job"
                         + (
                             " (the search then needs another key to search, e.g. "

@@ -37,7 +37,12 @@ class Arm:
 
     name: str
     overrides: tuple[str, ...]
-    params: Mapping[str, str]
+    params: Mapping[str, Any]
+
+    @property
+    def where(self) -> str:
+        """The node that sets the arm, as an override names it."""
+        return f"hydra.sweeper.catalog.{self.name}"
 
 
 @dataclass(frozen=True)
@@ -98,10 +103,9 @@ def plan_study(settings: Mapping[str, Any], tasks: Sequence[str]) -> StudyPlan:
 
 
 def _arm(name: str, entry: Mapping[str, Any], settings: Mapping[str, Any]) -> Arm:
-    params = {
-        LR_KEY: str(settings["lr"]),
-        **{k: str(v) for k, v in (entry.get("params") or {}).items()},
-    }
+    # Values as given (nested ones included): the search's grammar reads them, a dotted key
+    # typed on the command line (++hydra.sweeper.catalog.cosreg.params.reg.weight=0.5) nested.
+    params = {LR_KEY: str(settings["lr"]), **(entry.get("params") or {})}
     return Arm(name, tuple(str(o) for o in entry.get("overrides") or ()), params)
 
 
@@ -115,7 +119,7 @@ def check_arm_keys(arm: Arm, in_config: Callable[[str], bool]) -> None:
                 f"Arm {arm.name!r} sets {name}, which is not in the config, so its value would "
                 "change nothing (or stop every job). Fix: a key of conf/train.yaml or a config "
                 "group, spelled as there (python train.py --cfg job lists them), e.g. "
-                f"hydra.sweeper.catalog.{arm.name}.params.reg.weight."
+                f"{arm.where}.params.reg.weight."
             )
 
 
