@@ -145,6 +145,20 @@ def test_layer_profile_of_identical_points_is_nan_where_undefined():
         assert math.isnan(profile[measure]), measure
 
 
+def test_layer_profile_below_the_points_its_estimators_need_is_nan_there():
+    points = CLOUDS["5d_noisy_in_64d"]
+    two = layer_profile(points[:2])  # a cloud measure needs 2 points, a dimension 3
+    assert tuple(two) == PROFILE_MEASURES
+    assert two["anisotropy"] == pytest.approx(anisotropy(points[:2]), rel=1e-12)
+    for measure in ("twonn", "twonn_microscope", "mle_id"):
+        assert math.isnan(two[measure]), measure
+    for fewer in (points[:1], points[:0]):
+        profile = layer_profile(fewer)
+        assert tuple(profile) == PROFILE_MEASURES
+        assert all(math.isnan(value) for value in profile.values())
+    assert not math.isnan(layer_profile(points[:3])["twonn"])
+
+
 def test_massive_activations_find_the_largest_magnitudes_and_where_they_sit():
     generator = torch.Generator().manual_seed(4)
     states = torch.randn(50, 16, generator=generator)

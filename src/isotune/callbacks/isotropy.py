@@ -493,7 +493,7 @@ class IsotropyMonitor(L.Callback):
         for layer in range(layers):
             for level in PROFILE_LEVELS:
                 points = collected[f"{level}_layer{layer}"]
-                measured = layer_profile(points) if len(points) >= 2 else {}
+                measured = layer_profile(points)
                 values.update({profile_key(level, layer, m): v for m, v in measured.items()})
             found = massive_activations(collected[f"massive_layer{layer}"])
             at = collected[f"massive_at_layer{layer}"][list(found.rows)].long()

@@ -12,6 +12,7 @@ blind spots: ``docs/isotropy.md``, "Layer profiles".
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +43,7 @@ PROFILE_MEASURES = (
     "twonn_microscope",
     "mle_id",
 )
+DIMENSION_MIN_POINTS = 3  # a point and its two nearest neighbours
 MASSIVE_K = 3  # Sun et al. report the top 3 magnitudes of each layer
 
 
@@ -53,16 +55,27 @@ def layer_profile(X: Tensor, mle_neighbours: int = MLE_NEIGHBOURS) -> dict[str, 
     ``twonn_microscope`` and ``mle_id`` are the intrinsic dimension estimators of
     :mod:`.dimension`, from one nearest-neighbour search (the MLE with ``mle_neighbours``, at most
     N - 1). The covariance and its spectrum are computed once.
+
+    A layer's cloud can be smaller than its measures need (a probe of a few examples, or one
+    point per layer): the intrinsic dimensions are NaN below :data:`DIMENSION_MIN_POINTS` points
+    (each needs every point's two nearest neighbours), and every measure is NaN below 2 points,
+    so that no caller has to guard the call.
     """
+    if X.ndim == 2 and len(X) < 2:
+        return dict.fromkeys(PROFILE_MEASURES, math.nan)
     cloud = _Cloud(X)
-    neighbours = min(mle_neighbours, cloud.n - 1)
-    distances = neighbour_distances(cloud.centred, max(neighbours, 2))
-    mean_norm = torch.linalg.vector_norm(cloud.centred, dim=1).mean().item()
-    return {
+    measures = {
         "anisotropy": _anisotropy(cloud),
         "isoscore": _isoscore_from_variances(cloud.variances).item(),
         "avg_cosine": _average_cosine(cloud),
         "log_iw": _partition_isotropy(cloud).log_iw,
+    }
+    if cloud.n < DIMENSION_MIN_POINTS:
+        return measures | dict.fromkeys(PROFILE_MEASURES[len(measures) :], math.nan)
+    neighbours = min(mle_neighbours, cloud.n - 1)
+    distances = neighbour_distances(cloud.centred, max(neighbours, 2))
+    mean_norm = torch.linalg.vector_norm(cloud.centred, dim=1).mean().item()
+    return measures | {
         "twonn": twonn_from_distances(distances),
         "twonn_microscope": twonn_microscope_from_distances(distances, mean_norm),
         "mle_id": mle_from_distances(distances[:, :neighbours]),
