@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from isotune.analysis.directions import linear_weights
+from isotune.callbacks.isotropy import ProbeCapture, ProfileSampling
 from isotune.errors import IsotuneError
 from isotune.model import gguf_cache
 from isotune.model.encoders import load_encoder, load_tokenizer, resolve_model_path
@@ -97,6 +98,35 @@ def test_cls_pooling_reads_the_first_real_token_of_a_left_padded_batch(decoder_f
         model.pooling = "pooler"
         layer = layer_sentence_vectors(model, hidden, batch["attention_mask"])
         assert torch.allclose(layer, expected, atol=1e-5)
+
+
+def test_massive_activations_are_placed_at_token_positions_not_padded_ones(decoder_folders):
+    """With left padding the largest activations sit where they sit with right padding: at the
+    example's own token positions, the padding before them not counted (the states of real
+    tokens are the same either way)."""
+    folder = decoder_folders["llama"]
+    model = classifier(folder, pooling="last").eval()
+    tokenizer = load_tokenizer(str(folder))
+    layers = model.encoder.config.num_hidden_layers + 1
+    found = {}
+    for side in ("left", "right"):
+        tokenizer.padding_side = side
+        batch = dict(tokenizer(*PAIRS, padding=True, return_tensors="pt"))
+        capture = ProbeCapture(
+            [0, 1], tokenizer.all_special_ids, (), ProfileSampling(layers, 1, 0, 99)
+        )
+        capture.attach(model)
+        capture.select(torch.tensor([0, 1]))
+        with torch.no_grad():
+            model(batch)
+        capture.detach()
+        found[side] = capture.vectors()
+    lengths = batch["attention_mask"].sum(dim=1).tolist()
+    for layer in range(layers):
+        at = found["left"][f"massive_at_layer{layer}"].long()
+        for example, length in enumerate(lengths):  # every real token: 99 > the batch's tokens
+            assert sorted(at[at[:, 0] == example, 1].tolist()) == list(range(length))
+        assert torch.equal(at, found["right"][f"massive_at_layer{layer}"].long())
 
 
 def test_a_decoder_pads_with_its_end_of_text_and_joins_pairs_without_token_types(

@@ -219,6 +219,7 @@ class ProbeCapture:
             chosen[row, candidates[keep].to(chosen.device)] = True
         counts = chosen.sum(dim=1).cpu()
         padded = ~mask.bool()
+        first = mask.argmax(dim=1)  # padding before it (left-padded families) is no position
         for layer in range(profile.layers):
             hidden = hidden_states[layer][rows]
             self._keep(f"sentence_layer{layer}", layer_sentence_vectors(self._module, hidden, mask))
@@ -231,7 +232,7 @@ class ProbeCapture:
             example, token = example[order].to(hidden.device), token[order].to(hidden.device)
             found = torch.bincount(example.cpu(), minlength=len(rows))
             self._keep(f"massive_layer{layer}", hidden[example, token], found)
-            at = torch.stack([positions[example.cpu()], token.cpu()], dim=1)
+            at = torch.stack([positions[example.cpu()], (token - first[example]).cpu()], dim=1)
             self._keep(f"massive_at_layer{layer}", at.float(), found)
 
 
