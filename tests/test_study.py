@@ -466,3 +466,31 @@ def test_a_key_fixed_in_an_arms_params_is_fixed_in_its_search():
     space = parse_space(dict(istar.params), list(istar.overrides))
     assert [key.key for key in space.searched] == ["optim.lr"]
     assert "reg.weight=0.5" in space.fixed
+
+
+@pytest.mark.parametrize(
+    ("typed", "message"),
+    [
+        (
+            ["++hydra.sweeper.catalog.istar.params.reg.wieght='interval(0.1, 1)'"],
+            "Arm 'istar' sets reg.wieght, which is not in the config",
+        ),
+        (
+            ["hydra.sweeper.catalog.isobn.overrides=['norm=isobnn','reg=none']"],
+            "Arm 'isobn' cannot run on task rte",
+        ),
+        (
+            ["hydra.sweeper.catalog.none.overrides=['norm=nonee','reg=none']"],
+            "Arm 'none' cannot run on task rte",
+        ),
+    ],
+)
+def test_each_arm_is_composed_and_its_keys_checked_before_any_job(
+    tmp_path, glue_dir, typed, message
+):
+    """Only the baseline arm was composed, its error read as "Task 'rte' has no
+    conf/task/rte.yaml", and reg.wieght passed as a key under the reg group: another arm's bad
+    option failed every retry of its trials. Each (task, arm) is composed once now."""
+    logged = _refused_study(tmp_path, glue_dir, typed)
+    assert message in logged and "Fix:" in logged
+    assert "has no conf/task" not in logged

@@ -23,7 +23,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
-from hydra.errors import HydraException
+from hydra.errors import MissingConfigException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
@@ -111,13 +111,14 @@ class StudySweeper(Sweeper):
             tasks, fixed = _tasks_and_fixed(arguments, s["tasks"])
             plan = plan_study(s, tasks)
             settings = [self._search_settings(s, t, arm, fixed, folder) for t, arm in plan.searches]
-            composed = self._task_jobs(tasks, fixed, s)
+            composed = self._compose_arms(plan, fixed)
             glue_dir = OmegaConf.select(config, "paths.glue_dir")
             for task in tasks:
-                job = composed.get(task)
+                job = composed.get((task, plan.baseline))
                 check_task_offline(task, job and OmegaConf.to_container(job.task), glue_dir)
-            for arm in plan.arms:
-                check_arm_keys(arm, lambda key: _in_config(config, key))
+            for (_, name), job in composed.items():
+                arm = next(arm for arm in plan.arms if arm.name == name)
+                check_arm_keys(arm, lambda key, job=job: _in_config(job, key))
             log.info(
                 f"{len(plan.searches)} searches ({', '.join(a.name for a in plan.arms)} on "
                 f"{', '.join(plan.tasks)}): {plan.jobs} runs when none is pruned or fails; "
@@ -154,24 +155,30 @@ class StudySweeper(Sweeper):
         name = f"{s['study_name'] or folder.name}_{task}_{arm.name}"
         return settings_of(self.config, s, space, None, name)
 
-    def _task_jobs(
-        self, tasks: list[str], fixed: list[str], s: dict[str, Any]
-    ) -> dict[str, DictConfig]:
-        """Each task's job of the baseline arm, composed and its values checked as train.py
-        checks them (a task without a config is absent, which the plan refuses by name)."""
+    def _compose_arms(self, plan: StudyPlan, fixed: list[str]) -> dict[tuple[str, str], DictConfig]:
+        """Each (task, arm)'s job, composed once and its values checked as train.py checks them,
+        as a plain search's dry run composes its jobs: an arm's option that does not exist or a
+        value out of range stops the study here, not after every retry of its trials. A task
+        without a config leaves its jobs out (the caller refuses it by name)."""
         assert self.config is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
-        baseline = (s["catalog"].get(s["baseline_arm"]) or {}).get("overrides") or []
         jobs = {}
-        for task in tasks:
-            overrides = [*fixed, f"{TASK_KEY}={task}", *baseline]
-            try:
-                jobs[task] = compose_checked(self.config, loader, overrides)
-            except HydraException:
-                continue
+        for task in plan.tasks:
+            for arm in plan.arms:
+                overrides = [*fixed, f"{TASK_KEY}={task}", *arm.overrides]
+                try:
+                    jobs[task, arm.name] = compose_checked(self.config, loader, overrides)
+                except MissingConfigException as error:
+                    if error.missing_cfg_file == f"{TASK_KEY}/{task}":
+                        break
+                    raise _arm_cannot_run(arm, task, overrides, error) from None
+                except Exception as error:  # Hydra's composition errors, the config check's
+                    raise _arm_cannot_run(arm, task, overrides, error) from None
         return jobs
 
-    def _check_fits(self, plan: StudyPlan, jobs: dict[str, DictConfig], folder: Path) -> None:
+    def _check_fits(
+        self, plan: StudyPlan, jobs: dict[tuple[str, str], DictConfig], folder: Path
+    ) -> None:
         """Refuse a study that cannot fit on its disk, before any job: every run of every
         search, each sized as the baseline arm's run on its task."""
         from isotune.training.sweep_space import check_sweep_fits, jobs_at_once  # imports torch
@@ -182,7 +189,9 @@ class StudySweeper(Sweeper):
             self.config.hydra.launcher, self.settings["n_jobs"] * len(plan.seeds)
         )
         check_sweep_fits(
-            folder, [jobs[task] for task in plan.tasks for _ in range(per_task)], at_once
+            folder,
+            [jobs[task, plan.baseline] for task in plan.tasks for _ in range(per_task)],
+            at_once,
         )
 
 
@@ -223,8 +232,19 @@ def _tasks_and_fixed(arguments: list[str], tasks: list[str]) -> tuple[list[str],
     return tasks, fixed
 
 
-def _in_config(config: DictConfig, key: str) -> bool:
-    if key in config.hydra.runtime.choices or key.split(".")[0] in config.hydra.runtime.choices:
+def _in_config(job: DictConfig, key: str) -> bool:
+    """Whether ``key`` is a config group of ``job`` (an arm's composed job) or a key of it
+    (``reg.weight`` where the arm's regularizer has a weight; ``reg.wieght`` nowhere)."""
+    if key in job.hydra.runtime.choices:
         return True
     missing = object()
-    return OmegaConf.select(config, key, default=missing, throw_on_missing=False) is not missing
+    return OmegaConf.select(job, key, default=missing, throw_on_missing=False) is not missing
+
+
+def _arm_cannot_run(arm: Arm, task: str, overrides: list[str], error: Exception) -> IsotuneError:
+    first = str(error).split("\nConfig search path:")[0].strip()
+    return IsotuneError(
+        f"Arm {arm.name!r} cannot run on task {task} ({' '.join(overrides)}): "
+        f"{type(error).__name__}: {first}\nFix: correct its overrides "
+        f"({arm.where}.overrides) or the command line; nothing has run yet."
+    )

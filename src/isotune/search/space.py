@@ -104,7 +104,7 @@ def parse_space(
     searched: dict[str, SearchedKey] = {}
     fixed: dict[str, str] = {}
     for source, texts in (
-        ("hydra.sweeper.params", [f"{key}={value}" for key, value in _flat(params)]),
+        ("hydra.sweeper.params", [f"{key}={value}" for key, value in flat_params(params)]),
         ("the command line", list(arguments)),
     ):
         for text in texts:
@@ -134,13 +134,13 @@ def parse_space(
     return SearchSpace(tuple(searched.values()), tuple(fixed.values()))
 
 
-def _flat(params: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+def flat_params(params: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """``(key, value)`` pairs of ``params``, nested keys joined with dots: ``optim.lr`` is one key
     in YAML and two levels when typed as ``hydra.sweeper.params.optim.lr=...``."""
     pairs = []
     for key, value in params.items():
         if isinstance(value, Mapping):
-            pairs += _flat(value, f"{prefix}{key}.")
+            pairs += flat_params(value, f"{prefix}{key}.")
         else:
             pairs.append((f"{prefix}{key}", value))
     return pairs

@@ -24,6 +24,7 @@ from typing import Any
 
 from isotune.errors import IsotuneError
 from isotune.search.checks import check_seeds
+from isotune.search.space import flat_params
 
 LR_KEY = "optim.lr"  # searched by every arm
 BUDGET_KEYS = ("n_trials", "seeds")  # an arm that sets its own is refused: budgets are equal
@@ -103,9 +104,10 @@ def plan_study(settings: Mapping[str, Any], tasks: Sequence[str]) -> StudyPlan:
 
 
 def _arm(name: str, entry: Mapping[str, Any], settings: Mapping[str, Any]) -> Arm:
-    # Values as given (nested ones included): the search's grammar reads them, a dotted key
-    # typed on the command line (++hydra.sweeper.catalog.cosreg.params.reg.weight=0.5) nested.
-    params = {LR_KEY: str(settings["lr"]), **(entry.get("params") or {})}
+    # Dotted keys, as the search reads them: typed on the command line
+    # (++hydra.sweeper.catalog.cosreg.params.reg.weight=0.5), a key arrives nested, and the
+    # later value of a key wins.
+    params = {LR_KEY: str(settings["lr"]), **dict(flat_params(entry.get("params") or {}))}
     return Arm(name, tuple(str(o) for o in entry.get("overrides") or ()), params)
 
 
