@@ -267,7 +267,7 @@ def test_the_study_report_reads_every_search_and_writes_its_tables_and_figures(t
         write_search(
             folder, "rte", trials, dict(zip(SEEDS[:5], report, strict=True)), {"optim.lr": 3e-5}
         )
-        outcomes.append(read_arm(folder, "rte", arm))
+        outcomes.append(read_arm(folder, "rte", arm, SEEDS[:5]))
     isobn = outcomes[1]
     assert isobn.tuned_value == 0.60 and isobn.trial_values == (0.60, 0.57, 0.59)
     assert isobn.held_out_scores() == dict(zip(SEEDS[:4], [0.56, 0.60, 0.555, 0.585], strict=True))
@@ -494,3 +494,11 @@ def test_each_arm_is_composed_and_its_keys_checked_before_any_job(
     logged = _refused_study(tmp_path, glue_dir, typed)
     assert message in logged and "Fix:" in logged
     assert "has no conf/task" not in logged
+
+
+def test_an_arm_reads_only_the_studys_report_seeds(tmp_path):
+    """read_arm read every seed-* of the best trial's report, the runs of report seeds an
+    earlier setting of the study ran among them: unpaired with the other arms' runs."""
+    write_search(tmp_path, "rte", {0: 0.6}, {101: 0.55, 102: 0.57, 7: 0.9}, {"optim.lr": 3e-5})
+    outcome = read_arm(tmp_path, "rte", "none", (101, 102))
+    assert outcome.held_out_scores() == {101: 0.55, 102: 0.57}

@@ -135,7 +135,10 @@ class StudySweeper(Sweeper):
             ]
             self._check_fits(plan, composed, folder)
             run_searches(searches, HydraLaunch(self.launcher, folder), s["n_jobs"])
-            outcomes = [read_arm(folder / t / a.name, t, a.name) for t, a in plan.searches]
+            outcomes = [
+                read_arm(folder / t / a.name, t, a.name, plan.report_seeds)
+                for t, a in plan.searches
+            ]
             text = write_study_report(folder, outcomes, plan.baseline, s["direction"] == "maximize")
             log.info(f"\n{text}")
             check_reports_complete(searches)

@@ -71,8 +71,10 @@ class ArmOutcome:
         return bool(self.held_out)
 
 
-def read_arm(folder: Path, task: str, arm: str) -> ArmOutcome:
-    """The outcome of the search in ``folder`` (see the module docstring)."""
+def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> ArmOutcome:
+    """The outcome of the search in ``folder`` (see the module docstring), its held-out runs
+    those on the study's ``report_seeds``: a folder continued under other report seeds keeps
+    the old seeds' runs, which are not this study's pairs."""
     trials = _read_trials(folder / TRIALS_FILE)
     record = _read_yaml(folder / SEARCH_RESULTS_FILE)
     runs = [
@@ -93,8 +95,9 @@ def read_arm(folder: Path, task: str, arm: str) -> ArmOutcome:
     best = record.get("best_trial")
     if best is not None:
         report_dir = folder / "report" / f"trial-{int(best):03d}"
-        for job_dir in sorted(report_dir.glob("seed-*"), key=lambda p: int(p.name[5:])):
-            runs.append(_report_run(job_dir, task, arm))
+        for seed in report_seeds:
+            if (report_dir / f"seed-{seed}").is_dir():
+                runs.append(_report_run(report_dir / f"seed-{seed}", task, arm))
     return ArmOutcome(
         task=task,
         arm=arm,
