@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 
 import pytest
 import torch
+from hydra.types import RunMode
 
 from isotune.analysis.run import load_checkpoint
 from isotune.errors import IsotuneError
 from isotune.record.resume import KEEP_KEY
 from isotune.training.run import train
+from tests.conftest import compose_train_config
 from tests.helpers.config_checks import problems
 from tests.helpers.resume import KILL_AFTER_ONE, Killed, load
 from tests.helpers.untrusted import folder_digest
@@ -104,6 +107,27 @@ def test_keep_none_keeps_no_model_and_a_failed_run_keeps_its_last_checkpoint(
         train(train_config("checkpoint.keep=slim", KILL_AFTER_ONE, output_dir=tmp_path / "failed"))
     assert checkpoints(tmp_path / "failed") == ["best.ckpt", "last.ckpt"]  # it can continue
     assert "optimizer_states" in load(tmp_path / "failed" / "checkpoints" / "last.ckpt")
+
+
+def test_a_study_job_that_kept_no_model_is_trained_again_as_that_one_job(tmp_path):
+    """A study's job records ``study=...`` among its overrides: the command analyze.py gives
+    trains that job alone (hydra.mode=RUN, not the whole sweep), with the study's settings, and
+    keeps its model."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    recorded = ["study=isotropy_cpu", "task=rte", "norm=isobn", "reg=none", "optim.lr=1e-4"]
+    record = {"status": "completed", "best_checkpoint": None, "overrides": recorded}
+    (folder / "results.json").write_text(json.dumps(record))
+    with pytest.raises(IsotuneError, match="kept no model to analyse") as analysed:
+        load_checkpoint(str(folder / "checkpoints" / "best.ckpt"))
+    command = str(analysed.value).split("Fix: train it again keeping its best model: ")[1]
+    arguments = shlex.split(command.split(" (or ")[0])
+    assert arguments[:2] == ["python", "train.py"]
+    cfg = compose_train_config(arguments[2:])
+    assert cfg.hydra.mode == RunMode.RUN and str(cfg.hydra.run.dir) == str(folder)
+    assert cfg.checkpoint.keep == "slim" and cfg.resume == "never"
+    assert (cfg.task.name, cfg.norm.name, cfg.optim.lr) == ("rte", "isobn", 1e-4)
+    assert cfg.hydra.runtime.choices.trainer == "cpu_bf16"  # the study's own settings stand
 
 
 def test_an_unknown_keep_is_refused_with_the_choices():

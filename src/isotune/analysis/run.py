@@ -70,6 +70,10 @@ from isotune.record.resume import MODEL_KEYS, read_checkpoint
 
 log = logging.getLogger(__name__)
 KEEP_OVERRIDE = "checkpoint.keep="  # what a run keeps (docs/training.md#what-a-run-keeps)
+KEEP_A_MODEL = "slim"  # the best epoch's model, what analyze.py reads
+# Config groups that make train.py a sweep (a study, a search): a job of one records them among
+# its overrides, so training that job again needs hydra.mode=RUN.
+SWEEP_GROUPS = ("study=", "hparams_search=")
 # What a refused checkpoint's message tells analyze.py to do: it needs one (it has no resume=).
 FIX_ANALYZE = (
     "point ckpt_path at checkpoints/best.ckpt (or last.ckpt) of a run folder written by train.py"
@@ -239,12 +243,15 @@ def _check_a_model_was_kept(path: Path) -> None:
         if record.get("status") != "completed" or record.get("best_checkpoint") is not None:
             return
         overrides = [o for o in record.get("overrides") or [] if not o.startswith(KEEP_OVERRIDE)]
+        overrides.append(f"{KEEP_OVERRIDE}{KEEP_A_MODEL}")
+        if any(o.lstrip("+").startswith(SWEEP_GROUPS) for o in overrides):
+            overrides.append("hydra.mode=RUN")  # this one job, with the sweep's other settings
         again = shlex.join(["python", "train.py", *overrides, "resume=never"])
         raise IsotuneError(
             f"The run in {folder} kept no model to analyse: it completed with "
             "checkpoint.keep=none (its results.json and metrics.csv hold its results; "
-            f"best_checkpoint: null). Fix: train it again keeping its best model (the default, "
-            f"checkpoint.keep=slim): {again} hydra.run.dir={shlex.quote(str(folder))} (or "
+            "best_checkpoint: null). Fix: train it again keeping its best model: "
+            f"{again} hydra.run.dir={shlex.quote(str(folder))} (or "
             "without hydra.run.dir and resume=never, in a new folder); then python analyze.py "
             "ckpt_path=<its folder>/checkpoints/best.ckpt."
         )
