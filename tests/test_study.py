@@ -43,6 +43,8 @@ from isotune.study.comparison import (
 from isotune.study.plan import check_arm_keys, check_task_offline, plan_study
 from isotune.study.report import REPORT_FILE, RESULTS_FILE, RUNS_FILE, write_study_report
 from isotune.study.results import ArmOutcome, StudyRun, read_arm
+from isotune.sweeps import slurm_jobs
+from isotune.sweeps.slurm_jobs import SlurmJob
 from tests.conftest import CONF_DIR, ROOT, compose_train_config
 from tests.helpers.cli import tiny_cli_overrides
 from tests.helpers.studies import write_search
@@ -502,3 +504,17 @@ def test_an_arm_reads_only_the_studys_report_seeds(tmp_path):
     write_search(tmp_path, "rte", {0: 0.6}, {101: 0.55, 102: 0.57, 7: 0.9}, {"optim.lr": 3e-5})
     outcome = read_arm(tmp_path, "rte", "none", (101, 102))
     assert outcome.held_out_scores() == {101: 0.55, 102: 0.57}
+
+
+def test_a_study_whose_slurm_jobs_are_still_queued_is_refused(tmp_path, glue_dir, monkeypatch):
+    """submitit writes its files into the study folder, while each search checked its own
+    folder: jobs of a stopped study still queued on SLURM were sent a second time."""
+    study = tmp_path / "study" / "isotropy_minilm"
+    monkeypatch.setattr(
+        slurm_jobs,
+        "live_jobs",
+        lambda sweep_dir: [SlurmJob("41_0", "PENDING")] if Path(sweep_dir) == study else [],
+    )
+    logged = _refused_study(tmp_path, glue_dir, [])
+    assert f"Jobs that {study} sent to SLURM are still queued" in logged
+    assert "Continuing the study" in logged

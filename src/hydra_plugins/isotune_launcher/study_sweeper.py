@@ -51,6 +51,7 @@ from isotune.study.plan import (
 )
 from isotune.study.report import write_study_report
 from isotune.study.results import read_arm
+from isotune.sweeps.slurm_jobs import check_no_live_jobs
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,9 @@ class StudySweeper(Sweeper):
                 for search, (task, arm) in zip(settings, plan.searches, strict=True)
             ]
             self._check_fits(plan, composed, folder)
+            # The launcher sends every search's jobs from the study folder: submitit's files, and
+            # so the jobs SLURM still holds for a stopped study, are there, not in a search's.
+            check_no_live_jobs(folder, "Continuing the study")
             run_searches(searches, HydraLaunch(self.launcher, folder), s["n_jobs"])
             outcomes = [
                 read_arm(folder / t / a.name, t, a.name, plan.report_seeds)
