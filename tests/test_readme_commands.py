@@ -495,3 +495,32 @@ def test_commands_are_read_from_readme_and_the_docs():
     pages = {command.page for command in COMMANDS}
     assert {"README.md", "docs/sweeps.md", "docs/analysis.md"} <= pages
     assert len({command.key for command in COMMANDS}) == len(COMMANDS)
+
+
+# A benchmark whose source holds one of these stops without GLUE_DIR (bench_throughput's check).
+NEEDS_GLUE = ("quiet_offline_glue_dir()", "Set GLUE_DIR")
+BENCHMARK = re.compile(r"python benchmarks/(\w+)\.py")
+ASSIGNMENTS_BEFORE = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*=\S+ )+$")
+
+
+def test_benchmark_commands_that_read_glue_set_glue_dir():
+    """A benchmark that needs the GLUE data is shown with GLUE_DIR: on its command line or, in a
+    code block, exported before it, so that it runs as typed."""
+    lacking = []
+    for page in PAGES:
+        text = page.read_text()
+        for match in BENCHMARK.finditer(text):
+            source = (ROOT / "benchmarks" / f"{match[1]}.py").read_text()
+            if not any(needs in source for needs in NEEDS_GLUE):
+                continue
+            before = text[: match.start()]
+            line = before[before.rfind("\n") + 1 :]
+            assigned = ASSIGNMENTS_BEFORE.search(line)
+            in_block = before.count("```") % 2 == 1
+            block = before[before.rfind("```") :]
+            if not (
+                (assigned and "GLUE_DIR=" in assigned[0])
+                or (in_block and "export GLUE_DIR=" in block)
+            ):
+                lacking.append(f"{page.name}: {line.strip()}{match[0]}")
+    assert not lacking
