@@ -29,7 +29,6 @@ __all__ = [
     "head_pooling",
     "hidden_size",
     "hidden_state_indices",
-    "layer_modules",
     "lora_target_modules",
     "num_layers",
     "takes_token_types",
@@ -58,11 +57,6 @@ class Family:
     lora_targets: tuple[str, ...] | None = None  # its attention query/value; None: peft's table
     hidden_size: str = "hidden_size"  # config attribute of the hidden states' width
     num_layers: str = "num_hidden_layers"  # config attribute of the transformer layers' count
-    # Where the base model keeps its transformer layers (a ModuleList; ALBERT: its layer groups,
-    # each run for several layers) and the norm applied after the last one only: hidden_states[-1]
-    # is final_norm(last layer's output), the earlier ones are the layers' outputs as they are.
-    layers: str = "encoder.layer"
-    final_norm: str | None = None
 
 
 # Positional fields: name, dropout, token_types, trained_pooler, head_pooling, lora_targets (given
@@ -80,7 +74,6 @@ FAMILIES: dict[str, Family] = {
         ("q_lin", "v_lin"),
         hidden_size="dim",
         num_layers="n_layers",
-        layers="transformer.layer",
     ),
     # Its layers share their weights: each target is one module per layer group.
     "albert": Family(
@@ -90,7 +83,6 @@ FAMILIES: dict[str, Family] = {
         True,
         "pooler",
         ("query", "value"),
-        layers="encoder.albert_layer_groups",
     ),
     "electra": Family("ELECTRA", BERT_DROPOUT, True, False, "cls"),
     # DeBERTa-v3 checkpoints are model_type deberta-v2 with type_vocab_size 0.
@@ -105,22 +97,18 @@ FAMILIES: dict[str, Family] = {
         False,
         "classifier_pooling",
         ("Wqkv",),
-        layers="layers",
-        final_norm="final_norm",
     ),
     "mpnet": Family("MPNet", ("hidden_dropout_prob",), False, False, "cls", ("q", "v")),
     # Decoder language models: no token types, no pooler, the last real token, no dropout before
     # the head; LoRA's targets from peft's table (GPT-2's c_attn is a Conv1D, query, key and value
     # in one matrix; GPT-NeoX's query_key_value likewise).
-    "gpt2": Family("GPT-2", NO_DROPOUT, False, False, "last", layers="h", final_norm="ln_f"),
+    "gpt2": Family("GPT-2", NO_DROPOUT, False, False, "last"),
     "gpt_neox": Family(
         "GPT-NeoX (Pythia)",
         NO_DROPOUT,
         False,
         False,
         "last",
-        layers="layers",
-        final_norm="final_layer_norm",
     ),
     # Its classifier reads the last hidden state after project_out, word_embed_proj_dim wide
     # (OPT-350m: 512, its layers 1024; the other sizes: the hidden size).
@@ -131,13 +119,9 @@ FAMILIES: dict[str, Family] = {
         False,
         "last",
         hidden_size="word_embed_proj_dim",
-        layers="decoder.layers",
-        final_norm="decoder.final_layer_norm",
     ),
     **{
-        model_type: Family(
-            name, NO_DROPOUT, False, False, "last", layers="layers", final_norm="norm"
-        )
+        model_type: Family(name, NO_DROPOUT, False, False, "last")
         for model_type, name in (
             ("llama", "Llama"),  # SmolLM2, TinyLlama
             ("qwen2", "Qwen2"),
@@ -217,14 +201,6 @@ def head_pooling(family: Family, config: Any) -> str:
     if family.head_pooling == "classifier_pooling":
         return getattr(config, "classifier_pooling", "cls")
     return family.head_pooling
-
-
-def layer_modules(model: Any) -> Any:
-    """The base model's transformer layers (a ``ModuleList``, in order; ALBERT's: its layer groups,
-    each run for several layers), where hooks see each layer's output: ``hidden_states[i + 1]``
-    for layer ``i``, but the last one's before the family's ``final_norm``."""
-    family = family_of(model.config, "where its transformer layers are")
-    return model.get_submodule(family.layers)
 
 
 def takes_token_types(config: Any) -> bool | None:
