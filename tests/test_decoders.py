@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 from isotune.analysis.directions import linear_weights
 from isotune.callbacks.isotropy import ProbeCapture, ProfileSampling
 from isotune.errors import IsotuneError
+from isotune.file_digest import file_sha256
 from isotune.model import gguf_cache
 from isotune.model.encoders import load_encoder, load_tokenizer, resolve_model_path
 from isotune.model.families import FAMILIES
@@ -197,11 +201,16 @@ def fake_gguf(tmp_path, monkeypatch) -> dict:
     gguf_cache._converted.cache_clear()
 
 
+def cache_entries(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.parent.iterdir())
+
+
 def test_a_gguf_file_is_converted_once_and_loaded_from_its_cached_folder(fake_gguf, tmp_path):
     folder = Path(resolve_model_path(str(fake_gguf["file"])))
     assert folder.parent == tmp_path / "cache" / "isotune" / "gguf"
     assert folder.name.startswith("Tiny.Q4_1-") and len(fake_gguf["calls"]) == 1
-    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no staging folder left
+    assert cache_entries(folder) == [folder.name, f"{folder.name}.lock"]  # no staging folder left
+    assert folder.stat().st_mode & 0o777 == 0o755  # readable as the rest of the cache
     gguf_cache._converted.cache_clear()  # another job of the sweep
     assert load_encoder(str(fake_gguf["file"])).config.model_type == "llama"
     assert load_tokenizer(str(fake_gguf["file"])).pad_token == "<|endoftext|>"
@@ -218,7 +227,27 @@ def test_a_cached_folder_whose_weights_do_not_match_is_converted_again(fake_gguf
         assert resolve_model_path(str(fake_gguf["file"])) == str(folder)
     assert "does not match its manifest" in caplog.text and len(fake_gguf["calls"]) == 2
     assert weights.read_bytes() == good
-    assert [p.name for p in folder.parent.iterdir()] == [folder.name]
+    assert cache_entries(folder) == [folder.name, f"{folder.name}.lock"]
+
+
+def test_jobs_started_together_on_a_fresh_cache_convert_once(fake_gguf, monkeypatch):
+    """Each job waits on the folder's lock, then finds the first one's conversion."""
+    slow, started = gguf_cache.convert, threading.Barrier(2)
+
+    def convert(source: Path, folder: Path) -> None:
+        time.sleep(0.3)  # both jobs are past their first look at the cache by now
+        slow(source, folder)
+
+    monkeypatch.setattr(gguf_cache, "convert", convert)
+
+    def job() -> str:
+        started.wait()
+        return resolve_model_path(str(fake_gguf["file"]))
+
+    with ThreadPoolExecutor(2) as pool:
+        folders = list(pool.map(lambda _: job(), range(2)))
+    assert folders[0] == folders[1] and len(fake_gguf["calls"]) == 1
+    assert gguf_cache._intact(Path(folders[0]), file_sha256(fake_gguf["file"]))
 
 
 def test_a_missing_gguf_package_or_loader_names_the_one_install_command(

@@ -7,19 +7,24 @@ tokenizer are saved once, as ``save_pretrained`` writes them, in a folder of the
 named by the GGUF file's sha256, and later runs load that folder as any other.
 
 The folder is written whole or not at all: into a temporary folder beside it, with a manifest of
-its files' sha256 written last, then renamed into place (two jobs converting at once: the first
-rename wins, the second's copy is removed). Before each use the files are checked against the
-manifest; a folder whose files do not match (a disk error, a copy cut short) is converted again.
+its files' sha256 written last, then renamed into place. Jobs started together on a fresh cache
+convert once: each takes a lock on ``<folder>.lock`` and looks at the folder again once it holds
+it (where locks do not reach, two jobs converting at once: the first rename wins, the second's
+copy is removed). Before each use the files are checked against the manifest; a folder whose
+files do not match (a disk error, a copy cut short) is converted again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from isotune.errors import IsotuneError
@@ -62,11 +67,34 @@ def _converted(gguf_file: Path, size: int, mtime: int) -> Path:
     folder = cache_root() / f"{gguf_file.stem}-{sha256[:16]}"
     if _intact(folder, sha256):
         return folder
-    if folder.exists():
-        log.warning(
-            "The converted model in %s does not match its manifest: converting again", folder
-        )
     folder.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(folder):
+        if _intact(folder, sha256):  # another job converted it while this one waited
+            return folder
+        if folder.exists():
+            log.warning(
+                "The converted model in %s does not match its manifest: converting again", folder
+            )
+        _convert_into(gguf_file, sha256, folder)
+    return folder
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``<folder>.lock``: the jobs of a sweep started on a fresh
+    cache wait for the first one's conversion instead of each converting (the file stays, as
+    removing a lock file another job may be opening would let two jobs hold two locks)."""
+    with open(folder.with_name(f"{folder.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _convert_into(gguf_file: Path, sha256: str, folder: Path) -> None:
+    """Convert ``gguf_file`` in a staging folder beside ``folder``, with its manifest written
+    last, then rename it into place."""
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
     try:
         log.info("Converting %s to a model folder, once: %s", gguf_file.name, folder)
@@ -76,10 +104,10 @@ def _converted(gguf_file: Path, size: int, mtime: int) -> Path:
         }
         manifest = {"gguf": gguf_file.name, "gguf_sha256": sha256, "files": files}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        staging.chmod(0o755)  # mkdtemp's 0o700 would keep the cache from the user's other groups
         _move_into_place(staging, folder, sha256)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return folder
 
 
 def _intact(folder: Path, sha256: str) -> bool:
