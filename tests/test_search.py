@@ -620,7 +620,7 @@ def test_a_launcher_raising_mid_batch_leaves_the_trial_unfinished_and_the_search
         stopped(jobs)
 
     caplog.set_level(logging.WARNING)
-    with pytest.raises(SystemExit) as exit, stops_with_a_summary(folder, stopped, "Search", AGAIN):
+    with pytest.raises(SystemExit) as exit, stops_with_a_summary(folder, stopped, AGAIN):
         make_search(folder, on_slurm, **settings).run()
     assert exit.value.code == 1
     said = caplog.text

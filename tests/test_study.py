@@ -28,6 +28,7 @@ from hydra.types import HydraContext
 from omegaconf import OmegaConf
 from scipy import stats
 
+from hydra_plugins.isotune_launcher import study_sweeper
 from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper
 from isotune.dashboard.cli import study_section
 from isotune.errors import IsotuneError
@@ -44,6 +45,7 @@ from isotune.study.plan import check_arm_keys, check_task_offline, plan_study
 from isotune.study.report import REPORT_FILE, RESULTS_FILE, RUNS_FILE, write_study_report
 from isotune.study.results import ArmOutcome, StudyRun, read_arm
 from isotune.sweeps import slurm_jobs
+from isotune.sweeps.runs import Sweep
 from isotune.sweeps.slurm_jobs import SlurmJob
 from tests.conftest import CONF_DIR, ROOT, compose_train_config
 from tests.helpers.cli import tiny_cli_overrides
@@ -67,7 +69,11 @@ SETTINGS = {
     "report_seeds": [101, 102, 103, 104, 105],
 }
 KEYS = {"intervention", "optim.lr", "reg.weight"}
-TASK_FILES = {"glue_dir": "RTE", "files": {"train": "train.tsv", "validation": "dev.tsv"}}
+TASK_FILES = {
+    "glue_dir": "RTE",
+    "eval_splits": ["validation"],
+    "files": {"train": "train.tsv", "validation": "dev.tsv"},
+}
 
 
 def _plan(tmp_path: Path, **changes):
@@ -391,7 +397,7 @@ def test_a_study_prunes_with_the_plain_searchs_default_pruner():
 
 
 # ---- the sweeper's refusals, before any job ----
-def _refused_study(tmp_path: Path, glue_dir: Path, typed: list[str], preset=()) -> str:
+def _refused_study(tmp_path: Path, glue_dir: Path, typed: list[str], preset=(), code=1) -> str:
     """Sweep ``python train.py -m study=isotropy task=rte <typed>`` (``preset``: values composed
     into the config as a preset would set them, not typed) and return what it logged as it
     stopped with exit status 1 before any job."""
@@ -412,7 +418,7 @@ def _refused_study(tmp_path: Path, glue_dir: Path, typed: list[str], preset=()) 
             sweeper.sweep([arg for arg in typed if not arg.lstrip("+").startswith("hydra.")])
     finally:
         logger.removeHandler(handler)
-    assert stopped.value.code == 1
+    assert stopped.value.code == code
     assert not list(tmp_path.rglob("results.json"))
     return "\n".join(messages)
 
@@ -518,3 +524,32 @@ def test_a_study_whose_slurm_jobs_are_still_queued_is_refused(tmp_path, glue_dir
     logged = _refused_study(tmp_path, glue_dir, [])
     assert f"Jobs that {study} sent to SLURM are still queued" in logged
     assert "Continuing the study" in logged
+
+
+def test_a_stopped_study_says_its_summary(tmp_path, glue_dir, monkeypatch):
+    """The study folder had no multirun.yaml, so a study stopped by Ctrl-C or SIGTERM said
+    nothing of its runs. Its record is written before its first job now, and read as the
+    study's, not as a search."""
+
+    def stopped(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(study_sweeper, "run_searches", stopped)
+    logged = _refused_study(tmp_path, glue_dir, [], code=128 + signal.SIGINT)
+    study = tmp_path / "study" / "isotropy_minilm"
+    assert f"Sweep {study}: no job has started yet." in logged
+    assert "continue the study" in logged
+    assert Sweep.load(study).is_study and not Sweep.load(study).is_search
+
+
+def test_a_task_whose_dev_split_is_not_validation_is_checked_by_its_own_files(tmp_path):
+    """task=mnli raised KeyError: 'validation' (its dev splits are validation_matched and
+    validation_mismatched)."""
+    mnli = OmegaConf.to_container(compose_train_config(["task=mnli"]).task, resolve=True)
+    (tmp_path / "MNLI").mkdir()
+    for name in ("train.tsv", "dev_matched.tsv"):
+        (tmp_path / "MNLI" / name).write_text("x\n")
+    with pytest.raises(IsotuneError, match=r"MNLI/dev_mismatched.tsv missing"):
+        check_task_offline("mnli", mnli, tmp_path)
+    (tmp_path / "MNLI" / "dev_mismatched.tsv").write_text("x\n")
+    check_task_offline("mnli", mnli, tmp_path)

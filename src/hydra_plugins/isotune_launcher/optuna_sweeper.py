@@ -83,7 +83,7 @@ class OptunaSweeper(Sweeper):
         config, loader = self.config, self.hydra_context.config_loader
         folder = Path(str(config.hydra.sweep.dir)).resolve()
         log.info(f"Search folder: {folder}")
-        with stops_with_a_summary(folder, self.launcher, "Search", AGAIN):
+        with stops_with_a_summary(folder, self.launcher, AGAIN):
             settings = search_settings(config, self.settings, arguments, folder)
             search = Search(settings, folder, OmegaConf.to_yaml(config))
             dry_run_search(config, settings, lambda o: compose_checked(config, loader, o))

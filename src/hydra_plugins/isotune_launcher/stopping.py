@@ -34,11 +34,9 @@ log = logging.getLogger(__name__)
 
 
 @contextmanager
-def stops_with_a_summary(
-    folder: Path, launcher: Any, what: str, again: str | None = None
-) -> Iterator[None]:
-    """Run the block (the sweep or search in ``folder``, ``what`` naming it) and stop as the
-    module docstring says."""
+def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) -> Iterator[None]:
+    """Run the block (the sweep, search or study in ``folder``) and stop as the module docstring
+    says."""
     try:
         with sigterm_stops_the_wait(launcher):
             yield

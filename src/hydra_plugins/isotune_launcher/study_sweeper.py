@@ -36,6 +36,7 @@ from hydra_plugins.isotune_launcher.hydra_search import (
     settings_of,
 )
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
+from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
 from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
@@ -51,6 +52,7 @@ from isotune.study.plan import (
 )
 from isotune.study.report import write_study_report
 from isotune.study.results import read_arm
+from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.slurm_jobs import check_no_live_jobs
 
 log = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ class StudySweeper(Sweeper):
         config = self.config
         folder = Path(str(config.hydra.sweep.dir)).resolve()
         log.info(f"Study folder: {folder}")
-        with stops_with_a_summary(folder, self.launcher, "Study", AGAIN):
+        with stops_with_a_summary(folder, self.launcher, AGAIN):
             s = plain_values(self.settings)
             _refuse_unknown_keys(s)
             tasks, fixed = _tasks_and_fixed(arguments, s["tasks"])
@@ -138,6 +140,8 @@ class StudySweeper(Sweeper):
             # The launcher sends every search's jobs from the study folder: submitit's files, and
             # so the jobs SLURM still holds for a stopped study, are there, not in a search's.
             check_no_live_jobs(folder, "Continuing the study")
+            # The study's record, as every sweep's: what a stopped study's summary reads.
+            write_text(folder / SWEEP_FILE, OmegaConf.to_yaml(config))
             run_searches(searches, HydraLaunch(self.launcher, folder), s["n_jobs"])
             outcomes = [
                 read_arm(folder / t / a.name, t, a.name, plan.report_seeds)

@@ -150,7 +150,7 @@ class SummarizingSweeper(BasicSweeper):
 
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).resolve()
         log.info(f"Sweep folder: {sweep_dir}")
-        with stops_with_a_summary(sweep_dir, self.launcher.launcher, "Sweep"):
+        with stops_with_a_summary(sweep_dir, self.launcher.launcher):
             check_no_live_jobs(sweep_dir, "Typing the sweep again")
             self.launcher.composed = self._job_configs(arguments)
             jobs = list(self.launcher.composed.values())

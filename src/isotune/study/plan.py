@@ -29,7 +29,6 @@ from isotune.search.space import flat_params
 LR_KEY = "optim.lr"  # searched by every arm
 BUDGET_KEYS = ("n_trials", "seeds")  # an arm that sets its own is refused: budgets are equal
 HUB_OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-NEEDED_SPLITS = ("train", "validation")  # what a study's runs read (no test predictions)
 
 
 @dataclass(frozen=True)
@@ -172,14 +171,17 @@ def check_task_offline(
                 "GLUE_DIR=../shared/data/glue."
             )
         return
-    missing = [
+    # What a study's runs read: the training split and the task's own dev splits (mnli's are
+    # validation_matched and validation_mismatched), no test predictions.
+    files = [
         Path(glue_dir) / str(config["glue_dir"]) / str(config["files"][split])
-        for split in NEEDED_SPLITS
-        if not (Path(glue_dir) / str(config["glue_dir"]) / str(config["files"][split])).is_file()
+        for split in ("train", *config["eval_splits"])
     ]
+    missing = [path for path in files if not path.is_file()]
     if missing:
         raise IsotuneError(
             f"Task {task} is not available offline: {', '.join(map(str, missing))} missing "
             f"under GLUE_DIR={glue_dir}. Fix: put the official GLUE files of {task} there "
-            f"(<GLUE_DIR>/{config['glue_dir']}/{{train,dev}}.tsv), or leave {task} out of task=."
+            f"({', '.join(path.name for path in files)} in <GLUE_DIR>/{config['glue_dir']}/), or "
+            f"leave {task} out of task=."
         )

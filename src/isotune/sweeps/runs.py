@@ -128,7 +128,17 @@ class Sweep:
         """A search (``hydra/sweeper=optuna``, docs/search.md, or one of a study's) chooses each
         trial from the scores of the earlier ones: typing its command again continues it;
         rerunning jobs would not."""
-        return self.sweeper in (SEARCH_SWEEPER, STUDY_SWEEPER)
+        return self.sweeper == SEARCH_SWEEPER or (
+            self.sweeper == STUDY_SWEEPER and not self.is_study
+        )
+
+    @property
+    def is_study(self) -> bool:
+        """A study's own folder (docs/study.md), whose record is the study's and whose runs are
+        its searches': each of those holds its Optuna journal, the study folder none."""
+        from isotune.search.optuna_study import JOURNAL_FILE
+
+        return self.sweeper == STUDY_SWEEPER and not (self.dir / JOURNAL_FILE).is_file()
 
     @property
     def enumerable(self) -> bool:
