@@ -832,6 +832,20 @@ def test_two_searches_share_each_launch_and_end_as_each_would_alone(tmp_path):
     )
 
 
+def test_with_one_slot_the_searches_take_turns_trial_by_trial(tmp_path):
+    """Every round offered the slot to the first search first: with n_jobs=1 it ran its whole
+    budget before the second began. The search offered a trial first now turns."""
+    launch = FakeLauncher(tmp_path, weight_score)
+    searches = [make_search(tmp_path / name, launch, n_trials=2, **SMALL).search for name in "ab"]
+    run_searches(searches, lambda jobs: launch(job_overrides(jobs, tmp_path)), 1)
+    owners = [
+        "".join(sorted({dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"][0] for job in b}))
+        for b in launch.launches
+    ]
+    # a's report runs beside b's last trial once a's trials have ended
+    assert owners == ["a", "b", "a", "ab", "b"]
+
+
 def test_a_failed_report_run_lets_every_search_end_then_stops_in_one_message(tmp_path):
     """A NaN on one report seed of one search raised inside the loop: the other searches were
     never told their report's outcomes, and a study report was never written. Now every search

@@ -380,6 +380,7 @@ def test_each_preset_plans_the_runs_docs_study_md_gives(preset, runs, tmp_path):
     plan = plan_study(settings, tasks)
     for arm in plan.arms:
         check_arm_keys(arm, in_config)
+    assert settings["n_jobs"] > 1  # every preset keeps more than one slot busy
     assert plan.jobs == runs and plan.baseline == "none"
     assert cfg.checkpoint.keep == "none"  # a study keeps its runs' records, not their models
     assert str(cfg.hydra.sweep.dir).endswith(f"/study/{settings['study_name']}")

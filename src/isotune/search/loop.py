@@ -53,8 +53,10 @@ def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int
         )
     for search in searches:
         search.open()
+    first = 0  # the search offered a trial first, turn by turn
     while not all(search.finished for search in searches):
-        _start_trials(searches, trials_at_once - sum(s.in_flight for s in searches))
+        room = trials_at_once - sum(s.in_flight for s in searches)
+        first = _start_trials([*searches[first:], *searches[:first]], room, first)
         batch = [(search, job) for search in searches for job in search.next_jobs()]
         if not batch:
             raise RuntimeError("no search has a job to run, yet not every search has finished")
@@ -92,18 +94,23 @@ def check_reports_complete(searches: Sequence[Search]) -> None:
     )
 
 
-def _start_trials(searches: Sequence[Search], room: int) -> None:
-    """Start up to ``room`` new trials, one per search in turn, so that every search gets its
-    share of the slots."""
+def _start_trials(searches: Sequence[Search], room: int, first: int) -> int:
+    """Start up to ``room`` new trials, one per search in turn (``searches`` from the one whose
+    turn it is, at index ``first`` of the caller's order), so that every search gets its share
+    of the slots; the caller's index of the search whose turn comes next. With one slot, the
+    searches take turns trial by trial instead of the first running its whole budget first."""
     starting = list(searches)
+    turn = 0
     while room > 0 and starting:
         for search in list(starting):
             if room == 0:
                 break
             if search.start_trial():
                 room -= 1
+                turn = searches.index(search) + 1
             else:
                 starting.remove(search)
+    return (first + turn) % len(searches)
 
 
 def run_batch(jobs: Sequence[Job], launch: Launch) -> tuple[list[JobOutcome], Exception | None]:
