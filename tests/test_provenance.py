@@ -34,6 +34,7 @@ from isotune.record.provenance import (
 from isotune.record.resume import PROVENANCE_KEY
 from isotune.sweeps.aggregate import aggregate
 from isotune.sweeps.environment import compare
+from isotune.training import run_provenance
 from isotune.training.run import train
 from isotune.training.run_provenance import data_identity, model_identity
 from tests.helpers.cli import ROOT, run_script, tiny_cli_overrides
@@ -220,10 +221,13 @@ def test_a_resume_after_a_commit_warns_and_the_record_says_so(
     train_config, tmp_path, clone, monkeypatch, caplog
 ):
     monkeypatch.setattr(provenance, "package_root", lambda: clone / "src" / "isotune")
+    # Each attempt is a process of its own, which takes the code's identity as it imports isotune.
+    monkeypatch.setattr(run_provenance, "CODE_AT_IMPORT", provenance.code_identity())
     before = git(clone, "rev-parse", "HEAD")
     with pytest.raises(Killed):
         train(train_config(KILL_AFTER_ONE))
     after = commit_a_change(clone, "a commit between two attempts")
+    monkeypatch.setattr(run_provenance, "CODE_AT_IMPORT", provenance.code_identity())
     with disarmed(), caplog.at_level(logging.WARNING, logger="isotune.record.results"):
         results = train(train_config(KILL_AFTER_ONE))
     warnings = [r.getMessage() for r in caplog.records if r.name == "isotune.record.results"]

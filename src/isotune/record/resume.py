@@ -57,6 +57,14 @@ FIX_OWN_LAST = (
     "first save), or in a new folder (leave hydra.run.dir unset)"
 )
 
+# Keys the config gained after checkpoints were written, each with the value that reproduces a run
+# made before the key existed: a checkpoint that lacks one ran as that value, and compares as it
+# (else every new option would refuse to continue every run started before it).
+KEYS_ADDED_SINCE = {
+    "callbacks.isotropy.layer_profiles": False,  # the layer-by-layer geometry, off before it came
+    "callbacks.isotropy.profile_tokens": 2000,  # read only when layer_profiles is on
+}
+
 # Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,
 # what is logged where, how the console looks. Everything else must match to resume.
 BOOKKEEPING_KEYS = (
@@ -356,7 +364,7 @@ def _refused_object(error: pickle.UnpicklingError) -> str:
 
 def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """``key: saved -> current`` for every computation key whose value differs."""
-    old, new = _flatten(saved), _flatten(current)
+    old, new = {**KEYS_ADDED_SINCE, **_flatten(saved)}, _flatten(current)
     return [
         f"{key}: {old.get(key, '(absent)')!r} -> {new.get(key, '(absent)')!r}"
         for key in sorted(old.keys() | new.keys())
