@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,7 @@ from isotune.study.plan import check_arm_keys, check_task_offline, plan_study
 from isotune.study.report import REPORT_FILE, RESULTS_FILE, RUNS_FILE, write_study_report
 from isotune.study.results import ArmOutcome, StudyRun, read_arm
 from isotune.sweeps import slurm_jobs
+from isotune.sweeps.report import status_markdown
 from isotune.sweeps.runs import Sweep
 from isotune.sweeps.slurm_jobs import SlurmJob
 from tests.conftest import CONF_DIR, ROOT, compose_train_config
@@ -398,10 +400,14 @@ def test_a_study_prunes_with_the_plain_searchs_default_pruner():
 
 
 # ---- the sweeper's refusals, before any job ----
-def _refused_study(tmp_path: Path, glue_dir: Path, typed: list[str], preset=(), code=1) -> str:
+def _refused_study(
+    tmp_path: Path, glue_dir: Path, typed: list[str], preset=(), code=1, patch=lambda: None
+) -> str:
     """Sweep ``python train.py -m study=isotropy task=rte <typed>`` (``preset``: values composed
     into the config as a preset would set them, not typed) and return what it logged as it
-    stopped with exit status 1 before any job."""
+    stopped with exit status ``code`` before any job. ``patch`` runs after the sweeper's setup,
+    whose first scan of Hydra's plugins executes their modules again (undoing a patch made
+    before it)."""
     typed = ["study=isotropy", "task=rte", f"paths.log_dir={tmp_path}", *typed]
     cfg = compose_train_config([*typed, f"paths.glue_dir={glue_dir}", *preset])
     settings = OmegaConf.to_container(cfg.hydra.sweeper)
@@ -409,6 +415,7 @@ def _refused_study(tmp_path: Path, glue_dir: Path, typed: list[str], preset=(), 
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
     context = HydraContext(config_loader=loader, callbacks=Callbacks())
     sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
+    patch()
     messages = []
     handler = logging.Handler()
     handler.emit = lambda record: messages.append(record.getMessage())
@@ -535,12 +542,22 @@ def test_a_stopped_study_says_its_summary(tmp_path, glue_dir, monkeypatch):
     def stopped(*_):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(study_sweeper, "run_searches", stopped)
-    logged = _refused_study(tmp_path, glue_dir, [], code=128 + signal.SIGINT)
+    logged = _refused_study(
+        tmp_path,
+        glue_dir,
+        [],
+        code=128 + signal.SIGINT,
+        patch=lambda: monkeypatch.setattr(study_sweeper, "run_searches", stopped),
+    )
     study = tmp_path / "study" / "isotropy_minilm"
     assert f"Sweep {study}: no job has started yet." in logged
     assert "continue the study" in logged
     assert Sweep.load(study).is_study and not Sweep.load(study).is_search
+    lines = status_markdown([], [], [], [Sweep.load(study)], [], datetime.now()).splitlines()
+    assert (
+        f"- {study}: a study: its jobs are its searches'"
+        in lines[lines.index("## Missing runs (0)") + 2]
+    )
 
 
 def test_a_task_whose_dev_split_is_not_validation_is_checked_by_its_own_files(tmp_path):

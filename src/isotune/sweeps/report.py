@@ -115,6 +115,11 @@ def figures_markdown(figures: Mapping[str, Path]) -> str:
 
 def _unknown_jobs(sweep: Sweep) -> str:
     """Why a sweep's missing jobs cannot be counted: its jobs are not a list fixed up front."""
+    if sweep.is_study:
+        return (
+            "a study: its jobs are its searches', listed here with them; the study's command, "
+            "typed again, continues every search"
+        )
     if sweep.is_search:
         return (
             "a search: its jobs are the trials its study asked, listed with their states in its "
