@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hydra.core.plugins import Plugins
+from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,6 +26,27 @@ from isotune.search.settings import (
     refuse_fixed_seeds,
 )
 from isotune.search.space import SearchSpace, override_value, parse_space
+
+
+class KeepsItsLauncher:
+    """What the search's and the study's sweepers share before they sweep: their settings as
+    Hydra gives them, the composed config, and the launcher their jobs go to. A mixin, not a
+    ``Sweeper``, so that Hydra's plugin scan registers only the two sweepers themselves."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = settings
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.launcher: Any = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
 
 def default_pruner() -> dict[str, Any]:

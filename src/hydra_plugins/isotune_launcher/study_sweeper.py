@@ -22,14 +22,13 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.plugins import Plugins
 from hydra.errors import MissingConfigException
 from hydra.plugins.sweeper import Sweeper
-from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.isotune_launcher.hydra_search import (
     HydraLaunch,
+    KeepsItsLauncher,
     compose_checked,
     default_pruner,
     plain_values,
@@ -87,22 +86,7 @@ ConfigStore.instance().store(
 )
 
 
-class StudySweeper(Sweeper):
-    def __init__(self, **settings: Any) -> None:
-        self.settings = settings
-        self.config: DictConfig | None = None
-        self.hydra_context: HydraContext | None = None
-        self.launcher: Any = None
-
-    def setup(
-        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
-    ) -> None:
-        self.config = config
-        self.hydra_context = hydra_context
-        self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config
-        )
-
+class StudySweeper(KeepsItsLauncher, Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.hydra_context is not None
         config = self.config
