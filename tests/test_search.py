@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -556,6 +557,52 @@ def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupte
         for name in ("whole", "stopped")
     ]
     assert results[0] == results[1]
+
+
+def test_a_search_stopped_mid_round_with_trials_out_of_step_ends_as_an_uninterrupted_one(tmp_path):
+    """Two trials in flight, pruning: stopped as trial 6's first seed and trial 4's third were
+    launched, the continued search goes on in each trial's own round instead of reading their
+    seeds again from the first, so the pruner is asked what it was asked uninterrupted, when it
+    was (read again, trial 4 fell out of step, and trial 6 was pruned against its best)."""
+
+    def noisy(values, seed):  # seed noise as a run has, a function of the configuration and seed
+        noise = random.Random(f"{values.get('reg.weight')} {seed}").gauss(0, 0.05)
+        return weight_score(values, 0) + noise
+
+    pruner = {"_target_": "isotune.search.pruning.NoiseGapPruner", "gap_sd": 1.0}
+    settings = {**SMALL, "seeds": [1, 2, 3], "pruner": pruner, "n_trials": 8, "n_jobs": 2}
+    whole = FakeLauncher(tmp_path / "whole", noisy)
+    make_search(tmp_path / "whole", whole, **settings).run()
+
+    stopped = FakeLauncher(tmp_path / "stopped", noisy, stop_at_launch=7)
+    with pytest.raises(KeyboardInterrupt):
+        make_search(tmp_path / "stopped", stopped, **settings).run()
+    journal = JournalStorage(JournalFileBackend(str(tmp_path / "stopped" / "optuna_journal.log")))
+    study = optuna.load_study(study_name="istar_rte_minilm", storage=journal)
+    running = [t for t in study.trials if t.state.name == "RUNNING"]
+    assert [(t.number, len(t.intermediate_values)) for t in running] == [(4, 2), (6, 0)]
+    again = FakeLauncher(tmp_path / "stopped", noisy)
+    make_search(tmp_path / "stopped", again, **settings).run()
+
+    def asked(launcher):
+        return [job for job in launcher.jobs if "report" not in " ".join(job)]
+
+    assert asked(stopped) + asked(again) == asked(whole)
+    first, second = (
+        pd.read_csv(tmp_path / name / "trials.csv").drop(columns="job_dir")
+        for name in ("whole", "stopped")
+    )
+    pd.testing.assert_frame_equal(first, second)
+    assert {"COMPLETE", "PRUNED"} <= set(second.state)
+    results, reports = (
+        [read(tmp_path / name) for name in ("whole", "stopped")]
+        for read in (
+            lambda folder: yaml.safe_load((folder / "optimization_results.yaml").read_text()),
+            lambda folder: (folder / "search_report.md").read_text(),
+        )
+    )
+    assert results[0] == results[1]
+    assert reports[0] == reports[1].replace(str(tmp_path / "stopped"), str(tmp_path / "whole"))
 
 
 def asked_values(

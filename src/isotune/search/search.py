@@ -122,7 +122,8 @@ class Search:
         running = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         for frozen in running:
             if owner_stopped(frozen, self.folder):
-                self._run(optuna.trial.Trial(self.study, frozen._trial_id), frozen.user_attrs)
+                trial = optuna.trial.Trial(self.study, frozen._trial_id)
+                self._run(trial, frozen.user_attrs, len(frozen.intermediate_values))
                 continue
             others = frozen.user_attrs[OWNER_ATTR]
             log.info(
@@ -144,11 +145,20 @@ class Search:
         self._run(trial, {})
         return True
 
-    def _run(self, trial: Any, attrs: dict[str, Any]) -> None:
+    def _run(self, trial: Any, attrs: dict[str, Any], rounds_reported: int = 0) -> None:
         """Run ``trial`` (its user attributes ``attrs``) here: in flight, owned by this search,
-        its jobs in its home folder."""
+        its jobs in its home folder. A trial a stopped search left goes on in the round after
+        the ``rounds_reported`` it reported, with the outcomes its ``jobs`` recorded for them:
+        asked again from its first round, it was asked whether to prune again against today's
+        best, and its rounds fell out of step with the other trials in flight, so the continued
+        search did not end as an uninterrupted one."""
         trial.set_user_attr(OWNER_ATTR, owner(self.folder))
-        self.live[trial.number] = _Trial(trial, Path(attrs.get(HOME_ATTR, self.folder)))
+        live = _Trial(trial, Path(attrs.get(HOME_ATTR, self.folder)), round=rounds_reported)
+        for record in attrs.get("jobs", []):
+            index = self.settings.seeds.index(record["seed"])
+            if index < rounds_reported:
+                live.outcomes[index] = JobOutcome.from_record(record)
+        self.live[trial.number] = live
 
     def next_jobs(self) -> list[Job]:
         """The jobs of the next round: those of the trials in flight; once every trial has
