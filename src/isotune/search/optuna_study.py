@@ -37,10 +37,10 @@ from isotune.errors import IsotuneError
 from isotune.record import folder_lock
 from isotune.search.checks import baseline_folder, changes_a_run, check_same_ranking
 from isotune.search.settings import SearchSettings
+from isotune.sweeps.runs import JOURNAL_FILE
 
 HOME_ATTR = "isotune_folder"  # a trial's user attribute: the search folder its jobs run in
 OWNER_ATTR = "isotune_owner"  # the search running it: its folder, host and process
-JOURNAL_FILE = "optuna_journal.log"  # the study, in the search folder unless storage names one
 SETTINGS_ATTR = "isotune_settings"  # the study's user attribute: what ranks its trials
 BASELINES_ATTR = "isotune_baselines"  # every baseline its report ran, the first in report/baseline
 

@@ -30,6 +30,7 @@ STUDY_SWEEPER = "hydra_plugins.isotune_launcher.study_sweeper.StudySweeper"
 # the winner's and the baseline's on the report seeds below ``report/``.
 SEARCH_REPORT_FOLDER = "report"
 SEARCH_REPORT_FILE = "search_report.md"  # the held-out report, in the search folder
+JOURNAL_FILE = "optuna_journal.log"  # the study, in the search folder unless storage names one
 TUNING, REPORT = "tuning", "report"  # the parts of a search a run can belong to
 
 
@@ -136,8 +137,6 @@ class Sweep:
     def is_study(self) -> bool:
         """A study's own folder (docs/study.md), whose record is the study's and whose runs are
         its searches': each of those holds its Optuna journal, the study folder none."""
-        from isotune.search.optuna_study import JOURNAL_FILE
-
         return self.sweeper == STUDY_SWEEPER and not (self.dir / JOURNAL_FILE).is_file()
 
     @property
