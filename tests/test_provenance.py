@@ -216,6 +216,27 @@ def test_strict_refuses_runs_of_unknown_code_by_name_unless_allowed(tmp_path):
     assert aggregate([unknown], strict=True, allow_unknown_code=True).environments.runs == 2
 
 
+def test_strict_refuses_runs_of_uncommitted_changes_by_name_unless_allowed(tmp_path):
+    """Runs that share one tree's uncommitted changes agree in every field, yet no commit
+    rebuilds them; a tree recorded dirty whose changes are not hashed is refused too."""
+    changed = record_of("5" * 40)
+    changed["code"] |= {"dirty": True, "changes": "0a1b2c3d4e5f"}
+    unhashed = record_of("5" * 40)
+    unhashed["code"] |= {"dirty": True, "changes_note": "changes not hashed: timeout"}
+    folders = [
+        fake_sweep(tmp_path / "edited", "none", changed),
+        fake_sweep(tmp_path / "unhashed", "isobn", unhashed),
+    ]
+    with pytest.raises(IsotuneError, match="2 runs ran code with uncommitted changes") as refused:
+        aggregate(folders[:1], strict=True)
+    assert str(folders[0] / "1") in str(refused.value)
+    assert "commit the changes and rerun them, or --allow-unknown-code" in str(refused.value)
+    with pytest.raises(IsotuneError, match="2 runs ran code with uncommitted changes"):
+        aggregate(folders[1:], strict=True)
+    allowed = aggregate(folders[:1], strict=True, allow_unknown_code=True)
+    assert allowed.environments.uncommitted == (str(folders[0] / "1"), str(folders[0] / "2"))
+
+
 @pytest.mark.slow
 def test_a_resume_after_a_commit_warns_and_the_record_says_so(
     train_config, tmp_path, clone, monkeypatch, caplog

@@ -14,7 +14,9 @@ commands left in that directory, README's first. Multiruns are cut to two jobs, 
 to that on RTE with the arms ``none`` and ``isobn``; ``experiment=``
 presets and SLURM commands are composed into their job lists, not run. A command written on
 several pages, or two that come to the same after the cut and the filling (``-m task=rte,mrpc,stsb``
-and ``-m task=rte,mrpc``), runs once.
+and ``-m task=rte,mrpc``), runs once. The runs' code is this checkout's: from a tree with
+uncommitted changes (tests run while editing), an aggregate's ``--strict``, which refuses such
+runs, gets ``--allow-unknown-code``; from a clean one (CI's clone) it runs as written.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 
 from isotune.model.encoders import resolve_model_path
+from isotune.record.provenance import code_identity
 from tests.conftest import ROOT, compose_config
 
 # The README-command tests (each command a real subprocess: a training, an analysis, a sweep).
@@ -202,6 +205,12 @@ def sizes_not_given(sizes: dict[str, str], overrides: list[str]) -> list[str]:
     return [f"{key}={value}" for key, value in sizes.items() if key not in given]
 
 
+def strict_allowances(args: list[str]) -> list[str]:
+    """``--allow-unknown-code`` for an aggregate's ``--strict`` when the runs it reads ran this
+    checkout's code with uncommitted changes, which ``--strict`` refuses."""
+    return ["--allow-unknown-code"] if "--strict" in args and code_identity()["dirty"] else []
+
+
 @dataclass(frozen=True)
 class Outcome:
     """A finished command: its arguments with placeholders filled, the whole command line that ran,
@@ -260,7 +269,7 @@ class Workdir:
                 *sizes_not_given(ANALYZE_SIZE, args),
             ]
         else:
-            argv = [sys.executable, "-m", command.target, *args]
+            argv = [sys.executable, "-m", command.target, *args, *strict_allowances(args)]
         # GLUE_DIR as the README sets it, pointed at the data: its value is relative to the repo.
         env = {**os.environ, **dict(command.env), "GLUE_DIR": str(self.glue_dir)}
         before = set(self.root.glob("logs/*/*"))

@@ -188,7 +188,7 @@ def aggregate(
     """Read every run below ``directories`` (and their sweeps' multirun.yaml); ``baseline``:
     ``AXIS=VALUE`` choices over the default baseline; ``now`` (default: the current time, with
     its UTC offset) dates the age of running runs; ``strict`` refuses counted runs that do not
-    all come from one known environment, runs of unknown code among them unless
+    all come from one known environment, runs of unknown or uncommitted code among them unless
     ``allow_unknown_code``."""
     directories = [Path(directory) for directory in directories]
     for directory in directories:
@@ -334,7 +334,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--allow-unknown-code",
         action="store_true",
-        help="with --strict, accept runs whose code is unknown (not run from a git checkout)",
+        help=(
+            "with --strict, accept runs whose code is unknown (not run from a git checkout) or "
+            "uncommitted (run from a tree with uncommitted changes)"
+        ),
     )
     parser.add_argument("--wandb", action="store_true", help="also log everything to W&B")
     parser.add_argument(

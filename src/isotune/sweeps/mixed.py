@@ -7,8 +7,10 @@ run's numbers without changing its configuration, so a table that mixes them is 
 The model's identity is compared among the runs of one model name, the data's among the runs of
 one task (a sweep over models or tasks differs there by design). A run older than the provenance
 record counts as ``unknown`` in every field, never as equal to a known value; a run whose commit
-is null (not run from a git checkout) has unknown code, and two such runs are not the same code:
-``--strict`` refuses them by name unless ``--allow-unknown-code``.
+is null (not run from a git checkout) has unknown code, and two such runs are not the same code;
+nor is a run made from a tree with uncommitted changes known code, though runs that share the
+same changes agree in every field: no commit rebuilds them. ``--strict`` refuses both by name
+unless ``--allow-unknown-code``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Environments:
     runs: int
     fields: dict[str, Counter]
     unknown_code: tuple[str, ...] = field(default=())  # folders of runs whose commit is unknown
+    uncommitted: tuple[str, ...] = field(default=())  # folders of runs of a tree with changes
 
     @classmethod
     def of(cls, runs: Sequence[Run]) -> Environments:
@@ -50,7 +53,8 @@ class Environments:
             for run, fields in zip(runs, own, strict=True)
             if fields.get("code.commit") in (None, UNKNOWN)
         )
-        return cls(len(runs), values, unknown)
+        uncommitted = tuple(str(run.path.parent) for run in runs if _uncommitted(run))
+        return cls(len(runs), values, unknown, uncommitted)
 
     @property
     def mixed(self) -> dict[str, Counter]:
@@ -64,7 +68,7 @@ class Environments:
 
     def check_strict(self, allow_unknown_code: bool = False) -> str | None:
         """Why ``--strict`` refuses these runs, or None: mixed, of unknown provenance, or of
-        unknown code (unless ``allow_unknown_code``)."""
+        unknown or uncommitted code (unless ``allow_unknown_code``)."""
         reasons = []
         if self.runs and not self.known and not self.mixed:
             reasons.append(
@@ -73,13 +77,18 @@ class Environments:
         if self.mixed:
             reasons.append(f"they differ in {describe(self.mixed)}")
         if self.unknown_code and not allow_unknown_code:
-            more = len(self.unknown_code) - NAMED
             reasons.append(
                 f"the code of {counted(len(self.unknown_code), 'run')} is unknown (no commit: not "
                 "run from a git checkout, or recorded before provenance was), so two of them are "
-                f"not known to be the same code: {', '.join(self.unknown_code[:NAMED])}"
-                + (f" and {more} more" if more > 0 else "")
-                + " (--allow-unknown-code accepts them)"
+                f"not known to be the same code: {_named(self.unknown_code)} "
+                "(--allow-unknown-code accepts them)"
+            )
+        if self.uncommitted and not allow_unknown_code:
+            reasons.append(
+                f"{counted(len(self.uncommitted), 'run')} ran code with uncommitted changes "
+                "(code.changes in their provenance), which no commit rebuilds: "
+                f"{_named(self.uncommitted)} (commit the changes and rerun them, or "
+                "--allow-unknown-code accepts them knowingly)"
             )
         return "; ".join(reasons) or None
 
@@ -117,6 +126,19 @@ def describe(mixed: dict[str, Counter]) -> str:
         + ")"
         for name, values in mixed.items()
     )
+
+
+def _named(folders: Sequence[str]) -> str:
+    """The first :data:`NAMED` run folders, then how many more."""
+    more = len(folders) - NAMED
+    return ", ".join(folders[:NAMED]) + (f" and {more} more" if more > 0 else "")
+
+
+def _uncommitted(run: Run) -> bool:
+    """The run's code had uncommitted changes: a hash of them, or a tree recorded dirty whose
+    changes were not hashed or that changed after the run imported isotune."""
+    code = (run.result.get("provenance") or {}).get("code") or {}
+    return bool(code.get("changes") or code.get("dirty"))
 
 
 def _shown(value: object) -> str:
