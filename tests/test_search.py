@@ -38,6 +38,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from scipy import stats
 
+from hydra_plugins.isotune_launcher import optuna_sweeper
 from hydra_plugins.isotune_launcher.hydra_search import (
     check_search_fits,
     dry_run_search,
@@ -58,6 +59,7 @@ from isotune.sweeps import slurm_jobs
 from isotune.sweeps.rerun import plan_reruns
 from isotune.sweeps.slurm_jobs import SlurmJob
 from isotune.sweeps.summary import summarize_sweep
+from isotune.training import sweep_space
 from isotune.training.config_checks import RULES, raise_problems, rule_problems
 from tests.conftest import CONF_DIR, ROOT, compose_train_config
 from tests.helpers.cli import run_script, tiny_cli_overrides
@@ -945,10 +947,9 @@ def test_a_search_that_cannot_fit_on_its_disk_is_refused_before_any_job(tmp_path
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1_000_000))
     cfg = compose_train_config(overrides)
+    baseline_job = compose_train_config([*overrides, *settings.baseline, "seed=11"])
     with pytest.raises(IsotuneError, match="check_free_space=false") as refused:
-        check_search_fits(
-            cfg, settings, 1, tmp_path, lambda o: compose_train_config([*overrides, *o])
-        )
+        check_search_fits(cfg, settings, 1, tmp_path, baseline_job)
     assert "14 jobs with checkpoint.keep=full" in str(refused.value)
     assert launch.launches == []
 
@@ -999,6 +1000,30 @@ def test_the_sweeper_composes_the_baseline_before_any_job_and_exits_1(tmp_path, 
     assert "Could not find 'reg/nonee'" in caplog.text and "Fix:" in caplog.text
     assert caplog.text.count("Search folder:") == 1
     assert not list(tmp_path.rglob("results.json"))
+
+
+def test_the_sweeper_composes_the_baseline_once_before_any_job(tmp_path, monkeypatch):
+    """The dry run and the disk check composed the baseline each (a second or more each, and
+    two paths that could drift): now the dry run's config is the disk check's."""
+    typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}"]
+    cfg = compose_train_config(typed)
+    settings = OmegaConf.to_container(cfg.hydra.sweeper)
+    sweeper = OptunaSweeper(**{k: v for k, v in settings.items() if not k.startswith("_")})
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
+    composed = []
+    compose = loader.load_sweep_config
+    monkeypatch.setattr(
+        loader, "load_sweep_config", lambda c, o: composed.append(list(o)) or compose(c, o)
+    )
+    sized = []
+    monkeypatch.setattr(sweep_space, "check_sweep_fits", lambda f, jobs, n: sized.extend(jobs))
+    monkeypatch.setattr(optuna_sweeper, "run_searches", lambda *_: None)  # no job runs
+    monkeypatch.setattr(optuna_sweeper, "check_reports_complete", lambda _: None)
+    context = HydraContext(config_loader=loader, callbacks=Callbacks())
+    sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
+    sweeper.sweep(typed)
+    assert composed == [[*typed, "reg=none", "seed=101"]]
+    assert len(sized) == 20 * 3 + 2 * 5 and {job.reg.name for job in sized} == {"none"}
 
 
 def test_a_setting_fixed_after_its_refusal_is_not_refused_as_another_study(tmp_path):

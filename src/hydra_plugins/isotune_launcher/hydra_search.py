@@ -19,7 +19,6 @@ from isotune.errors import IsotuneError
 from isotune.search.checks import dry_run, dry_run_jobs, key_name
 from isotune.search.search import Job
 from isotune.search.settings import (
-    SEED_KEY,
     SEED_KEYS,
     SearchSettings,
     fixed_seeds,
@@ -186,13 +185,14 @@ def compose_checked(config: DictConfig, loader: Any, overrides: list[str]) -> Di
 
 def dry_run_search(
     config: DictConfig, settings: SearchSettings, compose: Callable[[list[str]], Any]
-) -> None:
+) -> Any:
     """Compose the search's baseline, and each option of a searched config group, before any
     job runs (:func:`isotune.search.checks.dry_run`): a group option that does not exist or a
-    value out of range stops the search there, not after every trial."""
+    value out of range stops the search there, not after every trial. The baseline's config
+    (on the first report seed), composed once for :func:`check_search_fits` too."""
     groups = config.hydra.runtime.choices
     jobs = dry_run_jobs(settings.space, settings.baseline, settings.report_seeds[0], groups)
-    dry_run(compose, jobs)
+    return dry_run(compose, jobs)[0]
 
 
 def check_search_fits(
@@ -200,18 +200,18 @@ def check_search_fits(
     settings: SearchSettings,
     trials_at_once: int,
     folder: Path,
-    compose: Callable[[list[str]], DictConfig],
+    baseline_job: DictConfig,
 ) -> None:
     """Refuse a search that cannot fit on its disk, as a plain sweep is refused
     (:func:`isotune.training.sweep_space.check_sweep_fits`): its whole budget (every trial on
-    every tuning seed, then the report's runs), each job sized as the baseline's run, since the
-    searched values are not known before they are asked."""
+    every tuning seed, then the report's runs), each job sized as the baseline's run
+    (``baseline_job``, as :func:`dry_run_search` composed it), since the searched values are not
+    known before they are asked."""
     from isotune.training.sweep_space import check_sweep_fits, jobs_at_once  # imports torch
 
-    job = compose([*settings.baseline, f"{SEED_KEY}={settings.seeds[0]}"])
     count = settings.n_trials * len(settings.seeds) + 2 * len(settings.report_seeds)
     at_once = jobs_at_once(config.hydra.launcher, trials_at_once * len(settings.seeds))
-    check_sweep_fits(folder, [job] * count, at_once)
+    check_sweep_fits(folder, [baseline_job] * count, at_once)
 
 
 class HydraLaunch:

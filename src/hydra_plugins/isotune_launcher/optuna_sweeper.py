@@ -70,10 +70,10 @@ class OptunaSweeper(KeepsItsLauncher, Sweeper):
         with stops_with_a_summary(folder, self.launcher, AGAIN):
             settings = search_settings(config, self.settings, arguments, folder)
             search = Search(settings, folder, OmegaConf.to_yaml(config))
-            dry_run_search(config, settings, lambda o: compose_checked(config, loader, o))
-            n_jobs = self.settings["n_jobs"]
-            check_search_fits(
-                config, settings, n_jobs, folder, lambda o: loader.load_sweep_config(config, o)
+            baseline_job = dry_run_search(
+                config, settings, lambda o: compose_checked(config, loader, o)
             )
+            n_jobs = self.settings["n_jobs"]
+            check_search_fits(config, settings, n_jobs, folder, baseline_job)
             run_searches([search], HydraLaunch(self.launcher, folder), n_jobs)
             check_reports_complete([search])

@@ -135,13 +135,17 @@ def dry_run_jobs(
     return jobs
 
 
-def dry_run(compose: Callable[[list[str]], Any], jobs: Sequence[tuple[str, list[str]]]) -> None:
+def dry_run(
+    compose: Callable[[list[str]], Any], jobs: Sequence[tuple[str, list[str]]]
+) -> list[Any]:
     """Compose each job's config as the launcher will (``compose`` raises where it cannot, or
     where a value is out of its range), so that a job bound to be refused stops the search
-    before its first job instead of after every trial."""
+    before its first job instead of after every trial; the configs, in the order of ``jobs``,
+    for the checks that follow (a composition costs a second or more)."""
+    composed = []
     for what, overrides in jobs:
         try:
-            compose(overrides)
+            composed.append(compose(overrides))
         except Exception as error:  # Hydra's composition errors, the config check's
             first = str(error).split("\nConfig search path:")[0].strip()
             raise IsotuneError(
@@ -149,6 +153,7 @@ def dry_run(compose: Callable[[list[str]], Any], jobs: Sequence[tuple[str, list[
                 f"{type(error).__name__}: {first}\nFix: correct it on the command line, in "
                 "hydra.sweeper.params or hydra.sweeper.baseline; nothing has run yet."
             ) from None
+    return composed
 
 
 # ---- a study continued ----
