@@ -1,7 +1,7 @@
 """Every panel of the W&B workspace and of a sweep's report names a key, and an axis, that real
 runs log: small training runs with ``logger=wandb`` offline (every intervention, and
-``adapt=lora``), their keys read from their ``run-*.wandb`` files. And the reader of those files
-on chunks that cross blocks and on a damaged file."""
+``adapt=lora``, all with layer profiles), their keys and tables read from their ``run-*.wandb``
+files. And the reader of those files on chunks that cross blocks and on a damaged file."""
 
 from __future__ import annotations
 
@@ -16,9 +16,20 @@ import pytest
 
 from isotune.dashboard.check import panels, unlogged
 from isotune.dashboard.layout import dashboard_sections
-from isotune.dashboard.run_file import BLOCK, FIRST, FULL, LAST, MAGIC, MIDDLE, records, run_keys
+from isotune.dashboard.run_file import (
+    BLOCK,
+    FIRST,
+    FULL,
+    LAST,
+    MAGIC,
+    MIDDLE,
+    RunKeys,
+    records,
+    run_keys,
+)
 from isotune.dashboard.views import view_json, workspace
 from isotune.errors import IsotuneError
+from isotune.tracking.metric_keys import PROFILE_LEVELS, profile_table_key
 from tests.conftest import CONF_DIR
 from tests.helpers.cli import run_script, tiny_cli_overrides
 
@@ -29,9 +40,12 @@ OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory, tiny_bert, glue_dir):
     """``logs/`` of a sweep over every intervention and of one lora run, all logged to W&B
-    offline, plus the aggregate's summary run of the sweep (the report's figures)."""
+    offline with layer profiles, plus the aggregate's summary run of the sweep (the report's
+    figures)."""
     cwd = tmp_path_factory.mktemp("dashboard")
-    tiny = tiny_cli_overrides(tiny_bert, glue_dir, "logger=wandb")
+    tiny = tiny_cli_overrides(
+        tiny_bert, glue_dir, "logger=wandb", "callbacks.isotropy.layer_profiles=true"
+    )
     for job in (["-m", f"intervention={','.join(INTERVENTIONS)}"], ["adapt=lora", "reg=istar"]):
         result = run_script("train.py", *job, *tiny, cwd=cwd, env=OFFLINE)
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
@@ -55,7 +69,9 @@ def test_every_workspace_panel_names_keys_and_axes_that_runs_logged(logs):
     runs = keys_below(logs)
     assert len(runs) == len(INTERVENTIONS) + 2  # the sweep, the lora run, the summary run
     view = view_json(workspace("entity", "project", dashboard_sections({"rte": "accuracy"}), "t"))
-    assert len(list(panels(view))) == 23  # 2 scores, 2 x 7 isotropy, 2 scatters, 3 + 2 optional
+    assert (
+        len(list(panels(view))) == 36
+    )  # 2 scores, 2 x 7 isotropy, 2 scatters, 3 + 2 + 13 optional
     assert unlogged(view, runs) == []
     # The check sees what is missing: no run trained CoLA.
     other = view_json(
@@ -91,6 +107,27 @@ def test_a_sweeps_report_dry_run_names_only_logged_keys(logs):
     figures = [p for p in panels(report) if p["type"] == "MediaBrowser"]
     assert len(figures) == len(list(sweep.glob("*.png")))
     assert unlogged(report, keys_below(sweep)) == []
+    profiles = [p for p in panels(report) if p["type"] == "CustomChart"]
+    assert {p["query"]["summaryTable"]["tableKey"] for p in profiles} == {
+        profile_table_key(level) for level in PROFILE_LEVELS
+    }
+
+
+def test_the_check_reads_a_profile_charts_table_and_its_columns():
+    """A layer profile panel draws columns of a table in a run's summary: a table no run logged,
+    or a column it lacks, is named."""
+    view = view_json(workspace("e", "p", dashboard_sections({"rte": "accuracy"}), "t"))
+    sentence = profile_table_key("sentence")
+    runs = [
+        RunKeys(history={"val/epoch"}, tables={sentence: ("epoch", "layer", "anisotropy")}),
+        RunKeys(tables={sentence: ("epoch", "layer", "twonn")}),
+    ]
+    problems = [line for line in unlogged(view, runs) if "by layer" in line]
+    assert "sentence: anisotropy by layer" not in " ".join(problems)
+    assert "sentence: twonn by layer" not in " ".join(problems)
+    assert f"sentence: isoscore by layer: {sentence!r} has no column 'isoscore'" in problems
+    tokens = profile_table_key("tokens")
+    assert f"tokens: massive_ratio by layer: table {tokens!r} not in any summary" in problems
 
 
 def chunk(kind: int, data: bytes) -> bytes:

@@ -33,7 +33,13 @@ from isotune.isotropy.figures import correlation_matrix, save_geometry_figure
 from isotune.model.classifier import GLUEClassifier
 from isotune.model.encoders import load_tokenizer
 from isotune.model.sentence_views import collect_views, sentence_views
-from isotune.tracking.metric_keys import POST_NORM, PRE_NORM, SENTENCE_VIEWS, profile_key
+from isotune.tracking.metric_keys import (
+    POST_NORM,
+    PRE_NORM,
+    SENTENCE_VIEWS,
+    profile_key,
+    profile_table_key,
+)
 from isotune.training.run import train
 from tests.conftest import compose_train_config, tiny_run_overrides
 from tests.helpers.stops import run_one_epoch
@@ -396,6 +402,34 @@ def test_resume_keeps_epoch_zero_and_continues(train_config, tmp_path, monkeypat
     before = json.loads((first / "results.json").read_text())["isotropy"]
     assert sorted(results["isotropy"]["per_epoch"]) == ["0", "1", "2"]
     assert results["isotropy"]["pretrained"] == before["pretrained"]
+
+
+def test_profile_tables_hold_every_epoch_measured_and_go_to_loggers_with_tables():
+    """W&B draws a profile against the layer only from a table: one per level, a row per epoch
+    and layer, re-logged whole after each epoch (the run summary keeps the last one)."""
+    monitor = IsotropyMonitor(layer_profiles=True)
+    monitor.history = {
+        epoch: {
+            "iso/post_norm/iw": 0.5,
+            **{profile_key("sentence", i, "twonn"): 10 * epoch + i for i in range(2)},
+            **{profile_key("tokens", i, m): epoch + i / 10 for i in range(2) for m in "ab"},
+        }
+        for epoch in (0, 1)
+    }
+    tables = monitor.profile_tables()
+    assert tables["sentence"] == (
+        ["epoch", "layer", "twonn"],
+        [[0, 0, 0], [0, 1, 1], [1, 0, 10], [1, 1, 11]],
+    )
+    assert tables["tokens"][0] == ["epoch", "layer", "a", "b"]
+    assert tables["tokens"][1][-1] == [1, 1, 1.1, 1.1]
+    logged = []
+    with_tables = SimpleNamespace(log_table=lambda **table: logged.append(table))
+    trainer = SimpleNamespace(loggers=[with_tables, SimpleNamespace()], global_step=7)
+    monitor._log_profile_tables(trainer)
+    assert [(t["key"], t["step"], t["data"]) for t in logged] == [
+        (profile_table_key(level), 7, tables[level][1]) for level in ("sentence", "tokens")
+    ]
 
 
 def test_layer_profiles_equal_the_library_on_the_same_vectors(train_config):

@@ -50,10 +50,13 @@ from isotune.tracking.metric_keys import (
     ISO_EPOCH,
     POST_NORM,
     PRE_NORM,
+    PROFILE_EPOCH,
+    PROFILE_LAYER,
     PROFILE_LEVELS,
     SENTENCE_VIEWS,
     iso_key,
     profile_key,
+    profile_table_key,
 )
 
 log = logging.getLogger(__name__)
@@ -470,6 +473,8 @@ class IsotropyMonitor(L.Callback):
         self.timings[epoch] = time.perf_counter() - start
         for logger in trainer.loggers:
             logger.log_metrics({**values, ISO_EPOCH: epoch}, step=trainer.global_step)
+        if self.layer_profiles:
+            self._log_profile_tables(trainer)
         log.info(
             "Isotropy at epoch %d (%.1fs, %d probe examples, %d of them read from the "
             "validation pass, the rest encoded for the probe): %s",
@@ -525,6 +530,38 @@ class IsotropyMonitor(L.Callback):
                     levels = profiles.setdefault(epoch, {})
                     levels.setdefault(level, {}).setdefault(layer, {})[measure] = value
         return profiles
+
+    def profile_tables(self) -> dict[str, tuple[list[str], list[list[float]]]]:
+        """The layer profiles of every epoch measured as one table per level (columns, rows):
+        a row per epoch and layer, columns :data:`PROFILE_EPOCH`, :data:`PROFILE_LAYER` and the
+        level's measures. Tables, because a W&B line plot draws keys against a step, never
+        against the layer; the dashboard's custom charts draw these with the layer on the
+        x-axis and one line per epoch, as ``layer_profiles.png``."""
+        tables: dict[str, tuple[list[str], list[list[float]]]] = {}
+        for epoch, levels in self.profiles().items():
+            for level, layers in levels.items():
+                measures = list(next(iter(layers.values())))
+                columns, rows = tables.setdefault(
+                    level, ([PROFILE_EPOCH, PROFILE_LAYER, *measures], [])
+                )
+                rows += [
+                    [epoch, layer, *(found[m] for m in columns[2:])]
+                    for layer, found in sorted(layers.items())
+                ]
+        return tables
+
+    def _log_profile_tables(self, trainer: L.Trainer) -> None:
+        """Every epoch's profiles so far, whole, as :func:`profile_table_key` tables (W&B)."""
+        tables = self.profile_tables()
+        for logger in trainer.loggers:
+            if hasattr(logger, "log_table"):  # W&B
+                for level, (columns, rows) in tables.items():
+                    logger.log_table(
+                        key=profile_table_key(level),
+                        columns=columns,
+                        data=rows,
+                        step=trainer.global_step,
+                    )
 
     def _figure(self, trainer: L.Trainer, measures: CloudMeasures, view: str, epoch: int) -> None:
         folder = (self.output_dir or Path(trainer.default_root_dir)) / "isotropy"

@@ -1,5 +1,6 @@
 """Check a saved view's panels against what runs really logged: every key a panel names, and the
-axis it draws against, must be one that some run's W&B file holds (:mod:`.run_file`).
+axis it draws against, must be one that some run's W&B file holds (:mod:`.run_file`); a custom
+chart's table must be in some run's summary, with every column the chart draws.
 
 Works on the JSON of :func:`isotune.dashboard.views.view_json` (what ``--dry-run`` writes), so a
 dashboard can be checked against a sweep's runs without W&B's servers.
@@ -70,6 +71,15 @@ def unlogged(view: Any, runs: list[RunKeys]) -> list[str]:
             for axis in ("x", "y"):
                 if panel[axis]["name"] not in summary:
                     problems.append(f"{title}: {panel[axis]['name']!r} not in any summary")
+        elif kind == "CustomChart":
+            (table,) = panel["query"]["summaryTable"].values()
+            title = panel["chart_strings"].get("title")
+            columns = set().union(*(run.tables.get(table, ()) for run in runs))
+            if not columns:
+                problems.append(f"{title}: table {table!r} not in any summary")
+            else:
+                missing = [name for name in panel["chart_fields"].values() if name not in columns]
+                problems += [f"{title}: {table!r} has no column {name!r}" for name in missing]
         elif kind == "MediaBrowser":
             missing = [key for key in panel["media_keys"] if key not in history]
             problems += [f"{title}: {key!r} never logged" for key in missing]

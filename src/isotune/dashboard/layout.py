@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from isotune.tracking.metric_keys import (
     DASHBOARD_MEASURES,
+    DASHBOARD_PROFILE_MEASURES,
     EPOCH,
     ISO_EPOCH,
     LOSS,
@@ -22,17 +23,19 @@ from isotune.tracking.metric_keys import (
     PER_STEP,
     POST_NORM,
     PRE_NORM,
+    PROFILE_LAYER,
     REG_PREFIX,
     STEP,
     best_key,
     iso_key,
     logged_per_step,
     params_key,
+    profile_table_key,
     train_key,
     val_key,
 )
 
-LINE, BAR, SCATTER = "line", "bar", "scatter"
+LINE, BAR, SCATTER, PROFILE = "line", "bar", "scatter", "profile"
 PRIMARY_PREFIX = "val"  # TaskSpec.log_prefix of a task's primary dev split
 SCATTER_MEASURES = ("log_iw", "isoscore")  # best-epoch isotropy of the classifier input
 ADAPTATION_COUNTS = ("trainable", "trainable_fraction")  # of metric_keys.PARAMETER_COUNTS
@@ -42,16 +45,22 @@ ADAPTATION_COUNTS = ("trainable", "trainable_fraction")  # of metric_keys.PARAME
 class Chart:
     """One chart: ``y`` (keys, or ``pattern``, a regular expression of keys named at run time)
     against ``x``. ``line``: over a run's rows; ``bar``: each run's (or group's) summary value of
-    ``y``; ``scatter``: one point per run, summary ``x`` against summary ``y``."""
+    ``y``; ``scatter``: one point per run, summary ``x`` against summary ``y``; ``profile``: the
+    columns ``y`` against the column ``x`` of the run summary's ``table``, one line per epoch
+    (a layer profile, :func:`~isotune.tracking.metric_keys.profile_table_key`)."""
 
     title: str
     x: str
     y: tuple[str, ...] = ()
     pattern: str | None = None
     kind: str = LINE
+    table: str | None = None
 
     def keys(self, logged: Iterable[str]) -> set[str]:
-        """The keys of ``logged`` this chart draws (``y``'s, or those ``pattern`` matches)."""
+        """The keys of ``logged`` this chart draws (``y``'s, those ``pattern`` matches, or its
+        ``table``)."""
+        if self.table is not None:
+            return {self.table} & set(logged)
         if self.pattern is None:
             return set(self.y) & set(logged)
         return {key for key in logged if re.fullmatch(self.pattern, key)}
@@ -94,6 +103,21 @@ def dashboard_sections(primary_metrics: Mapping[str, str]) -> list[Section]:
         _isotropy_section("Isotropy of the classifier input", POST_NORM),
         _isotropy_section("Isotropy of the pre-norm vector", PRE_NORM),
         Section("Isotropy against score", tuple(scatter)),
+        Section(
+            "Layer profiles",
+            tuple(
+                Chart(
+                    f"{level}: {measure} by layer",
+                    PROFILE_LAYER,
+                    (measure,),
+                    kind=PROFILE,
+                    table=profile_table_key(level),
+                )
+                for level, measures in DASHBOARD_PROFILE_MEASURES.items()
+                for measure in measures
+            ),
+            optional=True,
+        ),
         Section(
             "Interventions",
             (

@@ -12,6 +12,7 @@ here for every chunk.
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from isotune.errors import IsotuneError
 MAGIC = b":W&B\xe1\xbe"
 FILE_HEADER, CHUNK_HEADER, BLOCK = 7, 7, 32 * 1024
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+TABLE_FILE = ".table.json"  # how W&B names the file of a logged table
 
 
 def records(path: Path) -> Iterator[bytes]:
@@ -56,16 +58,19 @@ def records(path: Path) -> Iterator[bytes]:
 
 @dataclass
 class RunKeys:
-    """What a run logged: history keys, summary keys and each ``define_metric`` step metric
-    (name or glob: step metric)."""
+    """What a run logged: history keys, summary keys, each ``define_metric`` step metric
+    (name or glob: step metric) and the columns of each table in its summary (those a custom
+    chart reads)."""
 
     history: set[str] = field(default_factory=set)
     summary: set[str] = field(default_factory=set)
     step_metrics: dict[str, str] = field(default_factory=dict)
+    tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def run_keys(path: Path) -> RunKeys:
-    """The keys of one ``run-*.wandb`` file."""
+    """The keys of one ``run-*.wandb`` file; a summary table's columns are read from its file,
+    which W&B writes under the run folder's ``files/``."""
     from wandb.proto.wandb_internal_pb2 import Record
 
     keys = RunKeys()
@@ -77,6 +82,12 @@ def run_keys(path: Path) -> RunKeys:
             keys.history |= {_key(item) for item in record.history.item}
         elif kind == "summary":
             keys.summary |= {_key(item) for item in record.summary.update}
+            for item in record.summary.update:
+                if list(item.nested_key[1:]) == ["path"]:  # a file's: media/table/<key>_*.json
+                    stored = json.loads(item.value_json)
+                    if stored.endswith(TABLE_FILE):
+                        table = json.loads((Path(path).parent / "files" / stored).read_text())
+                        keys.tables[item.nested_key[0]] = tuple(table["columns"])
         elif kind == "metric" and record.metric.step_metric:
             name = record.metric.name or record.metric.glob_name
             keys.step_metrics[name] = record.metric.step_metric

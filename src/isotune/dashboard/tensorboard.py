@@ -6,8 +6,8 @@ TensorBoard draws every scalar against its step, so the logger writes ``iso/*`` 
 ``iso/epoch`` (0 = the pre-trained model) and the dev scores at step ``epoch``, as W&B's
 ``define_metric`` draws them (:func:`isotune.tracking.metric_keys.axis_of`); the training curves
 stay at the global step. ``tensorboard --logdir logs/multirun/<sweep>`` merges the runs' layouts
-into one page (the "Custom Scalars" tab). A scatter of one summary value per run has no
-custom-scalars chart: it is W&B's only.
+into one page (the "Custom Scalars" tab). A scatter of one summary value per run, and a layer
+profile drawn against the layer, have no custom-scalars chart: they are W&B's only.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tensorboard.compat.proto.tensor_pb2 import TensorProto
 from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
-from isotune.dashboard.layout import SCATTER, Chart, Section
+from isotune.dashboard.layout import PROFILE, SCATTER, Chart, Section
 from isotune.tracking.metric_keys import STEP, axis_of
 from isotune.tracking.run_names import reg_label, run_group
 
@@ -35,7 +35,7 @@ def chart_regex(chart: Chart) -> str:
 
 def custom_scalars_layout(sections: Iterable[Section]) -> layout_pb2.Layout:
     """One category per section (optional sections collapsed), one multiline chart per chart;
-    a section of scatters only has none."""
+    a section of scatters or layer profiles only has none."""
     categories = []
     for section in sections:
         charts = [
@@ -44,7 +44,7 @@ def custom_scalars_layout(sections: Iterable[Section]) -> layout_pb2.Layout:
                 multiline=layout_pb2.MultilineChartContent(tag=[chart_regex(chart)]),
             )
             for chart in section.charts
-            if chart.kind != SCATTER
+            if chart.kind not in (SCATTER, PROFILE)
         ]
         if charts:
             categories.append(

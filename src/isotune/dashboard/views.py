@@ -3,7 +3,8 @@ API): a project's saved workspace, and a sweep's report.
 
 Every chart of :mod:`isotune.dashboard.layout` becomes a panel: a line plot of its keys against
 its axis, runs grouped by their W&B group (the configuration, seeds together: one line and a
-band per group), a bar plot of summary values, or a scatter of one point per run. Building a
+band per group), a bar plot of summary values, a scatter of one point per run, or a custom
+chart of a run summary's table (a layer profile: the layer on the x-axis). Building a
 view needs no network; :func:`view_json` writes what was built (the library's objects, field by
 field) for ``--dry-run`` and for runs without credentials.
 """
@@ -21,11 +22,15 @@ import wandb_workspaces.workspaces as ws
 from wandb_workspaces import expr
 
 from isotune.atomic_files import write_text
-from isotune.dashboard.layout import BAR, LINE, SCATTER, Chart, Section
+from isotune.dashboard.layout import BAR, LINE, PROFILE, SCATTER, Chart, Section
+from isotune.tracking.metric_keys import PROFILE_EPOCH
 
 GROUP = "Group"  # the run attribute W&B groups by: wandb_logging.run_group's configuration
 FIGURE_PREFIX = "figure/"  # sweeps.report.log_to_wandb logs each figure as figure/<name>
 AGGREGATE_JOB = "aggregate"  # the job type of that summary run
+# W&B's built-in line chart of a table (wandb.plot.line's): fields x, y and stroke, one line per
+# value of the stroke column.
+TABLE_LINE_CHART = "wandb/line/v0"
 
 
 def panel(chart: Chart) -> Any:
@@ -49,7 +54,16 @@ def panel(chart: Chart) -> Any:
         return wr.ScatterPlot(
             title=chart.title, x=wr.SummaryMetric(chart.x), y=wr.SummaryMetric(y), regression=True
         )
-    raise ValueError(f"Unknown chart kind {chart.kind!r}; use one of {LINE}, {BAR}, {SCATTER}.")
+    if chart.kind == PROFILE:
+        (y,) = chart.y
+        return wr.CustomChart(
+            query={"summaryTable": {"tableKey": chart.table}},
+            chart_name=TABLE_LINE_CHART,
+            chart_fields={"x": chart.x, "y": y, "stroke": PROFILE_EPOCH},
+            chart_strings={"title": chart.title},
+        )
+    kinds = ", ".join((LINE, BAR, SCATTER, PROFILE))
+    raise ValueError(f"Unknown chart kind {chart.kind!r}; use one of {kinds}.")
 
 
 def workspace(entity: str, project: str, sections: Iterable[Section], name: str) -> ws.Workspace:

@@ -17,6 +17,15 @@ SENTENCE_VIEWS = (PRE_NORM, POST_NORM)
 # The clouds of a layer profile (isotune.isotropy.layers): each layer's sentence vectors (the
 # model's pooling) and a sample of its token states.
 PROFILE_LEVELS = ("sentence", "tokens")
+PROFILE_EPOCH, PROFILE_LAYER = "epoch", "layer"  # the columns of a profile table that place a row
+# The measures a dashboard draws layer by layer, those of the callback's layer_profiles.png (of
+# isotune.isotropy.layers.PROFILE_MEASURES, and at the token level the largest activation over
+# the median); the callback logs more.
+_PROFILE_SHOWN = ("anisotropy", "isoscore", "avg_cosine", "log_iw", "twonn", "mle_id")
+DASHBOARD_PROFILE_MEASURES = {
+    "sentence": _PROFILE_SHOWN,
+    "tokens": (*_PROFILE_SHOWN, "massive_ratio"),
+}
 
 STEP = "trainer/global_step"  # Lightning's W&B logger adds it to every logged row
 # Logged by the module with the dev scores, counted as iso/epoch is and as every epoch is counted
@@ -69,6 +78,14 @@ def profile_key(level: str, layer: int, measure: str) -> str:
     """A layer profile's value (docs/isotropy.md, "Layer profiles"):
     ``iso/profile/<level>/layer<i>/<measure>``, ``level`` one of :data:`PROFILE_LEVELS`."""
     return f"iso/profile/{level}/layer{layer}/{measure}"
+
+
+def profile_table_key(level: str) -> str:
+    """The table of a level's layer profiles (W&B only): ``iso/profile/<level>/table``, one row
+    per epoch and layer, columns :data:`PROFILE_EPOCH`, :data:`PROFILE_LAYER` and the level's
+    measures. The callback logs it whole after every measurement, so the run summary's copy, the
+    one a W&B custom chart reads, holds every epoch measured so far."""
+    return f"iso/profile/{level}/table"
 
 
 def params_key(count: str) -> str:
