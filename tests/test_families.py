@@ -29,12 +29,14 @@ from isotune.model.families import (
     family_of,
     head_pooling,
     hidden_size,
+    hidden_state_widths,
     lora_target_modules,
     num_layers,
     takes_token_types,
 )
 from isotune.model.sentence_views import sentence_views
 from isotune.norms.registry import NORMS
+from isotune.tracking.metric_keys import profile_key
 from isotune.training.run import train
 from tests.conftest import CONF_DIR, compose_config, compose_train_config, tiny_run_overrides
 from tests.helpers.analysis import SMALL
@@ -124,6 +126,85 @@ def test_each_familys_facts_hold_for_its_model(model_type):
     else:  # no embedding tells segment 1 from segment 0
         embeddings = [m for name, m in model.named_modules() if "token_type" in name]
         assert all(embedding.num_embeddings <= 1 for embedding in embeddings)
+
+
+# OPT-350m's shape: its layers 1024 wide, its last hidden state 512 after project_out (and its
+# embeddings 1024 after project_in), layer norm after each block.
+OPT_350M = {"word_embed_proj_dim": 16, "do_layer_norm_before": False}
+OPT_350M_REG = {"name": "istar", "weight": -1.0, "layers": [0, 1], "shrinkage_points": 64}
+
+
+@pytest.fixture(scope="module")
+def opt_350m(tmp_path_factory) -> Path:
+    return save_tiny_encoder("opt", tmp_path_factory.mktemp("opt-350m"), **OPT_350M)
+
+
+def test_opt_350m_widths_are_each_hidden_states_own(opt_350m):
+    """The sentence vector, its norm and the head are word_embed_proj_dim wide; the other hidden
+    states hidden_size wide, and so I-STAR's X and Sigma_S on them (its shrinkage target was the
+    sentence's width: a run on layers [0, 1] crashed at its first step)."""
+    model = classifier(opt_350m, None, norm="isobn", reg=OPT_350M_REG)
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    mask = torch.ones_like(ids)
+    states = model.encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    widths = hidden_state_widths(model.encoder.config)
+    assert widths == tuple(h.shape[-1] for h in states.hidden_states) == (32, 32, 16)
+    assert model.norm.num_features == model.head.in_features == hidden_size(model.encoder.config)
+    regularization = model.regularization
+    regularization.refresh_shrinkage(
+        [regularization.points(states.hidden_states, None, mask)], epoch=0
+    )
+    assert regularization.shrinkage.covariance.shape == (32, 32)
+    assert regularization(states.hidden_states, None, mask).isfinite()
+    with pytest.raises(IsotuneError, match=r"\(32 wide: \[1\]; 16 wide: \[2\]\)") as refused:
+        classifier(opt_350m, None, reg={**OPT_350M_REG, "layers": "all"})
+    assert "Fix: reg.layers=last, or layers of one width, e.g. 'reg.layers=[1]'" in str(
+        refused.value
+    )
+
+
+@pytest.mark.slow
+def test_opt_350m_trains_with_isobn_and_is_profiled_at_each_layers_width(
+    opt_350m, glue_dir, tmp_path
+):
+    """norm=isobn, I-STAR on the wide layers, the callback's tokens of the embeddings (wide) and
+    the last layer (narrow) and every layer's profile; then the analysis of the checkpoint."""
+    overrides = [
+        *tiny_run_overrides(opt_350m, glue_dir),
+        "model.pooling=last",
+        "norm=isobn",
+        "reg=istar",
+        "reg.layers=[0,1]",
+        "reg.shrinkage_examples=16",
+        "callbacks.isotropy.token_layers=[0,-1]",
+        "callbacks.isotropy.probe_size=16",
+        "callbacks.isotropy.layer_profiles=true",
+        "debug=limit",
+        "trainer.max_epochs=1",
+        "logger=none",
+    ]
+    train(compose_train_config(overrides, tmp_path / "run"))
+    result = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert result["status"] == "completed"
+    final = result["isotropy"]["final"]
+    assert {"iso/layer0_tokens/isoscore", "iso/layer-1_tokens/isoscore"} <= final.keys()
+    for layer, width in enumerate((32, 32, 16)):  # each layer's massive dimension is its own
+        assert profile_key("sentence", layer, "isoscore") in final
+        assert 0 <= final[profile_key("tokens", layer, "massive_dim")] < width
+    summary = analyze(
+        compose_config(
+            "analyze",
+            [
+                f"ckpt_path={tmp_path}/run/checkpoints/last.ckpt",
+                f"paths.glue_dir={glue_dir}",
+                "data.max_length=128",
+                "directions.k=4",
+                *SMALL,
+            ],
+            tmp_path / "analysis",
+        )
+    )
+    assert summary["hidden_size"] == 16 and summary["num_layers"] == 3
 
 
 def test_the_table_names_lora_targets_only_where_peft_has_none():

@@ -98,7 +98,7 @@ def test_every_reg_option_composes_and_builds_its_view(name, tmp_path):
     check_train_config(cfg)
     weight, view, layers = REGS[name]
     assert (cfg.reg.name, cfg.reg.weight) == (name, weight)
-    regularization = Regularization(2, 32, **plain(cfg.reg))
+    regularization = Regularization((32, 32, 32), **plain(cfg.reg))
     assert (regularization.view, regularization.layers) == (view, layers)
     assert regularization.active == (name != "none")
     assert regularization.needs_hidden_states == (view == "tokens")  # else not asked of the encoder
@@ -285,7 +285,7 @@ def test_a_layer_the_model_does_not_have_is_one_clear_error(train_config, tmp_pa
     with pytest.raises(IsotuneError, match=message):
         train(train_config("reg=istar", "reg.layers=[1,3]"))
     assert json.loads((tmp_path / "results.json").read_text())["status"] == "failed"
-    model = Regularization(2, 32, name="cosreg", weight=1.0, layers=[-3, -1])
+    model = Regularization((32, 32, 32), name="cosreg", weight=1.0, layers=[-3, -1])
     assert model.layers == (0, 2)  # negative indices count from the end
 
 

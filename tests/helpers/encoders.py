@@ -142,14 +142,15 @@ def family_tokenizer(model_type: str) -> PreTrainedTokenizerBase:
     return wordpiece_tokenizer([*WORDS, "."])
 
 
-def tiny_config(model_type: str, vocab_size: int = 100) -> PretrainedConfig:
-    """The tiny config of a family, for a tokenizer of ``vocab_size`` tokens."""
+def tiny_config(model_type: str, vocab_size: int = 100, **options) -> PretrainedConfig:
+    """The tiny config of a family, for a tokenizer of ``vocab_size`` tokens, with ``options``
+    over its :data:`TINY_CONFIGS` (a shape of one real model of the family)."""
     if model_type in DECODER_FAMILIES:
         ids = DECODER_IDS
     else:
         ids = BPE_IDS if model_type in BPE_FAMILIES else WORDPIECE_IDS
     return AutoConfig.for_model(
-        model_type, vocab_size=vocab_size, **ids, **TINY_CONFIGS[model_type]
+        model_type, vocab_size=vocab_size, **ids, **{**TINY_CONFIGS[model_type], **options}
     )
 
 
@@ -163,13 +164,14 @@ def save_seeded(build: Callable[[], PreTrainedModel], folder: Path) -> None:
     model.save_pretrained(folder)
 
 
-def save_tiny_encoder(model_type: str, folder: Path) -> Path:
+def save_tiny_encoder(model_type: str, folder: Path, **options) -> Path:
     """A randomly initialised (seeded) tiny encoder of ``model_type`` and its tokenizer, in
-    ``folder``."""
+    ``folder``; ``options`` over its tiny config (:func:`tiny_config`)."""
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = family_tokenizer(model_type)
     tokenizer.save_pretrained(folder)
-    save_seeded(lambda: AutoModel.from_config(tiny_config(model_type, len(tokenizer))), folder)
+    config = tiny_config(model_type, len(tokenizer), **options)
+    save_seeded(lambda: AutoModel.from_config(config), folder)
     return folder
 
 

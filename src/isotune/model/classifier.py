@@ -35,7 +35,7 @@ from isotune.model.families import (
     family_of,
     head_pooling,
     hidden_size,
-    num_layers,
+    hidden_state_widths,
     takes_token_types,
 )
 from isotune.model.regularization import Regularization
@@ -106,7 +106,7 @@ class GLUEClassifier(L.LightningModule):
                 f"{width}): {error} Set it with norm.<option>=<value>."
             ) from error
         # The loss regularizer (reg=none: the task loss alone); reg.layers checked against the model
-        self.regularization = Regularization(num_layers(config), width, **dict(reg or {}))
+        self.regularization = Regularization(hidden_state_widths(config), **dict(reg or {}))
         dropout = model.get("dropout")
         self.dropout = nn.Dropout(default_dropout(config) if dropout is None else dropout)
         # token_type_ids go to the encoder only where they reach a segment embedding (None: a

@@ -29,6 +29,7 @@ __all__ = [
     "head_pooling",
     "hidden_size",
     "hidden_state_indices",
+    "hidden_state_widths",
     "lora_target_modules",
     "num_layers",
     "takes_token_types",
@@ -55,8 +56,10 @@ class Family:
     trained_pooler: bool  # the base model's pooler was trained in pre-training (NSP, SOP)
     head_pooling: str  # what its classifier reads: pooler | cls | mean | last | classifier_pooling
     lora_targets: tuple[str, ...] | None = None  # its attention query/value; None: peft's table
-    hidden_size: str = "hidden_size"  # config attribute of the hidden states' width
+    hidden_size: str = "hidden_size"  # config attribute of the last hidden state's width
     num_layers: str = "num_hidden_layers"  # config attribute of the transformer layers' count
+    layer_width: str | None = None  # config attribute of the other hidden states' width, where
+    # it may differ from the last's (None: the same attribute as hidden_size)
 
 
 # Positional fields: name, dropout, token_types, trained_pooler, head_pooling, lora_targets (given
@@ -111,7 +114,8 @@ FAMILIES: dict[str, Family] = {
         "last",
     ),
     # Its classifier reads the last hidden state after project_out, word_embed_proj_dim wide
-    # (OPT-350m: 512, its layers 1024; the other sizes: the hidden size).
+    # (OPT-350m: 512; the other sizes: the hidden size); the embeddings (after project_in) and
+    # the other layers are hidden_size wide (OPT-350m: 1024).
     "opt": Family(
         "OPT",
         NO_DROPOUT,
@@ -119,6 +123,7 @@ FAMILIES: dict[str, Family] = {
         False,
         "last",
         hidden_size="word_embed_proj_dim",
+        layer_width="hidden_size",
     ),
     **{
         model_type: Family(name, NO_DROPOUT, False, False, "last")
@@ -169,6 +174,17 @@ def hidden_size(config: Any) -> int:
     """The width of the encoder's hidden states (and so of its sentence vector)."""
     known = FAMILIES.get(getattr(config, "model_type", None))
     return int(_attribute(config, known.hidden_size if known else "hidden_size", "hidden size"))
+
+
+def hidden_state_widths(config: Any) -> tuple[int, ...]:
+    """The width of each of the encoder's ``hidden_states`` (0 = the embeddings, the last =
+    :func:`hidden_size`): OPT-350m's are 1024 but the last, 512 after its ``project_out``."""
+    known = FAMILIES.get(getattr(config, "model_type", None))
+    last = hidden_size(config)
+    inner = last
+    if known is not None and known.layer_width is not None:
+        inner = int(_attribute(config, known.layer_width, "layers' width"))
+    return (inner,) * num_layers(config) + (last,)
 
 
 def num_layers(config: Any) -> int:

@@ -66,14 +66,15 @@ class ShrinkageTarget(Float32Statistics):
 class Regularization(nn.Module):
     """The penalty of one ``reg`` config on a batch's encoder output, weight not applied.
 
-    ``num_layers`` (transformer layers, the embeddings not counted) resolves ``layers``; an index
-    the model does not have is an :class:`IsotuneError`.
+    ``widths``, the width of each of the encoder's hidden states (0 = the embeddings, the last
+    the sentence vector's: :func:`~isotune.model.families.hidden_state_widths`), resolves
+    ``layers``; an index the model does not have, or layers of different widths, which one X
+    cannot stack, is an :class:`IsotuneError`.
     """
 
     def __init__(
         self,
-        num_layers: int,
-        hidden_size: int,
+        widths: Sequence[int],
         name: str = "none",
         weight: float = 0.0,
         view: str | None = None,
@@ -94,7 +95,8 @@ class Regularization(nn.Module):
         self.weight = float(weight)
         self.penalty = REGULARIZERS[name].penalty
         self.view = view or REGULARIZERS[name].view
-        self.layers = _layer_indices(layers, num_layers) if self.view == "tokens" else ()
+        self.layers = _layer_indices(layers, len(widths) - 1) if self.view == "tokens" else ()
+        width = _one_width(layers, self.layers, widths) if self.layers else widths[-1]
         self.include_padding = include_padding
         self.zeta = zeta
         self.shrinkage_points = shrinkage_points
@@ -102,7 +104,7 @@ class Regularization(nn.Module):
         self.shrinkage_sample = shrinkage_sample
         self.seed = seed
         shrinks = name == "istar" and zeta > 0
-        self.shrinkage = ShrinkageTarget(hidden_size) if shrinks else None
+        self.shrinkage = ShrinkageTarget(width) if shrinks else None
 
     def extra_repr(self) -> str:
         return f"{reg_label(self.name, self.weight)}, view={self.view}, layers={self.layers}"
@@ -189,3 +191,21 @@ def _layer_indices(layers: str | int | Sequence[int], num_layers: int) -> tuple[
         return (num_layers,)
     indices = (layers,) if isinstance(layers, int) else tuple(layers)
     return hidden_state_indices(indices, num_layers, "reg.layers", also=", all or last")
+
+
+def _one_width(
+    layers: str | int | Sequence[int], indices: Sequence[int], widths: Sequence[int]
+) -> int:
+    """The width of X: the one width of the hidden states ``indices``, or one error naming
+    theirs (OPT-350m's last layer, after ``project_out``, is narrower than the others)."""
+    found = {widths[i] for i in indices}
+    if len(found) == 1:
+        return found.pop()
+    by_width = {w: [i for i in indices if widths[i] == w] for w in sorted(found, reverse=True)}
+    shown = "; ".join(f"{w} wide: {ids}" for w, ids in by_width.items())
+    widest = by_width[max(found)]
+    raise IsotuneError(
+        f"reg.layers={layers} takes hidden states of different widths on this model ({shown}), "
+        "which one X cannot stack: the model's last hidden state is projected to another width. "
+        f"Fix: reg.layers=last, or layers of one width, e.g. 'reg.layers={widest}'."
+    )
