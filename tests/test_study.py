@@ -113,6 +113,10 @@ def test_every_arm_searches_the_learning_rate_with_the_same_budget(tmp_path):
             "cosreg: n_trials=10 (the study's 3)",
         ),
         ({"report_seeds": [2, 101]}, "Seeds [2] are both tuning seeds"),
+        (  # the baseline's learning rate fixed: an untuned baseline, as the study forbids
+            {"catalog": {**CATALOG, "none": {**CATALOG["none"], "params": {"optim.lr": 2e-5}}}},
+            "Arm 'none' sets optim.lr=2e-05 in its params",
+        ),
     ],
 )
 def test_a_plan_that_would_break_the_study_is_refused_in_one_message(tmp_path, changes, message):
@@ -457,7 +461,14 @@ def test_a_study_with_no_report_seed_names_a_fix_that_overlaps_no_tuning_seed(tm
     ("typed", "message"),
     [
         (["++hydra.sweeper.params.optim.lr=0.0001"], "hydra.sweeper.params is not a setting of"),
-        (["optim.lr=0.0001"], "or type ++hydra.sweeper.lr=0.0001 instead"),
+        (
+            ["optim.lr=0.0001"],
+            'to narrow the range, type e.g. \'++hydra.sweeper.lr="tag(log, interval(1e-5, 1e-4))"',
+        ),
+        (
+            ["++hydra.sweeper.lr=0.0001"],
+            "Arm 'none' searches nothing: hydra.sweeper.lr=0.0001 fixes the learning rate",
+        ),
         (
             ["reg.weight=0.5"],
             "or type ++hydra.sweeper.catalog.istar.params.reg.weight=0.5 instead",
@@ -466,7 +477,10 @@ def test_a_study_with_no_report_seed_names_a_fix_that_overlaps_no_tuning_seed(tm
 )
 def test_a_study_names_fixes_that_work_in_a_study(tmp_path, glue_dir, typed, message):
     """A refusal named ++hydra.sweeper.params.optim.lr=..., which a study silently ignored
-    (its searches' keys are in hydra.sweeper.catalog and hydra.sweeper.lr)."""
+    (its searches' keys are in hydra.sweeper.catalog and hydra.sweeper.lr); optim.lr=0.0001's
+    named ++hydra.sweeper.lr=0.0001, which left the arms without another knob nothing to search,
+    refused as a plain search's "search one ... on the command line, or use an hparams_search="
+    preset" (a study refuses both)."""
     logged = _refused_study(tmp_path, glue_dir, typed)
     assert message in logged and "Fix:" in logged
 
@@ -482,6 +496,16 @@ def test_a_key_fixed_in_an_arms_params_is_fixed_in_its_search():
     space = parse_space(dict(istar.params), list(istar.overrides))
     assert [key.key for key in space.searched] == ["optim.lr"]
     assert "reg.weight=0.5" in space.fixed
+
+
+def test_the_learning_rates_range_typed_as_the_refusals_name_it_is_every_arms():
+    cfg = compose_train_config(
+        ["study=isotropy", '++hydra.sweeper.lr="tag(log, interval(1e-5, 1e-4))"']
+    )
+    settings = OmegaConf.to_container(cfg.hydra.sweeper, resolve=True)
+    for arm in plan_study(settings, ["rte"]).arms:
+        searched = parse_space(dict(arm.params), list(arm.overrides)).searched
+        assert (searched[0].key, searched[0].distribution.high) == ("optim.lr", 1e-4)
 
 
 @pytest.mark.parametrize(

@@ -147,6 +147,13 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             [*fixed, f"{TASK_KEY}={task}", *arm.overrides],
             lambda key: "hydra.sweeper.lr" if key == LR_KEY else f"{arm.where}.params.{key}",
         )
+        if not space.searched:
+            raise IsotuneError(
+                f"Arm {arm.name!r} searches nothing: hydra.sweeper.lr={s['lr']} fixes the "
+                "learning rate, its only searched key, and a study tunes every arm (the baseline "
+                "arm too) over the learning rate's range. Fix: give it a range, e.g. "
+                "'++hydra.sweeper.lr=\"tag(log, interval(1e-5, 2e-4))\"'."
+            )
         name = f"{s['study_name'] or folder.name}_{task}_{arm.name}"
         return settings_of(self.config, s, space, None, name)
 
@@ -207,10 +214,18 @@ def _refuse_unknown_keys(settings: dict[str, Any]) -> None:
 
 def _tasks_and_fixed(arguments: list[str], tasks: list[str]) -> tuple[list[str], list[str]]:
     """The command line's ``task`` (a sweep: the study's tasks; else the preset's ``tasks``) and
-    its plain overrides, for every job; another sweep is refused."""
+    its plain overrides, for every job; another sweep is refused, and so is a fixed learning
+    rate (an arm without another knob would search nothing)."""
     fixed = []
     for override in OverridesParser.create().parse_overrides(arguments):
         key = override.get_key_element()
+        if key == LR_KEY and not override.is_sweep_override():
+            raise IsotuneError(
+                f"{override.input_line} fixes the learning rate, which a study searches for every "
+                "arm over one range (hydra.sweeper.lr), so that the baseline arm is tuned as much "
+                "as the others. Fix: drop it; to narrow the range, type e.g. "
+                "'++hydra.sweeper.lr=\"tag(log, interval(1e-5, 1e-4))\"' instead."
+            )
         if key == TASK_KEY:
             if override.is_sweep_override():
                 tasks = [str(value) for value in override.sweep_string_iterator()]

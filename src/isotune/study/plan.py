@@ -106,7 +106,17 @@ def _arm(name: str, entry: Mapping[str, Any], settings: Mapping[str, Any]) -> Ar
     # Dotted keys, as the search reads them: typed on the command line
     # (++hydra.sweeper.catalog.cosreg.params.reg.weight=0.5), a key arrives nested, and the
     # later value of a key wins.
-    params = {LR_KEY: str(settings["lr"]), **dict(flat_params(entry.get("params") or {}))}
+    own = dict(flat_params(entry.get("params") or {}))
+    if LR_KEY in own:
+        raise IsotuneError(
+            f"Arm {name!r} sets {LR_KEY}={own[LR_KEY]} in its params "
+            f"(hydra.sweeper.catalog.{name}.params): every arm searches the learning rate over "
+            "the study's one range, hydra.sweeper.lr, so that no arm is tuned more than another "
+            f"(the baseline arm least of all). Fix: drop hydra.sweeper.catalog.{name}.params."
+            f"{LR_KEY}; set the range of every arm at once, e.g. "
+            "'++hydra.sweeper.lr=\"tag(log, interval(1e-5, 1e-4))\"'."
+        )
+    params = {LR_KEY: str(settings["lr"]), **own}
     return Arm(name, tuple(str(o) for o in entry.get("overrides") or ()), params)
 
 
