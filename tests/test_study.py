@@ -241,6 +241,14 @@ def test_across_tasks_the_differences_their_mean_the_pooled_test_and_the_ranks()
     assert across.loc["none", "average_rank"] == pytest.approx(ranks["none"])
 
 
+def test_the_optimism_is_how_much_the_tuning_flattered_an_arm_in_either_direction():
+    """A loss tuned to 0.40 that reaches a held-out median of 0.50 was flattered by 0.10: the
+    optimism was tuned - median whatever the direction, -0.10 for a minimized score."""
+    outcome = _outcome("rte", "none", {101: 0.5, 102: 0.45, 103: 0.55}, tuned=0.40)
+    assert arm_table([outcome], maximize=False)["optimism"][0] == pytest.approx(0.10)
+    assert arm_table([outcome])["optimism"][0] == pytest.approx(-0.10)
+
+
 def test_the_geometry_beside_the_score_and_its_rank_correlation():
     isoscores = {"rte": [0.1, 0.3, 0.2, 0.5, 0.4, 0.6], "mrpc": [0.3, 0.2, 0.6, 0.5, 0.1, 0.4]}
     outcomes = [

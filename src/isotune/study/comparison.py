@@ -4,8 +4,9 @@ tasks, and the geometry beside the score.
 - Per task, each arm's held-out runs are compared with the baseline arm's on the same report
   seeds: :func:`isotune.sweeps.statistics.paired_comparison` (mean difference, 95% t interval,
   Wilcoxon and t-test p), Holm-adjusted over the task's arms (Holm 1979: every arm is a test of
-  the same question on the task). The optimism is an arm's tuning value minus its held-out median:
-  how much choosing its best trial on the tuning seeds flattered it.
+  the same question on the task). The optimism is how much choosing its best trial on the tuning
+  seeds flattered an arm: its tuning value minus its held-out median (the other way round for a
+  score to minimize), positive when the held-out runs fell short of the tuning.
 - Across tasks: the per-task mean differences side by side and their mean; one paired comparison
   over every (task, report seed) pair; each arm's average rank of its held-out median over the
   tasks (1: best; ties share the mean of their ranks).
@@ -37,10 +38,12 @@ def _by_task(outcomes: Sequence[ArmOutcome]) -> dict[str, dict[str, ArmOutcome]]
     return tasks
 
 
-def arm_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
+def arm_table(outcomes: Sequence[ArmOutcome], maximize: bool = True) -> pd.DataFrame:
     """Per (task, arm): its best trial's values and tuning value, its held-out median, spread
     (sample standard deviation, min, max) and runs, the runs that failed to learn or have no
-    score, the optimism, and the median of each geometry measure over its held-out runs."""
+    score, the optimism (``maximize``: the score's direction), and the median of each geometry
+    measure over its held-out runs."""
+    sign = 1 if maximize else -1
     rows = []
     for outcome in outcomes:
         scores = list(outcome.held_out_scores().values())
@@ -61,7 +64,7 @@ def arm_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
                 "runs": len(outcome.runs),
                 "optimism": None
                 if median is None or outcome.tuned_value is None
-                else outcome.tuned_value - median,
+                else sign * (outcome.tuned_value - median),
                 **{
                     measure: _median([run.geometry.get(measure) for run in outcome.held_out])
                     for measure in GEOMETRY

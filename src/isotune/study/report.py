@@ -48,7 +48,7 @@ def write_study_report(
     folder: Path, outcomes: Sequence[ArmOutcome], baseline: str, maximize: bool = True
 ) -> str:
     """Write the files of the module docstring into ``folder``; the report's text."""
-    arms = arm_table(outcomes)
+    arms = arm_table(outcomes, maximize)
     per_task = task_comparisons(outcomes, baseline)
     across = across_tasks(outcomes, baseline, maximize)
     correlations = geometry_correlations(outcomes)
