@@ -113,6 +113,10 @@ def test_every_arm_searches_the_learning_rate_with_the_same_budget(tmp_path):
             "cosreg: n_trials=10 (the study's 3)",
         ),
         ({"report_seeds": [2, 101]}, "Seeds [2] are both tuning seeds"),
+        (  # a key nothing reads: the arm would search the preset's range in silence
+            {"catalog": {**CATALOG, "cosreg": {**CATALOG["cosreg"], "param": {"reg.weight": 1}}}},
+            "hydra.sweeper.catalog.cosreg.param is not a key of an arm",
+        ),
         (  # the baseline's learning rate fixed: an untuned baseline, as the study forbids
             {"catalog": {**CATALOG, "none": {**CATALOG["none"], "params": {"optim.lr": 2e-5}}}},
             "Arm 'none' sets optim.lr=2e-05 in its params",

@@ -28,6 +28,7 @@ from isotune.search.space import flat_params
 
 LR_KEY = "optim.lr"  # searched by every arm
 BUDGET_KEYS = ("n_trials", "seeds")  # an arm that sets its own is refused: budgets are equal
+ARM_KEYS = ("overrides", "params", *BUDGET_KEYS)  # what an arm's catalog entry may hold
 HUB_OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
@@ -106,6 +107,14 @@ def _arm(name: str, entry: Mapping[str, Any], settings: Mapping[str, Any]) -> Ar
     # Dotted keys, as the search reads them: typed on the command line
     # (++hydra.sweeper.catalog.cosreg.params.reg.weight=0.5), a key arrives nested, and the
     # later value of a key wins.
+    unread = [key for key in entry or {} if key not in ARM_KEYS]
+    if unread:
+        raise IsotuneError(
+            f"hydra.sweeper.catalog.{name}.{unread[0]} is not a key of an arm, so it would change "
+            f"nothing: an arm holds {', '.join(ARM_KEYS[:2])} (and, equal to the study's, "
+            f"{', '.join(BUDGET_KEYS)}). Fix: drop it; the keys an arm searches or fixes go "
+            f"under hydra.sweeper.catalog.{name}.params."
+        )
     own = dict(flat_params(entry.get("params") or {}))
     if LR_KEY in own:
         raise IsotuneError(
