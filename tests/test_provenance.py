@@ -235,6 +235,10 @@ def test_strict_refuses_runs_of_uncommitted_changes_by_name_unless_allowed(tmp_p
         aggregate(folders[1:], strict=True)
     allowed = aggregate(folders[:1], strict=True, allow_unknown_code=True)
     assert allowed.environments.uncommitted == (str(folders[0] / "1"), str(folders[0] / "2"))
+    assert allowed.environments.markdown().endswith(
+        "2 of them ran code with uncommitted changes, which no commit rebuilds (`--strict` "
+        "refuses them)."
+    )
 
 
 @pytest.mark.slow

@@ -115,7 +115,13 @@ class Environments:
             for name, values in self.fields.items()
             if name.startswith(("code.", "packages."))
         )
-        return f"All {self.runs} counted runs come from one environment: {shared}."
+        uncommitted = (
+            f" {len(self.uncommitted)} of them ran code with uncommitted changes, "
+            "which no commit rebuilds (`--strict` refuses them)."
+            if self.uncommitted
+            else ""
+        )
+        return f"All {self.runs} counted runs come from one environment: {shared}.{uncommitted}"
 
 
 def describe(mixed: dict[str, Counter]) -> str:
