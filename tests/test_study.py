@@ -43,7 +43,13 @@ from isotune.study.comparison import (
     task_comparisons,
 )
 from isotune.study.plan import check_arm_keys, check_task_offline, plan_study
-from isotune.study.report import REPORT_FILE, RESULTS_FILE, RUNS_FILE, write_study_report
+from isotune.study.report import (
+    REPORT_FILE,
+    RESULTS_FILE,
+    RUNS_FILE,
+    report_text,
+    write_study_report,
+)
 from isotune.study.results import ArmOutcome, StudyRun, read_arm
 from isotune.sweeps import slurm_jobs
 from isotune.sweeps.report import status_markdown
@@ -243,6 +249,28 @@ def test_across_tasks_the_differences_their_mean_the_pooled_test_and_the_ranks()
     ranks = average_ranks(_study())
     assert ranks == pytest.approx({arm: np.mean(r) for arm, r in expected.items()})
     assert across.loc["none", "average_rank"] == pytest.approx(ranks["none"])
+
+
+@pytest.mark.parametrize("tasks", [2, 5])
+def test_the_pooled_tests_caveat_stands_with_any_number_of_tasks(tasks):
+    """The pairs of one task share its tuned settings and scale with 5 tasks as with 2: the
+    caveat on the pooled test was left out from 5 tasks on, with the few-tasks one."""
+    outcomes = [
+        _outcome(f"task{t}", arm, dict(zip(SEEDS, scores, strict=True)), tuned=0.6)
+        for t in range(tasks)
+        for arm, scores in RTE.items()
+    ]
+    text = report_text(
+        outcomes,
+        "none",
+        True,
+        arm_table(outcomes),
+        task_comparisons(outcomes, "none"),
+        across_tasks(outcomes, "none"),
+        geometry_correlations(outcomes),
+    )
+    assert "The test over every (task, seed) pair treats the pairs as independent" in text
+    assert ("describe these tasks, not tasks in general" in text) is (tasks < 5)
 
 
 def test_the_optimism_is_how_much_the_tuning_flattered_an_arm_in_either_direction():

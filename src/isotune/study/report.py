@@ -214,13 +214,16 @@ def _across_lines(tasks: Sequence[str], across: pd.DataFrame, baseline: str) -> 
         markdown_table(header, rows),
         "",
     ]
-    if len(tasks) < FEW_TASKS:
-        lines.append(
-            f"With {len(tasks)} task(s), the mean of Δ and the average rank rest on "
-            f"{len(tasks)} number(s) per arm: they describe these tasks, not tasks in general. "
-            "The test over every (task, seed) pair treats the pairs as independent, though a "
-            "task's pairs share its tuned settings and its scale."
-        )
+    few = (
+        f"With {len(tasks)} task(s), the mean of Δ and the average rank rest on {len(tasks)} "
+        "number(s) per arm: they describe these tasks, not tasks in general. "
+        if len(tasks) < FEW_TASKS
+        else ""
+    )
+    lines.append(
+        f"{few}The test over every (task, seed) pair treats the pairs as independent, though a "
+        "task's pairs share its tuned settings and its scale."
+    )
     return lines
 
 
