@@ -380,35 +380,45 @@ def test_a_study_stopped_in_its_middle_continues_to_the_same_report(tmp_path, ti
     for cwd in (whole, stopped_dir):
         cwd.mkdir()
     command = _study_command(tiny_bert, glue_dir)
-    done = subprocess.run(command, cwd=whole, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    folder = whole / "logs" / "study" / "isotropy_cpu_minilm"
-    text = (folder / REPORT_FILE).read_text()
-    assert "## rte" in text and "| cosreg |" in text and text in done.stdout + done.stderr
-    assert "checkpoint.keep=none" in done.stdout + done.stderr
-    runs = pd.read_csv(folder / RUNS_FILE)
-    assert len(runs) == 2 * (1 + 2) and set(runs["status"]) == {"completed"}
-    assert not list(folder.rglob("*.ckpt"))  # a study keeps the runs' records, not their models
-
+    # The whole study runs while the other is stopped and continued: one job each, both cores.
+    whole_log = tmp_path / "whole.log"
+    with whole_log.open("w") as output:
+        done = subprocess.Popen(command, cwd=whole, env=env, stdout=output, stderr=output)
     stopped = subprocess.Popen(command, cwd=stopped_dir, env=env, stdout=subprocess.PIPE, text=True)
-    first = stopped_dir / "logs" / "study" / "isotropy_cpu_minilm" / "rte" / "none"
-    deadline = time.monotonic() + 300
-    while not list(first.glob("report/trial-*/seed-3/results.json")):  # a search in its report
-        assert stopped.poll() is None and time.monotonic() < deadline, "nothing to stop"
-        time.sleep(0.2)
-    stopped.send_signal(signal.SIGTERM)
-    output = stopped.communicate(timeout=120)[0]
-    assert stopped.returncode in (1, 128 + signal.SIGTERM), output[-3000:]  # 1: a job was cut
-    assert "continue the study" in output
-    continued = stopped_dir / "logs" / "study" / "isotropy_cpu_minilm"
-    before = {p: json.loads(p.read_text()) for p in continued.rglob("results.json")}
-    done_before = [p for p, r in before.items() if r["status"] == "completed"]
-    assert done_before  # the stop came after a completed run
-    again = subprocess.run(command, cwd=stopped_dir, env=env, capture_output=True, text=True)
+    try:
+        first = stopped_dir / "logs" / "study" / "isotropy_cpu_minilm" / "rte" / "none"
+        deadline = time.monotonic() + 300
+        while not list(first.glob("report/trial-*/seed-3/results.json")):  # a search in its report
+            assert stopped.poll() is None and time.monotonic() < deadline, "nothing to stop"
+            time.sleep(0.2)
+        stopped.send_signal(signal.SIGTERM)
+        output = stopped.communicate(timeout=120)[0]
+        assert stopped.returncode in (1, 128 + signal.SIGTERM), output[-3000:]  # 1: a job was cut
+        assert "continue the study" in output
+        continued = stopped_dir / "logs" / "study" / "isotropy_cpu_minilm"
+        before = {p: json.loads(p.read_text()) for p in continued.rglob("results.json")}
+        done_before = [p for p, r in before.items() if r["status"] == "completed"]
+        assert done_before  # the stop came after a completed run
+        again = subprocess.run(command, cwd=stopped_dir, env=env, capture_output=True, text=True)
+        done.wait(600)
+    finally:
+        for process in (done, stopped):
+            if process.poll() is None:
+                process.kill()
     assert again.returncode == 0, again.stderr[-3000:]
     results = {p: json.loads(p.read_text()) for p in continued.rglob("results.json")}
     assert len(results) == 6 and all(r["status"] == "completed" for r in results.values())
     assert all(results[p] == before[p] for p in done_before)  # no completed run ran again
+
+    done_output = whole_log.read_text()
+    assert done.returncode == 0, done_output[-3000:]
+    folder = whole / "logs" / "study" / "isotropy_cpu_minilm"
+    text = (folder / REPORT_FILE).read_text()
+    assert "## rte" in text and "| cosreg |" in text and text in done_output
+    assert "checkpoint.keep=none" in done_output
+    runs = pd.read_csv(folder / RUNS_FILE)
+    assert len(runs) == 2 * (1 + 2) and set(runs["status"]) == {"completed"}
+    assert not list(folder.rglob("*.ckpt"))  # a study keeps the runs' records, not their models
     assert (continued / REPORT_FILE).read_text() == text  # the same tables as the whole study
 
 
