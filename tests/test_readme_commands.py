@@ -4,19 +4,19 @@ The commands are read from the pages, never listed here, so one added later is t
 ``python train.py``, ``python analyze.py`` and ``python -m isotune.*`` command of their code blocks
 and of README's opening lines (Run:, Analyse:). Each runs once, as a real subprocess, from one
 temporary working directory shared by the module, with only size overrides appended
-(``debug=limit``, a small isotropy probe, small analysis samples) and the tiny test encoder in
-place of a model that is not available offline. Multirun jobs use the tiny encoder whatever the
-model: they test the sweep machinery, and the packaged MiniLM already runs in the README's single
-run. Nothing else is added: no ``hydra.run.dir``, ``hydra.sweep.dir`` or ``+key=``. Placeholders
-such as ``logs/runs/<run>/checkpoints/best.ckpt`` are filled with what the pages' training
-commands left in that directory, README's first. Multiruns are cut to two jobs, searches
-(``hparams_search=``) to one trial of one tuning seed and one report seed, studies (``study=``)
-to that on RTE with the arms ``none`` and ``isobn``; ``experiment=``
-presets and SLURM commands are composed into their job lists, not run. A command written on
-several pages, or two that come to the same after the cut and the filling (``-m task=rte,mrpc,stsb``
-and ``-m task=rte,mrpc``), runs once. The runs' code is this checkout's: from a tree with
-uncommitted changes (tests run while editing), an aggregate's ``--strict``, which refuses such
-runs, gets ``--allow-unknown-code``; from a clean one (CI's clone) it runs as written.
+(``debug=limit``, a small isotropy probe, a small I-STAR shrinkage sample, small analysis samples)
+and the tiny test encoder in place of a model that is not available offline. Multirun jobs use the
+tiny encoder whatever the model: they test the sweep machinery, and the packaged MiniLM already runs
+in the README's single run. Nothing else is added: no ``hydra.run.dir``, ``hydra.sweep.dir`` or
+``+key=``. Placeholders such as ``logs/runs/<run>/checkpoints/best.ckpt`` are filled with what the
+pages' training commands left in that directory, README's first. Multiruns are cut to two jobs,
+searches (``hparams_search=``) to one trial of one tuning seed and one report seed even where the
+command sizes them, studies (``study=``) to that on RTE with the arms ``none`` and ``isobn``;
+``experiment=`` presets and SLURM commands are composed into their job lists, not run. A command
+written on several pages, or two that come to the same after the cut and the filling (``-m
+task=rte,mrpc,stsb`` and ``-m task=rte,mrpc``), runs once. The runs' code is this checkout's: from a
+tree with uncommitted changes (tests run while editing), an aggregate's ``--strict``, which refuses
+such runs, gets ``--allow-unknown-code``; from a clean one (CI's clone) it runs as written.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import pytest
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from isotune.model.encoders import resolve_model_path
 from isotune.record.provenance import code_identity
@@ -59,6 +60,7 @@ TRAIN_SIZE = {
     "debug": "limit",
     "callbacks.isotropy.probe_size": "32",
     "callbacks.isotropy.figures": "false",
+    "reg.shrinkage_examples": "32",  # I-STAR's: 1,000 examples through the encoder each epoch
 }
 SEARCH = "hparams_search="  # an Optuna search (docs/search.md): its folder is logs/search/<study>
 SEARCH_SIZE = {
@@ -287,14 +289,19 @@ class Workdir:
         sizes = dict(TRAIN_SIZE)
         if cfg.callbacks.get("isotropy") is None:
             sizes = {key: value for key, value in sizes.items() if ".isotropy." not in key}
+        if OmegaConf.select(cfg, "reg.shrinkage_examples") is None:
+            del sizes["reg.shrinkage_examples"]
         multirun = any(arg in MULTIRUN_FLAGS for arg in args)
         if multirun or not Path(resolve_model_path(cfg.model.name_or_path)).is_dir():
             sizes["model.name_or_path"] = str(self.tiny_encoder)
+        # A search's or a study's size is cut even where the command sets it (results.md's search
+        # of 10 trials x 2 seeds): appended after the command's own, Hydra takes the last value.
+        cut = {}
         if any(arg.startswith(SEARCH) for arg in args):
-            sizes.update(SEARCH_SIZE)
+            cut.update(SEARCH_SIZE)
         if any(arg.startswith(STUDY) for arg in args):
-            sizes.update(STUDY_SIZE)
-        return sizes_not_given(sizes, args)
+            cut.update(STUDY_SIZE)
+        return [*sizes_not_given(sizes, args), *(f"{key}={value}" for key, value in cut.items())]
 
     def fill(self, command: Command, arg: str) -> str:
         """``arg`` with each ``<name>`` replaced by a folder that the pages' training commands left
@@ -473,6 +480,19 @@ def test_a_sweep_is_cut_to_two_jobs():
         "hydra/launcher=gpus",
     ]
     assert cut_sweeps(args, 1) == ["-m", "task=rte", "norm=none", "seed=1", "hydra/launcher=gpus"]
+
+
+def test_a_search_is_cut_to_one_trial_and_seed_even_where_its_command_sizes_it(tmp_path):
+    args = ["-m", "hparams_search=istar", "hydra.sweeper.n_trials=10", "hydra.sweeper.seeds=[1,2]"]
+    sizes = Workdir(tmp_path, tmp_path, tmp_path / "tiny").train_sizes(args)
+    sweeper = compose_config("train", [*args[1:], *sizes]).hydra.sweeper
+    assert (sweeper.n_trials, list(sweeper.seeds), list(sweeper.report_seeds)) == (1, [1], [2])
+
+
+def test_an_i_star_run_draws_its_shrinkage_from_few_examples_and_a_run_without_it_is_not_told():
+    workdir = Workdir(Path("unused"), Path("unused"), Path("tiny"))
+    assert "reg.shrinkage_examples=32" in workdir.train_sizes(["reg=istar", "reg.layers=last"])
+    assert not any("shrinkage" in size for size in workdir.train_sizes(["reg=cosreg"]))
 
 
 def test_docs_pages_have_no_opening_lines_and_a_repeated_command_runs_once():
