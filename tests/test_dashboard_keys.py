@@ -35,18 +35,21 @@ from tests.helpers.cli import run_script, tiny_cli_overrides
 
 INTERVENTIONS = sorted(path.stem for path in (CONF_DIR / "intervention").glob("*.yaml"))
 OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+TWO_AT_ONCE = ("hydra/launcher=gpus", "hydra.launcher.n_jobs=2")  # CPU jobs, without GPUs
 
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory, tiny_bert, glue_dir):
     """``logs/`` of a sweep over every intervention and of one lora run, all logged to W&B
     offline with layer profiles, plus the aggregate's summary run of the sweep (the report's
-    figures)."""
+    figures). The sweep runs two jobs at once, on CPU (hydra/launcher=gpus): the keys a run logs
+    are its own."""
     cwd = tmp_path_factory.mktemp("dashboard")
     tiny = tiny_cli_overrides(
         tiny_bert, glue_dir, "logger=wandb", "callbacks.isotropy.layer_profiles=true"
     )
-    for job in (["-m", f"intervention={','.join(INTERVENTIONS)}"], ["adapt=lora", "reg=istar"]):
+    every_intervention = ["-m", f"intervention={','.join(INTERVENTIONS)}", *TWO_AT_ONCE]
+    for job in (every_intervention, ["adapt=lora", "reg=istar"]):
         result = run_script("train.py", *job, *tiny, cwd=cwd, env=OFFLINE)
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     (sweep,) = (cwd / "logs" / "multirun").iterdir()
