@@ -8,6 +8,7 @@ figures; the slow tests run `python train.py -m hparams_search=istar` on the tin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import hydra.utils
 import numpy as np
 import optuna
 import pandas as pd
@@ -251,6 +253,31 @@ def make_search(
 
 
 SMALL = {"seeds": [1, 2], "report_seeds": [11, 12, 13], "pruner": None}
+
+
+def test_a_study_search_groups_its_wandb_runs_by_study_task_and_arm(tmp_path, monkeypatch):
+    """A study's runs were grouped on W&B by configuration, each trial a group of its own: an
+    arm's runs on a task were nowhere together. Its search now sets the group, and the job type
+    tells its tuning runs from its held-out ones; each run keeps its configuration's name."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    launch = FakeLauncher(tmp_path, weight_score)
+    run = make_search(tmp_path, launch, "logger=wandb", n_trials=1, n_jobs=1, **SMALL)
+    run.search.settings = dataclasses.replace(run.search.settings, wandb_group="s_minilm-rte-istar")
+    run.run()
+    phases = {}
+    for job in launch.jobs:
+        values = dict(o.split("=", 1) for o in job)
+        if values["hydra.sweep.subdir"].startswith("report/baseline"):
+            continue  # a plain search's baseline; a study has none (its baseline is an arm)
+        assert values["logger.wandb.group"] == "s_minilm-rte-istar"
+        phases[values["hydra.sweep.subdir"].split("/")[0]] = values["logger.wandb.job_type"]
+        task_overrides = [o for o in job if not o.startswith("hydra.")]
+    assert phases == {"trial-000": "tuning", "report": "report"}
+    cfg = compose_train_config(["hparams_search=istar", "logger=wandb", *task_overrides])
+    logger = hydra.utils.instantiate(cfg.logger.wandb)
+    init = logger._wandb_init
+    assert (init["group"], init["job_type"]) == ("s_minilm-rte-istar", "report")
+    assert init["name"].startswith("minilm-rte-none-istar") and init["name"].endswith("-seed13")
 
 
 def test_a_seeded_search_runs_every_trial_on_every_tuning_seed_then_reports(tmp_path, recwarn):

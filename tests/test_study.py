@@ -52,11 +52,15 @@ from isotune.study.report import (
 )
 from isotune.study.results import ArmOutcome, StudyRun, read_arm
 from isotune.sweeps import slurm_jobs
+from isotune.sweeps.environment import check_continued_in_one_environment, machine_provenance
 from isotune.sweeps.report import status_markdown
-from isotune.sweeps.runs import Sweep
+from isotune.sweeps.rerun import plan_reruns
+from isotune.sweeps.runs import Sweep, load_runs
 from isotune.sweeps.slurm_jobs import SlurmJob
+from isotune.sweeps.summary import summarize_sweep
 from tests.conftest import CONF_DIR, ROOT, compose_train_config
 from tests.helpers.cli import tiny_cli_overrides
+from tests.helpers.fake_runs import completed, write_run
 from tests.helpers.studies import write_search
 
 CATALOG = {
@@ -394,7 +398,7 @@ def test_a_study_stopped_in_its_middle_continues_to_the_same_report(tmp_path, ti
         stopped.send_signal(signal.SIGTERM)
         output = stopped.communicate(timeout=120)[0]
         assert stopped.returncode in (1, 128 + signal.SIGTERM), output[-3000:]  # 1: a job was cut
-        assert "continue the study" in output
+        assert "continue the study" in output and "isotune.rerun" not in output
         continued = stopped_dir / "logs" / "study" / "isotropy_cpu_minilm"
         before = {p: json.loads(p.read_text()) for p in continued.rglob("results.json")}
         done_before = [p for p, r in before.items() if r["status"] == "completed"]
@@ -455,7 +459,13 @@ def test_a_study_prunes_with_the_plain_searchs_default_pruner():
 
 # ---- the sweeper's refusals, before any job ----
 def _refused_study(
-    tmp_path: Path, glue_dir: Path, typed: list[str], preset=(), code=1, patch=lambda: None
+    tmp_path: Path,
+    glue_dir: Path,
+    typed: list[str],
+    preset=(),
+    code=1,
+    patch=lambda: None,
+    expect_runs=False,
 ) -> str:
     """Sweep ``python train.py -m study=isotropy task=rte <typed>`` (``preset``: values composed
     into the config as a preset would set them, not typed) and return what it logged as it
@@ -481,7 +491,7 @@ def _refused_study(
     finally:
         logger.removeHandler(handler)
     assert stopped.value.code == code
-    assert not list(tmp_path.rglob("results.json"))
+    assert expect_runs or not list(tmp_path.rglob("results.json"))  # none but the test's own
     return "\n".join(messages)
 
 
@@ -608,20 +618,80 @@ def test_a_study_whose_slurm_jobs_are_still_queued_is_refused(tmp_path, glue_dir
     assert "Continuing the study" in logged
 
 
-def test_a_stopped_study_says_its_summary(tmp_path, glue_dir, monkeypatch):
-    """The study folder had no multirun.yaml, so a study stopped by Ctrl-C or SIGTERM said
-    nothing of its runs. Its record is written before its first job now, and read as the
-    study's, not as a search."""
-
+def _stopped_by_ctrl_c(monkeypatch):
     def stopped(*_):
         raise KeyboardInterrupt
 
+    return lambda: monkeypatch.setattr(study_sweeper, "run_searches", stopped)
+
+
+def _run_made_elsewhere(study: Path) -> Path:
+    """A completed run of the study's first search, recorded with this machine's packages and
+    another commit: a study typed again after a ``git pull``."""
+    job = study / "rte" / "none" / "trial-000" / "seed-1"
+    provenance = machine_provenance()
+    provenance["code"] = {**provenance["code"], "commit": "0123456789ab" * 3 + "0123"}
+    write_run(
+        job, ["seed=1"], {**completed("minilm", "none", "rte", 1, 0.6), "provenance": provenance}
+    )
+    return job
+
+
+def test_a_study_typed_again_from_other_code_is_refused_before_any_job(tmp_path, glue_dir):
+    """A study of several sittings mixed commits in silence: a ``git pull`` between two sittings
+    changed the code of half its runs and none of its tables said so."""
+    study = tmp_path / "study" / "isotropy_minilm"
+    _run_made_elsewhere(study)
+    stopped_while_loading = study / "rte" / "isobn" / "trial-000" / "seed-1"  # no environment yet
+    write_run(stopped_while_loading, ["seed=1"], {"status": "interrupted", "steps": 0})
+    logged = _refused_study(tmp_path, glue_dir, [], expect_runs=True)
+    assert f"The 1 run already in {study} were made with other code or packages" in logged
+    assert "code.commit: this machine" in logged and "012345678" in logged
+    assert f"python -m isotune.env {study}" in logged
+    assert "hydra.sweeper.allow_mixed_environment=true" in logged
+    assert not (study / "multirun.yaml").exists()  # refused before the study's record
+
+
+def test_a_run_stopped_before_it_recorded_its_environment_mixes_nothing(tmp_path):
+    """A study stopped by SIGTERM while a job loaded its model (its record written, its
+    provenance not yet) was refused when typed again from the same checkout: the run's unknown
+    environment differed from every field of this one."""
+    job = tmp_path / "rte" / "none" / "trial-000" / "seed-1"
+    write_run(job, ["seed=1"], {"status": "interrupted", "steps": 0})
+    check_continued_in_one_environment(tmp_path, "hydra.sweeper.allow_mixed_environment", False)
+    write_run(job, ["seed=1"], completed("minilm", "none", "rte", 1, 0.6))  # of unknown code
+    with pytest.raises(IsotuneError, match=r"code\.commit: this machine"):
+        check_continued_in_one_environment(tmp_path, "hydra.sweeper.allow_mixed_environment", False)
+
+
+def test_a_study_allowed_to_mix_environments_says_so_and_goes_on(
+    tmp_path, glue_dir, monkeypatch, caplog
+):
+    study = tmp_path / "study" / "isotropy_minilm"
+    _run_made_elsewhere(study)
+    with caplog.at_level(logging.WARNING, logger="isotune.sweeps.environment"):
+        _refused_study(
+            tmp_path,
+            glue_dir,
+            ["hydra.sweeper.allow_mixed_environment=true"],
+            code=128 + signal.SIGINT,
+            patch=_stopped_by_ctrl_c(monkeypatch),
+            expect_runs=True,
+        )
+    assert "allow_mixed_environment=true: continuing with both" in caplog.text
+    assert (study / "multirun.yaml").is_file()  # it went on to its jobs
+
+
+def test_a_stopped_study_says_its_summary_and_is_continued_never_rerun_job_by_job(
+    tmp_path, glue_dir, monkeypatch
+):
+    """The study folder had no multirun.yaml, so a study stopped by Ctrl-C or SIGTERM said
+    nothing of its runs. Its record is written before its first job now, and read as the
+    study's, not as a search. Its summary said "Rerun them with: python -m isotune.rerun <study>"
+    beside "type the same command again", and that rerun would have run its searches' jobs
+    outside their searches."""
     logged = _refused_study(
-        tmp_path,
-        glue_dir,
-        [],
-        code=128 + signal.SIGINT,
-        patch=lambda: monkeypatch.setattr(study_sweeper, "run_searches", stopped),
+        tmp_path, glue_dir, [], code=128 + signal.SIGINT, patch=_stopped_by_ctrl_c(monkeypatch)
     )
     study = tmp_path / "study" / "isotropy_minilm"
     assert f"Sweep {study}: no job has started yet." in logged
@@ -632,6 +702,19 @@ def test_a_stopped_study_says_its_summary(tmp_path, glue_dir, monkeypatch):
         f"- {study}: a study: its jobs are its searches'"
         in lines[lines.index("## Missing runs (0)") + 2]
     )
+
+    job = study / "rte" / "none" / "trial-000" / "seed-1"
+    write_run(job, ["seed=1"], {"status": "interrupted", "interrupted_by": "SIGTERM", "steps": 3})
+    summary = summarize_sweep(study).text
+    assert "0 of 1 job completed, 1 did not" in summary and "isotune.rerun" not in summary
+    runs = load_runs(study)
+    report = status_markdown(runs, runs, [], [Sweep.load(study)], [], datetime.now())
+    assert "isotune.rerun" not in report
+    assert f"its own command, typed again, continues it where it stopped ({study})" in report
+    with pytest.raises(IsotuneError) as refused:
+        plan_reruns(study)
+    assert "is a study" in str(refused.value)
+    assert "type the study's command again" in str(refused.value)
 
 
 def test_a_task_whose_dev_split_is_not_validation_is_checked_by_its_own_files(tmp_path):

@@ -8,7 +8,9 @@ no baseline of its own: the baseline is an arm, tuned as the others, and every a
 its best trial on the same report seeds. :func:`isotune.search.loop.run_searches` runs them all,
 their trials in flight together (``n_jobs``), so a study keeps every slot busy. The study folder
 is locked for one process (the sweep's folder lock); typed again, the command continues every
-search where it stopped. At the end, :mod:`isotune.study.report` writes the study report.
+search where it stopped, from the code and packages its runs so far were made with (another
+environment is refused before any job, unless ``allow_mixed_environment``). At the end,
+:mod:`isotune.study.report` writes the study report.
 
 A ``task`` sweep on the command line (``task=rte,mrpc``) is the study's tasks, never searched;
 another sweep there is refused (the arms say what is searched); a plain value applies to every
@@ -16,7 +18,7 @@ job.
 """
 
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,7 @@ from isotune.study.plan import (
 )
 from isotune.study.report import write_study_report
 from isotune.study.results import read_arm
+from isotune.sweeps.environment import check_continued_in_one_environment
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.slurm_jobs import check_no_live_jobs
 
@@ -77,6 +80,7 @@ class StudySweeperConf:
     report_seeds: list[int] = field(default_factory=lambda: [101, 102, 103, 104, 105])
     direction: str = "maximize"
     max_failure_rate: float = 0.25  # per search
+    allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
     sampler: Any = None  # conf/hydra/sweeper/sampler/, as a plain search's
     pruner: Any = field(default_factory=default_pruner)  # a plain search's: one default
 
@@ -124,6 +128,9 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             # The launcher sends every search's jobs from the study folder: submitit's files, and
             # so the jobs SLURM still holds for a stopped study, are there, not in a search's.
             check_no_live_jobs(folder, "Continuing the study")
+            check_continued_in_one_environment(
+                folder, "hydra.sweeper.allow_mixed_environment", s["allow_mixed_environment"]
+            )
             # The study's record, as every sweep's: what a stopped study's summary reads.
             write_text(folder / SWEEP_FILE, OmegaConf.to_yaml(config))
             run_searches(searches, HydraLaunch(self.launcher, folder), s["n_jobs"])
@@ -140,7 +147,8 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
     ) -> SearchSettings:
         """The search of ``arm`` on ``task``, built as a plain search's settings are
         (:func:`~hydra_plugins.isotune_launcher.hydra_search.settings_of`), with no baseline of
-        its own: the baseline is an arm of the study."""
+        its own (the baseline is an arm of the study), its W&B runs grouped by study, task and
+        arm."""
         assert self.config is not None
         space = parse_space(
             dict(arm.params),
@@ -154,8 +162,9 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
                 "arm too) over the learning rate's range. Fix: give it a range, e.g. "
                 "'++hydra.sweeper.lr=\"tag(log, interval(1e-5, 2e-4))\"'."
             )
-        name = f"{s['study_name'] or folder.name}_{task}_{arm.name}"
-        return settings_of(self.config, s, space, None, name)
+        study = s["study_name"] or folder.name
+        settings = settings_of(self.config, s, space, None, f"{study}_{task}_{arm.name}")
+        return replace(settings, wandb_group=f"{study}-{task}-{arm.name}")
 
     def _compose_arms(self, plan: StudyPlan, fixed: list[str]) -> dict[tuple[str, str], DictConfig]:
         """Each (task, arm)'s job, composed once and its values checked as train.py checks them,

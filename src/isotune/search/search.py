@@ -318,16 +318,25 @@ class Search:
         trial: int = REPORT,
         home: Path | None = None,
     ) -> Job:
-        task_overrides = (*overrides, f"{SEED_KEY}={seed}", *self._wandb_tags(where))
+        task_overrides = (*overrides, f"{SEED_KEY}={seed}", *self._wandb_tags(where, trial))
         return Job((home or self.folder) / where / f"seed-{seed}", seed, task_overrides, trial)
 
-    def _wandb_tags(self, where: str) -> list[str]:
+    def _wandb_tags(self, where: str, trial: int) -> list[str]:
         """With ``logger=wandb``, each run is tagged with the search and its trial (or report
-        side); W&B already groups a trial's runs, whose overrides differ only by seed."""
+        side); W&B already groups a trial's runs, whose overrides differ only by seed. A study's
+        search groups its arm's runs instead (``wandb_group``), the job type telling the tuning
+        runs from the held-out ones."""
         if not self.settings.tag_runs:
             return []
         tags = [f"search-{self.settings.study_name}", where.replace("/", "-")]
-        return [f"logger.wandb.tags=[{','.join(repr(tag) for tag in tags)}]"]
+        overrides = [f"logger.wandb.tags=[{','.join(repr(tag) for tag in tags)}]"]
+        if self.settings.wandb_group:
+            phase = "report" if trial == REPORT else "tuning"
+            overrides += [
+                f"logger.wandb.group={self.settings.wandb_group}",
+                f"logger.wandb.job_type={phase}",
+            ]
+        return overrides
 
 
 def _row(trial: Any, space: SearchSpace) -> TrialRow:

@@ -31,7 +31,8 @@ class SearchSettings:
     seed the user gave it (None: none). ``pruner`` is an Optuna pruner, None for none.
     ``baseline`` is the baseline's overrides, the fixed ones included; None: no baseline runs
     (a study's search, whose baseline is an arm of the study). ``tag_runs``: tag each
-    run with the search and its trial (``logger=wandb``)."""
+    run with the search and its trial (``logger=wandb``); ``wandb_group``: a study's search, its
+    runs grouped as ``<study>-<task>-<arm>`` with the job type ``tuning`` or ``report``."""
 
     space: SearchSpace
     seeds: tuple[int, ...]
@@ -46,6 +47,7 @@ class SearchSettings:
     sampler_seed: int | None
     pruner: Any
     tag_runs: bool = False
+    wandb_group: str | None = None
 
     @property
     def maximize(self) -> bool:

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from isotune.errors import IsotuneError
 from isotune.record.provenance import (
     OWN_PACKAGE,
     PACKAGES,
@@ -29,6 +31,8 @@ from isotune.record.provenance import (
 from isotune.record.results import RESULTS_FILE
 from isotune.sweeps.runs import load_runs
 from isotune.tracking.reporting import counted
+
+log = logging.getLogger(__name__)
 
 
 def machine_provenance() -> dict[str, Any]:
@@ -46,18 +50,9 @@ def machine_provenance() -> dict[str, Any]:
 def compare(machine: dict[str, Any], recorded: Sequence[dict[str, Any] | None]) -> str:
     """How the recorded provenances' code and packages differ from ``machine``'s, each value
     with its count of runs, and the pip commands for each recorded set of versions."""
-    ours = identity(machine)
     theirs = [identity(p) for p in recorded]
-    fields = [name for name in ours if name.startswith(("code.", "packages."))]
     lines = [f"{counted(len(recorded), 'run')}, {sum(not t for t in theirs)} without provenance."]
-    differ = []
-    for name in fields:
-        values = Counter(str(t.get(name, UNKNOWN)) for t in theirs)
-        if set(values) != {str(ours[name])}:
-            counts = ", ".join(
-                f"{value} ({counted(n, 'run')})" for value, n in values.most_common()
-            )
-            differ.append(f"  {name}: this machine {ours[name]}; the runs {counts}")
+    differ = differences_from(machine, recorded)
     lines += ["Differences from this machine:", *differ] if differ else ["Same code and packages."]
     installs = Counter(_pip_command(p["packages"]) for p in recorded if p and p.get("packages"))
     if installs:
@@ -75,6 +70,56 @@ def compare(machine: dict[str, Any], recorded: Sequence[dict[str, Any] | None]) 
             )
         lines.append(made_on)
     return "\n".join(lines)
+
+
+def differences_from(
+    machine: dict[str, Any], recorded: Sequence[dict[str, Any] | None]
+) -> list[str]:
+    """A line for each field of the code and packages where a recorded provenance differs from
+    ``machine``'s, with each value's count of runs (a run without provenance: ``unknown``)."""
+    ours = identity(machine)
+    theirs = [identity(p) for p in recorded]
+    differ = []
+    for name in (name for name in ours if name.startswith(("code.", "packages."))):
+        values = Counter(str(t.get(name, UNKNOWN)) for t in theirs)
+        if set(values) != {str(ours[name])}:
+            counts = ", ".join(
+                f"{value} ({counted(n, 'run')})" for value, n in values.most_common()
+            )
+            differ.append(f"  {name}: this machine {ours[name]}; the runs {counts}")
+    return differ
+
+
+def check_continued_in_one_environment(folder: Path, allowed_by: str, allowed: bool) -> None:
+    """Refuse to add runs to ``folder`` (a study or search typed again) from other code or
+    packages than its runs so far were made with: a ``git pull`` or an upgrade between two
+    sittings of a study that takes hours would mix environments in one comparison, silently.
+    With ``allowed`` (the setting ``allowed_by`` names), say it and go on: the report's readers
+    then learn it from ``python -m isotune.aggregate``, and ``--strict`` refuses the folder."""
+    # A run stopped before it recorded its provenance (while its model loaded) has trained in no
+    # environment yet: it starts again in this one. A completed run without one is of unknown code.
+    runs = [run for run in load_runs(folder) if run.completed or run.result.get("provenance")]
+    if not runs:  # a study's first sitting
+        return
+    differ = differences_from(machine_provenance(), [run.result.get("provenance") for run in runs])
+    if not differ:
+        return
+    said = (
+        f"The {counted(len(runs), 'run')} already in {folder} were made with other code or "
+        "packages than this process would make the rest with:\n" + "\n".join(differ)
+    )
+    if allowed:
+        log.warning(
+            f"{said}\n{allowed_by}=true: continuing with both; python -m isotune.aggregate "
+            "--strict will refuse this folder's runs."
+        )
+        return
+    raise IsotuneError(
+        f"{said}\nNothing has run. Fix: continue from the code and packages that made them "
+        f"(python -m isotune.env {folder} prints the git checkout and pip commands); or start "
+        f"afresh in another folder; or type {allowed_by}=true to mix them knowingly (python -m "
+        "isotune.aggregate --strict then refuses the folder)."
+    )
 
 
 def _pip_command(packages: dict[str, str | None]) -> str:

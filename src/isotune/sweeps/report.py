@@ -154,9 +154,10 @@ def status_markdown(
     duplicates: Sequence[tuple[str, Sequence[Run]]],
     now: datetime,
 ) -> str:
-    """Unfinished and missing jobs (rerun them with ``python -m isotune.rerun <sweep_dir>``), the
-    runs that took several attempts (time limits, preemptions, reruns) and the duplicates
-    (label, runs) of which the tables keep the latest."""
+    """Unfinished and missing jobs (rerun a sweep's with ``python -m isotune.rerun <sweep_dir>``; a
+    search or study continues when its command is typed again), the runs that took several
+    attempts (time limits, preemptions, reruns) and the duplicates (label, runs) of which the
+    tables keep the latest."""
     lines = [f"## Failed or unfinished runs ({len(unfinished)})", ""]
     lines += [f"- {run.job_dir}: {run.describe(now)}" for run in unfinished] or ["None."]
     lines += ["", f"## Missing runs ({len(missing)})", ""]
@@ -167,13 +168,25 @@ def status_markdown(
         lines += ["None."]
     elif not missing and len(unknown) < len(sweeps):
         lines += ["None in the other folders."]
-    if (unfinished or missing) and sweeps:
+    rerun = [sweep for sweep in sweeps if not (sweep.is_search or sweep.is_study)]
+    if (unfinished or missing) and rerun:
         lines += [
             "",
             "Rerun them (--dry-run shows the commands first; runs still marked running, which "
             "may be alive, only with --include-running):",
         ]
-        lines += [f"    python -m isotune.rerun {sweep.dir}" for sweep in sweeps]
+        lines += [f"    python -m isotune.rerun {sweep.dir}" for sweep in rerun]
+    continued = [
+        sweep
+        for sweep in sweeps
+        if sweep not in rerun and any(run.path.is_relative_to(sweep.dir) for run in unfinished)
+    ]
+    if continued:
+        lines += [
+            "",
+            "A search or study is not rerun job by job: its own command, typed again, continues "
+            f"it where it stopped ({', '.join(str(sweep.dir) for sweep in continued)}).",
+        ]
     if several := [run for run in runs if run.attempts > 1]:
         lines += ["", f"## Runs that took several attempts ({len(several)})", ""]
         lines += [f"- {run.job_dir}: {_attempts(run)}" for run in several]

@@ -148,6 +148,13 @@ def plan_reruns(
     and the runs left alone: alive, or marked running (unless ``include_running``).
     ``extra``: the user's own overrides, added to every job after the folder's."""
     sweep = Sweep.load(sweep_dir)
+    if sweep.is_study:
+        raise IsotuneError(
+            f"{sweep.dir} is a study (study=...): its runs are its searches', each trial chosen "
+            "from the scores of the earlier ones, so rerunning its jobs would not continue it. "
+            "Fix: type the study's command again (python train.py -m study=...); it resumes each "
+            "interrupted job from its last.ckpt and goes on (docs/study.md)."
+        )
     if sweep.is_search:
         raise IsotuneError(
             f"{sweep.dir} is a search (hydra/sweeper=optuna): its trials are chosen from the "

@@ -54,7 +54,8 @@ def summarize_sweep(sweep_dir: Path) -> SweepSummary:
             f"set's trivial predictor); the aggregate sets them apart: python -m isotune.aggregate "
             f"{sweep.dir}"
         )
-    if (unfinished or missing) and not sweep.is_search:  # a search: its trials FAILED (final)
+    # A search's or a study's runs are not rerun one by one: the same command continues them.
+    if (unfinished or missing) and not (sweep.is_search or sweep.is_study):
         lines.append(f"Rerun them with: python -m isotune.rerun {sweep.dir}")
     lines.append(f"The sweep folder uses {readable(disk_used(sweep.dir))} of disk.")
     return SweepSummary("\n".join(lines), all_completed=not unfinished and not missing)

@@ -38,12 +38,15 @@ def wandb_logger(
     tags: Iterable[str] = (),
     job_type: str = "train",
     log_model: bool = False,
+    group: str | None = None,
 ) -> WandbLogger:
     """A WandbLogger named and grouped for seed aggregation; offline, quiet and with one log line
-    saying why and how to upload later, when :func:`offline_reason` gives a reason."""
+    saying why and how to upload later, when :func:`offline_reason` gives a reason. ``group``
+    replaces the configuration's group (:func:`run_group`) where runs of several configurations
+    belong together: a study's arm on a task, whose trials differ by their searched values."""
     offline = offline_reason()
     regularizer = reg_label(reg, reg_weight)
-    group = run_group(model, task, norm, overrides, regularizer)
+    configuration = run_group(model, task, norm, overrides, regularizer)
     mode = "disabled" if os.environ.get("WANDB_MODE") == "disabled" else "offline"
     if offline is not None and mode == "offline":
         runs = os.path.join(save_dir, "wandb", "offline-run-*")
@@ -57,8 +60,8 @@ def wandb_logger(
     logger = WandbLogger(
         project=project,
         entity=entity,
-        group=group,
-        name=f"{group}-seed{seed}",
+        group=group or configuration,
+        name=f"{configuration}-seed{seed}",
         tags=sorted({*tags, model, task, norm, regularizer}),
         job_type=job_type,
         save_dir=save_dir,
