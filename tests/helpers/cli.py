@@ -28,11 +28,11 @@ def run_script(
     )
 
 
-def start_script(script: str, *args: str, cwd: Path = ROOT, **popen) -> subprocess.Popen:
-    """``python <repository>/<script> <args>`` from ``cwd``, offline, not waited for."""
+def start_script(script: str, *args: str, **popen) -> subprocess.Popen:
+    """``python <repository>/<script> <args>`` from the repository, offline, not waited for."""
     return subprocess.Popen(
         [sys.executable, str(ROOT / script), *args],
-        cwd=cwd,
+        cwd=ROOT,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
         **popen,
     )
