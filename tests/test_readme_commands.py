@@ -5,9 +5,10 @@ The commands are read from the pages, never listed here, so one added later is t
 and of README's opening lines (Run:, Analyse:). Each runs once, as a real subprocess, from one
 temporary working directory shared by the module, with only size overrides appended
 (``debug=limit``, a small isotropy probe, a small I-STAR shrinkage sample, small analysis samples)
-and the tiny test encoder in place of a model that is not available offline. Multirun jobs use the
-tiny encoder whatever the model: they test the sweep machinery, and the packaged MiniLM already runs
-in the README's single run. Nothing else is added: no ``hydra.run.dir``, ``hydra.sweep.dir`` or
+and the tiny test encoder in place of a model that is not available offline (a Hub name, or a
+packaged model whose package is not installed). Multirun jobs use the tiny encoder whatever the
+model: they test the sweep machinery, and the packaged MiniLM already runs in the README's single
+run. Nothing else is added: no ``hydra.run.dir``, ``hydra.sweep.dir`` or
 ``+key=``. Placeholders such as ``logs/runs/<run>/checkpoints/best.ckpt`` are filled with what the
 pages' training commands left in that directory, README's first. Multiruns are cut to two jobs,
 searches (``hparams_search=``) to one trial of one tuning seed and one report seed even where the
@@ -39,6 +40,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from isotune.errors import IsotuneError
 from isotune.model.encoders import resolve_model_path
 from isotune.record.provenance import code_identity
 from tests.conftest import ROOT, compose_config
@@ -292,7 +294,7 @@ class Workdir:
         if OmegaConf.select(cfg, "reg.shrinkage_examples") is None:
             del sizes["reg.shrinkage_examples"]
         multirun = any(arg in MULTIRUN_FLAGS for arg in args)
-        if multirun or not Path(resolve_model_path(cfg.model.name_or_path)).is_dir():
+        if multirun or not _model_files_here(cfg.model.name_or_path):
             sizes["model.name_or_path"] = str(self.tiny_encoder)
         # A search's or a study's size is cut even where the command sets it (results.md's search
         # of 10 trials x 2 seeds): appended after the command's own, Hydra takes the last value.
@@ -327,6 +329,17 @@ class Workdir:
             f"{command.written}: none of the pages' training commands left a "
             f"folder {prefix}<...>{suffix} in {self.root} to fill its placeholder."
         )
+
+
+def _model_files_here(name_or_path: str) -> bool:
+    """Whether the model's files are on this machine: a folder, or a package's that is installed.
+    ``model=smollm2`` needs the package its page names (docs/training.md), which README's set-up
+    does not install: without it the command runs as a Hub name offline does, on the tiny
+    encoder."""
+    try:
+        return Path(resolve_model_path(name_or_path)).is_dir()
+    except IsotuneError:  # pkg://<package>/... of a package not installed
+        return False
 
 
 @pytest.fixture(scope="module")
