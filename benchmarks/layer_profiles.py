@@ -75,7 +75,7 @@ def main() -> None:
         f"{model_cfg['name_or_path']} ({args.model}, pooling {model_cfg['pooling']}), "
         f"{task_cfg['name']} {datamodule.task.primary_split}: {len(capture.captured)} examples, "
         f"{len(collected['tokens_layer0'])} tokens per layer; encoded in {encoded:.0f} s, "
-        f"measured in {measured:.0f} s\n"
+        f"measured in {measured:.1f} s\n"
     )
     for level in PROFILE_LEVELS:
         print(f"{level}:\n")
