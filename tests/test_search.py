@@ -58,6 +58,7 @@ from isotune.search.search import Search
 from isotune.search.settings import SearchSettings
 from isotune.search.space import parse_space
 from isotune.sweeps import slurm_jobs
+from isotune.sweeps.environment import machine_provenance
 from isotune.sweeps.rerun import plan_reruns
 from isotune.sweeps.slurm_jobs import SlurmJob
 from isotune.sweeps.summary import summarize_sweep
@@ -501,6 +502,12 @@ def test_a_study_is_continued_only_under_the_settings_that_rank_its_trials(tmp_p
             "searched: the study's reg.weight=tag(log, signed, interval(0.01, 1)), this "
             "command's reg.weight=interval(0.01, 1)",
         ),
+        (
+            (),
+            {**SMALL, "sampler": {"_target_": "optuna.samplers.RandomSampler", "seed": 0}},
+            "sampler: the study's optuna.samplers.TPESampler(seed=0), this command's "
+            "optuna.samplers.RandomSampler(seed=0)",
+        ),
     ):
         again = FakeLauncher(tmp_path, weight_score)
         with pytest.raises(IsotuneError, match="ranked its trials under other settings") as refused:
@@ -643,7 +650,7 @@ def asked_values(
     settings = SearchSettings(
         space=space, seeds=(1,), report_seeds=(2,), baseline=(), direction="maximize",
         n_trials=trials, max_failure_rate=0.25, study_name="s", storage=None, make_sampler=sampler,
-        sampler_seed=seed, pruner=None,
+        sampler={"seed": seed}, pruner=None,
     )  # fmt: skip
     study = optuna.create_study(direction="maximize")
     values = []
@@ -1010,17 +1017,26 @@ def test_bad_search_settings_stop_before_any_job(tmp_path, overrides, settings, 
     assert launch.launches == []
 
 
+def _search_sweeper(
+    typed: list[str], loader: ConfigLoaderImpl | None = None
+) -> tuple[OptunaSweeper, list[str]]:
+    """The sweeper of ``python train.py -m <typed>``, set up as Hydra sets it up, and the
+    arguments Hydra gives its ``sweep`` (the typed ones but ``hydra.*``)."""
+    cfg = compose_train_config(typed)
+    settings = OmegaConf.to_container(cfg.hydra.sweeper)
+    sweeper = OptunaSweeper(**{k: v for k, v in settings.items() if not k.startswith("_")})
+    loader = loader or ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
+    context = HydraContext(config_loader=loader, callbacks=Callbacks())
+    sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
+    return sweeper, [arg for arg in typed if not arg.startswith("hydra.")]
+
+
 def test_the_sweeper_composes_the_baseline_before_any_job_and_exits_1(tmp_path, caplog):
     """`python train.py -m hparams_search=istar 'hydra.sweeper.baseline={reg: nonee}'` ran every
     trial, then "MissingConfigException", exit 0. The sweeper composes the baseline through
     Hydra's own config loader first: one message, "Search folder:" once, exit 1."""
     typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}"]
-    cfg = compose_train_config([*typed, "hydra.sweeper.baseline={reg: nonee}"])
-    settings = OmegaConf.to_container(cfg.hydra.sweeper)
-    sweeper = OptunaSweeper(**{k: v for k, v in settings.items() if not k.startswith("_")})
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
-    context = HydraContext(config_loader=loader, callbacks=Callbacks())
-    sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
+    sweeper, _ = _search_sweeper([*typed, "hydra.sweeper.baseline={reg: nonee}"])
     with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as stopped:
         sweeper.sweep(typed)
     assert stopped.value.code == 1
@@ -1033,9 +1049,6 @@ def test_the_sweeper_composes_the_baseline_once_before_any_job(tmp_path, monkeyp
     """The dry run and the disk check composed the baseline each (a second or more each, and
     two paths that could drift): now the dry run's config is the disk check's."""
     typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}"]
-    cfg = compose_train_config(typed)
-    settings = OmegaConf.to_container(cfg.hydra.sweeper)
-    sweeper = OptunaSweeper(**{k: v for k, v in settings.items() if not k.startswith("_")})
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
     composed = []
     compose = loader.load_sweep_config
@@ -1046,9 +1059,8 @@ def test_the_sweeper_composes_the_baseline_once_before_any_job(tmp_path, monkeyp
     monkeypatch.setattr(sweep_space, "check_sweep_fits", lambda f, jobs, n: sized.extend(jobs))
     monkeypatch.setattr(optuna_sweeper, "run_searches", lambda *_: None)  # no job runs
     monkeypatch.setattr(optuna_sweeper, "check_reports_complete", lambda _: None)
-    context = HydraContext(config_loader=loader, callbacks=Callbacks())
-    sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
-    sweeper.sweep(typed)
+    sweeper, arguments = _search_sweeper(typed, loader)
+    sweeper.sweep(arguments)
     assert composed == [[*typed, "reg=none", "seed=101"]]
     assert len(sized) == 20 * 3 + 2 * 5 and {job.reg.name for job in sized} == {"none"}
 
@@ -1213,3 +1225,41 @@ def test_a_search_stopped_mid_trial_continues_with_the_same_command(tmp_path, ti
     assert [a["status"] for a in resumed["attempts"]] == ["interrupted", "completed"]
     assert resumed["attempts"][1]["resumed_from"].endswith("last.ckpt")
     assert all(len(r["attempts"]) == 1 for r in records.values())  # no other job ran twice
+
+
+def _sweep_search(tmp_path: Path, typed: list[str], monkeypatch) -> list:
+    """Sweep ``python train.py -m hparams_search=istar <typed>`` with no job run; the searches
+    it would have run."""
+    sweeper, arguments = _search_sweeper(
+        ["hparams_search=istar", f"paths.log_dir={tmp_path}", *typed]
+    )
+    ran = []
+    monkeypatch.setattr(optuna_sweeper, "run_searches", lambda searches, *_: ran.extend(searches))
+    monkeypatch.setattr(optuna_sweeper, "check_reports_complete", lambda _: None)
+    sweeper.sweep(arguments)
+    return ran
+
+
+def test_a_search_typed_again_from_other_code_is_refused_before_any_job(
+    tmp_path, monkeypatch, caplog
+):
+    """Only a study checked that its sittings ran one code and one set of packages: a search
+    continued after a ``git pull`` ranked trials of two commits against each other, silently."""
+    folder = tmp_path / "search" / "istar_rte_minilm"
+    provenance = machine_provenance()
+    provenance["code"] = {**provenance["code"], "commit": "0123456789ab" * 3 + "0123"}
+    job = folder / "trial-000" / "seed-1"
+    write_run(
+        job, ["seed=1"], {**completed("minilm", "istar", "rte", 1, 0.6), "provenance": provenance}
+    )
+    with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as stopped:
+        _sweep_search(tmp_path, [], monkeypatch)
+    assert stopped.value.code == 1
+    assert f"The 1 run already in {folder} were made with other code or packages" in caplog.text
+    assert "code.commit: this machine" in caplog.text and "012345678" in caplog.text
+    assert "hydra.sweeper.allow_mixed_environment=true" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        ran = _sweep_search(tmp_path, ["hydra.sweeper.allow_mixed_environment=true"], monkeypatch)
+    assert "allow_mixed_environment=true: continuing with both" in caplog.text
+    assert [search.folder for search in ran] == [folder]

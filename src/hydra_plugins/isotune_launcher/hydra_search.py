@@ -117,7 +117,7 @@ def settings_of(
         study_name=study_name,
         storage=s.get("storage"),
         make_sampler=make_sampler,
-        sampler_seed=sampler.get("seed"),
+        sampler=sampler,
         pruner=instantiate(s["pruner"]) if s["pruner"] is not None else None,
         tag_runs=config.hydra.runtime.choices.get("logger") == "wandb",
     )

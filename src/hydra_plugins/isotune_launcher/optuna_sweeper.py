@@ -31,6 +31,7 @@ from hydra_plugins.isotune_launcher.hydra_search import (
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
+from isotune.sweeps.environment import check_continued_in_one_environment
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class OptunaSweeperConf:
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # tuning seeds
     report_seeds: list[int] = field(default_factory=lambda: [101, 102, 103, 104, 105])
     baseline: dict[str, Any] | None = None  # overrides; null: the searched keys at config values
+    allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
 
 
 ConfigStore.instance().store(
@@ -75,5 +77,10 @@ class OptunaSweeper(KeepsItsLauncher, Sweeper):
             )
             n_jobs = self.settings["n_jobs"]
             check_search_fits(config, settings, n_jobs, folder, baseline_job)
+            check_continued_in_one_environment(
+                folder,
+                "hydra.sweeper.allow_mixed_environment",
+                self.settings["allow_mixed_environment"],
+            )
             run_searches([search], HydraLaunch(self.launcher, folder), n_jobs)
             check_reports_complete([search])

@@ -11,11 +11,12 @@ Checked before any job, so that a bad setting costs no trial:
   values in range on a report seed) and, for a searched config group, each of its options.
 
 A study continued is held only to what ranks its trials (:data:`RANKING`): the space, the fixed
-overrides that change a run, the tuning seeds and the direction. The report's settings (the
-baseline, the report seeds) and overrides that change no score (:data:`NOT_A_RUN_CHANGE`, such as
-the logger) may change: the report is made again, its runs for the new setting run, and the runs of
-the old one stay in their folders (a baseline other than the study's first runs in
-``report/baseline-<k>``).
+overrides that change a run, the tuning seeds, the direction and the sampler (another sampler, or
+another seed of it, would ask the rest of the trials by another rule than the first ones). The
+report's settings (the baseline, the report seeds) and overrides that change no score
+(:data:`NOT_A_RUN_CHANGE`, such as the logger) may change: the report is made again, its runs for
+the new setting run, and the runs of the old one stay in their folders (a baseline other than the
+study's first runs in ``report/baseline-<k>``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from isotune.search.space import SIGN, SearchSpace
 SEEDS = 2**32  # numpy's seeds, the range train.py's config check holds every seed to
 DEFAULT_SEEDS = {"seeds": (1, 3), "report_seeds": (101, 5)}  # (first, how many) of each default
 AXES = ("task", "model", "adapt")  # config groups a search runs on, never tunes
-RANKING = ("searched", "fixed", "seeds", "direction")  # what a continued study must keep
+RANKING = ("searched", "fixed", "seeds", "direction", "sampler")  # what a continued study keeps
 # Overrides that leave every score as it is: where it is logged, what is kept on disk.
 NOT_A_RUN_CHANGE = (
     "logger",
@@ -163,14 +164,18 @@ def changes_a_run(override: str) -> bool:
     return not any(name == key or name.startswith(key + ".") for key in NOT_A_RUN_CHANGE)
 
 
-def ranking_settings(space: SearchSpace, seeds: Sequence[int], direction: str) -> dict[str, Any]:
-    """What the trials of one study are ranked under, as the study records it."""
+def ranking_settings(
+    space: SearchSpace, seeds: Sequence[int], direction: str, sampler: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What the trials of one study are ranked under, as the study records it (``sampler``: the
+    sampler's config, its ``_target_`` and arguments)."""
     distributions = sorted(space.distributions().items())
     return {
         "searched": {name: distribution_to_json(d) for name, d in distributions},
         "fixed": sorted(o for o in space.fixed if changes_a_run(o)),
         "seeds": [int(seed) for seed in seeds],
         "direction": str(direction),
+        "sampler": dict(sampler),
     }
 
 
@@ -179,7 +184,8 @@ def check_same_ranking(
 ) -> None:
     """Refuse to continue a study whose trials were ranked under other settings, naming each
     as it is typed. A record older than this one may hold the report's settings and overrides
-    that change no run: neither is compared."""
+    that change no run: neither is compared; one without a setting (the sampler, recorded since
+    a later version) is not held to it."""
     seen = {
         **recorded,
         "fixed": sorted(o for o in recorded.get("fixed", []) if changes_a_run(o)),
@@ -210,6 +216,9 @@ def _typed(key: str, value: Any) -> str:
         return " ".join(value) or "no override"
     if key == "seeds":
         return f"[{','.join(map(str, value))}]"
+    if key == "sampler":
+        arguments = ", ".join(f"{k}={v}" for k, v in sorted(value.items()) if k != "_target_")
+        return f"{value.get('_target_')}({arguments})"
     return str(value)
 
 

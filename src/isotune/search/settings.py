@@ -8,7 +8,7 @@ study continued under another record is refused (:mod:`isotune.search.optuna_stu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +27,9 @@ SEED_KEYS = (SEED_KEY, "seed_init", "seed_data")
 class SearchSettings:
     """One search: its space, seeds, baseline, budget, failure rule, study and sampler.
 
-    ``make_sampler(seed)`` makes the sampler (``seed`` None: unseeded); ``sampler_seed`` is the
-    seed the user gave it (None: none). ``pruner`` is an Optuna pruner, None for none.
+    ``make_sampler(seed)`` makes the sampler (``seed`` None: unseeded); ``sampler`` is its config
+    as given (``_target_`` and arguments; its ``seed``, None: none), which the study records.
+    ``pruner`` is an Optuna pruner, None for none.
     ``baseline`` is the baseline's overrides, the fixed ones included; None: no baseline runs
     (a study's search, whose baseline is an arm of the study). ``tag_runs``: tag each
     run with the search and its trial (``logger=wandb``); ``wandb_group``: a study's search, its
@@ -44,10 +45,15 @@ class SearchSettings:
     study_name: str
     storage: str | None
     make_sampler: Callable[[int | None], Any]
-    sampler_seed: int | None
+    sampler: Mapping[str, Any]
     pruner: Any
     tag_runs: bool = False
     wandb_group: str | None = None
+
+    @property
+    def sampler_seed(self) -> int | None:
+        """The seed the user gave the sampler (None: none)."""
+        return self.sampler.get("seed")
 
     @property
     def maximize(self) -> bool:
@@ -84,7 +90,7 @@ class SearchSettings:
         """What ranks the trials of one study (:func:`~isotune.search.checks.ranking_settings`).
         The folder is named by the study, not by these, so a command with others would continue
         the study and rank trials run under different ones."""
-        return ranking_settings(self.space, self.seeds, self.direction)
+        return ranking_settings(self.space, self.seeds, self.direction, self.sampler)
 
 
 def fixed_seeds(space: SearchSpace) -> list[str]:
