@@ -1002,8 +1002,9 @@ def test_a_search_that_cannot_fit_on_its_disk_is_refused_before_any_job(tmp_path
         ([], {"baseline": {"reg": "nonee"}}, [], "Could not find 'reg/nonee'"),
         ([], {"report_seeds": [-5]}, [], "[-5] not a seed"),
         ([], {"seeds": [1, 2**32]}, [], "[4294967296] not a seed"),
-        ([], {"report_seeds": []}, [], "hydra.sweeper.report_seeds=[101,102,103,104,105]"),
-        ([], {"seeds": [], "report_seeds": [1, 2]}, [], "hydra.sweeper.seeds=[3,4,5]"),
+        # quoted, as typed in any shell: zsh stops at an unquoted [ with "no matches found"
+        ([], {"report_seeds": []}, [], "'hydra.sweeper.report_seeds=[101,102,103,104,105]'"),
+        ([], {"seeds": [], "report_seeds": [1, 2]}, [], "'hydra.sweeper.seeds=[3,4,5]'"),
         ([], {"params": {"norm": "choice(isobn, nonee)"}}, [], "searched option norm=nonee"),
         ([], {}, ["task=rte,mrpc"], "run one search per task"),
         ([], {}, ["model=minilm,bert"], "run one search per model"),

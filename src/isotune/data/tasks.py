@@ -95,7 +95,7 @@ class TaskSpec:
             raise IsotuneError(
                 f"Task {self.name}: label_range={shown!r} must be two finite numbers, low < high "
                 f"(STS-B: [0, 5]). Fix: set it in conf/task/{self.name}.yaml or with "
-                "task.label_range=[low,high], or null to accept any finite score."
+                "'task.label_range=[low,high]', or null to accept any finite score."
             )
 
     @property
@@ -158,7 +158,7 @@ class TaskSpec:
             raise IsotuneError(
                 f"{where}: score {label!r} is outside [{low:g}, {high:g}], the range of task "
                 f"{self.name}'s scores (label_range in conf/task/{self.name}.yaml). Fix: correct "
-                "or remove the row; for data on another scale, set task.label_range=[low,high]."
+                "or remove the row; for data on another scale, set 'task.label_range=[low,high]'."
             )
         return label
 

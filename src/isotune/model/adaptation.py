@@ -78,7 +78,7 @@ def lora(
     except ValueError as error:  # e.g. a target that is no linear layer
         raise IsotuneError(
             f"peft cannot add LoRA adapters to adapt.target_modules={list(target_modules or [])} "
-            f"({error}). Fix: name linear layers, e.g. adapt.target_modules=[query,value]."
+            f"({error}). Fix: name linear layers, e.g. 'adapt.target_modules=[query,value]'."
         ) from error
 
 

@@ -357,5 +357,5 @@ class GLUEClassifier(L.LightningModule):
                 "query, key and value of BERT and RoBERTa before isotune took each family's "
                 "attention query and value projections (docs/training.md#model-families); "
                 "such a checkpoint cannot be rebuilt now. Fix: train it again, with "
-                "adapt.target_modules=[query,key,value] to repeat the old setting."
+                "'adapt.target_modules=[query,key,value]' to repeat the old setting."
             )

@@ -140,7 +140,7 @@ FAMILIES: dict[str, Family] = {
 SETTINGS_FIX = (
     "Fix: give what the table would: model.dropout=<p> (the dropout before the head, e.g. 0.1); "
     "model.pooling=cls, mean or last (what the sentence vector reads); with adapt=lora, "
-    "adapt.target_modules=[...] (its attention projections{layers}); for "
+    "'adapt.target_modules=[...]' (its attention projections{layers}); for "
     "analyze.py on a checkpoint without LoRA, directions.matrices=all. Or add the family to "
     "FAMILIES in src/isotune/model/families.py (docs/extending.md)."
 )

@@ -63,7 +63,7 @@ def check_seeds(seeds: Any, report_seeds: Any) -> None:
     lists = {"seeds": seeds, "report_seeds": report_seeds}
     for name, values in lists.items():
         other = lists["report_seeds" if name == "seeds" else "seeds"]
-        fix = f"Fix: e.g. hydra.sweeper.{name}={_free_seeds(name, other)}."
+        fix = f"Fix: e.g. 'hydra.sweeper.{name}={_free_seeds(name, other)}'."
         if not isinstance(values, list) or not values or len(set(map(str, values))) != len(values):
             raise IsotuneError(
                 f"hydra.sweeper.{name}={values} must name one or more different seeds. {fix}"
@@ -82,7 +82,7 @@ def check_seeds(seeds: Any, report_seeds: Any) -> None:
             f"Seeds {overlap} are both tuning seeds (hydra.sweeper.seeds={seeds}) and report "
             f"seeds (hydra.sweeper.report_seeds={report_seeds}): the report would judge the "
             "winner on seeds it was chosen on. Fix: report seeds that are not tuning seeds, e.g. "
-            f"hydra.sweeper.report_seeds={_free_seeds('report_seeds', seeds)}."
+            f"'hydra.sweeper.report_seeds={_free_seeds('report_seeds', seeds)}'."
         )
 
 

@@ -83,7 +83,7 @@ def plan_study(settings: Mapping[str, Any], tasks: Sequence[str]) -> StudyPlan:
         raise IsotuneError(
             f"Unknown arm(s) {unknown or names} in hydra.sweeper.arms={names}: the study's arms "
             f"are {', '.join(catalog) or 'none'}. Fix: choose among them, e.g. "
-            f"hydra.sweeper.arms=[{','.join(list(catalog)[:3])}]."
+            f"'hydra.sweeper.arms=[{','.join(list(catalog)[:3])}]'."
         )
     if len(set(names)) != len(names):
         raise IsotuneError(
