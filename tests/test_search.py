@@ -595,6 +595,32 @@ def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupte
     assert results[0] == results[1]
 
 
+def test_a_stopped_search_carried_to_another_folder_continues_there(tmp_path):
+    """A trial left running went on in the folder recorded when it started: a search (or study)
+    folder copied to another machine or path sent its jobs back to the old path, recreating it
+    there (or failing where it cannot be written). With the folder's own journal, every trial of
+    it lives in the folder, wherever that is now."""
+    never = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 0.0}
+    settings = {**SMALL, "pruner": never, "n_trials": 3, "report_seeds": [11]}
+    whole = FakeLauncher(tmp_path / "whole", weight_score)
+    make_search(tmp_path / "whole", whole, **settings).run()
+    stopped = FakeLauncher(tmp_path / "old", weight_score, stop_at_launch=3)
+    with pytest.raises(KeyboardInterrupt):  # in trial 1, after its first seed
+        make_search(tmp_path / "old", stopped, **settings).run()
+    shutil.move(tmp_path / "old", tmp_path / "carried")
+    again = FakeLauncher(tmp_path / "carried", weight_score)
+    make_search(tmp_path / "carried", again, **settings).run()
+    assert not (tmp_path / "old").exists()
+    assert all(".." not in " ".join(job) for job in again.jobs)
+    assert len(stopped.jobs) + len(again.jobs) == len(whole.jobs)  # nothing run twice
+    assert (tmp_path / "carried" / "trial-001" / "seed-2" / "results.json").is_file()
+    results = [
+        yaml.safe_load((tmp_path / name / "optimization_results.yaml").read_text())
+        for name in ("whole", "carried")
+    ]
+    assert results[0] == results[1]
+
+
 def test_a_search_stopped_mid_round_with_trials_out_of_step_ends_as_an_uninterrupted_one(tmp_path):
     """Two trials in flight, pruning: stopped as trial 6's first seed and trial 4's third were
     launched, the continued search goes on in each trial's own round instead of reading their

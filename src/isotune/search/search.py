@@ -151,9 +151,14 @@ class Search:
         the ``rounds_reported`` it reported, with the outcomes its ``jobs`` recorded for them:
         asked again from its first round, it was asked whether to prune again against today's
         best, and its rounds fell out of step with the other trials in flight, so the continued
-        search did not end as an uninterrupted one."""
+        search did not end as an uninterrupted one. With the folder's own journal every trial is
+        this folder's, wherever it lies now (carried to another path or machine, its trials went
+        on at the old path); with a storage shared by several searches, a trial goes on in the
+        folder of the search that started it."""
         trial.set_user_attr(OWNER_ATTR, owner(self.folder))
-        live = _Trial(trial, Path(attrs.get(HOME_ATTR, self.folder)), round=rounds_reported)
+        shared = self.settings.storage is not None
+        home = Path(attrs.get(HOME_ATTR, self.folder)) if shared else self.folder
+        live = _Trial(trial, home, round=rounds_reported)
         for record in attrs.get("jobs", []):
             index = self.settings.seeds.index(record["seed"])
             if index < rounds_reported:
