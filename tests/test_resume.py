@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 
 import lightning as L
@@ -309,3 +310,28 @@ def test_a_results_json_cut_in_half_is_rebuilt_from_the_last_checkpoint(train_co
     assert first["status"] == "killed" and second["resumed_at_step"] == 8
     assert rebuilt["wall_time_s"] == round(first["wall_time_s"] + second["wall_time_s"], 2)
     assert first["wall_time_s"] > 0
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_carried_without_its_checkpoints_starts_afresh_and_completes(
+    train_config, tmp_path
+):
+    """A study or search folder carried to another machine holds its runs' records, not their
+    models (``checkpoint.keep=none`` keeps none, and a run in flight kept only its last.ckpt,
+    left behind): typed again, a run interrupted in it starts again from its first step in its
+    folder, and its record keeps the interrupted attempt."""
+    send = (
+        f"+callbacks.signal={{_target_:{__name__}.SignalAtBatch,epoch:1,batch:1,"
+        f"signum:{signal.SIGTERM}}}"
+    )
+    with pytest.raises(RunInterrupted):
+        train(train_config(*LIMIT, send))
+    shutil.rmtree(tmp_path / "checkpoints")
+    SignalAtBatch.armed = False
+    try:
+        again = train(train_config(*LIMIT, send))
+    finally:
+        SignalAtBatch.armed = True
+    assert again["status"] == "completed" and again["steps"] == 8
+    assert [attempt["status"] for attempt in again["attempts"]] == ["interrupted", "completed"]
+    assert again["attempts"][1]["resumed_from"] is None
