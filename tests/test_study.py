@@ -55,7 +55,7 @@ from isotune.sweeps import slurm_jobs
 from isotune.sweeps.environment import check_continued_in_one_environment, machine_provenance
 from isotune.sweeps.report import status_markdown
 from isotune.sweeps.rerun import plan_reruns
-from isotune.sweeps.runs import Sweep, load_runs
+from isotune.sweeps.runs import JOURNAL_FILE, STUDY_SWEEPER, Sweep, load_runs
 from isotune.sweeps.slurm_jobs import SlurmJob
 from isotune.sweeps.summary import summarize_sweep
 from tests.conftest import CONF_DIR, ROOT, compose_train_config
@@ -715,6 +715,24 @@ def test_a_stopped_study_says_its_summary_and_is_continued_never_rerun_job_by_jo
         plan_reruns(study)
     assert "is a study" in str(refused.value)
     assert "type the study's command again" in str(refused.value)
+
+
+def test_a_studys_searches_are_named_by_the_study_in_the_status_of_its_runs(tmp_path):
+    """The aggregate of a stopped study listed each of its searches beside the study as a sweep
+    whose jobs cannot be listed, and named them among the folders whose "own command, typed
+    again" continues them, which a study's search does not have: the study stands for them."""
+    study = tmp_path / "study"
+    search = study / "rte" / "none"
+    search.mkdir(parents=True)
+    (search / JOURNAL_FILE).write_text("")
+    config = {"hydra": {"sweeper": {"_target_": STUDY_SWEEPER}}}
+    write_run(search / "trial-000" / "seed-1", ["seed=1"], {"status": "interrupted", "steps": 3})
+    runs = load_runs(study)
+    report = status_markdown(
+        runs, runs, [], [Sweep(study, config), Sweep(search, config)], [], datetime.now()
+    )
+    assert f"- {study}: a study" in report and f"- {search}:" not in report
+    assert f"continues it where it stopped ({study})." in report
 
 
 def test_a_task_whose_dev_split_is_not_validation_is_checked_by_its_own_files(tmp_path):

@@ -146,6 +146,16 @@ def searches_markdown(sweeps: Sequence[Sweep]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _outside_studies(sweeps: Sequence[Sweep]) -> list[Sweep]:
+    """``sweeps`` but the searches of a study among them: the study stands for them."""
+    studies = [sweep.dir for sweep in sweeps if sweep.is_study]
+    return [
+        sweep
+        for sweep in sweeps
+        if not any(sweep.dir != study and sweep.dir.is_relative_to(study) for study in studies)
+    ]
+
+
 def status_markdown(
     runs: Sequence[Run],
     unfinished: Sequence[Run],
@@ -161,6 +171,7 @@ def status_markdown(
     lines = [f"## Failed or unfinished runs ({len(unfinished)})", ""]
     lines += [f"- {run.job_dir}: {run.describe(now)}" for run in unfinished] or ["None."]
     lines += ["", f"## Missing runs ({len(missing)})", ""]
+    sweeps = _outside_studies(sweeps)  # a study's searches have no command but the study's
     unknown = [sweep for sweep in sweeps if not sweep.enumerable]
     lines += [f"- {sweep.dir}: {_unknown_jobs(sweep)}" for sweep in unknown]
     lines += [f"- {job.sweep.dir} #{job.number}: {' '.join(job.overrides)}" for job in missing]
