@@ -564,17 +564,27 @@ def test_a_key_fixed_in_params_is_fixed_and_the_refusal_names_that_fix(tmp_path)
     assert len({next(o for o in job if o.startswith("optim.lr=")) for job in trial_jobs}) == 2
 
 
+def _whole_and_stopped(
+    tmp_path: Path, stopped_in: Path, n_trials: int, stop_at_launch: int
+) -> tuple[FakeLauncher, FakeLauncher, dict]:
+    """A search of ``n_trials`` (seeds in rounds, no pruning) run whole in ``tmp_path/whole``, and
+    the same search stopped by Ctrl-C at launch ``stop_at_launch`` in ``stopped_in``: their
+    launchers, and the settings that continue it."""
+    never = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 0.0}
+    settings = {**SMALL, "pruner": never, "n_trials": n_trials, "report_seeds": [11]}
+    whole = FakeLauncher(tmp_path / "whole", weight_score)
+    make_search(tmp_path / "whole", whole, **settings).run()
+    stopped = FakeLauncher(stopped_in, weight_score, stop_at_launch=stop_at_launch)
+    with pytest.raises(KeyboardInterrupt):
+        make_search(stopped_in, stopped, **settings).run()
+    return whole, stopped, settings
+
+
 def test_a_stopped_search_continues_where_it_stopped_and_ends_as_an_uninterrupted_one(tmp_path):
     """Stopped in trial 10, TPE's first trial after its 10 random start-up ones, between its two
     seeds: the continued search asks trial 11 from the history as the uninterrupted one does."""
-    never = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 0.0}  # seeds in rounds
-    settings = {**SMALL, "pruner": never, "n_trials": 12, "report_seeds": [11]}
-    whole = FakeLauncher(tmp_path / "whole", weight_score)
-    make_search(tmp_path / "whole", whole, **settings).run()
-
-    stopped = FakeLauncher(tmp_path / "stopped", weight_score, stop_at_launch=21)
-    with pytest.raises(KeyboardInterrupt):  # in trial 10, after its first seed
-        make_search(tmp_path / "stopped", stopped, **settings).run()
+    # in trial 10, after its first seed
+    whole, stopped, settings = _whole_and_stopped(tmp_path, tmp_path / "stopped", 12, 21)
     again = FakeLauncher(tmp_path / "stopped", weight_score)
     make_search(tmp_path / "stopped", again, **settings).run()
 
@@ -600,13 +610,8 @@ def test_a_stopped_search_carried_to_another_folder_continues_there(tmp_path):
     folder copied to another machine or path sent its jobs back to the old path, recreating it
     there (or failing where it cannot be written). With the folder's own journal, every trial of
     it lives in the folder, wherever that is now."""
-    never = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 0.0}
-    settings = {**SMALL, "pruner": never, "n_trials": 3, "report_seeds": [11]}
-    whole = FakeLauncher(tmp_path / "whole", weight_score)
-    make_search(tmp_path / "whole", whole, **settings).run()
-    stopped = FakeLauncher(tmp_path / "old", weight_score, stop_at_launch=3)
-    with pytest.raises(KeyboardInterrupt):  # in trial 1, after its first seed
-        make_search(tmp_path / "old", stopped, **settings).run()
+    # in trial 1, after its first seed
+    whole, stopped, settings = _whole_and_stopped(tmp_path, tmp_path / "old", 3, 3)
     shutil.move(tmp_path / "old", tmp_path / "carried")
     again = FakeLauncher(tmp_path / "carried", weight_score)
     make_search(tmp_path / "carried", again, **settings).run()
