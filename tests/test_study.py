@@ -596,6 +596,28 @@ def test_each_arm_is_composed_and_its_keys_checked_before_any_job(
     assert "has no conf/task" not in logged
 
 
+def test_a_seed_fixed_by_an_arms_option_is_refused_before_any_job(tmp_path, glue_dir, monkeypatch):
+    """Only the study's own config was checked for seeds that do not follow ``seed``: an arm's
+    option that fixed seed_data (an intervention is a global preset, and can) would have run
+    every held-out run of that arm in one batch order."""
+    compose = study_sweeper.compose_checked
+
+    def isobn_fixes_seed_data(config, loader, overrides):
+        job = compose(config, loader, overrides)
+        if "norm=isobn" in overrides:
+            job.seed_data = 3
+        return job
+
+    logged = _refused_study(
+        tmp_path,
+        glue_dir,
+        [],
+        patch=lambda: monkeypatch.setattr(study_sweeper, "compose_checked", isobn_fixes_seed_data),
+    )
+    assert "seed_data=3 (in the config) of arm 'isobn': set by the search" in logged
+    assert "Fix:" in logged
+
+
 def test_an_arm_reads_only_the_studys_report_seeds(tmp_path):
     """read_arm read every seed-* of the best trial's report, the runs of report seeds an
     earlier setting of the study ran among them: unpaired with the other arms' runs."""

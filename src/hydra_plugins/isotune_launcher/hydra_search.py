@@ -94,7 +94,7 @@ def settings_of(
     (:func:`plain_values`), the one builder of a plain search and of each search of a study, so
     that both refuse what a search cannot run under: seeds fixed for every run (on the command
     line, in a preset or in ``space``'s fixed overrides) and a sampler given as a value."""
-    refuse_fixed_seeds([*fixed_seeds(space), *_seeds_fixed_in(config, fixed_seeds(space))])
+    refuse_fixed_seeds([*fixed_seeds(space), *seeds_fixed_in(config, fixed_seeds(space))])
     if not isinstance(s["sampler"], dict):  # hydra.sweeper.sampler=random: a value, not a config
         raise IsotuneError(
             f"hydra.sweeper.sampler={s['sampler']} sets the sampler to a value, not a sampler. "
@@ -123,7 +123,7 @@ def settings_of(
     )
 
 
-def _seeds_fixed_in(config: DictConfig, named: list[str]) -> list[str]:
+def seeds_fixed_in(config: DictConfig, named: list[str]) -> list[str]:
     """The keys of :data:`SEED_KEYS` that do not follow ``seed`` in ``config`` (a preset or
     conf/train.yaml gave them a value), but those ``named`` already."""
     raw = OmegaConf.to_container(config, resolve=False)

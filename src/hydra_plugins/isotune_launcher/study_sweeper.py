@@ -34,6 +34,7 @@ from hydra_plugins.isotune_launcher.hydra_search import (
     compose_checked,
     default_pruner,
     plain_values,
+    seeds_fixed_in,
     settings_of,
 )
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
@@ -41,7 +42,7 @@ from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
 from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
-from isotune.search.settings import SearchSettings
+from isotune.search.settings import SearchSettings, refuse_fixed_seeds
 from isotune.search.space import parse_space
 from isotune.study.plan import (
     LR_KEY,
@@ -110,6 +111,8 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             for (_, name), job in composed.items():
                 arm = next(arm for arm in plan.arms if arm.name == name)
                 check_arm_keys(arm, lambda key, job=job: _in_config(job, key))
+                # An arm's option (an intervention is a global preset) can fix a seed too
+                refuse_fixed_seeds([f"{t} of arm {name!r}" for t in seeds_fixed_in(job, [])])
             log.info(
                 f"{len(plan.searches)} searches ({', '.join(a.name for a in plan.arms)} on "
                 f"{', '.join(plan.tasks)}): {plan.jobs} runs when none is pruned or fails; "
