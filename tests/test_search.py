@@ -245,9 +245,10 @@ def make_search(
     search_config = search_settings(cfg, sweeper, list(arguments), folder)
     search = Search(search_config, folder, OmegaConf.to_yaml(cfg))
 
-    def compose(job: list[str]) -> None:
+    def compose(job: list[str]) -> DictConfig:
         job_config = compose_train_config(["hparams_search=istar", *overrides, *job])
         raise_problems(rule_problems(job_config, RULES))
+        return job_config
 
     dry_run_search(cfg, search_config, compose)
     return SearchRun(search, launch, sweeper["n_jobs"])
@@ -1031,6 +1032,7 @@ def test_a_search_that_cannot_fit_on_its_disk_is_refused_before_any_job(tmp_path
         ([], {}, ["seed=3"], "seed=3: set by the search"),
         ([], {"params": {"reg.weight": "tag(log, interval(0, 1))"}}, [], "low end above 0"),
         ([], {"baseline": {"reg": "nonee"}}, [], "Could not find 'reg/nonee'"),
+        ([], {"baseline": {"seed_data": 3}}, [], "seed_data=3 (in the config) of the search's"),
         ([], {"report_seeds": [-5]}, [], "[-5] not a seed"),
         ([], {"seeds": [1, 2**32]}, [], "[4294967296] not a seed"),
         # quoted, as typed in any shell: zsh stops at an unquoted [ with "no matches found"

@@ -192,7 +192,16 @@ def dry_run_search(
     (on the first report seed), composed once for :func:`check_search_fits` too."""
     groups = config.hydra.runtime.choices
     jobs = dry_run_jobs(settings.space, settings.baseline, settings.report_seeds[0], groups)
-    return dry_run(compose, jobs)[0]
+    composed = dry_run(compose, jobs)
+    # A searched option or the baseline's (an intervention is a global preset) can fix a seed too
+    refuse_fixed_seeds(
+        [
+            f"{text} of the search's {what}"
+            for (what, _), job in zip(jobs, composed, strict=True)
+            for text in seeds_fixed_in(job, [])
+        ]
+    )
+    return composed[0]
 
 
 def check_search_fits(
