@@ -120,6 +120,18 @@ def test_neighbour_distances_equal_brute_force_with_a_duplicate():
         neighbour_distances(points, 120)
 
 
+def test_neighbour_distances_equal_brute_force_across_row_blocks():
+    """Rows past the first block of 512 are ranked at their own offset; a duplicate pair in two
+    blocks is at distance exactly 0."""
+    points = manifold_cloud(600, 5, 64, 0.05, seed=3)
+    points[590] = points[5]
+    brute = np.linalg.norm(points.numpy()[:, None] - points.numpy()[None], axis=2)
+    np.fill_diagonal(brute, np.inf)
+    found = neighbour_distances(points, 3)
+    np.testing.assert_allclose(found.numpy(), np.sort(brute, axis=1)[:, :3], rtol=1e-12)
+    assert found[5, 0] == 0.0 and found[590, 0] == 0.0
+
+
 def test_layer_profile_is_each_measure_from_one_neighbour_search():
     points = CLOUDS["5d_noisy_in_64d"]
     profile = layer_profile(points)

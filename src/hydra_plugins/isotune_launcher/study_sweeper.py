@@ -111,8 +111,16 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             for (_, name), job in composed.items():
                 arm = next(arm for arm in plan.arms if arm.name == name)
                 check_arm_keys(arm, lambda key, job=job: _in_config(job, key))
-                # An arm's option (an intervention is a global preset) can fix a seed too
-                refuse_fixed_seeds([f"{t} of arm {name!r}" for t in seeds_fixed_in(job, [])])
+            # An arm's option (an intervention is a global preset) can fix a seed too
+            refuse_fixed_seeds(
+                sorted(
+                    {
+                        f"{text} of arm {name!r}"
+                        for (_, name), job in composed.items()
+                        for text in seeds_fixed_in(job, [])
+                    }
+                )
+            )
             log.info(
                 f"{len(plan.searches)} searches ({', '.join(a.name for a in plan.arms)} on "
                 f"{', '.join(plan.tasks)}): {plan.jobs} runs when none is pruned or fails; "

@@ -34,6 +34,7 @@ from isotune.search.optuna_study import (
     owner,
     owner_stopped,
     report_baseline_folder,
+    storage_file,
     trial_sampler,
 )
 from isotune.search.outcomes import JobOutcome, failure_reason, trial_value
@@ -110,6 +111,14 @@ class Search:
     def finished(self) -> bool:
         return self.report_text is not None
 
+    @property
+    def owns_its_storage(self) -> bool:
+        """Whether the study's file lies in this search's folder (its journal by default): then
+        no other search shares it, and every trial of it is this folder's, wherever the folder
+        lies now (a copy of it running beside the original included)."""
+        file = storage_file(self.settings, self.folder)
+        return file is not None and file.resolve().is_relative_to(self.folder.resolve())
+
     def open(self) -> None:
         """The checks before any job runs (the study's settings, jobs still held by SLURM), then
         the folder's record, and the trials a stopped search left running, to continue."""
@@ -121,7 +130,7 @@ class Search:
         write_text(self.folder / SWEEP_FILE, self.sweep_record)
         running = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         for frozen in running:
-            if owner_stopped(frozen, self.folder):
+            if self.owns_its_storage or owner_stopped(frozen, self.folder):
                 trial = optuna.trial.Trial(self.study, frozen._trial_id)
                 self._run(trial, frozen.user_attrs, len(frozen.intermediate_values))
                 continue
@@ -151,13 +160,12 @@ class Search:
         the ``rounds_reported`` it reported, with the outcomes its ``jobs`` recorded for them:
         asked again from its first round, it was asked whether to prune again against today's
         best, and its rounds fell out of step with the other trials in flight, so the continued
-        search did not end as an uninterrupted one. With the folder's own journal every trial is
+        search did not end as an uninterrupted one. With a storage in the folder every trial is
         this folder's, wherever it lies now (carried to another path or machine, its trials went
         on at the old path); with a storage shared by several searches, a trial goes on in the
         folder of the search that started it."""
         trial.set_user_attr(OWNER_ATTR, owner(self.folder))
-        shared = self.settings.storage is not None
-        home = Path(attrs.get(HOME_ATTR, self.folder)) if shared else self.folder
+        home = self.folder if self.owns_its_storage else Path(attrs.get(HOME_ATTR, self.folder))
         live = _Trial(trial, home, round=rounds_reported)
         for record in attrs.get("jobs", []):
             index = self.settings.seeds.index(record["seed"])

@@ -109,5 +109,6 @@ def refuse_fixed_seeds(fixed: list[str]) -> None:
         "hydra.sweeper.seeds and the report on hydra.sweeper.report_seeds, and seed_init and "
         "seed_data follow seed (${seed}), so that every report run differs from every tuning "
         "run in its initialisation and batch order; fixed, they would be shared by all of them. "
-        "Fix: drop them from the command line and the preset, and set those seeds instead."
+        "Fix: drop them where they are set (the command line, the preset, "
+        "hydra.sweeper.baseline, or the option's file in conf/), and set those seeds instead."
     )
