@@ -77,7 +77,7 @@ def test_a_bad_label_range_names_the_task_the_value_and_the_fix(name, label_rang
     if name == "rte":
         assert message.endswith("Fix: remove label_range from conf/task/rte.yaml.")
     else:
-        assert "Fix: set it in conf/task/stsb.yaml or with task.label_range=[low,high]" in message
+        assert "Fix: set it in conf/task/stsb.yaml or with 'task.label_range=[low,high]'" in message
 
 
 def test_all_glue_tasks_are_present():
