@@ -73,7 +73,7 @@ def layer_profile(X: Tensor, mle_neighbours: int = MLE_NEIGHBOURS) -> dict[str, 
     if cloud.n < DIMENSION_MIN_POINTS:
         return measures | dict.fromkeys(PROFILE_MEASURES[len(measures) :], math.nan)
     neighbours = min(mle_neighbours, cloud.n - 1)
-    distances = neighbour_distances(cloud.centred, max(neighbours, 2))
+    distances = neighbour_distances(cloud.data, max(neighbours, 2))  # float32 stays
     mean_norm = torch.linalg.vector_norm(cloud.centred, dim=1).mean().item()
     return measures | {
         "twonn": twonn_from_distances(distances),
