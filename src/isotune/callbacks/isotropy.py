@@ -443,10 +443,13 @@ class IsotropyMonitor(L.Callback):
         outliers: dict[str, list[int]] = {}
         collected = self.collect(trainer, module, capture)
         views = (*SENTENCE_VIEWS, *(f"layer{layer}_tokens" for layer in self.token_layers))
+        if self.layer_profiles:
+            # With the threads training runs with, not one: the token samples' neighbour searches
+            # are large matmuls that two quiet cores halve (14 MiniLM clouds: 0.92-1.23 s against
+            # 1.55-1.57 s), and a launcher running jobs side by side gives each its share already
+            profiles, self.massive[epoch] = self.measure_profiles(collected, capture)
+            values.update(profiles)
         with one_thread():
-            if self.layer_profiles:
-                profiles, self.massive[epoch] = self.measure_profiles(collected, capture)
-                values.update(profiles)
             for view, points in ((view, collected[view]) for view in views):
                 measures = measure_cloud(
                     points,
