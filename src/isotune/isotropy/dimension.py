@@ -23,8 +23,8 @@ Neighbours are searched in float32 on mean-centred points, k + 2 candidates per 
 distances then computed as |x - y| of the points as given, in their own precision (float32 or
 float64; float32 vectors' distances to about 1e-7 relative, half the memory traffic of float64),
 so a duplicate point is at distance 0, never at a rounding error's distance; a point is never its
-own neighbour. Torch only; the
-distances cost O(N^2 d) in blocks of rows, so a cloud of 10,000 points takes seconds.
+own neighbour. Torch only; the distances cost O(N^2 d) in blocks of rows, so a cloud of 10,000
+points takes seconds.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def neighbour_distances(X: Tensor, k: int) -> Tensor:
     if points.dtype not in (torch.float32, torch.float64):
         points = points.double()
     # Candidates from |x|^2 + |y|^2 - 2 x.y of the mean-centred points: less cancellation
-    centred = points.to(torch.float64) - points.to(torch.float64).mean(dim=0)
-    coarse = centred.float()
+    wide = points.to(torch.float64)
+    coarse = (wide - wide.mean(dim=0)).float()
     squared = coarse.square().sum(dim=1)
     candidates = min(k + _EXTRA_CANDIDATES, count - 1)
     rows = []
