@@ -49,8 +49,9 @@ from isotune.study.report import (
     RUNS_FILE,
     report_text,
     write_study_report,
+    write_study_reports,
 )
-from isotune.study.results import ArmOutcome, StudyRun, read_arm
+from isotune.study.results import ArmOutcome, StudyRun, read_arm, read_study
 from isotune.sweeps import slurm_jobs
 from isotune.sweeps.environment import check_continued_in_one_environment, machine_provenance
 from isotune.sweeps.report import status_markdown
@@ -358,6 +359,17 @@ def test_the_study_report_reads_every_search_and_writes_its_tables_and_figures(t
     assert "none: 0.5600, 0.5800, 0.5500" in text
     assert "## rte" in text and "## Across tasks" in text and "With 1 task(s)" in text
     assert "| isobn | optim.lr=3e-05 | 0.6000 | 0.5725 ± " in text
+    # made again from the folder and its record alone (the command line's task=rte replaced the
+    # preset's tasks), as `python -m isotune.aggregate <study folder>` makes it
+    record = {"sweeper": {"_target_": STUDY_SWEEPER, "tasks": ["rte", "mrpc"],
+                          "arms": list(numbers), "baseline_arm": "none", "direction": "maximize",
+                          "report_seeds": SEEDS[:5]},
+              "overrides": {"task": ["study=isotropy_cpu", "task=rte"]}}  # fmt: skip
+    (study / "multirun.yaml").write_text(yaml.safe_dump({"hydra": record}))
+    again = read_study(study)
+    assert again.outcomes == tuple(outcomes) and again.baseline == "none" and again.maximize
+    (made,) = write_study_reports([Sweep.load(study)], tmp_path / "again")
+    assert made == tmp_path / "again" / REPORT_FILE and made.read_text() == text
     # the W&B report of a study folder opens with the study report and its figures
     (heading, body, names), *_ = study_section(study)[0]
     assert heading == "Study study" and "### rte" in body and "## Across tasks" in body
@@ -424,6 +436,14 @@ def test_a_study_stopped_in_its_middle_continues_to_the_same_report(tmp_path, ti
     assert len(runs) == 2 * (1 + 2) and set(runs["status"]) == {"completed"}
     assert not list(folder.rglob("*.ckpt"))  # a study keeps the runs' records, not their models
     assert (continued / REPORT_FILE).read_text() == text  # the same tables as the whole study
+    # the aggregate of the study folder makes its report again, running nothing
+    again = subprocess.run(
+        [sys.executable, "-m", "isotune.aggregate", str(folder), "--out", str(tmp_path / "agg")],
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "agg" / REPORT_FILE).read_text() == text and text in again.stdout
 
 
 @pytest.mark.parametrize(

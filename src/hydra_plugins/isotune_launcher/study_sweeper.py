@@ -46,14 +46,16 @@ from isotune.search.settings import SearchSettings, refuse_fixed_seeds
 from isotune.search.space import parse_space
 from isotune.study.plan import (
     LR_KEY,
+    TASK_KEY,
     Arm,
     StudyPlan,
     check_arm_keys,
     check_task_offline,
+    override_values,
     plan_study,
 )
 from isotune.study.report import write_study_report
-from isotune.study.results import read_arm
+from isotune.study.results import read_study
 from isotune.sweeps.environment import check_continued_in_one_environment
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.slurm_jobs import check_no_live_jobs
@@ -61,7 +63,6 @@ from isotune.sweeps.slurm_jobs import check_no_live_jobs
 log = logging.getLogger(__name__)
 
 AGAIN = "Type the same command again to continue the study (docs/study.md)."
-TASK_KEY = "task"
 
 
 @dataclass
@@ -145,11 +146,11 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             # The study's record, as every sweep's: what a stopped study's summary reads.
             write_text(folder / SWEEP_FILE, OmegaConf.to_yaml(config))
             run_searches(searches, HydraLaunch(self.launcher, folder), s["n_jobs"])
-            outcomes = [
-                read_arm(folder / t / a.name, t, a.name, plan.report_seeds)
-                for t, a in plan.searches
-            ]
-            text = write_study_report(folder, outcomes, plan.baseline, s["direction"] == "maximize")
+            # Read back from the folder and its record, as `python -m isotune.aggregate` reads
+            # a study: the report made again from a carried folder is this one.
+            study = read_study(folder)
+            assert study is not None, f"{folder / SWEEP_FILE} is a study's record"
+            text = write_study_report(folder, study.outcomes, study.baseline, study.maximize)
             log.info(f"\n{text}")
             check_reports_complete(searches)
 
@@ -247,10 +248,7 @@ def _tasks_and_fixed(arguments: list[str], tasks: list[str]) -> tuple[list[str],
                 "'++hydra.sweeper.lr=\"tag(log, interval(1e-5, 1e-4))\"' instead."
             )
         if key == TASK_KEY:
-            if override.is_sweep_override():
-                tasks = [str(value) for value in override.sweep_string_iterator()]
-            else:
-                tasks = [str(override.value())]
+            tasks = override_values(override)
         elif override.is_sweep_override():
             raise IsotuneError(
                 f"{override.input_line} sweeps a key on a study's command line: a study searches "

@@ -27,6 +27,7 @@ from isotune.search.checks import check_seeds
 from isotune.search.space import flat_params
 
 LR_KEY = "optim.lr"  # searched by every arm
+TASK_KEY = "task"  # a study's axis: typed on its command line, it names the study's tasks
 BUDGET_KEYS = ("n_trials", "seeds")  # an arm that sets its own is refused: budgets are equal
 ARM_KEYS = ("overrides", "params", *BUDGET_KEYS)  # what an arm's catalog entry may hold
 HUB_OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
@@ -69,6 +70,14 @@ class StudyPlan:
         tuning seed, then the best trial on every report seed."""
         per_search = self.n_trials * len(self.seeds) + len(self.report_seeds)
         return len(self.searches) * per_search
+
+
+def override_values(override: Any) -> list[str]:
+    """The values a Hydra override (``task=rte,mrpc`` or ``task=rte``) gives its key, as
+    strings: a sweep's each, or the one."""
+    if override.is_sweep_override():
+        return [str(value) for value in override.sweep_string_iterator()]
+    return [str(override.value())]
 
 
 def plan_study(settings: Mapping[str, Any], tasks: Sequence[str]) -> StudyPlan:

@@ -33,7 +33,8 @@ from isotune.study.comparison import (
     geometry_correlations,
     task_comparisons,
 )
-from isotune.study.results import GEOMETRY, ArmOutcome, runs_table
+from isotune.study.results import GEOMETRY, ArmOutcome, read_study, runs_table
+from isotune.sweeps.runs import Sweep
 from isotune.sweeps.statistics import seed_count_caveat
 from isotune.tracking.reporting import markdown_table
 
@@ -70,6 +71,22 @@ def write_study_report(
     write_text(folder / RESULTS_FILE, yaml.safe_dump(record, sort_keys=False))
     _figures(folder, outcomes, maximize)
     return text
+
+
+def write_study_reports(sweeps: Sequence[Sweep], out: Path | None) -> list[Path]:
+    """Each study's report (docs/study.md) made again from its folder and record alone, into the
+    study folder, or into ``out`` (``out/<study folder>`` for several studies): a study carried
+    anywhere, read by any later code, gives its tables without running anything. Their paths."""
+    paths = []
+    studies = [sweep for sweep in sweeps if sweep.is_study]
+    for sweep in studies:
+        study = read_study(sweep.dir)
+        assert study is not None, f"{sweep.dir} holds a study's record"
+        folder = sweep.dir if out is None else out if len(studies) == 1 else out / sweep.dir.name
+        folder.mkdir(parents=True, exist_ok=True)
+        write_study_report(folder, study.outcomes, study.baseline, study.maximize)
+        paths.append(folder / REPORT_FILE)
+    return paths
 
 
 def _curve(outcome: ArmOutcome, maximize: bool) -> list[Any]:

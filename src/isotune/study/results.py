@@ -3,7 +3,9 @@ held-out ones with the geometry of their classifier input at the best epoch.
 
 Read from the search's folder as :mod:`isotune.search.report` leaves it (``trials.csv``,
 ``optimization_results.yaml``, ``report/trial-<n>/seed-<s>/``); a search that has not reached its
-report yet gives what it has, and the study report says which searches are unfinished.
+report yet gives what it has, and the study report says which searches are unfinished. A whole
+study is read from its folder and its record alone (:func:`read_study`), so that its report can be
+made again from a folder carried anywhere, by any later code, without running anything.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from isotune.record.results import RESULTS_FILE
 from isotune.search.outcomes import read_outcome
 from isotune.search.report import RESULTS_FILE as SEARCH_RESULTS_FILE
 from isotune.search.report import TRIALS_FILE
-from isotune.sweeps.runs import Run
+from isotune.study.plan import TASK_KEY, override_values
+from isotune.sweeps.runs import SWEEP_FILE, Run, Sweep
 from isotune.sweeps.tables import measure_key
 
 GEOMETRY = ("isoscore", "avg_cosine")  # of the classifier input at the best epoch
@@ -69,6 +72,47 @@ class ArmOutcome:
     def finished(self) -> bool:
         """Whether the search reached its held-out report."""
         return bool(self.held_out)
+
+
+@dataclass(frozen=True)
+class StudyOutcome:
+    """A study's searches as its record (``multirun.yaml``) plans them: each (task, arm)'s
+    outcome, task by task, the baseline arm and whether a higher score is better."""
+
+    outcomes: tuple[ArmOutcome, ...]
+    baseline: str
+    maximize: bool
+
+
+def read_study(folder: Path) -> StudyOutcome | None:
+    """The study in ``folder`` as its sweeper reads it at its end: its tasks (the command line's
+    ``task``, else the preset's ``tasks``), arms, baseline arm, direction and report seeds from
+    its record; None where ``folder`` holds no study's record."""
+    if not (Path(folder) / SWEEP_FILE).is_file() or not (sweep := Sweep.load(folder)).is_study:
+        return None
+    settings = sweep.config["hydra"]["sweeper"]
+    tasks = _typed_tasks(sweep.config["hydra"]["overrides"]["task"]) or settings["tasks"]
+    report_seeds = [int(seed) for seed in settings["report_seeds"]]
+    outcomes = tuple(
+        read_arm(Path(folder) / str(task) / str(arm), str(task), str(arm), report_seeds)
+        for task in tasks
+        for arm in settings["arms"]
+    )
+    return StudyOutcome(
+        outcomes, str(settings["baseline_arm"]), settings["direction"] == "maximize"
+    )
+
+
+def _typed_tasks(overrides: Sequence[str]) -> list[str]:
+    """The tasks of a ``task=`` override on the study's command line (``task=rte,mrpc``), as
+    Hydra parses it; none where none was typed."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    tasks: list[str] = []
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        if override.get_key_element() == TASK_KEY:
+            tasks = override_values(override)
+    return tasks
 
 
 def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> ArmOutcome:

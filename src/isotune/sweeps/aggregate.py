@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -304,7 +304,13 @@ def write_outputs(result: Aggregate, directory: Path) -> tuple[list[Path], dict[
     return [directory / name for name in outputs], figures, report_path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    study_reports: Callable[[Sequence[Sweep], Path | None], Sequence[Path]] | None = None,
+) -> int:
+    """The command; ``study_reports(sweeps, --out)`` makes the reports of the study folders among
+    the sweeps and gives their paths (the study wing's, above this one: ``python -m
+    isotune.aggregate`` passes :func:`isotune.study.report.write_study_reports`)."""
     parser = argparse.ArgumentParser(
         prog="python -m isotune.aggregate",
         description="Tables over seeds, paired statistics against a baseline, figures and "
@@ -360,6 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or args.directories[0]
     tables, figures, report_path = write_outputs(result, out)
     print(result.report())
+    for study_report in study_reports(result.sweeps, args.out) if study_reports else ():
+        print(f"\n{study_report.read_text()}Study report: {study_report}")
     for directory in args.directories:
         print(f"Disk used by {directory}: {readable(disk_used(directory))}")
     print("Wrote " + ", ".join(str(path) for path in [*tables, *figures.values()]))
