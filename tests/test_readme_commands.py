@@ -10,7 +10,9 @@ packaged model whose package is not installed). Multirun jobs use the tiny encod
 model: they test the sweep machinery, and the packaged MiniLM already runs in the README's single
 run. Nothing else is added: no ``hydra.run.dir``, ``hydra.sweep.dir`` or
 ``+key=``. Placeholders such as ``logs/runs/<run>/checkpoints/best.ckpt`` are filled with what the
-pages' training commands left in that directory, README's first. Multiruns are cut to two jobs,
+pages' training commands left in that directory, README's first; a folder of the repository a
+command names (``docs/results/<study>``, the project's records) is copied there first, so that it
+runs as typed at the repository's root and writes into the copy. Multiruns are cut to two jobs,
 searches (``hparams_search=``) to one trial of one tuning seed and one report seed even where the
 command sizes them, studies (``study=``) to that on RTE with the arms ``none`` and ``isobn``;
 ``experiment=`` presets and SLURM commands are composed into their job lists, not run. A command
@@ -28,6 +30,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -43,13 +46,16 @@ from omegaconf import OmegaConf
 from isotune.errors import IsotuneError
 from isotune.model.encoders import resolve_model_path
 from isotune.record.provenance import code_identity
+from isotune.study.report import REPORT_FILE as STUDY_REPORT_FILE
+from isotune.sweeps.runs import SWEEP_FILE, Sweep
 from tests.conftest import ROOT, compose_config
 
 # The README-command tests (each command a real subprocess: a training, an analysis, a sweep).
 pytestmark = pytest.mark.slow
 
 README = ROOT / "README.md"
-PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]  # README first: its runs fill placeholders
+DOCS = "docs"
+PAGES = [README, *sorted((ROOT / DOCS).glob("*.md"))]  # README first: its runs fill placeholders
 SCRIPTS = ("train.py", "analyze.py")
 PACKAGE = "isotune"  # python -m isotune.<module>
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -255,6 +261,8 @@ class Workdir:
 
     def run(self, command: Command) -> Outcome:
         args = [self.fill(command, arg) for arg in command.args]
+        for arg in args:
+            self.copy_from_repository(arg)
         if command.target == "train.py":
             args = cut_sweeps(args, 2)
         key = dataclasses.replace(command, args=tuple(args)).key
@@ -304,6 +312,14 @@ class Workdir:
         if any(arg.startswith(STUDY) for arg in args):
             cut.update(STUDY_SIZE)
         return [*sizes_not_given(sizes, args), *(f"{key}={value}" for key, value in cut.items())]
+
+    def copy_from_repository(self, arg: str) -> None:
+        """A folder of the repository that a command names (``docs/results/<study>``: the
+        project's own records, typed from the repository's root) copied into the working
+        directory once, so that the command runs as typed and writes into the copy, never into
+        the checkout."""
+        if arg.startswith(f"{DOCS}/") and (ROOT / arg).is_dir() and not (self.root / arg).exists():
+            shutil.copytree(ROOT / arg, self.root / arg)
 
     def fill(self, command: Command, arg: str) -> str:
         """``arg`` with each ``<name>`` replaced by a folder that the pages' training commands left
@@ -380,8 +396,11 @@ def check_analyze(outcome: Outcome) -> None:
 
 
 def check_aggregate(outcome: Outcome) -> None:
-    table = outcome.cwd / outcome.args[0] / "results_table.md"
-    assert table.is_file(), outcome.report(f"no {table}")
+    folder = outcome.cwd / outcome.args[0]
+    assert (folder / "results_table.md").is_file(), outcome.report(f"no {folder}/results_table.md")
+    if (folder / SWEEP_FILE).is_file() and Sweep.load(folder).is_study:  # its report made again
+        report = folder / STUDY_REPORT_FILE
+        assert report.read_text() in outcome.process.stdout, outcome.report(f"no {report}")
 
 
 def check_rerun(outcome: Outcome) -> None:
