@@ -4,17 +4,21 @@
     python benchmarks/gpu_check.py --out gpu_check.md        # the full check, within 10 minutes
 
 On one GPU (the first visible one; choose with CUDA_VISIBLE_DEVICES) it prints one Markdown table:
-training throughput of `trainer=gpu` (bf16 mixed) against a Hugging Face `Trainer` with bf16, MiniLM
-on RTE at batch 16 and 32 (the full check adds BERT-base); IsoBN's statistics under bf16 against
-float32 on the same batches; the isobn / none step-time ratio; the isotropy callback's share of an
-epoch; and, where Hydra is installed, 8 short jobs through `hydra/launcher=gpus` at jobs_per_gpu 1,
-2 and 4: wall time, jobs per hour, peak GPU memory per job.
+first, every batch shape of RTE through the model twice (a GPU pays a cost once per new input
+shape, and length-grouped batches bring many: the first pass is what a run's first epoch pays; the
+timed checks run after it, in the steady state); training throughput of `trainer=gpu` (bf16 mixed)
+against a Hugging Face `Trainer` with bf16, MiniLM on RTE at batch 16 and 32 (the full check adds
+BERT-base); IsoBN's statistics under bf16 against float32 on the same batches; the isobn / none
+step-time ratio; the isotropy callback's share of an epoch; and, where Hydra and Optuna are
+installed, 8 short jobs through `hydra/launcher=gpus` at jobs_per_gpu 1, 2 and 4: wall time, jobs
+per hour, peak GPU memory per job.
 
 It needs only torch, transformers and lightning besides isotune itself (`pip install --no-deps
--e .`): encoders are built from their configs with random weights (throughput needs no pretrained
-weights), and RTE is read from `--glue-dir` / GLUE_DIR when given, otherwise generated with RTE's
-length distribution. A check whose packages are missing is listed as skipped, with the command
-that installs them. Without CUDA it stops with exit status 2.
+-e .`; the sweeps also need what `train.py -m` imports): encoders are built from their configs
+with random weights (throughput needs no pretrained weights), and RTE is read from `--glue-dir` /
+GLUE_DIR when given, otherwise generated with RTE's length distribution. A check whose packages
+are missing is listed as skipped, with the command that installs them. Without CUDA it stops with
+exit status 2.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from gpu_measures import (
     ISOBN_TOLERANCE,
     TRAIN,
     callback_share,
+    first_use_cost,
     isobn_precision,
     make_tokenizer,
     norm_step_ratio,
@@ -67,7 +72,13 @@ ARCHITECTURES = {
 REQUIREMENTS = {
     "throughput": {"accelerate": "accelerate"},  # the HF Trainer
     "isotropy callback": {"matplotlib": "matplotlib"},  # its figures
-    "sweep": {"hydra": "hydra-core", "dotenv": "python-dotenv", "matplotlib": "matplotlib"},
+    "sweep": {  # train.py -m: Hydra, our sweeper (Optuna), the gpus launcher's job shipping
+        "hydra": "hydra-core",
+        "dotenv": "python-dotenv",
+        "matplotlib": "matplotlib",
+        "optuna": "optuna",
+        "cloudpickle": "cloudpickle",
+    },
 }
 
 
@@ -108,6 +119,20 @@ def throughput_rows(label: str, batch_size: int, measured: dict[str, dict]) -> l
         rows.append(("throughput", f"{label}, batch {batch_size}: {who}", result))
     ratio = measured["ours"]["examples_per_s"] / measured["HF"]["examples_per_s"]
     return [*rows, ("throughput", f"{label}, batch {batch_size}: ours / HF", f"**{ratio:.2f}x**")]
+
+
+def first_use_rows(label: str, cost: dict, batch_sizes: list[int]) -> list[tuple]:
+    sizes = " and ".join(str(size) for size in batch_sizes)
+    setting = (
+        f"{label}, RTE's train and dev batches at batch {sizes}, each once: {cost['batches']} "
+        f"batches, {cost['shapes']} shapes, forward (and backward in training)"
+    )
+    result = (
+        f"first pass {cost['cold_s']:.1f} s, second {cost['warm_s']:.1f} s: "
+        f"**{cost['cold_s'] / cost['warm_s']:.1f}x** (what a run's first epoch pays once; "
+        "the checks below run after it)"
+    )
+    return [("first use", setting, result)]
 
 
 def isobn_rows(precision: dict, batches: int, ratio: dict) -> list[tuple]:
@@ -171,6 +196,17 @@ def progress(message: str) -> None:
     print(
         f"[gpu_check {time.perf_counter() - STARTED:.0f} s] {message}", file=sys.stderr, flush=True
     )
+
+
+def check_first_use(models: dict, data: dict, device, architectures: dict) -> list[tuple]:
+    """Every model's first and second pass over every batch shape, before anything is timed."""
+    rows, sizes = [], sorted(data)
+    for name, model_cfg in models.items():
+        label = architectures[name]["label"]
+        progress(f"first use, {label}: every batch shape, twice")
+        cost = first_use_cost(model_cfg, [data[size] for size in sizes], device)
+        rows += first_use_rows(label, cost, sizes)
+    return rows
 
 
 def check_throughput(settings: Settings, models: dict, data: dict, device, architectures: dict):
@@ -245,6 +281,7 @@ def run_checks(
         data = {size: rte_data(tokenizer, glue, size) for size in sizes}
         minilm = models["minilm"]
         rows = [
+            *check_first_use(models, data, device, architectures),
             *check_throughput(settings, models, data, device, architectures),
             *check_isobn(settings, minilm, data[default_batch], device),
             *check_callback(settings, minilm, data[default_batch], device, work / "isotropy"),

@@ -79,8 +79,10 @@ def write_generated_rte(glue_dir: Path, tokenizer: PreTrainedTokenizerBase, seed
 
 
 def rte_glue_dir(glue_dir: str | None, tokenizer: PreTrainedTokenizerBase, work: Path) -> Path:
-    """The GLUE folder given, or one with generated RTE written under ``work``."""
-    return Path(glue_dir) if glue_dir else write_generated_rte(work / "glue", tokenizer)
+    """The GLUE folder given, made absolute (the sweep's jobs run in their own folder, where
+    GLUE_DIR=../shared/data/glue would name another place), or one with generated RTE written
+    under ``work``."""
+    return Path(glue_dir).resolve() if glue_dir else write_generated_rte(work / "glue", tokenizer)
 
 
 def rte_data(tokenizer: PreTrainedTokenizerBase, glue_dir: Path, batch_size: int):
@@ -145,6 +147,42 @@ def lightning_trainer(device: torch.device, callbacks: list, **limits) -> L.Trai
         callbacks=callbacks,
         **limits,
     )
+
+
+def first_use_cost(model_cfg: dict, datamodules: list, device: torch.device) -> dict:
+    """Every training and validation batch of ``datamodules`` through one model twice under bf16
+    autocast, each pass timed: a forward and backward pass for a training batch, a forward pass
+    for a validation batch. A GPU's first pass pays what its stack does once for each new input
+    shape (choosing and loading kernels), and length-grouped batches bring many shapes; the second
+    pass pays none of it. gpu_check runs this before its timed checks, so that they time the
+    steady state a run reaches after its first epoch, and reports both passes: what a run's first
+    epoch pays once. Returns both passes' seconds and the counts of batches and of shapes."""
+    model = classifier(model_cfg, "none", device)
+    batches = []
+    for datamodule in datamodules:
+        batches += [(batch, True) for batch in datamodule.train_dataloader()]
+        batches += [(batch, False) for loader in datamodule.val_dataloader() for batch in loader]
+    seconds = []
+    for _ in range(2):
+        synchronize(device)
+        start = time.perf_counter()
+        for batch, train in batches:
+            batch = {key: value.to(device) for key, value in batch.items()}
+            model.train(train)
+            with torch.set_grad_enabled(train), torch.autocast(device.type, torch.bfloat16):
+                loss = model.loss(model(batch), batch["labels"])
+            if train:
+                loss.backward()
+        synchronize(device)
+        seconds.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+    shapes = {tuple(batch["input_ids"].shape) for batch, _ in batches}
+    return {
+        "cold_s": seconds[0],
+        "warm_s": seconds[1],
+        "batches": len(batches),
+        "shapes": len(shapes),
+    }
 
 
 def ours_throughput(model_cfg: dict, datamodule, device, warmup: int, steps: int) -> dict:

@@ -107,6 +107,14 @@ def test_a_given_glue_dir_is_read_and_nothing_is_generated(tmp_path, glue_dir, f
     assert len(fixture_data.dataset("train")) == 64  # conftest's RTE training file
 
 
+def test_a_relative_glue_dir_is_made_absolute_for_the_sweep_jobs(tmp_path, monkeypatch, glue_dir):
+    """The sweep's jobs run in their own folder: GLUE_DIR=../shared/data/glue must name the same
+    place there."""
+    monkeypatch.chdir(glue_dir.parent)
+    found = gpu_measures.rte_glue_dir(glue_dir.name, None, tmp_path)
+    assert found.is_absolute() and found == glue_dir.resolve()
+
+
 def test_the_architectures_have_minilm_and_bert_base_sizes():
     sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     minilm = json.loads(
@@ -140,6 +148,15 @@ def test_conf_reads_every_config_as_omegaconf_does():
 
 
 # -- measurements on CPU --------------------------------------------------------------------------
+def test_the_first_use_pass_runs_every_batch_twice_and_counts_its_shapes(tiny_model, fixture_data):
+    cost = gpu_measures.first_use_cost(tiny_model, [fixture_data, fixture_data], CPU)
+    loaders = [fixture_data.train_dataloader(), *fixture_data.val_dataloader()]
+    batches = [batch for loader in loaders for batch in loader]
+    assert cost["batches"] == 2 * len(batches)  # the same data module twice
+    assert cost["shapes"] == len({tuple(batch["input_ids"].shape) for batch in batches}) > 1
+    assert cost["cold_s"] > 0 and cost["warm_s"] > 0
+
+
 def test_ours_and_the_hf_trainer_time_the_same_number_of_examples(tiny_model, fixture_data):
     measured = gpu_measures.throughput(tiny_model, fixture_data, CPU, warmup=1, steps=2, rounds=1)
     assert set(measured) == {"ours", "HF"}
@@ -248,13 +265,19 @@ def test_the_table_from_measured_numbers():
         4: {**ok, "returncode": None, "completed": 3},
         8: None,
     }
+    cost = {"cold_s": 24.5, "warm_s": 3.5, "batches": 260, "shapes": 150}
     rows = [
+        *gpu_check.first_use_rows("MiniLM", cost, [16, 32]),
         *gpu_check.throughput_rows("MiniLM", 16, throughput),
         *gpu_check.isobn_rows(precision, 20, ratio),
         *gpu_check.callback_rows(share),
         *gpu_check.sweep_rows(sweeps, 8),
     ]
     assert rows == [
+        ("first use", "MiniLM, RTE's train and dev batches at batch 16 and 32, each once: 260 "
+         "batches, 150 shapes, forward (and backward in training)",
+         "first pass 24.5 s, second 3.5 s: **7.0x** (what a run's first epoch pays once; the "
+         "checks below run after it)"),
         ("throughput", "MiniLM, batch 16: ours, `trainer=gpu` (bf16-mixed)",
          "400.0 examples/s, 28,000 padded tokens/s (length 70.0)"),
         ("throughput", "MiniLM, batch 16: HF `Trainer`, bf16",
@@ -276,7 +299,7 @@ def test_the_table_from_measured_numbers():
          "stopped at the time budget after 120 s, 3/8 completed"),
         ("sweep", "8 jobs, `hydra.launcher.jobs_per_gpu=8`", "not run: the time budget was spent"),
     ]  # fmt: skip
-    assert gpu_check.render("## GPU check", rows[2:3]).splitlines() == [
+    assert gpu_check.render("## GPU check", rows[3:4]).splitlines() == [
         "## GPU check",
         "",
         "| check | setting | result |",
@@ -290,10 +313,10 @@ def test_a_check_whose_packages_are_missing_is_listed_as_skipped(monkeypatch):
     monkeypatch.setattr(
         gpu_check.importlib.util,
         "find_spec",
-        lambda name: None if name in ("hydra", "dotenv") else installed(name),
+        lambda name: None if name in ("hydra", "dotenv", "optuna") else installed(name),
     )
     assert gpu_check.skipped("sweep") == [
-        ("sweep", "skipped", "needs `pip install hydra-core python-dotenv`")
+        ("sweep", "skipped", "needs `pip install hydra-core python-dotenv optuna`")
     ]
     assert gpu_check.skipped("throughput") == []
 
@@ -311,14 +334,18 @@ def test_the_whole_check_runs_on_cpu_with_a_tiny_encoder(glue_dir):
     assert lines[0] == f"## GPU check: CPU, torch {torch.__version__}, RTE from {glue_dir}"
     rows = [line.split(" | ") for line in lines[4:]]
     assert [row[0].removeprefix("| ") for row in rows] == [
+        "first use",
         *["throughput"] * 3,
         "IsoBN under bf16",
         "IsoBN step cost",
         "isotropy callback",
         "sweep",
     ]
-    assert rows[2][1] == "tiny BERT, batch 8: ours / HF"
-    assert rows[3][2].endswith("(tolerance 0.03): pass |")
-    assert rows[5][1] == "one RTE epoch, probe 1000, figures on"
-    assert rows[6][1] == "2 jobs, `hydra.launcher.jobs_per_gpu=2`"
-    assert "(2/2 completed); peak GPU memory per job n/a" in rows[6][2]
+    assert rows[0][1].startswith(
+        "tiny BERT, RTE's train and dev batches at batch 8 and 16, each once"
+    )
+    assert rows[3][1] == "tiny BERT, batch 8: ours / HF"
+    assert rows[4][2].endswith("(tolerance 0.03): pass |")
+    assert rows[6][1] == "one RTE epoch, probe 1000, figures on"
+    assert rows[7][1] == "2 jobs, `hydra.launcher.jobs_per_gpu=2`"
+    assert "(2/2 completed); peak GPU memory per job n/a" in rows[7][2]
