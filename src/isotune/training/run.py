@@ -40,11 +40,13 @@ from isotune.record.resume import (
     FIX_CKPT_PATH,
     FIX_OWN_LAST,
     LAST_CHECKPOINT,
+    PREDICTIONS_FOLDER,
     RECORD_KEY,
     check_links_stay_inside,
     check_same_run,
     checkpoint_to_resume,
     completed_record,
+    predictions_left_unwritten,
     read_checkpoint,
     run_config,
 )
@@ -94,6 +96,8 @@ def _started(cfg: DictConfig, output_dir: Path, rank_zero: bool) -> dict[str, An
             output_dir,
             finished.get("best_epoch"),
         )
+        if (unwritten := predictions_left_unwritten(cfg, finished)) is not None:
+            log.warning("%s", unwritten)
         return finished
     record = RunRecord(output_dir, write=rank_zero, **recorded_settings(cfg))
     resume_from, resumed_at_step = _checked_start(cfg, record)
@@ -177,7 +181,7 @@ def _run(
         stop.hold()  # trained to the end: a signal now waits for the record, then stops the job
         outcome = _outcome(model, trainer, trivial, margin)  # before predict reloads the best
         if cfg.write_test_predictions:
-            write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
+            write_test_predictions(trainer, model, datamodule, output_dir / PREDICTIONS_FOLDER)
         keep_of_completed_run(trainer, cfg.checkpoint.keep)  # last.ckpt only serves a continuation
         outcome["best_checkpoint"] = _best_checkpoint(trainer)
     except BaseException as error:
