@@ -55,6 +55,7 @@ from isotune.tracking.metric_keys import params_key
 from isotune.tracking.wandb_logging import finish_wandb_runs
 from isotune.training.config_checks import check_train_config
 from isotune.training.instantiate import instantiate_all
+from isotune.training.lightning_tips import silence_lightning_tips
 from isotune.training.run_provenance import run_provenance
 from isotune.training.trivial import TrivialScore, failure_record, trivial_score
 
@@ -160,6 +161,7 @@ def _run(
         ]
         if cfg.trainer.get("enable_progress_bar", True):
             callbacks.append(EpochsFromOneProgressBar())
+        silence_lightning_tips()  # the Trainer prints them as it sets its loggers up
         trainer: L.Trainer = instantiate(
             cfg.trainer,
             callbacks=callbacks,
