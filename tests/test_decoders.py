@@ -9,7 +9,12 @@ that saves a tiny Llama: the real SmolLM2 is not a test.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+import shlex
+import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -143,6 +148,30 @@ def test_a_decoder_pads_with_its_end_of_text_and_joins_pairs_without_token_types
     pair = tokenizer("the cat sat .", "a dog ran .")
     assert pair["input_ids"] == first + second and "token_type_ids" not in pair
     assert "token_type_ids" not in classifier(folder, pooling=None).encoder_inputs
+
+
+def test_a_tokenizer_with_nothing_to_pad_with_is_refused_with_a_fix_that_runs(
+    decoder_folders, tmp_path
+):
+    """Neither a pad nor an end-of-text token: one message before training (not a traceback in
+    the first padded batch), whose command, typed as written, makes the folder trainable."""
+    folder = tmp_path / "no_eos"
+    shutil.copytree(decoder_folders["gpt2"], folder)
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "eos_token": None}))
+    with pytest.raises(IsotuneError) as refused:
+        load_tokenizer(str(folder))
+    message = str(refused.value)
+    assert f"model.name_or_path={folder} has no pad token and no end-of-text token" in message
+    command = re.search(r"(python -c \".*?\")", message).group(1)
+    fixed = subprocess.run(
+        [sys.executable, *shlex.split(command)[1:]], capture_output=True, text=True, check=False
+    )
+    assert fixed.returncode == 0, fixed.stderr
+    tokenizer = load_tokenizer(str(folder))
+    assert tokenizer.pad_token == "<|endoftext|>" and tokenizer.eos_token is None
+    batch = tokenizer(*PAIRS, padding=True, return_tensors="pt")
+    assert batch["attention_mask"][1, -1] == 0  # the shorter pair is padded
 
 
 def test_pooling_null_takes_the_familys_own_and_any_pooling_is_selectable(

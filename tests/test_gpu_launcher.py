@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -228,7 +230,7 @@ def test_threads_per_job_below_one_is_refused():
 
 
 APP = """
-import json, os, time
+import json, os, signal, sys, time
 from pathlib import Path
 
 import hydra
@@ -255,6 +257,14 @@ def main(cfg):
         os._exit(3)
     if hydra_cfg.job.num < cfg.gather:
         gather(Path(hydra_cfg.sweep.dir, "gathered"), hydra_cfg.job.num, cfg.gather)
+    if cfg.mode == "stoppable":  # as a training run stops: records its end, exits 128 + signal
+        stopped = []
+        signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
+        Path(hydra_cfg.sweep.dir, "stoppable").touch()
+        while not stopped:
+            time.sleep(0.02)
+        Path(hydra_cfg.runtime.output_dir, "results.json").write_text('{"status": "completed"}')
+        sys.exit(128 + stopped[0])
     time.sleep(cfg.sleep)
     record = {
         "start": start,
@@ -392,6 +402,46 @@ def test_failing_and_crashing_jobs_do_not_stop_the_others(tmp_path):
     assert "Job #1 (mode=crash sleep=0.2) died with its worker process" in output
     assert "exit code 3" in output
     assert "2 of 4 jobs failed" in output
+
+
+@pytest.mark.slow
+def test_a_stopped_sweeps_jobs_are_each_reported_stopped_once(tmp_path):
+    """SIGTERM to the sweep: a job that records its end and exits 143 (as a training run does)
+    and one the signal ends outside any handler are each one "stopped" line, not a crash."""
+    (tmp_path / "my_app.py").write_text(textwrap.dedent(APP))
+    (tmp_path / "config.yaml").write_text("sleep: 0.0\nmode: ok\ngather: 0\n")
+    launcher_yaml = tmp_path / "hydra" / "launcher" / "gpus.yaml"
+    launcher_yaml.parent.mkdir(parents=True)
+    shutil.copy(CONF_DIR / "hydra" / "launcher" / "gpus.yaml", launcher_yaml)
+    sweep = tmp_path / "sweep"
+    overrides = ["hydra/launcher=gpus", "hydra.launcher.n_jobs=2", "gather=2", "sleep=120"]
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "my_app.py",
+            "-m",
+            f"hydra.sweep.dir={sweep}",
+            *overrides,
+            "mode=stoppable,ok",
+        ],
+        cwd=tmp_path,
+        env={**_env_with_src(), "CUDA_VISIBLE_DEVICES": ""},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120  # a safety stop, not a measurement
+    while not (sweep / "stoppable").exists() or len(list((sweep / "gathered").iterdir())) < 2:
+        assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    assert "died with its worker process" not in output and "FAILED" not in output, output
+    recorded = f"stopped by SIGTERM: {sweep / '0' / 'results.json'} says completed"
+    assert output.count(recorded) == 1, output
+    assert (
+        output.count("#1 (gather=2 sleep=120 mode=ok) stopped by SIGTERM before returning") == 1
+    ), output
 
 
 @pytest.mark.slow

@@ -19,9 +19,10 @@ from omegaconf import OmegaConf
 from isotune.data import GLUEDataModule
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
+from isotune.isotropy.penalties import REGULARIZERS
 from isotune.model.classifier import SCHEDULES, GLUEClassifier
 from isotune.model.encoders import load_tokenizer
-from isotune.model.regularization import Regularization
+from isotune.model.regularization import MEASURES, Regularization
 from isotune.sweeps import aggregate
 from isotune.sweeps.runs import basic_sweep_jobs
 from isotune.training.config_checks import check_train_config
@@ -49,7 +50,6 @@ REGS = {
     "correg": (0.04, "sentence", ()),
     "cosreg": (1.0, "tokens", (2,)),  # the last layer, as released
 }
-MEASURES = {"istar": "isoscore_star", "correg": "correlation_fro", "cosreg": "mean_cosine"}
 
 
 def test_every_reg_option_is_described():
@@ -84,10 +84,12 @@ def test_a_reg_chosen_beside_a_preset_brings_its_own_weight(typed, reg, weight, 
 
 def test_a_weight_for_reg_none_is_refused_naming_the_penalties():
     (line,) = problems("reg=none", "reg.weight=0.5")
+    penalties = ", ".join(f"reg={name}" for name in REGULARIZERS if name != "none")
     assert line.strip() == (
-        "reg.weight=0.5: reg=none has no penalty to weigh; choose one (reg=istar, reg=correg, "
-        "reg=cosreg) or leave reg.weight out"
+        f"reg.weight=0.5: reg=none has no penalty to weigh; choose one ({penalties}) or leave "
+        "reg.weight out"
     )
+    assert "reg=istar, reg=correg, reg=cosreg" in penalties  # the released ones, and any new
     (line,) = problems("intervention=istar_less", "reg=none", "reg.weight=-0.1")
     assert line.strip().startswith("reg.weight=-0.1: reg=none has no penalty to weigh")
 
@@ -131,7 +133,7 @@ def test_every_intervention_trains_under_bf16_autocast_and_logs_its_terms(
         else:
             added = float(row["train/loss_reg_step"])
             assert total == pytest.approx(task + added, abs=1e-5)
-            value = float(row[f"train/reg_{MEASURES[reg]}_step"])
+            value = float(row[f"train/reg_{MEASURES[reg][0]}_step"])
             if reg == "istar":  # loss_reg = weight x (1 - IsoScore*)
                 assert added == pytest.approx(weight * (1 - value), abs=1e-5)
             else:

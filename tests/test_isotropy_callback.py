@@ -29,7 +29,11 @@ from isotune.isotropy import (
     spectrum,
 )
 from isotune.isotropy import measures as measures_module
-from isotune.isotropy.figures import correlation_matrix, save_geometry_figure
+from isotune.isotropy.figures import (
+    correlation_matrix,
+    layer_profile_figure,
+    save_geometry_figure,
+)
 from isotune.model.classifier import GLUEClassifier
 from isotune.model.encoders import load_tokenizer
 from isotune.model.sentence_views import collect_views, sentence_views
@@ -430,6 +434,23 @@ def test_profile_tables_hold_every_epoch_measured_and_go_to_loggers_with_tables(
     assert [(t["key"], t["step"], t["data"]) for t in logged] == [
         (profile_table_key(level), 7, tables[level][1]) for level in ("sentence", "tokens")
     ]
+
+
+def test_every_panel_of_the_layer_profile_figure_draws_its_levels_values():
+    """A panel per measure a level has, each with a line per epoch: the largest activation is
+    the tokens' alone, so the sentence row has no empty "max |h| / median" panel."""
+    measured = {"sentence": PROFILE_MEASURES, "tokens": (*PROFILE_MEASURES, "massive_ratio")}
+    profiles = {
+        epoch: {
+            level: {layer: dict.fromkeys(measures, epoch + layer) for layer in range(3)}
+            for level, measures in measured.items()
+        }
+        for epoch in (0, 1)
+    }
+    panels = [axis for axis in layer_profile_figure(profiles).axes if axis.get_visible()]
+    titles = [axis.get_title() for axis in panels]
+    assert "tokens: max |h| / median" in titles and "sentence: max |h| / median" not in titles
+    assert [title for title, axis in zip(titles, panels, strict=True) if len(axis.lines) != 2] == []
 
 
 def test_layer_profiles_equal_the_library_on_the_same_vectors(train_config):

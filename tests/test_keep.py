@@ -26,8 +26,19 @@ def checkpoints(folder) -> list[str]:
     return sorted(path.name for path in (folder / "checkpoints").iterdir())
 
 
+def predictions_warning(train_config, caplog, *overrides, output_dir) -> str:
+    """The one warning of a completed run started again with ``overrides``; it writes nothing."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        train(train_config(*overrides, output_dir=output_dir))
+    (warning,) = [record.getMessage() for record in caplog.records]
+    assert warning.startswith("write_test_predictions=true writes nothing here")
+    assert not (output_dir / "predictions").exists()
+    return warning
+
+
 def test_a_completed_run_keeps_its_best_model_only_and_every_reader_works_from_it(
-    train_config, tmp_path
+    train_config, tmp_path, caplog
 ):
     full = train(train_config("checkpoint.keep=full", output_dir=tmp_path / "full"))
     slim_dir = tmp_path / "slim"
@@ -57,8 +68,16 @@ def test_a_completed_run_keeps_its_best_model_only_and_every_reader_works_from_i
     assert "holds the model only" in message and "checkpoint.keep=full" in message
     assert "optimizer_states" in message
     assert "start afresh by leaving ckpt_path unset" in message  # resume=never would not do
-    afresh = train(train_config(output_dir=tmp_path / "continued"))  # the fix, as it says
+    continued = tmp_path / "continued"
+    afresh = train(train_config("checkpoint.keep=slim", output_dir=continued))  # the fix, as said
     assert afresh["status"] == "completed"
+    # Typed again for its test predictions, it trains no more: it says what writes them.
+    for_predictions = ("checkpoint.keep=slim", "write_test_predictions=true")
+    assert predictions_warning(
+        train_config, caplog, *for_predictions, output_dir=continued
+    ).endswith(
+        f"python predict.py ckpt_path={tmp_path / 'continued' / 'checkpoints' / 'best.ckpt'}"
+    )
     # The same run started again in its folder (a sweep typed again, a requeue as it finished):
     # nothing left to train, it stands as it is; with other settings, one message.
     again = train(
@@ -96,6 +115,15 @@ def test_keep_none_keeps_no_model_and_a_failed_run_keeps_its_last_checkpoint(
         told = str(analysed.value)
         assert "completed with checkpoint.keep=none" in told and "python train.py " in told
         assert f" resume=never hydra.run.dir={tmp_path / 'none'} " in told
+    told = predictions_warning(
+        train_config,
+        caplog,
+        "checkpoint.keep=none",
+        "write_test_predictions=true",
+        output_dir=tmp_path / "none",
+    )
+    assert "kept no model (checkpoint.keep=none)" in told and "resume=never" in told
+    assert (tmp_path / "none" / "results.json").read_bytes() == record
     with pytest.raises(IsotuneError) as other:
         train(train_config("checkpoint.keep=none", "seed=5", output_dir=tmp_path / "none"))
     message = str(other.value)

@@ -18,6 +18,11 @@ from isotune.isotropy.penalties import (
     cosreg_penalty,
     istar_penalty,
 )
+from isotune.model.regularization import VIEWS
+from tests.conftest import CONF_DIR
+
+# Every penalty of the registry: a new regularizer joins these tests by joining REGULARIZERS.
+PENALTIES = [reg.penalty for reg in REGULARIZERS.values() if reg.penalty is not None]
 
 
 def cloud(n: int, d: int, seed: int = 0) -> torch.Tensor:
@@ -73,7 +78,7 @@ def test_istar_penalty_value_and_gradient_match_the_published_package(n, d, zeta
     torch.testing.assert_close(points.grad, -expected_grad, rtol=1e-4, atol=1e-4 * scale)
 
 
-@pytest.mark.parametrize("penalty", [istar_penalty, correg_penalty, cosreg_penalty])
+@pytest.mark.parametrize("penalty", PENALTIES, ids=lambda penalty: penalty.__name__)
 def test_penalties_compute_in_float32_under_bf16_autocast_and_keep_gradients(penalty):
     X = cloud(64, 16).float().requires_grad_(True)
     with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
@@ -155,7 +160,7 @@ def test_correg_penalty_treats_a_constant_dimension_as_uncorrelated():
 # Bad input and the registry
 
 
-@pytest.mark.parametrize("penalty", [istar_penalty, correg_penalty, cosreg_penalty])
+@pytest.mark.parametrize("penalty", PENALTIES, ids=lambda penalty: penalty.__name__)
 def test_penalties_reject_fewer_than_two_points_and_wrong_dims(penalty):
     with pytest.raises(ValueError, match=rf"{penalty.__name__} needs .* got shape \(1, 4\)"):
         penalty(torch.randn(1, 4))
@@ -173,12 +178,19 @@ def test_istar_penalty_rejects_zeta_outside_the_unit_interval_and_a_mismatched_t
 
 
 def test_registry_names_each_option_with_its_penalty_and_default_view():
-    assert {name: (reg.penalty, reg.view) for name, reg in REGULARIZERS.items()} == {
+    """The released options keep their penalty and view; any option added has both, and a
+    conf/reg file of its name."""
+    released = {
         "none": (None, None),
         "istar": (istar_penalty, "tokens"),
         "correg": (correg_penalty, "sentence"),
         "cosreg": (cosreg_penalty, "tokens"),
     }
+    options = {name: (reg.penalty, reg.view) for name, reg in REGULARIZERS.items()}
+    assert {name: options.get(name) for name in released} == released
+    for name, (penalty, view) in options.items():
+        assert name == "none" or (callable(penalty) and view in VIEWS), name
+    assert sorted(options) == sorted(path.stem for path in (CONF_DIR / "reg").glob("*.yaml"))
 
 
 # The shrinkage covariance

@@ -9,6 +9,8 @@ import pytest
 import reg_gradients
 from omegaconf import DictConfig
 
+from tests.helpers.presets import options, preset
+
 
 @pytest.fixture(scope="module")
 def composed() -> dict[str, DictConfig]:
@@ -86,7 +88,8 @@ def test_an_override_goes_to_the_presets_whose_penalty_has_its_key(typed):
     assert status.startswith("Set GLUE_DIR")  # options and presets read: on to the data
     rows = reg_gradients.measured_presets(["reg.zeta=0.3", "reg.layers=last"])
     configs = {name: cfg for presets in rows.values() for name, cfg in presets}
-    assert sorted(configs) == ["correg", "cosreg", "istar_less", "istar_more"]
+    penalised = [name for name in options("intervention") if preset(name)[1] != "none"]
+    assert sorted(configs) == penalised  # every preset with a penalty, from conf/intervention
     for name, cfg in configs.items():
         assert cfg.reg.layers == "last"
         assert cfg.reg.get("zeta") == (0.3 if cfg.reg.name == "istar" else None), name

@@ -12,7 +12,9 @@ share of one GPU) through :mod:`isotune.sweeps.gpu_slots` and sets ``CUDA_VISIBL
 has ``jobs_per_gpu`` slots and jobs beyond ``n_jobs`` queue, so a GPU never runs more than
 ``jobs_per_gpu`` jobs at once whatever their durations. A job that raises is recorded as FAILED;
 a worker that dies (``os._exit``, killed for memory) fails only the job it was running and is
-replaced, and the other jobs go on. Workers are reused, so a job must release what it opened
+replaced, and the other jobs go on. A job stopped by a signal (SIGTERM, SIGUSR2, Ctrl-C) records how
+it ended and exits with the shell's status for the signal: that is one "stopped" line, with the
+status its results.json holds, not a crash. Workers are reused, so a job must release what it opened
 (e.g. ``wandb.finish()``)."""
 
 import logging
@@ -47,6 +49,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import MISSING, DictConfig, open_dict
 
 from isotune.errors import IsotuneError, RunInterrupted
+from isotune.record.results import RESULTS_FILE, read_results
 from isotune.record.stopping import STOP_SIGNALS
 from isotune.sweeps import gpu_slots
 from isotune.tracking.reporting import counted
@@ -79,6 +82,15 @@ class JobFailedError(RuntimeError):
 
 class WorkerCrashedError(RuntimeError):
     """A worker process died while running a job, so the job returned nothing."""
+
+
+class JobStopped(RuntimeError):
+    """A job stopped by a signal, after recording how it ended (completed where the signal came
+    as it finished, else interrupted): the launcher says so once, as the sweep's summary will."""
+
+
+# The exit statuses a stopped run ends with (training.cli: 128 + the signal, as a shell's).
+STOPPED_EXIT_CODES = {128 + stop: stop for stop in (signal.SIGINT, *STOP_SIGNALS)}
 
 
 @dataclass
@@ -225,10 +237,14 @@ class _SlotPool:
                     if job_return is None:
                         worker.process.join()
                         job_return = _crashed_return(job_num, overrides, worker.process)
-                        log.error(str(job_return._return_value))
                     returns[worker.job_index] = job_return
-                    queued = counted(len(pending), "job")
-                    log.info(f"#{job_num} {job_return.status.name}; {queued} queued")
+                    outcome, queued = job_return._return_value, counted(len(pending), "job")
+                    if isinstance(outcome, WorkerCrashedError):
+                        log.error(str(outcome))
+                    if isinstance(outcome, JobStopped):  # one line, no FAILED after it
+                        log.warning(f"{outcome}; {queued} queued")
+                    else:
+                        log.info(f"#{job_num} {job_return.status.name}; {queued} queued")
                     if not worker.process.is_alive():
                         busy.remove(worker)
                         if pending and stop.signal is None:
@@ -322,8 +338,17 @@ def _receive(conn: Connection) -> JobReturn | None:
 
 def _crashed_return(job_num: int, overrides: list[str], process: SpawnProcess) -> JobReturn:
     code = process.exitcode
-    how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
     job_return = JobReturn(overrides=overrides, status=JobStatus.FAILED)
+    stopped_by = STOPPED_EXIT_CODES.get(code) or (
+        STOPPED_EXIT_CODES.get(128 - code) if code and code < 0 else None
+    )
+    if stopped_by is not None:  # the signal reached the worker outside a run's handler
+        job_return.return_value = JobStopped(
+            f"#{job_num} ({' '.join(overrides)}) stopped by {stopped_by.name} before returning; "
+            "its results.json says how far it got"
+        )
+        return job_return
+    how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
     job_return.return_value = WorkerCrashedError(
         f"Job #{job_num} ({' '.join(overrides)}) died with its worker process "
         f"(pid {process.pid}, {how}) before returning; see the job's log and stderr. "
@@ -362,21 +387,49 @@ def _execute_job(context: _JobContext, job_num: int, overrides: list[str]) -> Jo
         sweep_config.hydra.job.id = job_num
         sweep_config.hydra.job.num = job_num
     HydraConfig.instance().set_config(sweep_config)
-    return run_job(
-        hydra_context=context.hydra_context,
-        task_function=context.task_function,
-        config=sweep_config,
-        job_dir_key="hydra.sweep.dir",
-        job_subdir_key="hydra.sweep.subdir",
+    try:
+        return run_job(
+            hydra_context=context.hydra_context,
+            task_function=context.task_function,
+            config=sweep_config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+    except SystemExit as stop:  # a run stopped by a signal exits 128 + its number, once recorded
+        stopped_by = STOPPED_EXIT_CODES.get(stop.code)
+        if stopped_by is None:
+            raise
+        # run_job wrote the job's folder into the config it was given.
+        return _stopped_return(
+            job_num, overrides, stopped_by, sweep_config.hydra.runtime.output_dir
+        )
+
+
+def _stopped_return(
+    job_num: int, overrides: list[str], stopped_by: signal.Signals, output_dir: str
+) -> JobReturn:
+    """A stopped job's return: COMPLETED where its results.json says it completed (the signal
+    came as it ended), else FAILED, with the one line the launcher logs."""
+    results = Path(output_dir) / RESULTS_FILE
+    try:
+        recorded = read_results(results).get("status", "unknown")
+    except (OSError, ValueError):
+        recorded = "unrecorded"
+    status = JobStatus.COMPLETED if recorded == "completed" else JobStatus.FAILED
+    job_return = JobReturn(overrides=overrides, status=status)
+    job_return.return_value = JobStopped(
+        f"#{job_num} ({' '.join(overrides)}) stopped by {stopped_by.name}: {results} says "
+        f"{recorded}"
     )
+    return job_return
 
 
 def _portable(job_return: JobReturn) -> bytes:
     """Pickle a job's return for the launcher. A job's exception travels as text with its
     traceback (the traceback itself can't be pickled, nor can every exception be rebuilt); a return
     value that can't be pickled travels as its repr."""
-    if job_return.status == JobStatus.FAILED:
-        error = job_return._return_value
+    error = job_return._return_value
+    if job_return.status == JobStatus.FAILED and not isinstance(error, JobStopped):
         job_return.return_value = JobFailedError("".join(traceback.format_exception(error)))
     try:
         return cloudpickle.dumps(job_return)

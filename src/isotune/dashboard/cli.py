@@ -1,15 +1,16 @@
 """``python -m isotune.dashboard``: save the project's W&B workspace, or a sweep's W&B report.
 
     python -m isotune.dashboard workspace [--entity E] [--project P] [--dry-run]
-    python -m isotune.dashboard report SWEEP [--entity E] [--project P] [--dry-run]
+    python -m isotune.dashboard report SWEEP [--entity E] [--project P] [--out DIR] [--dry-run]
 
 ``workspace`` saves the sections of :mod:`isotune.dashboard.layout` (one score chart per primary
 metric of the tasks in ``conf/task``) as a workspace of the project. ``report`` aggregates the
 sweep as ``python -m isotune.aggregate`` does (tables, paired statistics, figures, written into
-the sweep folder), logs the aggregate's summary run, and saves a report of them with the
-sections its runs logged; a search (``hydra/sweeper=optuna``) in the folder adds its held-out
-report and figures first. With ``--dry-run``, or without W&B credentials or network (one line
-says which), each writes its view as JSON instead and says what it would save.
+the sweep folder, or into ``--out`` to leave a carried folder as it is), logs the aggregate's
+summary run, and saves a report of them with the sections its runs logged; a search
+(``hydra/sweeper=optuna``) in the folder adds its held-out report and figures first. With
+``--dry-run``, or without W&B credentials or network (one line says which), each writes its
+view as JSON instead and says what it would save.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from isotune.tracking.reporting import counted
 from isotune.tracking.wandb_status import wandb_online
 
 WORKSPACE_JSON = Path("logs") / "dashboards" / "workspace-{project}.json"
-REPORT_JSON = "wandb_report.json"  # in the sweep folder, beside sweep_report.md
+REPORT_JSON = "wandb_report.json"  # in the output folder, beside sweep_report.md
 # The task table of the checkout the package runs from (README's set-up: pip install -e .).
 TASKS = Path(__file__).resolve().parents[3] / "conf" / "task"
 
@@ -121,7 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             default=os.environ.get("WANDB_PROJECT", "isotune"),
             help="W&B project (default: $WANDB_PROJECT or isotune, as training runs)",
         )
-        command.add_argument("--out", type=Path, help="where the JSON goes")
+        command.add_argument(
+            "--out",
+            type=Path,
+            help="output folder of the aggregate and wandb_report.json (default: the sweep folder)"
+            if name == "report"
+            else f"where the JSON goes (default: {WORKSPACE_JSON})",
+        )
         command.add_argument(
             "--dry-run", action="store_true", help="write the JSON, save nothing to W&B"
         )
@@ -151,8 +158,9 @@ def _report(args: argparse.Namespace) -> int:
     from isotune.sweeps.comparisons import comparison_counts
     from isotune.sweeps.report import log_to_wandb, paired_markdown
 
+    out = args.out or args.sweep  # a carried folder stays as it is with --out elsewhere
     result = aggregate([args.sweep])
-    _, figures, report_path = write_outputs(result, args.sweep)
+    _, figures, report_path = write_outputs(result, out)
     searches, search_figures = search_sections(result.sweeps)
     study, study_figures = study_section(args.sweep)  # a study's report opens with it
     searches, search_figures = [*study, *searches], {**study_figures, **search_figures}
@@ -178,7 +186,7 @@ def _report(args: argparse.Namespace) -> int:
             "Paired statistics against the baseline",
             f"{paired_markdown(result.paired)}\n\nHolm-adjusted p over the {holm_wilcoxon} "
             f"comparisons with a Wilcoxon p and the {holm_t} with a t-test p; methods and "
-            f"caveats: {report_path.name} in the sweep folder.",
+            f"caveats: {report_path.name}, written beside {REPORT_JSON}.",
         ),
     ]
 
@@ -198,7 +206,7 @@ def _report(args: argparse.Namespace) -> int:
             entity=entity,
         )
 
-    return _save_or_write(args, build, args.out or args.sweep / REPORT_JSON, log_summary_run)
+    return _save_or_write(args, build, out / REPORT_JSON, log_summary_run)
 
 
 def _save_or_write(args, build, out: Path, before_saving) -> int:

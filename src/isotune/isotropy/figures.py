@@ -20,6 +20,7 @@ from torch import Tensor
 
 from isotune.atomic_files import save_figure
 from isotune.isotropy import CloudMeasures, IsoBNStats
+from isotune.tracking.metric_keys import DASHBOARD_PROFILE_MEASURES
 
 
 def correlation_matrix(stats: IsoBNStats) -> Tensor:
@@ -67,7 +68,7 @@ def save_geometry_figure(measures: CloudMeasures, title: str, path: Path) -> Pat
     return save_figure(geometry_figure(measures, title), path, dpi=80)
 
 
-# The measures a layer-profile figure draws, with their titles (layer_profile's, and the largest
+# The titles of the measures a layer-profile figure draws (layer_profile's, and the largest
 # activation's ratio to the median).
 PROFILE_TITLES = {
     "anisotropy": "anisotropy",
@@ -81,17 +82,24 @@ PROFILE_TITLES = {
 
 
 def layer_profile_figure(profiles: Mapping[int, Mapping[str, Mapping[int, Mapping]]]) -> Figure:
-    """One panel per measure and level (rows: the levels, e.g. sentence and tokens), the layer on
-    the x-axis and one line per epoch (``profiles``: epoch -> level -> layer -> measure -> value;
-    a measure a level lacks leaves its panel empty)."""
+    """One panel per measure of each level (rows: the levels, e.g. sentence and tokens, each with
+    the measures it has: :data:`~isotune.tracking.metric_keys.DASHBOARD_PROFILE_MEASURES`, so no
+    panel is left empty: the largest activation is the tokens' alone), the layer on the x-axis
+    and one line per epoch (``profiles``: epoch -> level -> layer -> measure -> value)."""
     levels = list(dict.fromkeys(level for epochs in profiles.values() for level in epochs))
-    figure = Figure(figsize=(3.2 * len(PROFILE_TITLES), 3.2 * len(levels)))
+    shown = {
+        level: DASHBOARD_PROFILE_MEASURES.get(level, tuple(PROFILE_TITLES)) for level in levels
+    }
+    columns = max((len(measures) for measures in shown.values()), default=1)
+    figure = Figure(figsize=(3.2 * columns, 3.2 * max(len(levels), 1)))
     FigureCanvasAgg(figure)
     figure.subplots_adjust(left=0.04, right=0.99, bottom=0.1, top=0.88, wspace=0.35, hspace=0.5)
-    axes = figure.subplots(len(levels), len(PROFILE_TITLES), squeeze=False)
+    axes = figure.subplots(max(len(levels), 1), columns, squeeze=False)
     colours = matplotlib.colormaps["viridis"].resampled(max(len(profiles), 2))
     for row, level in enumerate(levels):
-        for axis, (measure, title) in zip(axes[row], PROFILE_TITLES.items(), strict=True):
+        for axis in axes[row][len(shown[level]) :]:
+            axis.set_visible(False)
+        for axis, measure in zip(axes[row], shown[level], strict=False):
             for number, (epoch, by_level) in enumerate(sorted(profiles.items())):
                 layers = sorted(by_level.get(level, {}))
                 points = [(i, by_level[level][i].get(measure)) for i in layers]
@@ -99,7 +107,7 @@ def layer_profile_figure(profiles: Mapping[int, Mapping[str, Mapping[int, Mappin
                 if points:
                     x, y = zip(*points, strict=True)
                     axis.plot(x, y, marker=".", color=colours(number), label=f"epoch {epoch}")
-            axis.set(title=f"{level}: {title}", xlabel="layer (0 = embeddings)")
+            axis.set(title=f"{level}: {PROFILE_TITLES[measure]}", xlabel="layer (0 = embeddings)")
     if profiles:
         axes[0][0].legend(fontsize=7)
     figure.suptitle("Layer profiles (epoch 0 = pre-trained)")

@@ -201,7 +201,35 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     tokenizer = _from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer")
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.pad_token is None:
+        raise IsotuneError(_no_padding_message(name_or_path))
     return tokenizer
+
+
+def _no_padding_message(name_or_path: str) -> str:
+    """The refusal of a tokenizer with neither a pad nor an end-of-text token, before training
+    (else the first padded batch ends in a traceback), with a fix that runs as written: any
+    token the tokenizer has serves as padding, since the attention mask marks it."""
+    local = Path(name_or_path).is_dir()
+    folder = name_or_path if local else "DIR"
+    give_pad = (
+        f'python -c "from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained('
+        f"'{folder}'); t.pad_token = t.unk_token or t.bos_token or t.convert_ids_to_tokens(0); "
+        f"t.save_pretrained('{folder}')\""
+    )
+    fix = (
+        f"give the tokenizer a pad token in its folder: {give_pad}"
+        if local
+        else f"download the model into a folder and give its tokenizer a pad token there: hf "
+        f"download {name_or_path} --local-dir DIR, then {give_pad}; then pass "
+        "model.name_or_path=DIR"
+    )
+    return (
+        f"The tokenizer of model.name_or_path={name_or_path} has no pad token and no "
+        "end-of-text token to pad with, so sentences of different lengths cannot share a "
+        f"batch. Fix: {fix} (any token it has will do: the attention mask, not the token, tells "
+        "padding from text)."
+    )
 
 
 def encoder_class(config: PretrainedConfig, name_or_path: str) -> type:

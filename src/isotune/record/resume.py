@@ -31,6 +31,7 @@ from isotune.record.results import RESULTS_FILE, RunRecord, read_results
 
 RESUME_MODES = ("auto", "never")
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
+PREDICTIONS_FOLDER = "predictions"  # <output_dir>/predictions/<TASK>.tsv (write_test_predictions)
 CONFIG_KEY = "isotune_config"  # the run's resolved config, in every checkpoint it writes
 OVERRIDES_KEY = "isotune_overrides"  # its command-line overrides
 RECORD_KEY = "isotune_record"  # its results.json as of the save, to rebuild a lost one from
@@ -173,6 +174,31 @@ def completed_record(cfg: DictConfig) -> dict[str, Any] | None:
     except (OSError, ValueError):  # no record, or one the run will report itself
         return None
     return record if record.get("status") == "completed" and record.get("steps") else None
+
+
+def predictions_left_unwritten(cfg: DictConfig, record: Mapping[str, Any]) -> str | None:
+    """What to type for the test predictions of a completed run started again with
+    ``write_test_predictions=true`` and none written (a run writes them after training, and this
+    one trains no more); None where the option is off or its predictions are there. From its kept
+    model ``predict.py`` writes them; a run that kept none must train again."""
+    folder = Path(cfg.paths.output_dir)
+    if not cfg.write_test_predictions or any((folder / PREDICTIONS_FOLDER).glob("*.tsv")):
+        return None
+    best = record.get("best_checkpoint")
+    best_file = folder / "checkpoints" / Path(best).name if best else None
+    said = (
+        f"write_test_predictions=true writes nothing here: the run in {folder} completed without "
+        "them, and a completed run trains no more."
+    )
+    if best_file is not None and best_file.is_file():
+        return (
+            f"{said} Fix: write them from its best model: python predict.py ckpt_path={best_file}"
+        )
+    return (
+        f"{said} It kept no model (checkpoint.keep=none) to predict with. Fix: train it again "
+        "with its predictions: the same command with resume=never added (over its results, in "
+        "this folder), or without hydra.run.dir (in a new folder)."
+    )
 
 
 def check_same_completed_run(

@@ -40,11 +40,13 @@ from isotune.record.resume import (
     FIX_CKPT_PATH,
     FIX_OWN_LAST,
     LAST_CHECKPOINT,
+    PREDICTIONS_FOLDER,
     RECORD_KEY,
     check_links_stay_inside,
     check_same_run,
     checkpoint_to_resume,
     completed_record,
+    predictions_left_unwritten,
     read_checkpoint,
     run_config,
 )
@@ -53,6 +55,7 @@ from isotune.tracking.metric_keys import params_key
 from isotune.tracking.wandb_logging import finish_wandb_runs
 from isotune.training.config_checks import check_train_config
 from isotune.training.instantiate import instantiate_all
+from isotune.training.lightning_tips import silence_lightning_tips
 from isotune.training.run_provenance import run_provenance
 from isotune.training.trivial import TrivialScore, failure_record, trivial_score
 
@@ -94,6 +97,8 @@ def _started(cfg: DictConfig, output_dir: Path, rank_zero: bool) -> dict[str, An
             output_dir,
             finished.get("best_epoch"),
         )
+        if (unwritten := predictions_left_unwritten(cfg, finished)) is not None:
+            log.warning("%s", unwritten)
         return finished
     record = RunRecord(output_dir, write=rank_zero, **recorded_settings(cfg))
     resume_from, resumed_at_step = _checked_start(cfg, record)
@@ -156,6 +161,7 @@ def _run(
         ]
         if cfg.trainer.get("enable_progress_bar", True):
             callbacks.append(EpochsFromOneProgressBar())
+        silence_lightning_tips()  # the Trainer prints them as it sets its loggers up
         trainer: L.Trainer = instantiate(
             cfg.trainer,
             callbacks=callbacks,
@@ -177,7 +183,7 @@ def _run(
         stop.hold()  # trained to the end: a signal now waits for the record, then stops the job
         outcome = _outcome(model, trainer, trivial, margin)  # before predict reloads the best
         if cfg.write_test_predictions:
-            write_test_predictions(trainer, model, datamodule, output_dir / "predictions")
+            write_test_predictions(trainer, model, datamodule, output_dir / PREDICTIONS_FOLDER)
         keep_of_completed_run(trainer, cfg.checkpoint.keep)  # last.ckpt only serves a continuation
         outcome["best_checkpoint"] = _best_checkpoint(trainer)
     except BaseException as error:
