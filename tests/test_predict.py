@@ -99,12 +99,18 @@ def test_a_run_folder_moved_elsewhere_predicts_the_same_and_is_left_as_it_was(
     moved = tmp_path / "elsewhere" / "run"
     shutil.copytree(run_folder, moved)
     before = folder_digest(moved)
-    here = predict(predict_config(tmp_path, f"ckpt_path={moved}/checkpoints/best.ckpt", glue_dir=glue_dir))
+    here = predict(
+        predict_config(tmp_path, f"ckpt_path={moved}/checkpoints/best.ckpt", glue_dir=glue_dir)
+    )
     there = predict(
-        predict_config(tmp_path / "2", f"ckpt_path={run_folder}/checkpoints/best.ckpt", glue_dir=glue_dir)
+        predict_config(
+            tmp_path / "2", f"ckpt_path={run_folder}/checkpoints/best.ckpt", glue_dir=glue_dir
+        )
     )
     assert here["dev"]["scores"] == there["dev"]["scores"]
-    assert (tmp_path / "out" / "RTE.tsv").read_text() == (tmp_path / "2" / "out" / "RTE.tsv").read_text()
+    assert (tmp_path / "out" / "RTE.tsv").read_text() == (
+        tmp_path / "2" / "out" / "RTE.tsv"
+    ).read_text()
     assert folder_digest(moved) == before
 
 
@@ -123,7 +129,10 @@ def tiny_checkpoint(task: str, folder: Path, tiny_bert: Path) -> Path:
     model = GLUEClassifier(**hyperparameters)
     path = folder / "checkpoints" / "best.ckpt"
     path.parent.mkdir(parents=True)
-    config = {"data": {"max_length": 64, "eval_batch_size": 256}, "trainer": {"precision": "32-true"}}
+    config = {
+        "data": {"max_length": 64, "eval_batch_size": 256},
+        "trainer": {"precision": "32-true"},
+    }
     torch.save(
         {"state_dict": model.state_dict(), "hyper_parameters": hyperparameters, CONFIG_KEY: config},
         path,
@@ -140,14 +149,31 @@ def real_glue_with_mnli_tests(tmp_path: Path) -> Path:
         (root / entry.name).symlink_to(entry)
     (root / "MNLI").mkdir()
     for name in ("test_matched", "test_mismatched"):
-        lines = ["\t".join(["index", "promptID", "pairID", "genre", "b1", "b2", "p1", "p2", "sentence1", "sentence2"])]
+        lines = [
+            "\t".join(
+                [
+                    "index",
+                    "promptID",
+                    "pairID",
+                    "genre",
+                    "b1",
+                    "b2",
+                    "p1",
+                    "p2",
+                    "sentence1",
+                    "sentence2",
+                ]
+            )
+        ]
         lines += [f"{i}\t0\t0\tg\tb\tb\tp\tp\tA cat sat {name}.\tA dog ran." for i in range(7)]
         (root / "MNLI" / f"{name}.tsv").write_text("\n".join(lines) + "\n")
     return root
 
 
 @pytest.mark.skipif(not REAL_GLUE.is_dir(), reason="no GLUE test files on this machine")
-@pytest.mark.parametrize("task", ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"])
+@pytest.mark.parametrize(
+    "task", ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
+)
 def test_each_file_is_in_glues_submission_format_for_every_real_test_file(
     task, tiny_bert, tmp_path
 ):
@@ -158,13 +184,17 @@ def test_each_file_is_in_glues_submission_format_for_every_real_test_file(
         pytest.skip(f"no {task} test file on this machine")
     checkpoint = tiny_checkpoint(task, tmp_path / "run", tiny_bert)
     kept, files = check_inputs(str(checkpoint), task, str(glue), tmp_path / "out", dev=False)
-    assert [f.name for f in files] == (["MNLI-m", "MNLI-mm", "AX"] if task == "mnli" else [f.name for f in present])
+    assert [f.name for f in files] == (
+        ["MNLI-m", "MNLI-mm", "AX"] if task == "mnli" else [f.name for f in present]
+    )
     predict_run(kept, files, tmp_path / "out", str(glue), "cpu", dev=False)
     for file in files:
         test_rows = rows_of(glue / file.test_file)
         written = rows_of(tmp_path / "out" / file.file_name)
         assert written[0] == ["index", "prediction"]
-        assert [index for index, _ in written[1:]] == [row[0] for row in test_rows[1:]]  # every example, in order
+        assert [index for index, _ in written[1:]] == [
+            row[0] for row in test_rows[1:]
+        ]  # every example, in order
         values = [value for _, value in written[1:]]
         if LABELS[file.name] is None:  # STS-B: a score in [0, 5], three decimals
             assert all(0 <= float(v) <= 5 and len(v.split(".")[1]) == 3 for v in values)
@@ -182,14 +212,16 @@ def test_an_sts_b_score_is_clipped_to_0_5_with_three_decimals_and_labels_are_the
     assert prediction_cell(SubmissionFile("CoLA", cola), 1) == "1"
     assert [f.name for f in submission_files(mnli)] == ["MNLI-m", "MNLI-mm", "AX"]
     assert submission_files(mnli)[2].test_file == "diagnostic/diagnostic.tsv"
-    renamed = SubmissionFile("CoLA", TaskSpec.from_config({**cola.__dict__, "labels": ["bad", "good"]}))
-    with pytest.raises(IsotuneError, match="restore labels in conf/task/cola.yaml"):
+    renamed = SubmissionFile(
+        "CoLA", TaskSpec.from_config({**cola.__dict__, "labels": ["bad", "good"]})
+    )
+    with pytest.raises(IsotuneError, match=r"restore labels in conf/task/cola.yaml"):
         prediction_cell(renamed, 1)
 
 
 # -- bad input: one message naming the fix, nothing written --------------------------------------
 def test_a_checkpoint_of_another_task_than_typed_is_refused(run_folder, glue_dir, tmp_path):
-    with pytest.raises(IsotuneError, match="holds a model of task rte, not mrpc.*Fix: drop task="):
+    with pytest.raises(IsotuneError, match=r"holds a model of task rte, not mrpc.*Fix: drop task="):
         check_inputs(f"{run_folder}/checkpoints/best.ckpt", "mrpc", str(glue_dir), tmp_path)
 
 
@@ -197,7 +229,9 @@ def test_a_missing_test_file_is_refused_naming_it(run_folder, glue_dir, tmp_path
     partial = tmp_path / "glue"
     shutil.copytree(glue_dir, partial)
     (partial / "RTE" / "test.tsv").unlink()
-    with pytest.raises(IsotuneError, match=r"has no RTE/test.tsv .*read for RTE.tsv.*Fix: .*test=false"):
+    with pytest.raises(
+        IsotuneError, match=r"has no RTE/test.tsv .*read for RTE.tsv.*Fix: .*test=false"
+    ):
         check_inputs(f"{run_folder}/checkpoints/best.ckpt", None, str(partial), tmp_path / "out")
 
 
@@ -205,10 +239,12 @@ def test_a_checkpoint_that_is_not_the_projects_is_refused(tmp_path, glue_dir):
     other = tmp_path / "other" / "model.ckpt"
     other.parent.mkdir()
     torch.save({"state_dict": {"w": torch.zeros(2)}, "hyper_parameters": {"lr": 0.1}}, other)
-    with pytest.raises(IsotuneError, match="not a checkpoint of this project.*Fix: point ckpt_path"):
+    with pytest.raises(
+        IsotuneError, match=r"not a checkpoint of this project.*Fix: point ckpt_path"
+    ):
         read_kept_model(other)
     torch.save({"w": torch.zeros(2)}, other)
-    with pytest.raises(IsotuneError, match="not a checkpoint written by train.py.*Fix: point"):
+    with pytest.raises(IsotuneError, match=r"not a checkpoint written by train.py.*Fix: point"):
         read_kept_model(other)
 
 
@@ -219,12 +255,12 @@ def test_a_link_leading_out_of_the_run_folder_is_refused(run_folder, tmp_path):
     elsewhere.parent.mkdir()
     (copy / "checkpoints" / "best.ckpt").rename(elsewhere)
     (copy / "checkpoints" / "best.ckpt").symlink_to(elsewhere)
-    with pytest.raises(IsotuneError, match="links that lead out of it.*Fix: replace each link"):
+    with pytest.raises(IsotuneError, match=r"links that lead out of it.*Fix: replace each link"):
         read_kept_model(copy / "checkpoints" / "best.ckpt")
 
 
 def test_an_output_folder_inside_the_run_folder_is_refused(run_folder, glue_dir):
-    with pytest.raises(IsotuneError, match="lies inside the run folder.*Fix: leave hydra.run.dir"):
+    with pytest.raises(IsotuneError, match=r"lies inside the run folder.*Fix: leave hydra.run.dir"):
         check_inputs(
             f"{run_folder}/checkpoints/best.ckpt", None, str(glue_dir), run_folder / "predictions"
         )
@@ -243,7 +279,9 @@ def test_a_run_that_kept_no_model_names_the_command_that_trains_it_again(tmp_pat
 
 
 @pytest.mark.slow
-def test_predict_py_refuses_another_task_in_one_line_and_writes_nothing(run_folder, glue_dir, tmp_path):
+def test_predict_py_refuses_another_task_in_one_line_and_writes_nothing(
+    run_folder, glue_dir, tmp_path
+):
     result = subprocess.run(
         [
             sys.executable,

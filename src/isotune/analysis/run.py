@@ -254,9 +254,9 @@ def _check_a_model_was_kept(path: Path) -> None:
 
 
 def command_keeping_a_model(record: Mapping[str, Any]) -> str:
-    """The ``train.py`` command that trains the run of ``record`` (a results.json) again, with its
-    overrides and seed, keeping its best model (``checkpoint.keep=slim``): a run that kept none
-    (``none``) has nothing to analyse or predict with. Without ``hydra.run.dir``: in a new folder."""
+    """The ``train.py`` command that trains the run of ``record`` (a results.json) again, with
+    its overrides and seed, keeping its best model (``checkpoint.keep=slim``): a run that kept
+    none has nothing to analyse or predict with. Without ``hydra.run.dir``: in a new folder."""
     overrides = [o for o in record.get("overrides") or [] if not o.startswith(KEEP_OVERRIDE)]
     overrides.append(f"{KEEP_OVERRIDE}{KEEP_A_MODEL}")
     if any(o.lstrip("+").startswith(SWEEP_GROUPS) for o in overrides):

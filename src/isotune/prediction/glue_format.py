@@ -31,7 +31,19 @@ FILE_NAMES = {
     "wnli": "WNLI",
 }
 MISMATCHED, DIAGNOSTIC = "MNLI-mm", "AX"  # the other two files MNLI's model writes
-ALL_FILES = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI-m", "MNLI-mm", "QNLI", "RTE", "WNLI", "AX")
+ALL_FILES = (
+    "CoLA",
+    "SST-2",
+    "MRPC",
+    "STS-B",
+    "QQP",
+    "MNLI-m",
+    "MNLI-mm",
+    "QNLI",
+    "RTE",
+    "WNLI",
+    "AX",
+)
 BINARY = ("0", "1")
 TWO_WAY = ("entailment", "not_entailment")
 THREE_WAY = ("entailment", "neutral", "contradiction")
@@ -78,8 +90,9 @@ def submission_files(task: TaskSpec) -> list[SubmissionFile]:
     if task.name not in FILE_NAMES:
         raise IsotuneError(
             f"Task {task.name!r} is not one of GLUE's, so it has no submission file (GLUE's "
-            f"server takes {', '.join(ALL_FILES)}). Fix: predict with the checkpoint of a run on "
-            f"one of the tasks {', '.join(FILE_NAMES)}, or add test=false to score the dev set only."
+            f"server takes {', '.join(ALL_FILES)}). Fix: predict with the checkpoint of a run "
+            f"on one of the tasks {', '.join(FILE_NAMES)}, or add test=false to score the dev "
+            "set only."
         )
     own = SubmissionFile(FILE_NAMES[task.name], task)
     if task.name != "mnli":

@@ -24,8 +24,8 @@ from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
 from isotune.model.classifier import GLUEClassifier
-from isotune.record.resume import CONFIG_KEY, MODEL_KEYS, PROVENANCE_KEY, read_checkpoint
 from isotune.record.results import RESULTS_FILE, read_results
+from isotune.record.resume import CONFIG_KEY, MODEL_KEYS, PROVENANCE_KEY, read_checkpoint
 
 FIX_PREDICT = (
     "point ckpt_path at checkpoints/best.ckpt (or last.ckpt) of a run folder written by train.py"

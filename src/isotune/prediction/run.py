@@ -23,7 +23,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
@@ -47,9 +47,15 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     return (and write) ``predictions.json``."""
     output_dir = Path(cfg.paths.output_dir)
     kept, files = check_inputs(
-        cfg.ckpt_path, cfg.task, cfg.paths.glue_dir, output_dir, dev=cfg.dev, test=cfg.test
+        cfg.ckpt_path, typed_task(cfg), cfg.paths.glue_dir, output_dir, dev=cfg.dev, test=cfg.test
     )
     return predict_run(kept, files, output_dir, cfg.paths.glue_dir, cfg.accelerator, dev=cfg.dev)
+
+
+def typed_task(cfg: DictConfig) -> str | None:
+    """The task typed on the command line (``task=rte`` selects ``conf/task/rte.yaml``), None
+    when none was: the checkpoint's task is then the one predicted."""
+    return OmegaConf.select(cfg, "task.name", default=None)
 
 
 def check_inputs(
@@ -69,7 +75,9 @@ def check_inputs(
         for split in kept.task.eval_splits if dev else ():
             _check_data_file(kept.task, split, glue_dir, "the dev set scored")
         for file in files:
-            _check_data_file(file.spec, file.spec.test_split, glue_dir, f"read for {file.file_name}")
+            _check_data_file(
+                file.spec, file.spec.test_split, glue_dir, f"read for {file.file_name}"
+            )
     return kept, files
 
 
@@ -197,7 +205,7 @@ class InputsChecked(Callback):
         try:
             check_inputs(
                 config.ckpt_path,
-                config.task,
+                typed_task(config),
                 config.paths.glue_dir,
                 Path(str(config.hydra.run.dir)),
                 dev=config.dev,
