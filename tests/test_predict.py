@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
-from isotune.model.classifier import GLUEClassifier
 from isotune.prediction.glue_format import (
     LABELS,
     SubmissionFile,
@@ -28,9 +26,9 @@ from isotune.prediction.glue_format import (
 from isotune.prediction.kept_model import read_kept_model
 from isotune.prediction.run import SIDECAR_SUFFIX, check_inputs, predict, predict_run
 from isotune.record.checkpoints import model_only
-from isotune.record.resume import CONFIG_KEY
 from isotune.training.run import train
-from tests.conftest import CONF_DIR, ROOT, compose_config, compose_train_config, tiny_run_overrides
+from tests.conftest import ROOT, compose_config, compose_train_config, tiny_run_overrides
+from tests.helpers.prediction import task_spec, tiny_checkpoint
 from tests.helpers.resume import load
 from tests.helpers.untrusted import folder_digest
 
@@ -115,31 +113,6 @@ def test_a_run_folder_moved_elsewhere_predicts_the_same_and_is_left_as_it_was(
 
 
 # -- GLUE's format, against the real test files -------------------------------------------------
-def tiny_checkpoint(task: str, folder: Path, tiny_bert: Path) -> Path:
-    """A random tiny-BERT model of ``task`` saved as train.py saves one (the sections that build
-    it, the run's data settings): what the format tests need, without training."""
-    task_config = yaml.safe_load((CONF_DIR / "task" / f"{task}.yaml").read_text())
-    hyperparameters = {
-        "task": task_config,
-        "model": {"name": "bert", "name_or_path": str(tiny_bert), "pooling": "cls"},
-        "norm": {"name": "none"},
-        "optim": {"lr": 1e-3},
-    }
-    torch.manual_seed(0)
-    model = GLUEClassifier(**hyperparameters)
-    path = folder / "checkpoints" / "best.ckpt"
-    path.parent.mkdir(parents=True)
-    config = {
-        "data": {"max_length": 64, "eval_batch_size": 256},
-        "trainer": {"precision": "32-true"},
-    }
-    torch.save(
-        {"state_dict": model.state_dict(), "hyper_parameters": hyperparameters, CONFIG_KEY: config},
-        path,
-    )
-    return path
-
-
 def real_glue_with_mnli_tests(tmp_path: Path) -> Path:
     """The real GLUE folder's files, and MNLI test files in their layout (MNLI's are not here):
     AX, predicted by an MNLI model, is read from the real diagnostic/diagnostic.tsv."""
@@ -178,7 +151,7 @@ def test_each_file_is_in_glues_submission_format_for_every_real_test_file(
     task, tiny_bert, tmp_path
 ):
     glue = real_glue_with_mnli_tests(tmp_path)
-    spec = TaskSpec.from_config(yaml.safe_load((CONF_DIR / "task" / f"{task}.yaml").read_text()))
+    spec = task_spec(task)
     present = [f for f in submission_files(spec) if (glue / f.test_file).is_file()]
     if not present:
         pytest.skip(f"no {task} test file on this machine")
@@ -203,10 +176,7 @@ def test_each_file_is_in_glues_submission_format_for_every_real_test_file(
 
 
 def test_an_sts_b_score_is_clipped_to_0_5_with_three_decimals_and_labels_are_the_servers():
-    stsb, cola, mnli = (
-        TaskSpec.from_config(yaml.safe_load((CONF_DIR / "task" / f"{t}.yaml").read_text()))
-        for t in ("stsb", "cola", "mnli")
-    )
+    stsb, cola, mnli = (task_spec(t) for t in ("stsb", "cola", "mnli"))
     score = SubmissionFile("STS-B", stsb)
     assert [prediction_cell(score, v) for v in (5.7, -0.2, 2.34567)] == ["5.000", "0.000", "2.346"]
     assert prediction_cell(SubmissionFile("CoLA", cola), 1) == "1"
