@@ -30,7 +30,7 @@ from isotune.training.run import train
 from tests.conftest import ROOT, compose_config, compose_train_config, tiny_run_overrides
 from tests.helpers.prediction import task_spec, tiny_checkpoint
 from tests.helpers.resume import load
-from tests.helpers.untrusted import folder_digest
+from tests.helpers.untrusted import code_running_checkpoint, folder_digest
 
 REAL_GLUE = Path("/work/shared/data/glue")  # GLUE's real test files, where this machine has them
 TOLERANCE = 1e-6  # the dev scores against the run's recorded ones, on the same machine
@@ -221,6 +221,14 @@ def test_a_checkpoint_that_is_not_the_projects_is_refused(tmp_path, glue_dir):
     torch.save({"w": torch.zeros(2)}, other)
     with pytest.raises(IsotuneError, match=r"not a checkpoint written by train.py.*Fix: point"):
         read_kept_model(other)
+
+
+def test_a_checkpoint_that_names_code_is_refused_and_none_of_it_runs(tmp_path):
+    marker = tmp_path / "ran"
+    evil = code_running_checkpoint(tmp_path / "run" / "checkpoints" / "best.ckpt", marker)
+    with pytest.raises(IsotuneError, match=r"holds more than data .*posix.system"):
+        read_kept_model(evil)
+    assert not marker.exists()
 
 
 def test_a_link_leading_out_of_the_run_folder_is_refused(run_folder, tmp_path):
