@@ -21,7 +21,8 @@ import isotune
 PACKAGE = Path(isotune.__file__).parent
 # every wing may import them; they import no wing
 GROUND = ("errors", "atomic_files", "file_digest")
-ENTRY_MODULES = ("aggregate", "rerun", "env")  # `python -m isotune.<name>`: above every wing
+# `python -m isotune.<name>`: above every wing
+ENTRY_MODULES = ("aggregate", "rerun", "env", "submission")
 WINGS = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
 LIBRARY_WINGS = ("norms", "isotropy")
 LIBRARY = (

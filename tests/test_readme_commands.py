@@ -20,6 +20,7 @@ written on several pages, or two that come to the same after the cut and the fil
 task=rte,mrpc,stsb`` and ``-m task=rte,mrpc``), runs once. The runs' code is this checkout's: from a
 tree with uncommitted changes (tests run while editing), an aggregate's ``--strict``, which refuses
 such runs, gets ``--allow-unknown-code``; from a clean one (CI's clone) it runs as written.
+``python predict.py`` commands are read and run as ``analyze.py``'s, with no size added.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ pytestmark = pytest.mark.slow
 README = ROOT / "README.md"
 DOCS = "docs"
 PAGES = [README, *sorted((ROOT / DOCS).glob("*.md"))]  # README first: its runs fill placeholders
-SCRIPTS = ("train.py", "analyze.py")
+SCRIPTS = ("train.py", "analyze.py", "predict.py")
 PACKAGE = "isotune"  # python -m isotune.<module>
 MULTIRUN_FLAGS = ("-m", "--multirun")
 COMPOSE_ONLY = ("experiment=", "hydra/launcher=slurm")  # presets: too big to run; SLURM: no cluster
@@ -280,6 +281,8 @@ class Workdir:
                 *args,
                 *sizes_not_given(ANALYZE_SIZE, args),
             ]
+        elif command.target == "predict.py":
+            argv = [sys.executable, str(ROOT / command.target), *args]
         else:
             argv = [sys.executable, "-m", command.target, *args, *strict_allowances(args)]
         # GLUE_DIR as the README sets it, pointed at the data: its value is relative to the repo.
@@ -395,6 +398,16 @@ def check_analyze(outcome: Outcome) -> None:
     assert report.is_file(), outcome.report(f"no {report}")
 
 
+def check_predict(outcome: Outcome) -> None:
+    summary = outcome.created_under("predict") / "predictions.json"
+    assert summary.is_file(), outcome.report(f"no {summary}")
+
+
+def check_submission(outcome: Outcome) -> None:
+    archive = outcome.created_under("submission") / "submission.zip"
+    assert archive.is_file(), outcome.report(f"no {archive}")
+
+
 def check_aggregate(outcome: Outcome) -> None:
     folder = outcome.cwd / outcome.args[0]
     assert (folder / "results_table.md").is_file(), outcome.report(f"no {folder}/results_table.md")
@@ -429,6 +442,8 @@ def check_dashboard(outcome: Outcome) -> None:
 CHECKS: dict[str, Callable[[Outcome], None]] = {
     "train.py": check_train,
     "analyze.py": check_analyze,
+    "predict.py": check_predict,
+    "isotune.submission": check_submission,
     "isotune.aggregate": check_aggregate,
     "isotune.rerun": check_rerun,
     "isotune.dashboard": check_dashboard,

@@ -242,11 +242,7 @@ def _check_a_model_was_kept(path: Path) -> None:
             continue
         if record.get("status") != "completed" or record.get("best_checkpoint") is not None:
             return
-        overrides = [o for o in record.get("overrides") or [] if not o.startswith(KEEP_OVERRIDE)]
-        overrides.append(f"{KEEP_OVERRIDE}{KEEP_A_MODEL}")
-        if any(o.lstrip("+").startswith(SWEEP_GROUPS) for o in overrides):
-            overrides.append("hydra.mode=RUN")  # this one job, with the sweep's other settings
-        again = shlex.join(["python", "train.py", *overrides, "resume=never"])
+        again = command_keeping_a_model(record)
         raise IsotuneError(
             f"The run in {folder} kept no model to analyse: it completed with "
             "checkpoint.keep=none (its results.json and metrics.csv hold its results; "
@@ -255,6 +251,17 @@ def _check_a_model_was_kept(path: Path) -> None:
             "without hydra.run.dir and resume=never, in a new folder); then python analyze.py "
             "ckpt_path=<its folder>/checkpoints/best.ckpt."
         )
+
+
+def command_keeping_a_model(record: Mapping[str, Any]) -> str:
+    """The ``train.py`` command that trains the run of ``record`` (a results.json) again, with
+    its overrides and seed, keeping its best model (``checkpoint.keep=slim``): a run that kept
+    none has nothing to analyse or predict with. Without ``hydra.run.dir``: in a new folder."""
+    overrides = [o for o in record.get("overrides") or [] if not o.startswith(KEEP_OVERRIDE)]
+    overrides.append(f"{KEEP_OVERRIDE}{KEEP_A_MODEL}")
+    if any(o.lstrip("+").startswith(SWEEP_GROUPS) for o in overrides):
+        overrides.append("hydra.mode=RUN")  # this one job, with the sweep's other settings
+    return shlex.join(["python", "train.py", *overrides, "resume=never"])
 
 
 def load_checkpoint(path: str | None) -> GLUEClassifier:
@@ -270,6 +277,12 @@ def load_checkpoint(path: str | None) -> GLUEClassifier:
     if not file.is_file():
         _check_a_model_was_kept(file)
     checkpoint = read_checkpoint(file, required=MODEL_KEYS, fix=FIX_ANALYZE)
+    return model_from_checkpoint(checkpoint, file)
+
+
+def model_from_checkpoint(checkpoint: Mapping[str, Any], file: Path) -> GLUEClassifier:
+    """The model a checkpoint read as data (from ``file``) holds: its hyperparameters build it,
+    then its weights and history load, as Lightning's ``load_from_checkpoint`` would."""
     try:
         hyperparameters = dict(checkpoint["hyper_parameters"])
         model = GLUEClassifier(**hyperparameters)

@@ -1,0 +1,203 @@
+"""A run's kept model as prediction reads it: its checkpoint (slim or full) read as data only,
+and the run's own settings that decide its predictions (task, model, norm, tokenizer, maximum
+length, evaluation batch size, precision), each checked before anything is written.
+
+Everything comes from the checkpoint: train.py writes the model's hyperparameters and the run's
+resolved config into every checkpoint, so a run folder moved or copied elsewhere predicts as it
+did where it trained. A checkpoint older than that saved config takes ``data`` from its run
+folder's ``.hydra/config.yaml``, read as YAML data (nothing in it is resolved or instantiated).
+A run folder with a link leading out of it is refused (the checkpoint read would be another's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from isotune.analysis.run import command_keeping_a_model, model_from_checkpoint
+from isotune.atomic_files import links_leaving
+from isotune.data.tasks import TaskSpec
+from isotune.errors import IsotuneError
+from isotune.file_digest import file_sha256
+from isotune.model.classifier import GLUEClassifier
+from isotune.record.results import RESULTS_FILE, read_results
+from isotune.record.resume import CONFIG_KEY, MODEL_KEYS, PROVENANCE_KEY, read_checkpoint
+
+FIX_PREDICT = (
+    "point ckpt_path at checkpoints/best.ckpt (or last.ckpt) of a run folder written by train.py"
+)
+MODEL_SECTIONS = ("task", "model", "norm", "optim")  # the hyperparameters that rebuild the model
+# Lightning's precision settings a run may have trained with; anything else read from a
+# checkpoint is not one of this project's runs'.
+PRECISIONS = ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
+LEGACY_PRECISIONS = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
+
+
+@dataclass(frozen=True)
+class KeptModel:
+    """A run's checkpoint, read and checked; :meth:`build` makes its model."""
+
+    file: Path
+    run_folder: Path
+    checkpoint: Mapping[str, Any]
+    task: TaskSpec
+    max_length: int
+    eval_batch_size: int
+    precision: str
+
+    def build(self) -> GLUEClassifier:
+        """The model with the checkpoint's weights and history, in eval mode, on the CPU."""
+        return model_from_checkpoint(self.checkpoint, self.file).eval()
+
+    @property
+    def recorded_dev(self) -> dict[str, float]:
+        """The dev scores the run recorded for these weights: its last epoch in the checkpoint
+        (best.ckpt: the best epoch's; last.ckpt: the last's), ``epoch`` and ``step`` included."""
+        history = self.checkpoint.get("isotune_history") or []
+        return dict(history[-1]) if history else {}
+
+    def source(self) -> dict[str, Any]:
+        """Where predictions with it come from: the run, the code that trained it, the file."""
+        provenance = self.checkpoint.get(PROVENANCE_KEY) or {}
+        code = provenance.get("code") if isinstance(provenance, Mapping) else None
+        code = code if isinstance(code, Mapping) else {}
+        return {
+            "run": str(self.run_folder.resolve()),
+            "checkpoint": str(self.file.resolve()),
+            "checkpoint_sha256": file_sha256(self.file),
+            "commit": code.get("commit"),
+            "dirty": code.get("dirty"),
+            "task": self.task.name,
+            "model": self.checkpoint["hyper_parameters"]["model"].get("name_or_path"),
+            "epoch": self.recorded_dev.get("epoch"),
+        }
+
+
+def run_folder_of(file: Path) -> Path:
+    """The run folder of ``<run>/checkpoints/<name>.ckpt`` (else the file's own folder)."""
+    return file.parent.parent if file.parent.name == "checkpoints" else file.parent
+
+
+def read_kept_model(ckpt_path: str | Path | None, task: str | None = None) -> KeptModel:
+    """``ckpt_path`` read as data and checked: its run folder has no link leading out, the
+    file is a train.py checkpoint of the project, of ``task`` when one is typed, with settings
+    prediction can use. Each refusal is one :class:`IsotuneError` naming the fix."""
+    if ckpt_path is None:
+        raise IsotuneError(
+            "ckpt_path is not set. Fix: python predict.py "
+            "ckpt_path=logs/runs/<run>/checkpoints/best.ckpt (or last.ckpt) of a train.py run."
+        )
+    file = Path(ckpt_path).expanduser()
+    folder = run_folder_of(file)
+    check_no_link_leaves(folder)
+    if not file.is_file():
+        check_a_model_was_kept(folder)
+    checkpoint = read_checkpoint(file, required=MODEL_KEYS, fix=FIX_PREDICT)
+    hyperparameters = checkpoint["hyper_parameters"]
+    sections = isinstance(hyperparameters, Mapping) and all(
+        isinstance(hyperparameters.get(key), Mapping) for key in MODEL_SECTIONS
+    )
+    if not sections:
+        raise IsotuneError(
+            f"{file} is not a checkpoint of this project: its hyper_parameters lack the "
+            f"sections {', '.join(MODEL_SECTIONS)} that train.py saves to rebuild its model. "
+            f"Fix: {FIX_PREDICT}."
+        )
+    spec = TaskSpec.from_config(hyperparameters["task"])
+    if task is not None and spec.name != task:
+        raise IsotuneError(
+            f"{file} holds a model of task {spec.name}, not {task}: it would predict {task}'s "
+            f"test set with {spec.name}'s labels. Fix: drop task= (the checkpoint's task is "
+            f"used), or point ckpt_path at a checkpoint of a {task} run."
+        )
+    data = _run_data_settings(checkpoint, folder, file)
+    return KeptModel(
+        file=file,
+        run_folder=folder,
+        checkpoint=checkpoint,
+        task=spec,
+        max_length=_positive(data, "max_length", file),
+        eval_batch_size=_positive(data, "eval_batch_size", file),
+        precision=_precision(checkpoint, file),
+    )
+
+
+def check_no_link_leaves(folder: Path) -> None:
+    """A run folder whose links all stay inside it (a ``checkpoints -> ~someone/`` link would
+    have prediction read another's model as this run's)."""
+    leaving = links_leaving(folder) if folder.is_dir() else []
+    if leaving:
+        links = "; ".join(f"{link} -> {target}" for link, target in leaving[:3])
+        more = f" (and {len(leaving) - 3} more)" if len(leaving) > 3 else ""
+        raise IsotuneError(
+            f"The run folder {folder} holds symbolic links that lead out of it: {links}{more}, "
+            "so what prediction reads there would not be the run's own. Fix: replace each link "
+            "by a copy of what it points at (cp --remove-destination), then predict again."
+        )
+
+
+def check_a_model_was_kept(folder: Path) -> None:
+    """A run folder whose run completed keeping no model (``checkpoint.keep=none``): say so and
+    name the command that trains exactly that run again keeping one. Else the checkpoint
+    reader's own message stands."""
+    try:
+        record = read_results(folder / RESULTS_FILE)
+    except (OSError, ValueError):
+        return
+    if record.get("status") == "completed" and record.get("best_checkpoint") is None:
+        raise IsotuneError(
+            f"The run in {folder} kept no model to predict with: it completed with "
+            "checkpoint.keep=none (best_checkpoint: null in its results.json). Fix: train that "
+            f"run again keeping its best model: {command_keeping_a_model(record)}; then python "
+            "predict.py ckpt_path=<its folder>/checkpoints/best.ckpt."
+        )
+
+
+def _run_data_settings(checkpoint: Mapping[str, Any], folder: Path, file: Path) -> Mapping:
+    """The run's ``data`` settings: from the checkpoint's saved config, else (a checkpoint older
+    than it) from ``<run>/.hydra/config.yaml`` read as YAML data."""
+    saved = checkpoint.get(CONFIG_KEY)
+    if isinstance(saved, Mapping) and isinstance(saved.get("data"), Mapping):
+        return saved["data"]
+    config = folder / ".hydra" / "config.yaml"
+    try:
+        data = yaml.safe_load(config.read_text())["data"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        data = None
+    if not isinstance(data, Mapping):
+        raise IsotuneError(
+            f"{file} carries no run config (older than train.py's saved config), and "
+            f"{config} gives no data settings, so the run's max_length is unknown. Fix: "
+            "predict from the checkpoint inside its run folder (with its .hydra/config.yaml)."
+        )
+    return data
+
+
+def _positive(data: Mapping, key: str, file: Path) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise IsotuneError(
+            f"The run config of {file} gives data.{key}={value!r}, not a positive integer, so "
+            f"it is not a run of this project's train.py. Fix: {FIX_PREDICT}."
+        )
+    return value
+
+
+def _precision(checkpoint: Mapping[str, Any], file: Path) -> str:
+    """The run's ``trainer.precision`` (32-true for a checkpoint without it), one Lightning
+    knows: predictions at another precision differ in the last digits."""
+    saved = checkpoint.get(CONFIG_KEY)
+    trainer = saved.get("trainer") if isinstance(saved, Mapping) else None
+    value = str(trainer.get("precision", "32-true")) if isinstance(trainer, Mapping) else "32-true"
+    value = LEGACY_PRECISIONS.get(value, value)
+    if value not in PRECISIONS:
+        raise IsotuneError(
+            f"The run config of {file} gives trainer.precision={value!r}, which is none of "
+            f"Lightning's {', '.join(PRECISIONS)}, so it is not a run of this project's train.py. "
+            f"Fix: {FIX_PREDICT}."
+        )
+    return value
