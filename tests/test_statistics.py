@@ -277,7 +277,9 @@ def test_smallest_wilcoxon_p_and_the_sentence_under_the_table():
 
 
 def test_a_count_of_one_reads_in_the_singular():
-    assert seed_count_caveat(1).startswith("With 1 non-zero pair the smallest two-sided Wilcoxon p is 1")
+    assert seed_count_caveat(1).startswith(
+        "With 1 non-zero pair the smallest two-sided Wilcoxon p is 1"
+    )
     assert spearman([0.1, 0.2], [0.3, 0.4]).note == "2 points: a rank correlation needs at least 3."
     assert spearman([0.1], [0.3]).note == "1 point: a rank correlation needs at least 3."
     one_left = paired_comparison({0: 0.80, 1: 0.82, 2: 0.81}, {0: 0.80, 1: 0.85, 2: 0.79})

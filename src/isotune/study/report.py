@@ -5,13 +5,16 @@ clock, no host), so that a study stopped and continued ends with the same files 
 through:
 - ``study_report.md``, also printed at the end: per task, each arm's tuned value, held-out median
   and spread, failed runs, optimism, and its paired difference with the baseline arm (Holm over
-  the arms); across tasks, the differences side by side, their mean, the test over every (task,
-  report seed) pair and the average rank; the geometry beside the score; the caveats;
+  every arm on every task) with its power; across tasks, the differences side by side, their
+  mean, the test over every (task, report seed) pair and the average rank; the geometry beside
+  the score; the caveats; links to the figures;
 - ``study_results.yaml``: the same numbers as plain values;
 - ``study_runs.csv``: every run of every search;
 - ``expected_best_<task>.png`` (every arm's expected best over its trials, Dodge et al. 2019, on
-  one axis: which arm wins can depend on the budget) and ``held_out.png`` (each arm's held-out
-  score on each report seed, a seed's runs joined across arms: the pairs the tests compare).
+  one axis: which arm wins can depend on the budget; below :data:`MIN_TRIALS` trials, each
+  trial's value at its trial number instead, under its own title) and ``held_out.png`` (each
+  arm's held-out score on each report seed, a seed's runs joined across arms: the pairs the
+  tests compare).
 The statistics are :mod:`isotune.study.comparison`'s.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +47,7 @@ RESULTS_FILE = "study_results.yaml"
 RUNS_FILE = "study_runs.csv"
 HELD_OUT_FIGURE = "held_out"
 FEW_TASKS = 5  # below, an average over tasks rests on too few numbers to generalise
+MISSING = "n/a"  # a value not there: never `none`, which is the name of the baseline arm
 
 
 def write_study_report(
@@ -147,7 +152,14 @@ def report_text(
         lines += ["", f"## {task}", "", *_task_lines(task, outcomes, maximize, arms, per_task)]
     lines += ["", "## Across tasks", "", *_across_lines(tasks, across, baseline)]
     lines += ["", "## Geometry beside the score", "", *_geometry_lines(arms, correlations)]
+    lines += ["", "## Figures", "", *_figure_links(tasks)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _figure_links(tasks: Sequence[str]) -> list[str]:
+    """Links to the figures written beside the report (relative: the folder can move)."""
+    links = [f"- [{task}: tuning](expected_best_{task}.png)" for task in tasks]
+    return [*links, f"- [held-out score per seed]({HELD_OUT_FIGURE}.png)"]
 
 
 def _task_lines(
@@ -172,35 +184,57 @@ def _task_lines(
                 _params(row["best_params"]),
                 _f(row["tuned_value"]),
                 _spread(row),
-                f"{row['failed_to_learn']} / {row['without_score']} of {row['runs']}",
+                f"{row['failed_to_learn']} / {row['without_score']} of {row['report_runs']}",
                 _f(row["optimism"]),
                 ""
                 if c is None
                 else f"{_f(c['mean_difference'])}, {_interval(c['t_low'], c['t_high'])}",
                 "" if c is None else f"{_f(c['wilcoxon_p'])} ({_f(c['wilcoxon_p_holm'])})",
                 "" if c is None else f"{_f(c['ttest_p'])} ({_f(c['ttest_p_holm'])})",
+                "" if c is None else _f(c["detectable_difference"]),
+                "" if c is None else _count(c["pairs_needed"]),
             ]
         )
     header = [
         "arm", "best trial", "tuning value", "held out: median ± std [min, max]",
-        "failed to learn / no score", "optimism", "paired Δ: mean, 95% t interval",
-        "Wilcoxon p (Holm)", "t-test p (Holm)",
+        "report runs: failed to learn / no score", "optimism", "paired Δ: mean, 95% t interval",
+        "Wilcoxon p (Holm)", "t-test p (Holm)", "detectable Δ (80% power)",
+        "seeds to detect the mean Δ",
     ]  # fmt: skip
-    lines = [markdown_table(header, rows)]
-    short = [o for o in outcomes if o.task == task and not _curve(o, maximize)]
+    lines = [
+        "Held out: over the report seeds every arm of the task has. Holm: over "
+        f"{_family(per_task)}. Detectable Δ: the smallest true mean difference these pairs "
+        "detect with 80% power (two-sided paired t at 0.05, from the observed spread of the "
+        "differences); seeds to detect the mean Δ: how many report seeds would, if that spread "
+        "held (a planning figure from few pairs, not a promise).",
+        "",
+        markdown_table(header, rows),
+    ]
+    short = [o for o in outcomes if o.task == task and o.trial_values and not _curve(o, maximize)]
     if short:
         values = "; ".join(f"{o.arm}: {', '.join(_f(v) for v in o.trial_values)}" for o in short)
         lines += [
             "",
             f"Trial values (below {MIN_TRIALS} trials the expected best is not estimated, "
-            f"show_your_work's advice; a failed trial: none): {values}.",
+            f"show_your_work's advice; a failed trial: {MISSING}): {values}.",
         ]
     if compared is not None and len(compared):
         lines += ["", *(f"- {arm}: {note}" for arm, note in compared["note"].items() if note)]
-        n = int(max(compared["n"]))
-        if n:
-            lines.append(seed_count_caveat(n))
+        ranked = [int(k) for k in compared["wilcoxon_n"] if k]
+        if ranked:
+            lines.append(seed_count_caveat(min(ranked)))
     return lines
+
+
+def _family(per_task: pd.DataFrame) -> str:
+    families = per_task["holm_family"].unique() if len(per_task) else []
+    return families[0] if len(families) else "no comparison"
+
+
+def _count(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    return str(int(value))
 
 
 def _across_lines(tasks: Sequence[str], across: pd.DataFrame, baseline: str) -> list[str]:
@@ -282,17 +316,53 @@ def _g(value: Any) -> str:
 
 def _interval(low: Any, high: Any) -> str:
     if low is None or (isinstance(low, float) and math.isnan(low)):
-        return "none"
+        return MISSING
     return f"[{_f(low)}, {_f(high)}]"
 
 
 def _f(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "none"
+        return MISSING
     return f"{value:.{digits}f}"
 
 
-def _figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) -> None:
+@dataclass(frozen=True)
+class TuningSeries:
+    """One arm's line on a task's tuning figure: x and y, and whether it is an expected-best
+    curve (x: trials spent) or its trials' values (x: trial number)."""
+
+    arm: str
+    x: list[int]
+    y: list[float]
+    curve: bool
+
+
+def tuning_figure(task: str, outcomes: Sequence[ArmOutcome], maximize: bool) -> dict[str, Any]:
+    """What the task's tuning figure shows: each arm's expected best over trials spent (Dodge
+    et al. 2019) from :data:`MIN_TRIALS` trials, else its trials' values at their trial numbers;
+    the title and axes name what is drawn, so that values are never read as an expected best."""
+    series = []
+    for outcome in (o for o in outcomes if o.task == task):
+        curve = [best.mean for best in _curve(outcome, maximize)]
+        if curve:
+            series.append(TuningSeries(outcome.arm, list(range(1, len(curve) + 1)), curve, True))
+            continue
+        points = [(i, v) for i, v in enumerate(outcome.trial_values) if v is not None]
+        series.append(
+            TuningSeries(outcome.arm, [i for i, _ in points], [v for _, v in points], False)
+        )
+    if any(s.curve for s in series):
+        title = f"{task}: expected best over trials (Dodge et al. 2019)"
+        xlabel, ylabel = "trials spent (values: trial number)", "expected best dev score"
+    else:
+        title = f"{task}: each trial's tuning value (below {MIN_TRIALS} trials, no expected best)"
+        xlabel, ylabel = "trial", "tuning value (dev score)"
+    return {"title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series}
+
+
+def held_out_figure(outcomes: Sequence[ArmOutcome]) -> Any:
+    """Each arm's held-out score on each report seed, a seed's runs joined across arms (the
+    pairs the tests compare); the legend beside the panels, where it covers no point."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -300,28 +370,7 @@ def _figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) -> No
 
     tasks = list(dict.fromkeys(o.task for o in outcomes))
     arm_names = list(dict.fromkeys(o.arm for o in outcomes))
-    colours = {arm: plt.get_cmap("tab10")(i % 10) for i, arm in enumerate(arm_names)}
-    for task in tasks:
-        figure, axes = plt.subplots(figsize=(5, 3.5))
-        for outcome in (o for o in outcomes if o.task == task):
-            curve = [best.mean for best in _curve(outcome, maximize)]
-            if curve:
-                xs = range(1, len(curve) + 1)
-                axes.plot(xs, curve, marker="o", label=outcome.arm, color=colours[outcome.arm])
-                continue
-            values = [v for v in outcome.trial_values if v is not None]  # too few for a curve
-            xs = range(1, len(values) + 1)
-            axes.scatter(
-                xs, values, label=f"{outcome.arm} (trial values)", color=colours[outcome.arm]
-            )
-        axes.set_xlabel("trials spent")
-        axes.set_ylabel("expected best dev score")
-        axes.set_title(f"{task}: expected best over trials (Dodge et al. 2019)")
-        axes.legend(fontsize="small")
-        figure.tight_layout()
-        save_figure(figure, folder / f"expected_best_{task}.png")
-        plt.close(figure)
-    figure, panels = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.5), squeeze=False)
+    figure, panels = plt.subplots(1, len(tasks), figsize=(4 * len(tasks) + 1.5, 3.5), squeeze=False)
     for axes, task in zip(panels[0], tasks, strict=True):
         scores = {o.arm: o.held_out_scores() for o in outcomes if o.task == task}
         seeds = sorted({seed for by_seed in scores.values() for seed in by_seed})
@@ -331,7 +380,35 @@ def _figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) -> No
             axes.plot(xs, ys, marker="o", alpha=0.6, label=f"seed {seed}")
         axes.set_xticks(range(len(arm_names)), arm_names, rotation=30)
         axes.set_title(f"{task}: held-out score per seed")
-    panels[0][-1].legend(fontsize="small")
+    panels[0][-1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
     figure.tight_layout()
+    return figure
+
+
+def _figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arm_names = list(dict.fromkeys(o.arm for o in outcomes))
+    colours = {arm: plt.get_cmap("tab10")(i % 10) for i, arm in enumerate(arm_names)}
+    for task in dict.fromkeys(o.task for o in outcomes):
+        content = tuning_figure(task, outcomes, maximize)
+        figure, axes = plt.subplots(figsize=(5, 3.5))
+        for series in content["series"]:
+            colour = colours[series.arm]
+            if series.curve:
+                axes.plot(series.x, series.y, marker="o", label=series.arm, color=colour)
+            else:
+                axes.scatter(series.x, series.y, label=f"{series.arm} (trial values)", color=colour)
+        axes.set_xlabel(content["xlabel"])
+        axes.set_ylabel(content["ylabel"])
+        axes.set_title(content["title"], fontsize=9)
+        axes.legend(fontsize="small")
+        figure.tight_layout()
+        save_figure(figure, folder / f"expected_best_{task}.png")
+        plt.close(figure)
+    figure = held_out_figure(outcomes)
     save_figure(figure, folder / f"{HELD_OUT_FIGURE}.png")
     plt.close(figure)
