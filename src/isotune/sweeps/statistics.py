@@ -44,8 +44,8 @@ CONFIDENCE = 0.95  # of every interval; the tests are two-sided at 1 - CONFIDENC
 BOOTSTRAP_MIN_PAIRS = 10  # below, a bootstrap interval of the mean is too narrow
 BOOTSTRAP_RESAMPLES = 9999  # scipy's default; BCa needs many for stable tail quantiles
 POWER = 0.8  # of the minimum detectable difference and the pairs needed (Cohen's convention)
-# Scores are stored as float32: k / N computed and stored in float32 is off by up to 2^-23 of it.
-GRID_TOLERANCE = 2.0**-22  # a score on a 1/N grid: k within this share of k
+# Scores are stored as float32: k / N rounded once to float32 is off by at most 2^-24 of it.
+GRID_TOLERANCE = 2.0**-23  # a score on a 1/N grid: k within this share of k (twice the bound)
 FLOAT32_TOLERANCE = 2.0**-20  # off any grid, differences closer than this share of |score| tie
 MAX_EXAMPLES = 100_000  # the largest evaluation set whose 1/N grid ``score_resolution`` looks for
 SCORE_UNITS = (1.0, 100.0)  # scores as fractions, or as percentages (the sweep tables' points)
@@ -197,8 +197,8 @@ def score_resolution(scores: Sequence[float]) -> float | None:
 
     The grid is read from the scores themselves, so it needs no record of N: one score off the
     grid rules that N out. A grid found by chance is harmless: at small N the chance is
-    negligible (below 1e-12 for N < 1000 and 6 scores), and at large N its step is as fine as
-    float32's own error.
+    negligible (below 1e-12 for N < 1000 and 6 scores), and any grid that fits moves no score
+    by more than float32's own error (2^-23 of it).
     """
     values = np.abs(np.asarray(scores, dtype=float))
     if values.size == 0 or not np.isfinite(values).all():
