@@ -399,3 +399,15 @@ def test_missing_runs_of_a_search_point_at_its_trials_not_at_none():
     ]
     other = missing_section(["hydra_plugins.hydra_ax_sweeper.ax_sweeper.AxSweeper"])
     assert other.endswith("has no fixed list of jobs")
+
+
+def test_a_report_made_again_with_nothing_changed_is_left_as_it_was(sweeps, tmp_path):
+    """The 'checked <time>' line alone rewrote sweep_report.md, so regenerating a carried
+    folder dirtied the checkout (issue 52, item 3)."""
+    first = aggregate.aggregate(sweeps, now=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    report_path = aggregate.write_outputs(first, tmp_path)[2]
+    text, written = report_path.read_text(), report_path.stat().st_mtime_ns
+    later = aggregate.aggregate(sweeps, now=datetime(2026, 1, 2, tzinfo=timezone.utc))
+    aggregate.write_outputs(later, tmp_path)
+    assert report_path.read_text() == text and report_path.stat().st_mtime_ns == written
+    assert "(checked 2026-01-01T00:00:00+00:00)" in text
