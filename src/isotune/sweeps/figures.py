@@ -13,7 +13,6 @@ only draw.
 from __future__ import annotations
 
 import textwrap
-
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -196,9 +195,9 @@ def isotropy_vs_score_figure(
     rhos = {(r.measure, r.configuration): r for r in correlations.itertuples(index=False)}
     labels = {
         (measure, name): textwrap.fill(f"{name}: {_rho_text(rhos[measure, name])}", LEGEND_WIDTH)
-        for measure, name in points[["measure", "configuration"]].drop_duplicates().itertuples(
-            index=False
-        )
+        for measure, name in points[["measure", "configuration"]]
+        .drop_duplicates()
+        .itertuples(index=False)
     }
     lines = max(
         sum(label.count("\n") + 1 for (m, _), label in labels.items() if m == measure)
