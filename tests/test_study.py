@@ -895,3 +895,32 @@ def test_a_search_inside_a_study_points_to_the_study_report(tmp_path):
     text = search_report_text([trial], held_out, ExpectedBest.of([trial], True))
     assert "../../study_report.md" in text
     assert "not run" not in text and "No seed has a score for both" not in text
+
+
+def test_a_half_finished_study_reports_the_trials_its_journals_hold(tmp_path):
+    """Stopped after trial 0 of each arm, before any trials.csv: the aggregate printed
+    'Trial values: none: ; isobn: .' and '0 / 0 of 0' (issue 52, item 7)."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from isotune.search.outcomes import JobOutcome
+
+    outcomes = []
+    for arm, value in (("none", 0.61), ("isobn", 0.63)):
+        folder = tmp_path / "rte" / arm
+        folder.mkdir(parents=True)
+        storage = JournalStorage(JournalFileBackend(str(folder / JOURNAL_FILE)))
+        study = optuna.create_study(study_name=f"rte-{arm}", storage=storage, direction="maximize")
+        trial = study.ask()
+        jobs = [JobOutcome(folder / "trial-000" / "seed-1", 1, value, True, "completed", None)]
+        trial.set_user_attr("jobs", [job.as_record() for job in jobs])
+        study.tell(trial, value)
+        study.ask()  # trial 1 running when the study stopped: not a result
+        outcomes.append(read_arm(folder, "rte", arm, (101,)))
+    assert [o.trial_values for o in outcomes] == [(0.61,), (0.63,)]
+    assert [len(o.runs) for o in outcomes] == [1, 1] and not any(o.finished for o in outcomes)
+    text = write_study_report(tmp_path, outcomes, "none")
+    assert "none: 0.6100; isobn: 0.6300." in text
+    assert "not reported yet" in text and "0 / 0 of 0" not in text
+    assert "Searches without a held-out report yet: rte/none, rte/isobn." in text

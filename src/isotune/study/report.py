@@ -184,7 +184,9 @@ def _task_lines(
                 _params(row["best_params"]),
                 _f(row["tuned_value"]),
                 _spread(row),
-                f"{row['failed_to_learn']} / {row['without_score']} of {row['report_runs']}",
+                f"{row['failed_to_learn']} / {row['without_score']} of {row['report_runs']}"
+                if row["report_runs"]
+                else "not reported yet",
                 _f(row["optimism"]),
                 ""
                 if c is None
@@ -380,7 +382,8 @@ def held_out_figure(outcomes: Sequence[ArmOutcome]) -> Any:
             axes.plot(xs, ys, marker="o", alpha=0.6, label=f"seed {seed}")
         axes.set_xticks(range(len(arm_names)), arm_names, rotation=30)
         axes.set_title(f"{task}: held-out score per seed")
-    panels[0][-1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    if panels[0][-1].get_legend_handles_labels()[0]:  # no held-out run yet: no legend
+        panels[0][-1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
     figure.tight_layout()
     return figure
 
@@ -405,7 +408,8 @@ def _figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) -> No
         axes.set_xlabel(content["xlabel"])
         axes.set_ylabel(content["ylabel"])
         axes.set_title(content["title"], fontsize=9)
-        axes.legend(fontsize="small")
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(fontsize="small")
         figure.tight_layout()
         save_figure(figure, folder / f"expected_best_{task}.png")
         plt.close(figure)

@@ -3,7 +3,8 @@ held-out ones with the geometry of their classifier input at the best epoch.
 
 Read from the search's folder as :mod:`isotune.search.report` leaves it (``trials.csv``,
 ``optimization_results.yaml``, ``report/trial-<n>/seed-<s>/``); a search that has not reached its
-report yet gives what it has, and the study report says which searches are unfinished. A whole
+report yet gives the trials its Optuna journal holds, and the study report says which searches
+are unfinished. A whole
 study is read from its folder and its record alone (:func:`read_study`), so that its report can be
 made again from a folder carried anywhere, by any later code, without running anything.
 """
@@ -25,7 +26,7 @@ from isotune.search.outcomes import JobOutcome, read_outcome
 from isotune.search.report import RESULTS_FILE as SEARCH_RESULTS_FILE
 from isotune.search.report import TRIALS_FILE, TrialRow, spent_value
 from isotune.study.plan import TASK_KEY, override_values
-from isotune.sweeps.runs import SWEEP_FILE, Run, Sweep
+from isotune.sweeps.runs import JOURNAL_FILE, SWEEP_FILE, Run, Sweep
 from isotune.sweeps.tables import measure_key
 
 GEOMETRY = ("isoscore", "avg_cosine")  # of the classifier input at the best epoch
@@ -126,7 +127,7 @@ def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> 
     against the chosen trial's values, so that a file edited or left from another search is
     refused by name rather than reported as this arm's.
     """
-    trials = _trial_rows(folder / TRIALS_FILE)
+    trials = _trial_rows(folder)
     record = _read_yaml(folder / SEARCH_RESULTS_FILE)
     best, best_params = record.get("best_trial"), dict(record.get("best_params") or {})
     if best is not None:
@@ -161,11 +162,13 @@ def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> 
     )
 
 
-def _trial_rows(path: Path) -> list[TrialRow]:
-    """The trials of ``trials.csv`` in trial order, each with its jobs (a trial that ran none:
-    no job), as :mod:`isotune.search.report` wrote them."""
+def _trial_rows(folder: Path) -> list[TrialRow]:
+    """The search's finished trials in trial order, each with its jobs (a trial that ran none:
+    no job): ``trials.csv`` as :mod:`isotune.search.report` wrote it at the search's end, else,
+    for a search stopped before its end, the trials its journal holds."""
+    path = folder / TRIALS_FILE
     if not path.is_file():
-        return []
+        return _journal_rows(folder / JOURNAL_FILE)
     table = pd.read_csv(path)
     rows = []
     for number, jobs in table.groupby("trial", sort=True):
@@ -191,6 +194,35 @@ def _trial_rows(path: Path) -> list[TrialRow]:
             )
         )
     return rows
+
+
+def _journal_rows(path: Path) -> list[TrialRow]:
+    """The finished trials of the one study in the Optuna journal ``path`` (read only), with
+    the jobs the search kept in each trial's user attributes; none without a journal."""
+    if not path.is_file():
+        return []
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    names = optuna.get_all_study_names(storage)
+    if len(names) != 1:
+        raise IsotuneError(
+            f"{path} holds {len(names)} Optuna studies ({', '.join(names)}), where a search's "
+            "journal holds one: it is not a search's journal. Fix: move it out of the study."
+        )
+    return [
+        TrialRow(
+            number=trial.number,
+            state=trial.state.name,
+            values={},
+            value=trial.value if trial.state.name == "COMPLETE" else None,
+            jobs=[JobOutcome.from_record(job) for job in trial.user_attrs.get("jobs", [])],
+        )
+        for trial in optuna.load_study(study_name=names[0], storage=storage).trials
+        if trial.state.is_finished()
+    ]
 
 
 def _check_chosen(
