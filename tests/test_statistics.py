@@ -21,6 +21,7 @@ from isotune.sweeps.statistics import (
     signed_rank_p,
     smallest_wilcoxon_p,
     spearman,
+    stratified_spearman,
 )
 
 # t_{0.975, 4} from a table of Student's t: the 95% interval of 5 pairs
@@ -357,3 +358,36 @@ def test_pairs_needed_for_rte_cosreg_matches_the_noncentral_t():
     assert minimum_detectable_difference(1.48, needed) <= 1.01
     assert minimum_detectable_difference(1.48, needed - 1) > 1.01
     assert pairs_needed(0.0, 1.48) is None and pairs_needed(1.0, 0.0) == 2
+
+
+def test_stratified_spearman_sees_within_strata_what_pooling_hides():
+    # three arms: within each, the score rises with the measure (-1, 0, +1 about its median);
+    # across arms, the more isotropic arm scores lower, so the pooled rho is negative
+    x = [m + d for m in (0.0, 10.0, 20.0) for d in (-1.0, 0.0, 1.0)]
+    y = [m + d for m in (0.875, 0.5, 0.125) for d in (-0.0625, 0.0, 0.0625)]  # exact in binary
+    arms = [arm for arm in "abc" for _ in range(3)]
+    assert spearman(x, y).rho == pytest.approx(-0.8)
+    within = stratified_spearman(x, y, arms)
+    # centred, the three arms are the same three points: rho = 1; of the 3!^3 = 216 orderings
+    # within arms only all-identity (rho 1) and all-reversed (rho -1) are as extreme
+    assert within.rho == pytest.approx(1.0) and within.p == pytest.approx(2 / 216)
+    assert within.n == 9 and "exact permutation" in within.note
+
+
+def test_stratified_spearman_samples_permutations_above_the_exact_limit():
+    rng = np.random.default_rng(3)
+    arms = [arm for arm in range(4) for _ in range(5)]  # 5!^4 = 2e8 orderings: sampled
+    x = rng.normal(size=20)
+    y = x + 0.3 * rng.normal(size=20) + np.repeat([3.0, -3.0, 1.0, 0.0], 5)
+    within = stratified_spearman(x, y, arms, seed=0)
+    assert within.rho > 0.7 and within.p < 0.01 and "9999 permutations" in within.note
+    assert stratified_spearman(x, y, arms, seed=0) == within  # seeded: the same p
+    # no relation within strata: a p far from small
+    unrelated = stratified_spearman(x, rng.normal(size=20), arms)
+    assert unrelated.p > 0.05
+
+
+def test_stratified_spearman_leaves_out_single_point_strata_and_degenerate_input():
+    assert stratified_spearman([1, 2, 3], [1, 2, 3], ["a", "b", "c"]).rho is None
+    flat = stratified_spearman([1, 2, 3, 4], [5, 5, 6, 6], ["a", "a", "b", "b"])
+    assert flat.rho is None and "centred y constant" in flat.note

@@ -338,7 +338,10 @@ def test_the_geometry_beside_the_score_and_its_rank_correlation():
     assert arms.loc[("rte", "isobn"), "isoscore"] == pytest.approx(
         np.median(np.add(isoscores["rte"], 0.1))
     )
-    correlations = geometry_correlations(outcomes).set_index(["task", "measure"])
+    correlations = geometry_correlations(outcomes)
+    by_scope = {scope: table.set_index(["task", "measure"]) for scope, table in
+                correlations.groupby("scope")}  # fmt: skip
+    within, correlations = by_scope["within arms"], by_scope["pooled"]
     x = np.concatenate([np.add(isoscores["rte"], i / 10) for i in range(4)])
     y = np.concatenate(list(RTE.values()))
     row = correlations.loc[("rte", "isoscore")]
@@ -349,6 +352,16 @@ def test_the_geometry_beside_the_score_and_its_rank_correlation():
     pooled_y = np.concatenate([y - np.median(y), my - np.median(my)])
     pooled = correlations.loc[(ALL_TASKS, "avg_cosine")]
     assert pooled["rho"] == pytest.approx(stats.spearmanr(-pooled_x, pooled_y).statistic)
+    # within arms: each arm's values centred on its own medians, then ranked together
+    centred = [
+        (np.subtract(isoscores["rte"], np.median(isoscores["rte"])), np.subtract(s, np.median(s)))
+        for s in RTE.values()
+    ]
+    cx = np.round(np.concatenate([c[0] for c in centred]), 9)  # ties as the scores have them
+    cy = np.round(np.concatenate([c[1] for c in centred]), 9)
+    expected = stats.spearmanr(cx, cy).statistic
+    assert within.loc[("rte", "isoscore"), "rho"] == pytest.approx(expected)
+    assert within.loc[("rte", "isoscore"), "n"] == 24
 
 
 # ---- the report, from search folders ----
@@ -882,6 +895,8 @@ def test_a_report_with_a_missing_value_prints_na_and_links_its_figures(tmp_path)
     assert "- [rte: tuning](expected_best_rte.png)" in text
     assert "- [held-out score per seed](held_out.png)" in text
     assert (tmp_path / "expected_best_rte.png").is_file() and (tmp_path / "held_out.png").is_file()
+    assert "- [geometry against the score within arms](geometry_within_arms.png)" in text
+    assert (tmp_path / "geometry_within_arms.png").is_file()
 
 
 def test_a_search_inside_a_study_points_to_the_study_report(tmp_path):

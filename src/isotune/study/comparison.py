@@ -19,13 +19,14 @@ tasks, and the geometry beside the score.
 - Geometry: each arm's median IsoScore and average cosine of the classifier input over its
   held-out runs, per task, and Spearman's rho of each measure against the score over the held-out
   runs of every arm, per task and over all tasks (each run's measure and score as its difference
-  from its task's median, so that a task's level is no correlation).
+  from its task's median, so that a task's level is no correlation), pooled over the arms and
+  within arms (see :func:`geometry_correlations`).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,11 +34,13 @@ from scipy import stats
 
 from isotune.study.results import GEOMETRY, ArmOutcome
 from isotune.sweeps.statistics import (
+    Correlation,
     holm,
     minimum_detectable_difference,
     paired_comparison,
     pairs_needed,
     spearman,
+    stratified_spearman,
 )
 
 HOLM_FAMILY = "every arm against the baseline arm on every task"
@@ -210,30 +213,49 @@ def across_tasks(
     return pd.DataFrame(rows, dtype=object)
 
 
+POOLED, WITHIN_ARMS = "pooled", "within arms"  # the two scopes of a geometry correlation
+
+
 def geometry_correlations(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
-    """Spearman's rho of each geometry measure against the score over the held-out runs of every
-    arm: per task, and over all tasks with each value centred on its task's median."""
+    """Spearman's rho of each geometry measure against the score over the held-out runs, per
+    task and over all tasks (each value centred on its task's median), in two scopes: pooled
+    over the arms, and within arms (:func:`stratified_spearman`: centred on each (task, arm)'s
+    median, p from orderings within each (task, arm)). The pooled rho mixes what sets arms
+    apart with run-to-run variation; the within-arm one asks whether, under one arm's settings,
+    a more isotropic run scored better."""
     rows = []
-    pooled: dict[str, tuple[list[float], list[float]]] = {m: ([], []) for m in GEOMETRY}
+    every: dict[str, list[tuple[float, float, tuple[str, str]]]] = {m: [] for m in GEOMETRY}
     for task, arms in _by_task(outcomes).items():
-        runs = [run for outcome in arms.values() for run in outcome.held_out]
         for measure in GEOMETRY:
-            points = [
-                (run.geometry[measure], run.score)
-                for run in runs
-                if run.score is not None and measure in run.geometry
-            ]
-            x = [float(p[0]) for p in points]
-            y = [float(p[1]) for p in points]
-            rows.append(_correlation_row(task, measure, x, y))
+            points = geometry_points(arms.values(), measure)
+            x, y = [p[0] for p in points], [p[1] for p in points]
+            rows.append(_correlation_row(task, measure, POOLED, spearman(x, y)))
+            within = stratified_spearman(x, y, [p[2] for p in points])
+            rows.append(_correlation_row(task, measure, WITHIN_ARMS, within))
             if points:
-                pooled[measure][0].extend(np.subtract(x, np.median(x)).tolist())
-                pooled[measure][1].extend(np.subtract(y, np.median(y)).tolist())
-    for measure, (x, y) in pooled.items():
-        rows.append(_correlation_row(ALL_TASKS, measure, x, y))
+                mx, my = np.median(x), np.median(y)
+                every[measure] += [(px - mx, py - my, (task, arm)) for px, py, arm in points]
+    for measure, points in every.items():
+        x, y = [p[0] for p in points], [p[1] for p in points]
+        rows.append(_correlation_row(ALL_TASKS, measure, POOLED, spearman(x, y)))
+        within = stratified_spearman(x, y, [p[2] for p in points])
+        rows.append(_correlation_row(ALL_TASKS, measure, WITHIN_ARMS, within))
     return pd.DataFrame(rows, dtype=object)
 
 
-def _correlation_row(task: str, measure: str, x: list[float], y: list[float]) -> dict:
-    rho, p, n, note = spearman(x, y)
-    return {"task": task, "measure": measure, "n": n, "rho": rho, "p": p, "note": note}
+def geometry_points(outcomes: Iterable[ArmOutcome], measure: str) -> list[tuple[float, float, str]]:
+    """(measure, score, arm) of every held-out run with both."""
+    return [
+        (float(run.geometry[measure]), float(run.score), outcome.arm)
+        for outcome in outcomes
+        for run in outcome.held_out
+        if run.score is not None and measure in run.geometry
+    ]
+
+
+def _correlation_row(task: str, measure: str, scope: str, correlation: Correlation) -> dict:
+    rho, p, n, note = correlation
+    return {
+        "task": task, "measure": measure, "scope": scope, "n": n, "rho": rho, "p": p,
+        "note": note,
+    }  # fmt: skip

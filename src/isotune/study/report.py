@@ -26,15 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from isotune.atomic_files import save_figure, write_text
 from isotune.search.expected_best import MIN_TRIALS, expected_best_curve
 from isotune.study.comparison import (
+    WITHIN_ARMS,
     across_tasks,
     arm_table,
     geometry_correlations,
+    geometry_points,
     task_comparisons,
 )
 from isotune.study.results import GEOMETRY, ArmOutcome, read_study, runs_table
@@ -46,6 +49,7 @@ REPORT_FILE = "study_report.md"
 RESULTS_FILE = "study_results.yaml"
 RUNS_FILE = "study_runs.csv"
 HELD_OUT_FIGURE = "held_out"
+WITHIN_FIGURE = "geometry_within_arms"
 FEW_TASKS = 5  # below, an average over tasks rests on too few numbers to generalise
 MISSING = "n/a"  # a value not there: never `none`, which is the name of the baseline arm
 
@@ -109,7 +113,10 @@ def study_outputs(folder: Path) -> tuple[str, dict[str, Path]] | None:
     path = folder / REPORT_FILE
     if not path.is_file():
         return None
-    drawn = [*sorted(folder.glob("expected_best_*.png")), folder / f"{HELD_OUT_FIGURE}.png"]
+    drawn = [
+        *sorted(folder.glob("expected_best_*.png")),
+        *(folder / f"{name}.png" for name in (HELD_OUT_FIGURE, WITHIN_FIGURE)),
+    ]
     return path.read_text(), {p.stem: p for p in drawn if p.is_file()}
 
 
@@ -159,7 +166,11 @@ def report_text(
 def _figure_links(tasks: Sequence[str]) -> list[str]:
     """Links to the figures written beside the report (relative: the folder can move)."""
     links = [f"- [{task}: tuning](expected_best_{task}.png)" for task in tasks]
-    return [*links, f"- [held-out score per seed]({HELD_OUT_FIGURE}.png)"]
+    return [
+        *links,
+        f"- [held-out score per seed]({HELD_OUT_FIGURE}.png)",
+        f"- [geometry against the score within arms]({WITHIN_FIGURE}.png)",
+    ]
 
 
 def _task_lines(
@@ -287,18 +298,25 @@ def _geometry_lines(arms: pd.DataFrame, correlations: pd.DataFrame) -> list[str]
     ]
     header = ["task", "arm", "IsoScore (isotropic: 1)", "average cosine (isotropic: 0)", "score"]
     corr_rows = [
-        [row["task"], row["measure"], row["n"], _f(row["rho"], 2), _f(row["p"]), row["note"]]
+        [
+            row["task"], row["measure"], row["scope"], row["n"], _f(row["rho"], 2), _f(row["p"]),
+            row["note"],
+        ]
         for row in correlations.to_dict("records")
-    ]
+    ]  # fmt: skip
     return [
         "The classifier input at the best epoch: each arm's median over its held-out runs.",
         "",
         markdown_table(header, rows),
         "",
         "Spearman's rho of each measure against the score over the held-out runs of every arm "
-        "(all tasks: each value centred on its task's median):",
+        "(all tasks: each value centred on its task's median). Pooled: over the arms together, "
+        "which mixes what sets arms apart with run-to-run variation. Within arms: each value "
+        "centred on its (task, arm)'s median and the p from orderings of the scores within each "
+        f"(task, arm): does a more isotropic run of one arm score better? ({WITHIN_FIGURE}.png "
+        "shows it.) Exploratory: no multiplicity adjustment.",
         "",
-        markdown_table(["task", "measure", "runs", "rho", "p", "note"], corr_rows),
+        markdown_table(["task", "measure", "scope", "runs", "rho", "p", "note"], corr_rows),
     ]
 
 
@@ -416,3 +434,45 @@ def _figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) -> No
     figure = held_out_figure(outcomes)
     save_figure(figure, folder / f"{HELD_OUT_FIGURE}.png")
     plt.close(figure)
+    figure = within_arms_figure(outcomes, colours)
+    save_figure(figure, folder / f"{WITHIN_FIGURE}.png")
+    plt.close(figure)
+
+
+def within_arms_figure(outcomes: Sequence[ArmOutcome], colours: dict[str, Any]) -> Any:
+    """A panel per (task, measure): each held-out run's measure and score centred on its arm's
+    medians, coloured by arm, with the within-arm rho and permutation p in the title: the
+    points the within-arm test ranks."""
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(o.task for o in outcomes))
+    correlations = geometry_correlations(outcomes)
+    within = correlations.loc[correlations["scope"] == WITHIN_ARMS].set_index(["task", "measure"])
+    figure, panels = plt.subplots(
+        len(tasks), len(GEOMETRY), figsize=(4.2 * len(GEOMETRY), 3.4 * len(tasks)), squeeze=False
+    )
+    for row, task in zip(panels, tasks, strict=True):
+        arms = [o for o in outcomes if o.task == task]
+        for axes, measure in zip(row, GEOMETRY, strict=True):
+            for outcome in arms:
+                points = geometry_points([outcome], measure)
+                if len(points) < 2:
+                    continue
+                x, y = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+                axes.scatter(
+                    x - np.median(x), y - np.median(y), color=colours[outcome.arm],
+                    label=outcome.arm, alpha=0.8,
+                )  # fmt: skip
+            result = within.loc[(task, measure)]
+            axes.set_title(
+                f"{task}: within arms rho {_f(result['rho'], 2)}, p {_f(result['p'], 3)}",
+                fontsize=9,
+            )
+            axes.set_xlabel(f"{measure} − arm median")
+            axes.set_ylabel("score − arm median")
+            axes.axhline(0, color="grey", lw=0.5)
+            axes.axvline(0, color="grey", lw=0.5)
+            if axes.get_legend_handles_labels()[0]:
+                axes.legend(fontsize="small")
+    figure.tight_layout()
+    return figure

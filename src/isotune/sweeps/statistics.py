@@ -38,6 +38,7 @@ __all__ = [
     "signed_rank_p",
     "smallest_wilcoxon_p",
     "spearman",
+    "stratified_spearman",
 ]
 
 CONFIDENCE = 0.95  # of every interval; the tests are two-sided at 1 - CONFIDENCE
@@ -50,6 +51,8 @@ FLOAT32_TOLERANCE = 2.0**-20  # off any grid, differences closer than this share
 MAX_EXAMPLES = 100_000  # the largest evaluation set whose 1/N grid ``score_resolution`` looks for
 SCORE_UNITS = (1.0, 100.0)  # scores as fractions, or as percentages (the sweep tables' points)
 EXACT_SPEARMAN_MAX_N = 8  # all 8! = 40320 orderings enumerated at most; above, the t approximation
+EXACT_PERMUTATIONS_MAX = 40320  # within-strata orderings enumerated at most; above, sampled
+PERMUTATION_SAMPLES = 9999  # sampled within-strata orderings: p = (1 + as extreme) / (1 + this)
 
 K = TypeVar("K", bound=Hashable)
 
@@ -398,3 +401,67 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> Correlation:
     rhos = ry[orderings] @ rx / math.sqrt((rx @ rx) * (ry @ ry))
     p = float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))  # orderings tied with rho count
     return Correlation(rho, p, n, "")
+
+
+def stratified_spearman(
+    x: Sequence[float], y: Sequence[float], strata: Sequence[Hashable], seed: int = 0
+) -> Correlation:
+    """Spearman's rho of ``x`` against ``y`` within strata, with a permutation p that keeps them.
+
+    Each value is centred on its stratum's median, so that a difference between strata (an
+    arm that is both more isotropic and better) is no correlation, and rho is that of the
+    centred values, taken at the values' resolution (``at_resolution``). Under the null, y is
+    exchangeable within a stratum only: the p is the share
+    of within-stratum orderings of y whose |rho| is at least the observed one, all of them when
+    there are at most ``EXACT_PERMUTATIONS_MAX``, else ``PERMUTATION_SAMPLES`` drawn with
+    ``seed`` (p = (1 + as extreme) / (1 + drawn), Phipson & Smyth 2010). A stratum of one point
+    says nothing within itself and is left out; fewer than 3 points, or a constant centred x or
+    y, give rho = p = None with the reason.
+    """
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if not (a.shape == b.shape == (len(strata),)):
+        raise ValueError("x, y and strata must be 1-D of one length")
+    groups: dict[Hashable, list[int]] = {}
+    for i, stratum in enumerate(strata):
+        groups.setdefault(stratum, []).append(i)
+    groups = {k: v for k, v in groups.items() if len(v) > 1}
+    index = [i for members in groups.values() for i in members]
+    cx, cy = np.empty(len(index)), np.empty(len(index))
+    slices, start = [], 0
+    for members in groups.values():
+        cx[start : start + len(members)] = a[members] - np.median(a[members])
+        cy[start : start + len(members)] = b[members] - np.median(b[members])
+        slices.append(np.arange(start, start + len(members)))
+        start += len(members)
+    # centred values equal but for float noise (one example above its arm's median in two arms)
+    # are one value, as differences are (``at_resolution``): their tie is real. Doubled, since
+    # the median of an even stratum is a midpoint: 2 (x - median) is a difference of the grid.
+    cx = at_resolution(2 * cx, a[index].tolist()) / 2
+    cy = at_resolution(2 * cy, b[index].tolist()) / 2
+    n = len(index)
+    if n < 3:
+        return Correlation(
+            None, None, n, f"{counted(n, 'point')} in strata of 2 or more: rho needs at least 3."
+        )
+    constant = [name for name, v in (("x", cx), ("y", cy)) if np.all(v == v[0])]
+    if constant:
+        return Correlation(None, None, n, f"centred {' and '.join(constant)} constant.")
+    rx, ry = stats.rankdata(cx), stats.rankdata(cy)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    scale = math.sqrt((rx @ rx) * (ry @ ry))
+    rho = float(ry @ rx / scale)
+    orderings = math.prod(math.factorial(len(members)) for members in slices)
+    if orderings <= EXACT_PERMUTATIONS_MAX:
+        each = [list(itertools.permutations(members)) for members in slices]
+        permuted = np.array([np.concatenate(choice) for choice in itertools.product(*each)])
+        rhos = ry[permuted] @ rx / scale
+        p = float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))
+        return Correlation(rho, p, n, "centred in each stratum; exact permutation p within strata.")
+    rng = np.random.default_rng(seed)
+    as_extreme = 0
+    for _ in range(PERMUTATION_SAMPLES):
+        permuted = np.concatenate([rng.permutation(members) for members in slices])
+        as_extreme += abs(ry[permuted] @ rx / scale) >= abs(rho) - 1e-12
+    p = float((1 + as_extreme) / (1 + PERMUTATION_SAMPLES))
+    note = f"centred in each stratum; p from {PERMUTATION_SAMPLES} permutations within strata."
+    return Correlation(rho, p, n, note)
