@@ -13,11 +13,15 @@ from scipy import stats
 
 from isotune.sweeps.statistics import (
     holm,
+    minimum_detectable_difference,
     paired_comparison,
+    pairs_needed,
+    score_resolution,
     seed_count_caveat,
     signed_rank_p,
     smallest_wilcoxon_p,
     spearman,
+    stratified_spearman,
 )
 
 # t_{0.975, 4} from a table of Student's t: the 95% interval of 5 pairs
@@ -77,15 +81,15 @@ def test_better_on_every_seed_by_varied_margins():
     assert comparison.unpaired_seeds == () and comparison.note == ""
 
 
-def test_equal_on_every_seed_is_degenerate_stated_and_never_nan():
+def test_equal_on_every_seed_is_p_one_stated_and_never_nan():
     comparison = paired_comparison(BASELINE, dict(BASELINE))
     assert comparison.differences == (0.0,) * 5
     assert comparison.median_difference == 0.0 and comparison.mean_difference == 0.0
     assert comparison.t_interval == (0.0, 0.0) and comparison.excludes_zero is False
-    assert comparison.ttest_p is None and comparison.wilcoxon_p is None
+    # no sign of a difference: p = 1, so that the comparison counts in Holm's family
+    assert comparison.ttest_p == 1.0 and comparison.wilcoxon_p == 1.0
     assert comparison.wilcoxon_n == 0 and comparison.bootstrap_interval is None
-    assert "interval is the point [0, 0]" in comparison.note
-    assert "no pair to rank" in comparison.note
+    assert comparison.note == "Equal to the baseline on all 5 seeds: p = 1 for both tests."
     assert_no_nan(comparison)
 
 
@@ -194,16 +198,25 @@ def test_non_finite_score_is_refused():
 
 def test_holm_on_a_hand_worked_example():
     adjusted, comparisons = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005, "e": None})
-    # sorted: d 0.005, a 0.01, c 0.03, b 0.04; times 4, 3, 2, 1: 0.02, 0.03, 0.06, 0.04;
-    # running maximum: 0.02, 0.03, 0.06, 0.06
-    assert comparisons == 4
-    assert adjusted == pytest.approx({"d": 0.02, "a": 0.03, "c": 0.06, "b": 0.06, "e": None})
+    # e (no test) ranks as 1: sorted d 0.005, a 0.01, c 0.03, b 0.04, e; times 5, 4, 3, 2:
+    # 0.025, 0.04, 0.09, 0.08; running maximum: 0.025, 0.04, 0.09, 0.09
+    assert comparisons == 5
+    assert adjusted == pytest.approx({"d": 0.025, "a": 0.04, "c": 0.09, "b": 0.09, "e": None})
 
 
-def test_holm_caps_at_one_and_counts_nothing_without_p():
+def test_holm_caps_at_one_and_counts_a_comparison_without_p_in_its_family():
     assert holm({"x": 0.6, "y": 0.7}) == ({"x": 1.0, "y": 1.0}, 2)
-    assert holm({"x": None}) == ({"x": None}, 0)
+    assert holm({"x": None}) == ({"x": None}, 1)
     assert holm({}) == ({}, 0)
+    # an untestable comparison is still a question asked: m = 2, so 0.01 becomes 0.02
+    assert holm({"tested": 0.01, "no spread": None}) == ({"tested": 0.02, "no spread": None}, 2)
+
+
+def test_holm_family_holds_an_arm_equal_to_its_baseline_at_p_one():
+    better = paired_comparison(BASELINE, shifted(BASELINE, [0.01, 0.02, 0.015, 0.03, 0.025]))
+    equal = paired_comparison(BASELINE, dict(BASELINE))
+    adjusted, m = holm({"better": better.wilcoxon_p, "equal": equal.wilcoxon_p})
+    assert m == 2 and adjusted == {"better": 0.125, "equal": 1.0}  # 2 x 0.0625, then 1
 
 
 def test_spearman_monotone_relation_is_one_with_an_exact_p():
@@ -252,17 +265,129 @@ def test_smallest_wilcoxon_p_and_the_sentence_under_the_table():
     with pytest.raises(ValueError):
         smallest_wilcoxon_p(0)
     assert seed_count_caveat(5) == (
-        "With 5 pairs the smallest two-sided Wilcoxon p is 0.0625, so "
+        "With 5 non-zero pairs the smallest two-sided Wilcoxon p is 0.0625, so "
         "'not significant' there is not 'no effect'."
     )
     assert seed_count_caveat(6).startswith(
-        "With 6 pairs the smallest two-sided Wilcoxon p is 0.03125"
+        "With 6 non-zero pairs the smallest two-sided Wilcoxon p is 0.03125"
+    )
+    # RTE's cosreg against none: 5 seeds, one tied, so 4 pairs ranked and a floor of 0.125
+    assert seed_count_caveat(4).startswith(
+        "With 4 non-zero pairs the smallest two-sided Wilcoxon p is 0.125"
     )
 
 
 def test_a_count_of_one_reads_in_the_singular():
-    assert seed_count_caveat(1).startswith("With 1 pair the smallest two-sided Wilcoxon p is 1")
+    assert seed_count_caveat(1).startswith(
+        "With 1 non-zero pair the smallest two-sided Wilcoxon p is 1"
+    )
     assert spearman([0.1, 0.2], [0.3, 0.4]).note == "2 points: a rank correlation needs at least 3."
     assert spearman([0.1], [0.3]).note == "1 point: a rank correlation needs at least 3."
     one_left = paired_comparison({0: 0.80, 1: 0.82, 2: 0.81}, {0: 0.80, 1: 0.85, 2: 0.79})
     assert "1 zero difference left out of the Wilcoxon test, which uses 2 pairs." in one_left.note
+
+
+def float32_accuracy(correct: int, examples: int = 277) -> float:
+    """An accuracy as results.json stores it: k / N in float32, read back as a float."""
+    return float(np.float32(correct / examples))
+
+
+def test_differences_are_compared_at_the_accuracy_resolution():
+    # in examples of RTE's 277: +2, -2, +7, 0, +7. In float32, 144/277 - 142/277 and
+    # 142/277 - 140/277 differ by 6e-8, which broke the tie of |+2| and |-2|: p 0.25, where
+    # the tied p is 0.375
+    baseline = {seed: float32_accuracy(k) for seed, k in enumerate([142, 142, 150, 156, 160])}
+    other = {seed: float32_accuracy(k) for seed, k in enumerate([144, 140, 157, 156, 167])}
+    comparison = paired_comparison(baseline, other)
+    assert comparison.differences[0] == -comparison.differences[1] == pytest.approx(2 / 277)
+    assert comparison.wilcoxon_n == 4
+    assert comparison.wilcoxon_p == signed_rank_p([2, -2, 7, 7]) == 0.375
+
+
+def test_no_spread_at_the_metric_resolution_gives_an_undefined_t_test():
+    # one example better on every seed, stored as float32: a spread of 1e-8, not a p of 0
+    baseline = {seed: float32_accuracy(k) for seed, k in enumerate([140, 141, 165, 150, 160])}
+    other = {seed: float32_accuracy(k + 1) for seed, k in enumerate([140, 141, 165, 150, 160])}
+    comparison = paired_comparison(baseline, other)
+    assert comparison.ttest_p is None and "t-test is undefined" in comparison.note
+    assert comparison.t_interval == pytest.approx((1 / 277, 1 / 277))
+
+
+def test_off_any_grid_float32_noise_still_ties():
+    # F1 scores, on no grid: differences equal up to float32's error are one value
+    baseline = {0: 0.8424437046051025, 1: 0.8548123836517334, 2: 0.8557376861572266}
+    other = {s: float(np.float32(v + 0.0123)) for s, v in baseline.items()}
+    comparison = paired_comparison(baseline, other)
+    assert len(set(comparison.differences)) == 1 and comparison.ttest_p is None
+
+
+def test_score_resolution_reads_the_grid_from_the_scores():
+    assert score_resolution([float32_accuracy(k) for k in (140, 151, 166)]) == 1 / 277
+    assert score_resolution([100 * float32_accuracy(k) for k in (140, 151, 166)]) == 100 / 277
+    f1 = [0.8424437046051025, 0.8548123836517334, 0.865517258644104, 0.8557376861572266]
+    assert score_resolution(f1) is None  # MRPC's F1 of the study's baseline: on no grid
+    assert score_resolution(f1[:3]) is None
+    # values off a grid by float64 arithmetic's 1e-7, more than float32's error: no grid
+    assert score_resolution([0.6 + 1.3e-7, 0.5, 0.55]) is None
+    assert score_resolution([]) is None
+
+
+def noncentral_t_power(effect: float, spread: float, pairs: int, alpha: float = 0.05) -> float:
+    """The exact power of a two-sided paired t-test (noncentral t, independent of the
+    quantile formula under test): P(|T| > t_crit) with T ~ t(n-1, effect sqrt(n) / spread)."""
+    df, shift = pairs - 1, effect * math.sqrt(pairs) / spread
+    critical = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+
+
+@pytest.mark.parametrize("pairs", [5, 10, 20, 40])
+def test_minimum_detectable_difference_has_about_eighty_percent_power(pairs):
+    detectable = minimum_detectable_difference(1.48, pairs)
+    # the t-quantile formula is an approximation: its power is 0.8 within a few points
+    assert noncentral_t_power(detectable, 1.48, pairs) == pytest.approx(0.8, abs=0.03)
+    assert minimum_detectable_difference(1.48, 1) is None
+
+
+def test_pairs_needed_for_rte_cosreg_matches_the_noncentral_t():
+    # power.md: mean 1.01, s 1.48 points; MDE about 2.4 at 5 pairs, about 1.0 at 20
+    assert minimum_detectable_difference(1.48, 5) == pytest.approx(2.4, abs=0.1)
+    assert minimum_detectable_difference(1.48, 20) == pytest.approx(1.0, abs=0.05)
+    needed = pairs_needed(1.01, 1.48)
+    exact = next(n for n in range(2, 200) if noncentral_t_power(1.01, 1.48, n) >= 0.8)
+    assert abs(needed - exact) <= 1 and needed == pytest.approx(20, abs=2)
+    assert minimum_detectable_difference(1.48, needed) <= 1.01
+    assert minimum_detectable_difference(1.48, needed - 1) > 1.01
+    assert pairs_needed(0.0, 1.48) is None and pairs_needed(1.0, 0.0) == 2
+
+
+def test_stratified_spearman_sees_within_strata_what_pooling_hides():
+    # three arms: within each, the score rises with the measure (-1, 0, +1 about its median);
+    # across arms, the more isotropic arm scores lower, so the pooled rho is negative
+    x = [m + d for m in (0.0, 10.0, 20.0) for d in (-1.0, 0.0, 1.0)]
+    y = [m + d for m in (0.875, 0.5, 0.125) for d in (-0.0625, 0.0, 0.0625)]  # exact in binary
+    arms = [arm for arm in "abc" for _ in range(3)]
+    assert spearman(x, y).rho == pytest.approx(-0.8)
+    within = stratified_spearman(x, y, arms)
+    # centred, the three arms are the same three points: rho = 1; of the 3!^3 = 216 orderings
+    # within arms only all-identity (rho 1) and all-reversed (rho -1) are as extreme
+    assert within.rho == pytest.approx(1.0) and within.p == pytest.approx(2 / 216)
+    assert within.n == 9 and "exact permutation" in within.note
+
+
+def test_stratified_spearman_samples_permutations_above_the_exact_limit():
+    rng = np.random.default_rng(3)
+    arms = [arm for arm in range(4) for _ in range(5)]  # 5!^4 = 2e8 orderings: sampled
+    x = rng.normal(size=20)
+    y = x + 0.3 * rng.normal(size=20) + np.repeat([3.0, -3.0, 1.0, 0.0], 5)
+    within = stratified_spearman(x, y, arms, seed=0)
+    assert within.rho > 0.7 and within.p < 0.01 and "9999 permutations" in within.note
+    assert stratified_spearman(x, y, arms, seed=0) == within  # seeded: the same p
+    # no relation within strata: a p far from small
+    unrelated = stratified_spearman(x, rng.normal(size=20), arms)
+    assert unrelated.p > 0.05
+
+
+def test_stratified_spearman_leaves_out_single_point_strata_and_degenerate_input():
+    assert stratified_spearman([1, 2, 3], [1, 2, 3], ["a", "b", "c"]).rho is None
+    flat = stratified_spearman([1, 2, 3, 4], [5, 5, 6, 6], ["a", "a", "b", "b"])
+    assert flat.rho is None and "centred y constant" in flat.note

@@ -47,7 +47,9 @@ from isotune.study.report import (
     REPORT_FILE,
     RESULTS_FILE,
     RUNS_FILE,
+    held_out_figure,
     report_text,
+    tuning_figure,
     write_study_report,
     write_study_reports,
 )
@@ -215,21 +217,59 @@ def _signed_rank_by_enumeration(d):
 
 def test_each_arm_against_the_baseline_on_a_task_matches_scipys_paired_tests():
     table = task_comparisons(_study(), "none")
-    rte = table.loc[table["task"] == "rte"].set_index("arm")
     p_wilcoxon, p_t = [], []
-    for arm in ("isobn", "cosreg", "whitening"):
-        d = np.subtract(RTE[arm], RTE["none"])
-        row = rte.loc[arm]
-        assert row["n"] == 6 and row["mean_difference"] == pytest.approx(d.mean())
-        half = stats.t.ppf(0.975, 5) * d.std(ddof=1) / math.sqrt(6)
-        assert (row["t_low"], row["t_high"]) == pytest.approx((d.mean() - half, d.mean() + half))
-        assert row["ttest_p"] == pytest.approx(stats.ttest_rel(RTE[arm], RTE["none"]).pvalue)
-        exact = _signed_rank_by_enumeration(np.round(d, 9))
-        assert row["wilcoxon_p"] == pytest.approx(exact)
-        p_wilcoxon.append(exact)
-        p_t.append(row["ttest_p"])
-    assert list(rte["wilcoxon_p_holm"]) == pytest.approx(list(_holm_step_down(p_wilcoxon)))
-    assert list(rte["ttest_p_holm"]) == pytest.approx(list(_holm_step_down(p_t)))
+    for task, scores in (("rte", RTE), ("mrpc", MRPC)):
+        rows = table.loc[table["task"] == task].set_index("arm")
+        for arm in ("isobn", "cosreg", "whitening"):
+            d = np.subtract(scores[arm], scores["none"])
+            row = rows.loc[arm]
+            assert row["n"] == 6 and row["mean_difference"] == pytest.approx(d.mean())
+            half = stats.t.ppf(0.975, 5) * d.std(ddof=1) / math.sqrt(6)
+            assert (row["t_low"], row["t_high"]) == pytest.approx(
+                (d.mean() - half, d.mean() + half)
+            )
+            assert row["ttest_p"] == pytest.approx(
+                stats.ttest_rel(scores[arm], scores["none"]).pvalue
+            )
+            exact = _signed_rank_by_enumeration(np.round(d, 9))
+            assert row["wilcoxon_p"] == pytest.approx(exact)
+            p_wilcoxon.append(exact)
+            p_t.append(row["ttest_p"])
+    # one family: every arm on every task, as the folder's paired_statistics.csv adjusts over
+    assert list(table["wilcoxon_p_holm"]) == pytest.approx(list(_holm_step_down(p_wilcoxon)))
+    assert list(table["ttest_p_holm"]) == pytest.approx(list(_holm_step_down(p_t)))
+    assert set(table["holm_family"]) == {"every arm against the baseline arm on every task (6)"}
+
+
+def test_power_of_each_comparison_from_the_spread_of_its_differences():
+    table = task_comparisons(_study(), "none").set_index(["task", "arm"])
+    d = np.subtract(RTE["cosreg"], RTE["none"])
+    s = d.std(ddof=1)
+    row = table.loc["rte", "cosreg"]
+    quantiles = stats.t.ppf(0.975, 5) + stats.t.ppf(0.8, 5)
+    assert row["detectable_difference"] == pytest.approx(quantiles * s / math.sqrt(6))
+    needed = row["pairs_needed"]
+    assert needed > 6  # its mean of -0.0133 is below what 6 pairs detect
+    detectable = [stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.8, n - 1) for n in (needed - 1, needed)]
+    assert detectable[0] * s / math.sqrt(needed - 1) > abs(d.mean())
+    assert detectable[1] * s / math.sqrt(needed) <= abs(d.mean())
+
+
+def test_an_arm_equal_to_the_baseline_counts_in_holms_family_at_p_one():
+    scores = dict(zip(SEEDS, RTE["none"], strict=True))
+    gains = [0.01, 0.02, 0.015, 0.03, 0.025, 0.035]
+    better = dict(zip(SEEDS, np.add(RTE["none"], gains), strict=True))
+    table = task_comparisons(
+        [
+            _outcome("rte", "none", scores),
+            _outcome("rte", "isobn", dict(scores)),
+            _outcome("rte", "cosreg", better),
+        ],
+        "none",
+    ).set_index("arm")
+    assert table.loc["isobn", "wilcoxon_p"] == 1.0 and table.loc["isobn", "ttest_p"] == 1.0
+    # 6 positive pairs: 2 / 2^6, doubled by a family of 2, not left alone in a family of 1
+    assert table.loc["cosreg", "wilcoxon_p_holm"] == pytest.approx(2 * 2 / 2**6)
 
 
 def test_across_tasks_the_differences_their_mean_the_pooled_test_and_the_ranks():
@@ -298,7 +338,10 @@ def test_the_geometry_beside_the_score_and_its_rank_correlation():
     assert arms.loc[("rte", "isobn"), "isoscore"] == pytest.approx(
         np.median(np.add(isoscores["rte"], 0.1))
     )
-    correlations = geometry_correlations(outcomes).set_index(["task", "measure"])
+    correlations = geometry_correlations(outcomes)
+    by_scope = {scope: table.set_index(["task", "measure"]) for scope, table in
+                correlations.groupby("scope")}  # fmt: skip
+    within, correlations = by_scope["within arms"], by_scope["pooled"]
     x = np.concatenate([np.add(isoscores["rte"], i / 10) for i in range(4)])
     y = np.concatenate(list(RTE.values()))
     row = correlations.loc[("rte", "isoscore")]
@@ -309,6 +352,16 @@ def test_the_geometry_beside_the_score_and_its_rank_correlation():
     pooled_y = np.concatenate([y - np.median(y), my - np.median(my)])
     pooled = correlations.loc[(ALL_TASKS, "avg_cosine")]
     assert pooled["rho"] == pytest.approx(stats.spearmanr(-pooled_x, pooled_y).statistic)
+    # within arms: each arm's values centred on its own medians, then ranked together
+    centred = [
+        (np.subtract(isoscores["rte"], np.median(isoscores["rte"])), np.subtract(s, np.median(s)))
+        for s in RTE.values()
+    ]
+    cx = np.round(np.concatenate([c[0] for c in centred]), 9)  # ties as the scores have them
+    cy = np.round(np.concatenate([c[1] for c in centred]), 9)
+    expected = stats.spearmanr(cx, cy).statistic
+    assert within.loc[("rte", "isoscore"), "rho"] == pytest.approx(expected)
+    assert within.loc[("rte", "isoscore"), "n"] == 24
 
 
 # ---- the report, from search folders ----
@@ -788,3 +841,101 @@ def test_a_task_whose_dev_split_is_not_validation_is_checked_by_its_own_files(tm
         check_task_offline("mnli", mnli, tmp_path)
     (tmp_path / "MNLI" / "dev_mismatched.tsv").write_text("x\n")
     check_task_offline("mnli", mnli, tmp_path)
+
+
+def test_failures_count_report_runs_and_medians_use_the_seeds_every_arm_has():
+    tuning = StudyRun("rte", "none", "tuning", 0, 1, 0.5, False, "completed")
+    none = _outcome("rte", "none", {101: 0.50, 102: 0.60, 103: 0.90})
+    none = ArmOutcome(
+        "rte", "none", none.best_params, None, (0.5,), (*none.runs, tuning)
+    )  # a tuning run that failed to learn: not one of the report's runs
+    isobn = _outcome("rte", "isobn", {101: 0.55, 102: 0.65})
+    table = arm_table([none, isobn]).set_index("arm")
+    assert table.loc["none", "failed_to_learn"] == 0 and table.loc["none", "report_runs"] == 3
+    # seed 103 has no isobn run: none's median is over 101 and 102, as its rank is
+    assert table.loc["none", "held_out_median"] == pytest.approx(0.55)
+    assert average_ranks([none, isobn]) == {"isobn": 1.0, "none": 2.0}
+
+
+def test_below_five_trials_the_tuning_figure_shows_values_at_their_trial_numbers():
+    outcome = _outcome("rte", "none", {101: 0.5}, trials=(0.6, None, 0.58))
+    content = tuning_figure("rte", [outcome], maximize=True)
+    assert "Dodge" not in content["title"] and "expected best" not in content["ylabel"]
+    (series,) = content["series"]
+    assert (series.x, series.y, series.curve) == ([0, 2], [0.6, 0.58], False)
+    curve = _outcome("rte", "isobn", {101: 0.5}, trials=(0.6, 0.5, 0.58, 0.61, 0.59))
+    assert "Dodge" in tuning_figure("rte", [outcome, curve], True)["title"]
+
+
+def test_the_held_out_legend_covers_no_point():
+    figure = held_out_figure(_study())
+    figure.canvas.draw()
+    last = figure.axes[-1]
+    legend = last.get_legend().get_window_extent()
+    assert legend.x0 >= last.get_window_extent().x1
+
+
+def test_a_report_run_of_other_values_than_the_chosen_trial_is_refused_by_name(tmp_path):
+    write_search(tmp_path, "rte", {0: 0.6}, {101: 0.55}, {"optim.lr": 3e-5})
+    record = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
+    record["best_params"] = {"optim.lr": 5e-5}
+    (tmp_path / "optimization_results.yaml").write_text(yaml.safe_dump(record))
+    with pytest.raises(IsotuneError, match=r"seed-101 is a report run of the chosen trial, "
+                       r"which set optim.lr=5e-05, but it ran optim.lr=3e-05"):  # fmt: skip
+        read_arm(tmp_path, "rte", "none", (101,))
+
+
+def test_a_report_with_a_missing_value_prints_na_and_links_its_figures(tmp_path):
+    outcomes = [
+        _outcome("rte", "none", {101: 0.5, 102: 0.6}, trials=(0.6, None, 0.58)),
+        _outcome("rte", "isobn", {101: 0.55, 102: 0.6}, trials=(0.6,)),
+    ]
+    text = write_study_report(tmp_path, outcomes, "none")
+    assert "± none" not in text and "a failed trial: n/a): none: 0.6000, n/a, 0.5800" in text
+    assert "- [rte: tuning](expected_best_rte.png)" in text
+    assert "- [held-out score per seed](held_out.png)" in text
+    assert (tmp_path / "expected_best_rte.png").is_file() and (tmp_path / "held_out.png").is_file()
+    assert "- [geometry against the score within arms](geometry_within_arms.png)" in text
+    assert (tmp_path / "geometry_within_arms.png").is_file()
+
+
+def test_a_search_inside_a_study_points_to_the_study_report(tmp_path):
+    from isotune.search.outcomes import JobOutcome
+    from isotune.search.report import ExpectedBest, HeldOut, TrialRow
+    from isotune.search.report import report_text as search_report_text
+
+    job = JobOutcome(tmp_path, 101, 0.6, True, "completed", None)
+    trial = TrialRow(0, "COMPLETE", {"optim.lr": 1e-4}, 0.62, [job])
+    held_out = HeldOut(trial, ["optim.lr=0.0001"], [], [job], [])
+    text = search_report_text([trial], held_out, ExpectedBest.of([trial], True))
+    assert "../../study_report.md" in text
+    assert "not run" not in text and "No seed has a score for both" not in text
+
+
+def test_a_half_finished_study_reports_the_trials_its_journals_hold(tmp_path):
+    """Stopped after trial 0 of each arm, before any trials.csv: the aggregate printed
+    'Trial values: none: ; isobn: .' and '0 / 0 of 0' (issue 52, item 7)."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from isotune.search.outcomes import JobOutcome
+
+    outcomes = []
+    for arm, value in (("none", 0.61), ("isobn", 0.63)):
+        folder = tmp_path / "rte" / arm
+        folder.mkdir(parents=True)
+        storage = JournalStorage(JournalFileBackend(str(folder / JOURNAL_FILE)))
+        study = optuna.create_study(study_name=f"rte-{arm}", storage=storage, direction="maximize")
+        trial = study.ask()
+        jobs = [JobOutcome(folder / "trial-000" / "seed-1", 1, value, True, "completed", None)]
+        trial.set_user_attr("jobs", [job.as_record() for job in jobs])
+        study.tell(trial, value)
+        study.ask()  # trial 1 running when the study stopped: not a result
+        outcomes.append(read_arm(folder, "rte", arm, (101,)))
+    assert [o.trial_values for o in outcomes] == [(0.61,), (0.63,)]
+    assert [len(o.runs) for o in outcomes] == [1, 1] and not any(o.finished for o in outcomes)
+    text = write_study_report(tmp_path, outcomes, "none")
+    assert "none: 0.6100; isobn: 0.6300." in text
+    assert "not reported yet" in text and "0 / 0 of 0" not in text
+    assert "Searches without a held-out report yet: rte/none, rte/isobn." in text

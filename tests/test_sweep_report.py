@@ -161,7 +161,7 @@ def test_equal_on_every_seed_is_stated_and_never_nan(sweeps, tmp_path):
     row = paired_row(result, "batchnorm", "rte")
     assert (row.n, row.median_difference, row.t_low, row.t_high) == (5, 0, 0, 0)
     assert row.excludes_zero is False and row.wilcoxon_n == 0
-    assert "All 5 differences equal 0" in row.note and "no pair to rank" in row.note
+    assert row.note == "Equal to the baseline on all 5 seeds: p = 1 for both tests."
     aggregate.write_outputs(result, tmp_path / "out")
     report = (tmp_path / "out" / "sweep_report.md").read_text()
     line = next(
@@ -169,8 +169,8 @@ def test_equal_on_every_seed_is_stated_and_never_nan(sweeps, tmp_path):
         for line in report.splitlines()
         if line.startswith("| norm=batchnorm | norm=none | rte |")
     )
-    assert "| 5 | +0.00 | +0.00 | [+0.00, +0.00] | n/a | n/a | n/a / n/a |" in line
-    assert "All 5 differences equal 0" in line
+    assert "| 5 | +0.00 | +0.00 | [+0.00, +0.00] | 1 | 1 | 1 / 1 |" in line
+    assert "Equal to the baseline on all 5 seeds" in line
     assert not re.search(r"\bnan\b", report, re.IGNORECASE)
 
 
@@ -185,26 +185,28 @@ def test_straddling_zero_and_a_missing_seed(sweeps):
     assert "Seeds without a pair, left out: 4, 5." in missing.note
 
 
-def test_holm_counts_the_comparisons_with_a_p(sweeps):
+def test_holm_counts_every_comparison_with_a_pair(sweeps):
     result = aggregate.aggregate(sweeps)
-    # Wilcoxon p: isobn/rte 0.0625, batchnorm/mrpc 2 / 2^3 = 0.25, isobn/mrpc 0.4375 (and none
-    # for batchnorm/rte): times 3, 2, 1 = 0.1875, 0.5, 0.4375; running maximum 0.1875, 0.5, 0.5
+    # Wilcoxon p: isobn/rte 0.0625, batchnorm/mrpc 2 / 2^3 = 0.25, isobn/mrpc 0.4375, and
+    # batchnorm/rte equal to its baseline on every seed: p = 1, still one of the 4 questions;
+    # times 4, 3, 2, 1 = 0.25, 0.75, 0.875, 1; running maximum 0.25, 0.75, 0.875, 1
     holm = {(r.configuration, r.task): r.wilcoxon_p_holm for r in result.paired.itertuples()}
     assert holm == pytest.approx(
         {
-            ("norm=batchnorm", "rte"): None,
-            ("norm=isobn", "rte"): 0.1875,
-            ("norm=batchnorm", "mrpc"): 0.5,
-            ("norm=isobn", "mrpc"): 0.5,
+            ("norm=batchnorm", "rte"): 1.0,
+            ("norm=isobn", "rte"): 0.25,
+            ("norm=batchnorm", "mrpc"): 0.75,
+            ("norm=isobn", "mrpc"): 0.875,
         }
     )
+    assert set(result.paired["holm_family"]) == {
+        "every configuration against its baseline on every task of the folder (4)"
+    }
     report = result.sweep_report({})
+    assert "Holm-adjusted p over one family, the 4 comparisons (configuration × task)" in report
     assert (
-        "Holm-adjusted p over the 3 comparisons (configuration × task) with a Wilcoxon p" in report
-    )
-    assert (
-        "With 3 pairs the smallest two-sided Wilcoxon p is 0.25, so 'not significant' there is "
-        "not 'no effect'." in report
+        "With 3 non-zero pairs the smallest two-sided Wilcoxon p is 0.25, so 'not significant' "
+        "there is not 'no effect'." in report
     )
 
 
@@ -327,7 +329,7 @@ def test_another_baseline_is_chosen_by_its_axis_value(sweeps):
         ("norm=isobn", "mrpc"), ("norm=isobn", "rte"), ("norm=none", "mrpc"), ("norm=none", "rte"),
     ]  # fmt: skip
     # none against batchnorm on rte: the same scores, so every difference is 0
-    assert pairs["norm=none", "rte"].n == 5 and pairs["norm=none", "rte"].wilcoxon_p is None
+    assert pairs["norm=none", "rte"].n == 5 and pairs["norm=none", "rte"].wilcoxon_p == 1.0
 
 
 @pytest.mark.parametrize(
@@ -397,3 +399,15 @@ def test_missing_runs_of_a_search_point_at_its_trials_not_at_none():
     ]
     other = missing_section(["hydra_plugins.hydra_ax_sweeper.ax_sweeper.AxSweeper"])
     assert other.endswith("has no fixed list of jobs")
+
+
+def test_a_report_made_again_with_nothing_changed_is_left_as_it_was(sweeps, tmp_path):
+    """The 'checked <time>' line alone rewrote sweep_report.md, so regenerating a carried
+    folder dirtied the checkout (issue 52, item 3)."""
+    first = aggregate.aggregate(sweeps, now=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    report_path = aggregate.write_outputs(first, tmp_path)[2]
+    text, written = report_path.read_text(), report_path.stat().st_mtime_ns
+    later = aggregate.aggregate(sweeps, now=datetime(2026, 1, 2, tzinfo=timezone.utc))
+    aggregate.write_outputs(later, tmp_path)
+    assert report_path.read_text() == text and report_path.stat().st_mtime_ns == written
+    assert "(checked 2026-01-01T00:00:00+00:00)" in text

@@ -41,14 +41,15 @@ def write_search(
         "best_trial": best,
     }
     (folder / "optimization_results.yaml").write_text(yaml.safe_dump(record))
+    chosen = [f"{key}={value}" for key, value in best_params.items()]
     for seed, score in report.items():
         job_dir = folder / "report" / f"trial-{best:03d}" / f"seed-{seed}"
         if score is None:
-            write_run(job_dir, [f"seed={seed}"], {"status": "failed", "error": "NaN loss"})
+            write_run(job_dir, [*chosen, f"seed={seed}"], {"status": "failed", "error": "NaN loss"})
             continue
         result = completed("minilm", "none", task, seed, score)
         result["isotropy"]["best"] = {
             measure_key("isoscore"): isoscore + score,
             measure_key("avg_cosine"): 1 - score,
         }
-        write_run(job_dir, [f"seed={seed}"], result)
+        write_run(job_dir, [*chosen, f"seed={seed}"], result)

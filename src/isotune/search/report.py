@@ -331,8 +331,10 @@ def report_text(trials: Sequence[TrialRow], held_out: HeldOut, curve: ExpectedBe
                     held_out.best.value,
                     held_out.best_runs,
                 ),
-                _held_out_row(
-                    "baseline", held_out.baseline_overrides, None, held_out.baseline_runs
+                *(
+                    [_held_out_row("baseline", held_out.baseline_overrides, None, runs)]
+                    if (runs := held_out.baseline_runs)
+                    else []
                 ),
             ],
         ),
@@ -361,6 +363,22 @@ def _held_out_row(
 
 
 def _comparison_lines(held_out: HeldOut) -> list[str]:
+    if not held_out.baseline_runs:  # a study's search: its baseline is another arm's search
+        lines = [
+            "This search is an arm of a study, whose baseline is another arm: the study "
+            "compares them seed by seed in ../../study_report.md."
+        ]
+    else:
+        lines = _paired_lines(held_out)
+    if held_out.optimism is not None:
+        lines.append(
+            f"Optimism: the winner's tuning-seed value minus its report-seed median is "
+            f"{_f(held_out.optimism)} (the winner's curse: it was chosen on the tuning seeds)."
+        )
+    return lines
+
+
+def _paired_lines(held_out: HeldOut) -> list[str]:
     c = held_out.comparison
     interval = "none" if c.t_interval is None else f"[{_f(c.t_interval[0])}, {_f(c.t_interval[1])}]"
     lines = [
@@ -370,13 +388,8 @@ def _comparison_lines(held_out: HeldOut) -> list[str]:
     ]
     if c.note:
         lines.append(c.note)
-    if c.n:
-        lines.append(seed_count_caveat(c.n))
-    if held_out.optimism is not None:
-        lines.append(
-            f"Optimism: the winner's tuning-seed value minus its report-seed median is "
-            f"{_f(held_out.optimism)} (the winner's curse: it was chosen on the tuning seeds)."
-        )
+    if c.wilcoxon_n:
+        lines.append(seed_count_caveat(c.wilcoxon_n))
     return lines
 
 

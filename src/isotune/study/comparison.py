@@ -3,30 +3,47 @@ tasks, and the geometry beside the score.
 
 - Per task, each arm's held-out runs are compared with the baseline arm's on the same report
   seeds: :func:`isotune.sweeps.statistics.paired_comparison` (mean difference, 95% t interval,
-  Wilcoxon and t-test p), Holm-adjusted over the task's arms (Holm 1979: every arm is a test of
-  the same question on the task). The optimism is how much choosing its best trial on the tuning
-  seeds flattered an arm: its tuning value minus its held-out median (the other way round for a
-  score to minimize), positive when the held-out runs fell short of the tuning.
+  Wilcoxon and t-test p), Holm-adjusted over every (task, arm) comparison of the study (Holm
+  1979: the family is every comparison the report makes, the same family as the folder's
+  ``paired_statistics.csv``), with the smallest difference its pairs could detect and the pairs
+  that would detect its observed mean (80% power, two-sided 0.05: a planning figure). The
+  optimism is how much choosing its best trial on the tuning seeds flattered an arm: its tuning
+  value minus its held-out median (the other way round for a score to minimize), positive when
+  the held-out runs fell short of the tuning.
+- An arm's held-out median, spread and rank are over the report seeds every arm of its task has
+  a score on, so that arms are compared on the same seeds; its failures are counted over its
+  held-out runs, the runs the report is about.
 - Across tasks: the per-task mean differences side by side and their mean; one paired comparison
   over every (task, report seed) pair; each arm's average rank of its held-out median over the
   tasks (1: best; ties share the mean of their ranks).
 - Geometry: each arm's median IsoScore and average cosine of the classifier input over its
   held-out runs, per task, and Spearman's rho of each measure against the score over the held-out
   runs of every arm, per task and over all tasks (each run's measure and score as its difference
-  from its task's median, so that a task's level is no correlation).
+  from its task's median, so that a task's level is no correlation), pooled over the arms and
+  within arms (see :func:`geometry_correlations`).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from isotune.study.results import GEOMETRY, ArmOutcome
-from isotune.sweeps.statistics import holm, paired_comparison, spearman
+from isotune.sweeps.statistics import (
+    Correlation,
+    holm,
+    minimum_detectable_difference,
+    paired_comparison,
+    pairs_needed,
+    spearman,
+    stratified_spearman,
+)
+
+HOLM_FAMILY = "every arm against the baseline arm on every task"
 
 ALL_TASKS = "all tasks"
 
@@ -38,15 +55,29 @@ def _by_task(outcomes: Sequence[ArmOutcome]) -> dict[str, dict[str, ArmOutcome]]
     return tasks
 
 
+def shared_scores(outcomes: Sequence[ArmOutcome]) -> dict[tuple[str, str], dict[int, float]]:
+    """Each (task, arm)'s held-out ``{seed: score}`` on the report seeds every arm of its task
+    has a score on: medians and ranks of arms compared on the same seeds."""
+    shared = {}
+    for task, arms in _by_task(outcomes).items():
+        scores = {arm: outcome.held_out_scores() for arm, outcome in arms.items()}
+        seeds = set.intersection(*(set(by_seed) for by_seed in scores.values()))
+        for arm, by_seed in scores.items():
+            shared[task, arm] = {seed: by_seed[seed] for seed in sorted(seeds)}
+    return shared
+
+
 def arm_table(outcomes: Sequence[ArmOutcome], maximize: bool = True) -> pd.DataFrame:
     """Per (task, arm): its best trial's values and tuning value, its held-out median, spread
-    (sample standard deviation, min, max) and runs, the runs that failed to learn or have no
-    score, the optimism (``maximize``: the score's direction), and the median of each geometry
-    measure over its held-out runs."""
+    (sample standard deviation, min, max) and runs over the seeds every arm of the task has
+    (``shared_scores``), of its held-out runs those that failed to learn or have no score, the
+    optimism (``maximize``: the score's direction), and the median of each geometry measure over
+    its held-out runs."""
     sign = 1 if maximize else -1
+    shared = shared_scores(outcomes)
     rows = []
     for outcome in outcomes:
-        scores = list(outcome.held_out_scores().values())
+        scores = list(shared[outcome.task, outcome.arm].values())
         median = statistics.median(scores) if scores else None
         rows.append(
             {
@@ -59,9 +90,9 @@ def arm_table(outcomes: Sequence[ArmOutcome], maximize: bool = True) -> pd.DataF
                 "held_out_min": min(scores) if scores else None,
                 "held_out_max": max(scores) if scores else None,
                 "held_out_runs": len(scores),
-                "failed_to_learn": sum(run.learned is False for run in outcome.runs),
-                "without_score": sum(run.score is None for run in outcome.runs),
-                "runs": len(outcome.runs),
+                "failed_to_learn": sum(run.learned is False for run in outcome.held_out),
+                "without_score": sum(run.score is None for run in outcome.held_out),
+                "report_runs": len(outcome.held_out),
                 "optimism": None
                 if median is None or outcome.tuned_value is None
                 else sign * (outcome.tuned_value - median),
@@ -81,46 +112,56 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 def task_comparisons(outcomes: Sequence[ArmOutcome], baseline: str) -> pd.DataFrame:
     """Per task and arm other than ``baseline``: the paired comparison arm - baseline over the
-    report seeds both have a score on, with Holm's adjustment over the task's arms."""
-    rows = []
+    report seeds both have a score on, Holm-adjusted over every such comparison of the study
+    that has a pair (:data:`HOLM_FAMILY`), and its power (see the module docstring)."""
+    compared = {}
     for task, arms in _by_task(outcomes).items():
         reference = arms[baseline].held_out_scores() if baseline in arms else {}
-        compared = {
-            arm: paired_comparison(reference, outcome.held_out_scores())
-            for arm, outcome in arms.items()
-            if arm != baseline
-        }
-        wilcoxon_holm, _ = holm({arm: c.wilcoxon_p for arm, c in compared.items()})
-        ttest_holm, _ = holm({arm: c.ttest_p for arm, c in compared.items()})
-        for arm, c in compared.items():
-            low, high = c.t_interval or (None, None)
-            rows.append(
-                {
-                    "task": task,
-                    "arm": arm,
-                    "n": c.n,
-                    "mean_difference": c.mean_difference,
-                    "t_low": low,
-                    "t_high": high,
-                    "wilcoxon_p": c.wilcoxon_p,
-                    "wilcoxon_p_holm": wilcoxon_holm[arm],
-                    "ttest_p": c.ttest_p,
-                    "ttest_p_holm": ttest_holm[arm],
-                    "note": c.note,
-                }
-            )
+        for arm, outcome in arms.items():
+            if arm != baseline:
+                compared[task, arm] = paired_comparison(reference, outcome.held_out_scores())
+    family = {key: c for key, c in compared.items() if c.n}
+    wilcoxon_holm, m = holm({key: c.wilcoxon_p for key, c in family.items()})
+    ttest_holm, _ = holm({key: c.ttest_p for key, c in family.items()})
+    rows = []
+    for (task, arm), c in compared.items():
+        low, high = c.t_interval or (None, None)
+        spread = float(np.std(c.differences, ddof=1)) if c.n > 1 else None
+        rows.append(
+            {
+                "task": task,
+                "arm": arm,
+                "n": c.n,
+                "mean_difference": c.mean_difference,
+                "t_low": low,
+                "t_high": high,
+                "wilcoxon_p": c.wilcoxon_p,
+                "wilcoxon_n": c.wilcoxon_n,
+                "wilcoxon_p_holm": wilcoxon_holm.get((task, arm)),
+                "ttest_p": c.ttest_p,
+                "ttest_p_holm": ttest_holm.get((task, arm)),
+                "holm_family": f"{HOLM_FAMILY} ({m})",
+                "detectable_difference": None
+                if spread is None
+                else minimum_detectable_difference(spread, c.n),
+                "pairs_needed": None
+                if spread is None or not c.mean_difference
+                else pairs_needed(c.mean_difference, spread),
+                "note": c.note,
+            }
+        )
     return pd.DataFrame(rows, dtype=object)
 
 
 def average_ranks(outcomes: Sequence[ArmOutcome], maximize: bool = True) -> dict[str, float]:
-    """Each arm's mean over tasks of its rank by held-out median (1: best, ties share their mean
-    rank), over the tasks where it has a median; arms without one on any task are left out."""
+    """Each arm's mean over tasks of its rank by held-out median over the seeds every arm of the
+    task has (1: best, ties share their mean rank), over the tasks where it has a median; arms
+    without one on any task are left out."""
     ranks: dict[str, list[float]] = {}
-    for arms in _by_task(outcomes).values():
+    shared = shared_scores(outcomes)
+    for task, arms in _by_task(outcomes).items():
         medians = {
-            arm: statistics.median(scores.values())
-            for arm, outcome in arms.items()
-            if (scores := outcome.held_out_scores())
+            arm: statistics.median(scores.values()) for arm in arms if (scores := shared[task, arm])
         }
         if not medians:
             continue
@@ -172,30 +213,49 @@ def across_tasks(
     return pd.DataFrame(rows, dtype=object)
 
 
+POOLED, WITHIN_ARMS = "pooled", "within arms"  # the two scopes of a geometry correlation
+
+
 def geometry_correlations(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
-    """Spearman's rho of each geometry measure against the score over the held-out runs of every
-    arm: per task, and over all tasks with each value centred on its task's median."""
+    """Spearman's rho of each geometry measure against the score over the held-out runs, per
+    task and over all tasks (each value centred on its task's median), in two scopes: pooled
+    over the arms, and within arms (:func:`stratified_spearman`: centred on each (task, arm)'s
+    median, p from orderings within each (task, arm)). The pooled rho mixes what sets arms
+    apart with run-to-run variation; the within-arm one asks whether, under one arm's settings,
+    a more isotropic run scored better."""
     rows = []
-    pooled: dict[str, tuple[list[float], list[float]]] = {m: ([], []) for m in GEOMETRY}
+    every: dict[str, list[tuple[float, float, tuple[str, str]]]] = {m: [] for m in GEOMETRY}
     for task, arms in _by_task(outcomes).items():
-        runs = [run for outcome in arms.values() for run in outcome.held_out]
         for measure in GEOMETRY:
-            points = [
-                (run.geometry[measure], run.score)
-                for run in runs
-                if run.score is not None and measure in run.geometry
-            ]
-            x = [float(p[0]) for p in points]
-            y = [float(p[1]) for p in points]
-            rows.append(_correlation_row(task, measure, x, y))
+            points = geometry_points(arms.values(), measure)
+            x, y = [p[0] for p in points], [p[1] for p in points]
+            rows.append(_correlation_row(task, measure, POOLED, spearman(x, y)))
+            within = stratified_spearman(x, y, [p[2] for p in points])
+            rows.append(_correlation_row(task, measure, WITHIN_ARMS, within))
             if points:
-                pooled[measure][0].extend(np.subtract(x, np.median(x)).tolist())
-                pooled[measure][1].extend(np.subtract(y, np.median(y)).tolist())
-    for measure, (x, y) in pooled.items():
-        rows.append(_correlation_row(ALL_TASKS, measure, x, y))
+                mx, my = np.median(x), np.median(y)
+                every[measure] += [(px - mx, py - my, (task, arm)) for px, py, arm in points]
+    for measure, points in every.items():
+        x, y = [p[0] for p in points], [p[1] for p in points]
+        rows.append(_correlation_row(ALL_TASKS, measure, POOLED, spearman(x, y)))
+        within = stratified_spearman(x, y, [p[2] for p in points])
+        rows.append(_correlation_row(ALL_TASKS, measure, WITHIN_ARMS, within))
     return pd.DataFrame(rows, dtype=object)
 
 
-def _correlation_row(task: str, measure: str, x: list[float], y: list[float]) -> dict:
-    rho, p, n, note = spearman(x, y)
-    return {"task": task, "measure": measure, "n": n, "rho": rho, "p": p, "note": note}
+def geometry_points(outcomes: Iterable[ArmOutcome], measure: str) -> list[tuple[float, float, str]]:
+    """(measure, score, arm) of every held-out run with both."""
+    return [
+        (float(run.geometry[measure]), float(run.score), outcome.arm)
+        for outcome in outcomes
+        for run in outcome.held_out
+        if run.score is not None and measure in run.geometry
+    ]
+
+
+def _correlation_row(task: str, measure: str, scope: str, correlation: Correlation) -> dict:
+    rho, p, n, note = correlation
+    return {
+        "task": task, "measure": measure, "scope": scope, "n": n, "rho": rho, "p": p,
+        "note": note,
+    }  # fmt: skip

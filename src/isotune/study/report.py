@@ -5,13 +5,16 @@ clock, no host), so that a study stopped and continued ends with the same files 
 through:
 - ``study_report.md``, also printed at the end: per task, each arm's tuned value, held-out median
   and spread, failed runs, optimism, and its paired difference with the baseline arm (Holm over
-  the arms); across tasks, the differences side by side, their mean, the test over every (task,
-  report seed) pair and the average rank; the geometry beside the score; the caveats;
+  every arm on every task) with its power; across tasks, the differences side by side, their
+  mean, the test over every (task, report seed) pair and the average rank; the geometry beside
+  the score; the caveats; links to the figures;
 - ``study_results.yaml``: the same numbers as plain values;
 - ``study_runs.csv``: every run of every search;
 - ``expected_best_<task>.png`` (every arm's expected best over its trials, Dodge et al. 2019, on
-  one axis: which arm wins can depend on the budget) and ``held_out.png`` (each arm's held-out
-  score on each report seed, a seed's runs joined across arms: the pairs the tests compare).
+  one axis: which arm wins can depend on the budget; below :data:`MIN_TRIALS` trials, each
+  trial's value at its trial number instead, under its own title) and ``held_out.png`` (each
+  arm's held-out score on each report seed, a seed's runs joined across arms: the pairs the
+  tests compare).
 The statistics are :mod:`isotune.study.comparison`'s.
 """
 
@@ -19,18 +22,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from isotune.atomic_files import save_figure, write_text
 from isotune.search.expected_best import MIN_TRIALS, expected_best_curve
 from isotune.study.comparison import (
+    WITHIN_ARMS,
     across_tasks,
     arm_table,
     geometry_correlations,
+    geometry_points,
     task_comparisons,
 )
 from isotune.study.results import GEOMETRY, ArmOutcome, read_study, runs_table
@@ -42,7 +49,9 @@ REPORT_FILE = "study_report.md"
 RESULTS_FILE = "study_results.yaml"
 RUNS_FILE = "study_runs.csv"
 HELD_OUT_FIGURE = "held_out"
+WITHIN_FIGURE = "geometry_within_arms"
 FEW_TASKS = 5  # below, an average over tasks rests on too few numbers to generalise
+MISSING = "n/a"  # a value not there: never `none`, which is the name of the baseline arm
 
 
 def write_study_report(
@@ -104,7 +113,10 @@ def study_outputs(folder: Path) -> tuple[str, dict[str, Path]] | None:
     path = folder / REPORT_FILE
     if not path.is_file():
         return None
-    drawn = [*sorted(folder.glob("expected_best_*.png")), folder / f"{HELD_OUT_FIGURE}.png"]
+    drawn = [
+        *sorted(folder.glob("expected_best_*.png")),
+        *(folder / f"{name}.png" for name in (HELD_OUT_FIGURE, WITHIN_FIGURE)),
+    ]
     return path.read_text(), {p.stem: p for p in drawn if p.is_file()}
 
 
@@ -147,7 +159,18 @@ def report_text(
         lines += ["", f"## {task}", "", *_task_lines(task, outcomes, maximize, arms, per_task)]
     lines += ["", "## Across tasks", "", *_across_lines(tasks, across, baseline)]
     lines += ["", "## Geometry beside the score", "", *_geometry_lines(arms, correlations)]
+    lines += ["", "## Figures", "", *_figure_links(tasks)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _figure_links(tasks: Sequence[str]) -> list[str]:
+    """Links to the figures written beside the report (relative: the folder can move)."""
+    links = [f"- [{task}: tuning](expected_best_{task}.png)" for task in tasks]
+    return [
+        *links,
+        f"- [held-out score per seed]({HELD_OUT_FIGURE}.png)",
+        f"- [geometry against the score within arms]({WITHIN_FIGURE}.png)",
+    ]
 
 
 def _task_lines(
@@ -172,35 +195,59 @@ def _task_lines(
                 _params(row["best_params"]),
                 _f(row["tuned_value"]),
                 _spread(row),
-                f"{row['failed_to_learn']} / {row['without_score']} of {row['runs']}",
+                f"{row['failed_to_learn']} / {row['without_score']} of {row['report_runs']}"
+                if row["report_runs"]
+                else "not reported yet",
                 _f(row["optimism"]),
                 ""
                 if c is None
                 else f"{_f(c['mean_difference'])}, {_interval(c['t_low'], c['t_high'])}",
                 "" if c is None else f"{_f(c['wilcoxon_p'])} ({_f(c['wilcoxon_p_holm'])})",
                 "" if c is None else f"{_f(c['ttest_p'])} ({_f(c['ttest_p_holm'])})",
+                "" if c is None else _f(c["detectable_difference"]),
+                "" if c is None else _count(c["pairs_needed"]),
             ]
         )
     header = [
         "arm", "best trial", "tuning value", "held out: median ± std [min, max]",
-        "failed to learn / no score", "optimism", "paired Δ: mean, 95% t interval",
-        "Wilcoxon p (Holm)", "t-test p (Holm)",
+        "report runs: failed to learn / no score", "optimism", "paired Δ: mean, 95% t interval",
+        "Wilcoxon p (Holm)", "t-test p (Holm)", "detectable Δ (80% power)",
+        "seeds to detect the mean Δ",
     ]  # fmt: skip
-    lines = [markdown_table(header, rows)]
-    short = [o for o in outcomes if o.task == task and not _curve(o, maximize)]
+    lines = [
+        "Held out: over the report seeds every arm of the task has. Holm: over "
+        f"{_family(per_task)}. Detectable Δ: the smallest true mean difference these pairs "
+        "detect with 80% power (two-sided paired t at 0.05, from the observed spread of the "
+        "differences); seeds to detect the mean Δ: how many report seeds would, if that spread "
+        "held (a planning figure from few pairs, not a promise).",
+        "",
+        markdown_table(header, rows),
+    ]
+    short = [o for o in outcomes if o.task == task and o.trial_values and not _curve(o, maximize)]
     if short:
         values = "; ".join(f"{o.arm}: {', '.join(_f(v) for v in o.trial_values)}" for o in short)
         lines += [
             "",
             f"Trial values (below {MIN_TRIALS} trials the expected best is not estimated, "
-            f"show_your_work's advice; a failed trial: none): {values}.",
+            f"show_your_work's advice; a failed trial: {MISSING}): {values}.",
         ]
     if compared is not None and len(compared):
         lines += ["", *(f"- {arm}: {note}" for arm, note in compared["note"].items() if note)]
-        n = int(max(compared["n"]))
-        if n:
-            lines.append(seed_count_caveat(n))
+        ranked = [int(k) for k in compared["wilcoxon_n"] if k]
+        if ranked:
+            lines.append(seed_count_caveat(min(ranked)))
     return lines
+
+
+def _family(per_task: pd.DataFrame) -> str:
+    families = per_task["holm_family"].unique() if len(per_task) else []
+    return families[0] if len(families) else "no comparison"
+
+
+def _count(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    return str(int(value))
 
 
 def _across_lines(tasks: Sequence[str], across: pd.DataFrame, baseline: str) -> list[str]:
@@ -251,18 +298,25 @@ def _geometry_lines(arms: pd.DataFrame, correlations: pd.DataFrame) -> list[str]
     ]
     header = ["task", "arm", "IsoScore (isotropic: 1)", "average cosine (isotropic: 0)", "score"]
     corr_rows = [
-        [row["task"], row["measure"], row["n"], _f(row["rho"], 2), _f(row["p"]), row["note"]]
+        [
+            row["task"], row["measure"], row["scope"], row["n"], _f(row["rho"], 2), _f(row["p"]),
+            row["note"],
+        ]
         for row in correlations.to_dict("records")
-    ]
+    ]  # fmt: skip
     return [
         "The classifier input at the best epoch: each arm's median over its held-out runs.",
         "",
         markdown_table(header, rows),
         "",
         "Spearman's rho of each measure against the score over the held-out runs of every arm "
-        "(all tasks: each value centred on its task's median):",
+        "(all tasks: each value centred on its task's median). Pooled: over the arms together, "
+        "which mixes what sets arms apart with run-to-run variation. Within arms: each value "
+        "centred on its (task, arm)'s median and the p from orderings of the scores within each "
+        f"(task, arm): does a more isotropic run of one arm score better? ({WITHIN_FIGURE}.png "
+        "shows it.) Exploratory: no multiplicity adjustment.",
         "",
-        markdown_table(["task", "measure", "runs", "rho", "p", "note"], corr_rows),
+        markdown_table(["task", "measure", "scope", "runs", "rho", "p", "note"], corr_rows),
     ]
 
 
@@ -282,17 +336,53 @@ def _g(value: Any) -> str:
 
 def _interval(low: Any, high: Any) -> str:
     if low is None or (isinstance(low, float) and math.isnan(low)):
-        return "none"
+        return MISSING
     return f"[{_f(low)}, {_f(high)}]"
 
 
 def _f(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "none"
+        return MISSING
     return f"{value:.{digits}f}"
 
 
-def _figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) -> None:
+@dataclass(frozen=True)
+class TuningSeries:
+    """One arm's line on a task's tuning figure: x and y, and whether it is an expected-best
+    curve (x: trials spent) or its trials' values (x: trial number)."""
+
+    arm: str
+    x: list[int]
+    y: list[float]
+    curve: bool
+
+
+def tuning_figure(task: str, outcomes: Sequence[ArmOutcome], maximize: bool) -> dict[str, Any]:
+    """What the task's tuning figure shows: each arm's expected best over trials spent (Dodge
+    et al. 2019) from :data:`MIN_TRIALS` trials, else its trials' values at their trial numbers;
+    the title and axes name what is drawn, so that values are never read as an expected best."""
+    series = []
+    for outcome in (o for o in outcomes if o.task == task):
+        curve = [best.mean for best in _curve(outcome, maximize)]
+        if curve:
+            series.append(TuningSeries(outcome.arm, list(range(1, len(curve) + 1)), curve, True))
+            continue
+        points = [(i, v) for i, v in enumerate(outcome.trial_values) if v is not None]
+        series.append(
+            TuningSeries(outcome.arm, [i for i, _ in points], [v for _, v in points], False)
+        )
+    if any(s.curve for s in series):
+        title = f"{task}: expected best over trials (Dodge et al. 2019)"
+        xlabel, ylabel = "trials spent (values: trial number)", "expected best dev score"
+    else:
+        title = f"{task}: each trial's tuning value (below {MIN_TRIALS} trials, no expected best)"
+        xlabel, ylabel = "trial", "tuning value (dev score)"
+    return {"title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series}
+
+
+def held_out_figure(outcomes: Sequence[ArmOutcome]) -> Any:
+    """Each arm's held-out score on each report seed, a seed's runs joined across arms (the
+    pairs the tests compare); the legend beside the panels, where it covers no point."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -300,28 +390,7 @@ def _figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) -> No
 
     tasks = list(dict.fromkeys(o.task for o in outcomes))
     arm_names = list(dict.fromkeys(o.arm for o in outcomes))
-    colours = {arm: plt.get_cmap("tab10")(i % 10) for i, arm in enumerate(arm_names)}
-    for task in tasks:
-        figure, axes = plt.subplots(figsize=(5, 3.5))
-        for outcome in (o for o in outcomes if o.task == task):
-            curve = [best.mean for best in _curve(outcome, maximize)]
-            if curve:
-                xs = range(1, len(curve) + 1)
-                axes.plot(xs, curve, marker="o", label=outcome.arm, color=colours[outcome.arm])
-                continue
-            values = [v for v in outcome.trial_values if v is not None]  # too few for a curve
-            xs = range(1, len(values) + 1)
-            axes.scatter(
-                xs, values, label=f"{outcome.arm} (trial values)", color=colours[outcome.arm]
-            )
-        axes.set_xlabel("trials spent")
-        axes.set_ylabel("expected best dev score")
-        axes.set_title(f"{task}: expected best over trials (Dodge et al. 2019)")
-        axes.legend(fontsize="small")
-        figure.tight_layout()
-        save_figure(figure, folder / f"expected_best_{task}.png")
-        plt.close(figure)
-    figure, panels = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.5), squeeze=False)
+    figure, panels = plt.subplots(1, len(tasks), figsize=(4 * len(tasks) + 1.5, 3.5), squeeze=False)
     for axes, task in zip(panels[0], tasks, strict=True):
         scores = {o.arm: o.held_out_scores() for o in outcomes if o.task == task}
         seeds = sorted({seed for by_seed in scores.values() for seed in by_seed})
@@ -331,7 +400,79 @@ def _figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) -> No
             axes.plot(xs, ys, marker="o", alpha=0.6, label=f"seed {seed}")
         axes.set_xticks(range(len(arm_names)), arm_names, rotation=30)
         axes.set_title(f"{task}: held-out score per seed")
-    panels[0][-1].legend(fontsize="small")
+    if panels[0][-1].get_legend_handles_labels()[0]:  # no held-out run yet: no legend
+        panels[0][-1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
     figure.tight_layout()
+    return figure
+
+
+def _figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arm_names = list(dict.fromkeys(o.arm for o in outcomes))
+    colours = {arm: plt.get_cmap("tab10")(i % 10) for i, arm in enumerate(arm_names)}
+    for task in dict.fromkeys(o.task for o in outcomes):
+        content = tuning_figure(task, outcomes, maximize)
+        figure, axes = plt.subplots(figsize=(5, 3.5))
+        for series in content["series"]:
+            colour = colours[series.arm]
+            if series.curve:
+                axes.plot(series.x, series.y, marker="o", label=series.arm, color=colour)
+            else:
+                axes.scatter(series.x, series.y, label=f"{series.arm} (trial values)", color=colour)
+        axes.set_xlabel(content["xlabel"])
+        axes.set_ylabel(content["ylabel"])
+        axes.set_title(content["title"], fontsize=9)
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(fontsize="small")
+        figure.tight_layout()
+        save_figure(figure, folder / f"expected_best_{task}.png")
+        plt.close(figure)
+    figure = held_out_figure(outcomes)
     save_figure(figure, folder / f"{HELD_OUT_FIGURE}.png")
     plt.close(figure)
+    figure = within_arms_figure(outcomes, colours)
+    save_figure(figure, folder / f"{WITHIN_FIGURE}.png")
+    plt.close(figure)
+
+
+def within_arms_figure(outcomes: Sequence[ArmOutcome], colours: dict[str, Any]) -> Any:
+    """A panel per (task, measure): each held-out run's measure and score centred on its arm's
+    medians, coloured by arm, with the within-arm rho and permutation p in the title: the
+    points the within-arm test ranks."""
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(o.task for o in outcomes))
+    correlations = geometry_correlations(outcomes)
+    within = correlations.loc[correlations["scope"] == WITHIN_ARMS].set_index(["task", "measure"])
+    figure, panels = plt.subplots(
+        len(tasks), len(GEOMETRY), figsize=(4.2 * len(GEOMETRY), 3.4 * len(tasks)), squeeze=False
+    )
+    for row, task in zip(panels, tasks, strict=True):
+        arms = [o for o in outcomes if o.task == task]
+        for axes, measure in zip(row, GEOMETRY, strict=True):
+            for outcome in arms:
+                points = geometry_points([outcome], measure)
+                if len(points) < 2:
+                    continue
+                x, y = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+                axes.scatter(
+                    x - np.median(x), y - np.median(y), color=colours[outcome.arm],
+                    label=outcome.arm, alpha=0.8,
+                )  # fmt: skip
+            result = within.loc[(task, measure)]
+            axes.set_title(
+                f"{task}: within arms rho {_f(result['rho'], 2)}, p {_f(result['p'], 3)}",
+                fontsize=9,
+            )
+            axes.set_xlabel(f"{measure} − arm median")
+            axes.set_ylabel("score − arm median")
+            axes.axhline(0, color="grey", lw=0.5)
+            axes.axvline(0, color="grey", lw=0.5)
+            if axes.get_legend_handles_labels()[0]:
+                axes.legend(fontsize="small")
+    figure.tight_layout()
+    return figure

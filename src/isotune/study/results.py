@@ -3,7 +3,8 @@ held-out ones with the geometry of their classifier input at the best epoch.
 
 Read from the search's folder as :mod:`isotune.search.report` leaves it (``trials.csv``,
 ``optimization_results.yaml``, ``report/trial-<n>/seed-<s>/``); a search that has not reached its
-report yet gives what it has, and the study report says which searches are unfinished. A whole
+report yet gives the trials its Optuna journal holds, and the study report says which searches
+are unfinished. A whole
 study is read from its folder and its record alone (:func:`read_study`), so that its report can be
 made again from a folder carried anywhere, by any later code, without running anything.
 """
@@ -19,12 +20,13 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from isotune.errors import IsotuneError
 from isotune.record.results import RESULTS_FILE
-from isotune.search.outcomes import read_outcome
+from isotune.search.outcomes import JobOutcome, read_outcome
 from isotune.search.report import RESULTS_FILE as SEARCH_RESULTS_FILE
-from isotune.search.report import TRIALS_FILE
+from isotune.search.report import TRIALS_FILE, TrialRow, spent_value
 from isotune.study.plan import TASK_KEY, override_values
-from isotune.sweeps.runs import SWEEP_FILE, Run, Sweep
+from isotune.sweeps.runs import JOURNAL_FILE, SWEEP_FILE, Run, Sweep
 from isotune.sweeps.tables import measure_key
 
 GEOMETRY = ("isoscore", "avg_cosine")  # of the classifier input at the best epoch
@@ -118,49 +120,143 @@ def _typed_tasks(overrides: Sequence[str]) -> list[str]:
 def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> ArmOutcome:
     """The outcome of the search in ``folder`` (see the module docstring), its held-out runs
     those on the study's ``report_seeds``: a folder continued under other report seeds keeps
-    the old seeds' runs, which are not this study's pairs."""
-    trials = _read_trials(folder / TRIALS_FILE)
+    the old seeds' runs, which are not this study's pairs.
+
+    Read top to bottom: the trials and their jobs (``trials.csv``), the chosen trial
+    (``optimization_results.yaml``), checked against the trials, then each report run, checked
+    against the chosen trial's values, so that a file edited or left from another search is
+    refused by name rather than reported as this arm's.
+    """
+    trials = _trial_rows(folder)
     record = _read_yaml(folder / SEARCH_RESULTS_FILE)
+    best, best_params = record.get("best_trial"), dict(record.get("best_params") or {})
+    if best is not None:
+        _check_chosen(folder, trials, int(best), best_params, _number(record.get("best_value")))
     runs = [
         StudyRun(
             task=task,
             arm=arm,
             phase=TUNING,
-            trial=int(row["trial"]),
-            seed=int(row["seed"]),
-            score=_number(row.get("score")),
-            learned=None if pd.isna(row.get("learned")) else bool(row["learned"]),
-            status=str(row.get("job_status")),
-            job_dir=str(row.get("job_dir")),
+            trial=trial.number,
+            seed=job.seed,
+            score=job.score,
+            learned=job.learned,
+            status=job.status,
+            job_dir=str(job.job_dir),
         )
-        for row in trials.to_dict("records")
-        if not pd.isna(row.get("seed"))
+        for trial in trials
+        for job in trial.jobs
     ]
-    best = record.get("best_trial")
     if best is not None:
         report_dir = folder / "report" / f"trial-{int(best):03d}"
         for seed in report_seeds:
             if (report_dir / f"seed-{seed}").is_dir():
-                runs.append(_report_run(report_dir / f"seed-{seed}", task, arm))
+                runs.append(_report_run(report_dir / f"seed-{seed}", task, arm, best_params))
     return ArmOutcome(
         task=task,
         arm=arm,
-        best_params=dict(record.get("best_params") or {}),
+        best_params=best_params,
         tuned_value=_number(record.get("best_value")),
-        trial_values=tuple(_spent(group) for _, group in trials.groupby("trial", sort=True)),
+        trial_values=tuple(spent_value(trial) for trial in trials),
         runs=tuple(runs),
     )
 
 
-def _report_run(job_dir: Path, task: str, arm: str) -> StudyRun:
+def _trial_rows(folder: Path) -> list[TrialRow]:
+    """The search's finished trials in trial order, each with its jobs (a trial that ran none:
+    no job): ``trials.csv`` as :mod:`isotune.search.report` wrote it at the search's end, else,
+    for a search stopped before its end, the trials its journal holds."""
+    path = folder / TRIALS_FILE
+    if not path.is_file():
+        return _journal_rows(folder / JOURNAL_FILE)
+    table = pd.read_csv(path)
+    rows = []
+    for number, jobs in table.groupby("trial", sort=True):
+        first = jobs.iloc[0]
+        rows.append(
+            TrialRow(
+                number=int(number),
+                state=str(first["state"]),
+                values={},
+                value=_number(first.get("value")),
+                jobs=[
+                    JobOutcome(
+                        job_dir=Path(str(job["job_dir"])),
+                        seed=int(job["seed"]),
+                        score=_number(job.get("score")),
+                        learned=None if pd.isna(job.get("learned")) else bool(job["learned"]),
+                        status=str(job.get("job_status")),
+                        error=None,
+                    )
+                    for job in jobs.to_dict("records")
+                    if not pd.isna(job.get("seed"))
+                ],
+            )
+        )
+    return rows
+
+
+def _journal_rows(path: Path) -> list[TrialRow]:
+    """The finished trials of the one study in the Optuna journal ``path`` (read only), with
+    the jobs the search kept in each trial's user attributes; none without a journal."""
+    if not path.is_file():
+        return []
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    names = optuna.get_all_study_names(storage)
+    if len(names) != 1:
+        raise IsotuneError(
+            f"{path} holds {len(names)} Optuna studies ({', '.join(names)}), where a search's "
+            "journal holds one: it is not a search's journal. Fix: move it out of the study."
+        )
+    return [
+        TrialRow(
+            number=trial.number,
+            state=trial.state.name,
+            values={},
+            value=trial.value if trial.state.name == "COMPLETE" else None,
+            jobs=[JobOutcome.from_record(job) for job in trial.user_attrs.get("jobs", [])],
+        )
+        for trial in optuna.load_study(study_name=names[0], storage=storage).trials
+        if trial.state.is_finished()
+    ]
+
+
+def _check_chosen(
+    folder: Path,
+    trials: Sequence[TrialRow],
+    best: int,
+    best_params: Mapping[str, Any],
+    best_value: float | None,
+) -> None:
+    """Refuse a chosen trial that ``trials.csv`` does not hold as a COMPLETE trial of that
+    value: the two files would then describe different searches."""
+    chosen = next((trial for trial in trials if trial.number == best), None)
+    if chosen is None or chosen.state != "COMPLETE" or chosen.value != best_value:
+        found = "no such trial" if chosen is None else f"{chosen.state} at {chosen.value}"
+        raise IsotuneError(
+            f"{folder / SEARCH_RESULTS_FILE} chose trial {best} (value {best_value}, "
+            f"{dict(best_params)}), but {folder / TRIALS_FILE} has {found}: the two files are "
+            "not of one search. Fix: type the study's command again in its folder, which "
+            "writes both from the search's journal."
+        )
+
+
+def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, Any]) -> StudyRun:
+    """A held-out run, refused if its overrides do not set the chosen trial's values."""
     seed = int(job_dir.name.removeprefix("seed-"))
     outcome = read_outcome(job_dir, seed)
     geometry = {}
-    if outcome.completed:
-        best = (Run.read(job_dir / RESULTS_FILE).result.get("isotropy") or {}).get("best") or {}
+    if (job_dir / RESULTS_FILE).is_file():
+        run = Run.read(job_dir / RESULTS_FILE)
+        _check_report_overrides(job_dir, run.overrides, best_params)
+        best = (run.result.get("isotropy") or {}).get("best") or {}
         for measure in GEOMETRY:
             value = _number(best.get(measure_key(measure)))
-            if value is not None:
+            if outcome.completed and value is not None:
                 geometry[measure] = value
     return StudyRun(
         task=task,
@@ -176,14 +272,27 @@ def _report_run(job_dir: Path, task: str, arm: str) -> StudyRun:
     )
 
 
-def _spent(jobs: pd.DataFrame) -> float | None:
-    """A trial's value when COMPLETE, the median of its runs' scores when PRUNED, else None (as
-    :func:`isotune.search.report.spent_value` counts it)."""
-    state = jobs["state"].iloc[0]
-    if state == "COMPLETE":
-        return float(jobs["value"].iloc[0])
-    scores = jobs["score"].dropna()
-    return float(scores.median()) if state == "PRUNED" and len(scores) else None
+def _check_report_overrides(
+    job_dir: Path, overrides: Sequence[str], best_params: Mapping[str, Any]
+) -> None:
+    ran = dict(override.split("=", 1) for override in overrides if "=" in override)
+    for key, chosen in best_params.items():
+        if key not in ran or not _same_value(ran[key], chosen):
+            raise IsotuneError(
+                f"{job_dir} is a report run of the chosen trial, which set {key}={chosen}, but "
+                f"it ran {key}={ran.get(key, '(not set)')}: it is not this arm's held-out run. "
+                "Fix: move that folder out of the study and type the study's command again, "
+                "which runs it with the chosen values."
+            )
+
+
+def _same_value(typed: str, chosen: Any) -> bool:
+    if isinstance(chosen, (int, float)) and not isinstance(chosen, bool):
+        try:
+            return math.isclose(float(typed), float(chosen), rel_tol=1e-12)
+        except ValueError:
+            return False
+    return typed == str(chosen)
 
 
 def runs_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
@@ -206,12 +315,6 @@ def runs_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
     ]
     columns = ["task", "arm", "phase", "trial", "seed", "score", "learned", "status"]
     return pd.DataFrame(rows, columns=[*columns, *GEOMETRY, "job_dir"])
-
-
-def _read_trials(path: Path) -> pd.DataFrame:
-    if not path.is_file():
-        return pd.DataFrame(columns=["trial", "state", "value", "seed"])
-    return pd.read_csv(path)
 
 
 def _read_yaml(path: Path) -> Mapping[str, Any]:

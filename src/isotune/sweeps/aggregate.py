@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -300,8 +301,20 @@ def write_outputs(result: Aggregate, directory: Path) -> tuple[list[Path], dict[
     outputs |= {f"{name}.csv": table.to_csv(index=False) for name, table in result.tables().items()}
     for name, text in outputs.items():
         write_text(directory / name, text)
-    report_path = write_text(directory / REPORT_MD, result.sweep_report(figures))
+    report_path = _write_unless_only_checked(directory / REPORT_MD, result.sweep_report(figures))
     return [directory / name for name in outputs], figures, report_path
+
+
+CHECKED = re.compile(r"\(checked [0-9T:+-]+\)")  # the time a report was made: sweep_report.md
+
+
+def _write_unless_only_checked(path: Path, text: str) -> Path:
+    """``text`` into ``path``, unless ``path`` already says the same but for the time it was
+    checked: a carried folder regenerated with nothing changed stays as committed (``git
+    status`` clean), while a running run's age, which is content, still rewrites it."""
+    if path.is_file() and CHECKED.sub("", path.read_text()) == CHECKED.sub("", text):
+        return path
+    return write_text(path, text)
 
 
 def main(

@@ -194,7 +194,9 @@ class Configurations:
 def paired_statistics(scores: pd.DataFrame, configurations: Configurations) -> pd.DataFrame:
     """Per compared configuration and task: the paired comparison with its baseline over seeds
     (``scores``: one row per run, as :func:`isotune.sweeps.tables.scores_frame` makes it, whose
-    row order this keeps), and Holm-adjusted p over every comparison with a p."""
+    row order this keeps), and Holm-adjusted p over every comparison with a pair
+    (:data:`HOLM_FAMILY`, named in the ``holm_family`` column: in a study folder, the same
+    comparisons as study_report.md's, every arm against the baseline arm on every task)."""
     by_cell = {
         key: dict(zip(group["seed"], group["score"], strict=True))
         for key, group in scores.groupby(["configuration", "task"], sort=False)
@@ -208,8 +210,9 @@ def paired_statistics(scores: pd.DataFrame, configurations: Configurations) -> p
                 comparisons.append(paired_comparison(reference, other))
                 absent = "" if reference else f"No run of the baseline on {task}. "
                 cells.append((name, baseline_name, task, absent))
-    wilcoxon_holm, _ = holm({i: c.wilcoxon_p for i, c in enumerate(comparisons)})
-    ttest_holm, _ = holm({i: c.ttest_p for i, c in enumerate(comparisons)})
+    family = [i for i, c in enumerate(comparisons) if c.n]
+    wilcoxon_holm, m = holm({i: comparisons[i].wilcoxon_p for i in family})
+    ttest_holm, _ = holm({i: comparisons[i].ttest_p for i in family})
     rows = []
     for i, ((name, baseline, task, absent), c) in enumerate(zip(cells, comparisons, strict=True)):
         t_low, t_high = c.t_interval or (None, None)
@@ -229,9 +232,10 @@ def paired_statistics(scores: pd.DataFrame, configurations: Configurations) -> p
                 "excludes_zero": c.excludes_zero,
                 "wilcoxon_p": c.wilcoxon_p,
                 "wilcoxon_n": c.wilcoxon_n,
-                "wilcoxon_p_holm": wilcoxon_holm[i],
+                "wilcoxon_p_holm": wilcoxon_holm.get(i),
                 "ttest_p": c.ttest_p,
-                "ttest_p_holm": ttest_holm[i],
+                "ttest_p_holm": ttest_holm.get(i),
+                "holm_family": f"{HOLM_FAMILY} ({m})",
                 "unpaired_seeds": " ".join(map(str, c.unpaired_seeds)),
                 "note": (absent + c.note).strip(),
             }
@@ -242,21 +246,24 @@ def paired_statistics(scores: pd.DataFrame, configurations: Configurations) -> p
 PAIRED_COLUMNS = [
     "configuration", "baseline", "task", "n", "median_difference", "mean_difference",
     "t_low", "t_high", "bootstrap_low", "bootstrap_high", "excludes_zero",
-    "wilcoxon_p", "wilcoxon_n", "wilcoxon_p_holm", "ttest_p", "ttest_p_holm",
+    "wilcoxon_p", "wilcoxon_n", "wilcoxon_p_holm", "ttest_p", "ttest_p_holm", "holm_family",
     "unpaired_seeds", "note",
 ]  # fmt: skip
+HOLM_FAMILY = "every configuration against its baseline on every task of the folder"
 
 
 def comparison_counts(paired: pd.DataFrame) -> tuple[int, int, int]:
-    """The m of each Holm adjustment (comparisons with a Wilcoxon p, with a t-test p), and the
-    fewest pairs of any comparison that has one."""
-    compared = paired.loc[paired["n"] > 0, "n"]
-    fewest = int(compared.min()) if len(compared) else 0
-    return int(paired["wilcoxon_p"].notna().sum()), int(paired["ttest_p"].notna().sum()), fewest
+    """The m of each Holm adjustment (every comparison with a pair, for both tests), and the
+    fewest non-zero pairs of any comparison that has one (the Wilcoxon test's floor)."""
+    compared = int((paired["n"] > 0).sum())
+    ranked = paired.loc[paired["wilcoxon_n"] > 0, "wilcoxon_n"]
+    fewest = int(ranked.min()) if len(ranked) else 0
+    return compared, compared, fewest
 
 
 def caveat(paired: pd.DataFrame) -> str:
-    """The sentence under the table on what the fewest pairs of any comparison can show."""
+    """The sentence under the table on what the fewest non-zero pairs of any comparison can
+    show."""
     fewest = comparison_counts(paired)[2]
     return seed_count_caveat(fewest) if fewest else ""
 

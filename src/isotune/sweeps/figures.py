@@ -12,6 +12,7 @@ only draw.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -113,7 +114,7 @@ def draw_figures(
     paths = {}
     for name, figure in figures.items():
         paths[name] = Path(output_dir) / f"{name}.png"
-        save_figure(figure, paths[name], dpi=DPI)
+        save_figure(figure, paths[name], dpi=DPI, bbox_inches="tight")  # legends under panels
         plt.close(figure)
     return paths
 
@@ -185,15 +186,33 @@ def isotropy_vs_score_figure(
     metric: str,
     colours: Mapping[str, tuple],
 ) -> plt.Figure:
-    """One panel per measure: a dot per run, coloured by configuration; rho in title and legend."""
+    """One panel per measure: a dot per run, coloured by configuration; rho in title and legend.
+    The legend sits under each panel, its labels wrapped to the panel's width, and the figure
+    grows by its lines: a study's dozen long configuration names otherwise squeezed the panels
+    to nothing and the legends out of the picture (matplotlib's "axes sizes collapsed to
+    zero")."""
     measures = list(dict.fromkeys(points["measure"]))
-    figure, axes = plt.subplots(
-        1, len(measures), figsize=(4.6 * len(measures), 4.6), layout="constrained", squeeze=False
-    )
     rhos = {(r.measure, r.configuration): r for r in correlations.itertuples(index=False)}
+    labels = {
+        (measure, name): textwrap.fill(f"{name}: {_rho_text(rhos[measure, name])}", LEGEND_WIDTH)
+        for measure, name in points[["measure", "configuration"]]
+        .drop_duplicates()
+        .itertuples(index=False)
+    }
+    lines = max(
+        sum(label.count("\n") + 1 for (m, _), label in labels.items() if m == measure)
+        for measure in measures
+    )
+    figure, axes = plt.subplots(
+        1,
+        len(measures),
+        figsize=(4.6 * len(measures), 4.6 + LEGEND_LINE_INCHES * lines),
+        layout="constrained",
+        squeeze=False,
+    )
     for axis, measure in zip(axes[0], measures, strict=True):
         for name, runs in points[points["measure"] == measure].groupby("configuration", sort=False):
-            label = f"{name}: {_rho_text(rhos[measure, name])}"
+            label = labels[measure, name]
             _scatter(axis, runs["isotropy"], runs["score"], runs["learned"], colours[name], label)
         axis.set(
             title=f"pooled {_rho_text(rhos[measure, POOLED])}",
@@ -204,6 +223,10 @@ def isotropy_vs_score_figure(
         axis.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.25))
     figure.suptitle(f"{task}: isotropy of the classifier input against the score, one dot per run")
     return figure
+
+
+LEGEND_LINE_INCHES = 0.26  # the height of one legend line at fontsize "small"
+LEGEND_WIDTH = 55  # characters of a legend line under a 4.6-inch panel at fontsize "small"
 
 
 def _rho_text(row) -> str:

@@ -26,21 +26,33 @@ from isotune.tracking.reporting import counted
 __all__ = [
     "BOOTSTRAP_MIN_PAIRS",
     "CONFIDENCE",
+    "POWER",
     "Correlation",
     "PairedComparison",
     "holm",
+    "minimum_detectable_difference",
     "paired_comparison",
+    "pairs_needed",
+    "score_resolution",
     "seed_count_caveat",
     "signed_rank_p",
     "smallest_wilcoxon_p",
     "spearman",
+    "stratified_spearman",
 ]
 
 CONFIDENCE = 0.95  # of every interval; the tests are two-sided at 1 - CONFIDENCE
 BOOTSTRAP_MIN_PAIRS = 10  # below, a bootstrap interval of the mean is too narrow
 BOOTSTRAP_RESAMPLES = 9999  # scipy's default; BCa needs many for stable tail quantiles
-DIFFERENCE_DECIMALS = 9  # 0.82 - 0.80 and 0.84 - 0.82 differ in float64: rounding restores the tie
+POWER = 0.8  # of the minimum detectable difference and the pairs needed (Cohen's convention)
+# Scores are stored as float32: k / N rounded once to float32 is off by at most 2^-24 of it.
+GRID_TOLERANCE = 2.0**-23  # a score on a 1/N grid: k within this share of k (twice the bound)
+FLOAT32_TOLERANCE = 2.0**-20  # off any grid, differences closer than this share of |score| tie
+MAX_EXAMPLES = 100_000  # the largest evaluation set whose 1/N grid ``score_resolution`` looks for
+SCORE_UNITS = (1.0, 100.0)  # scores as fractions, or as percentages (the sweep tables' points)
 EXACT_SPEARMAN_MAX_N = 8  # all 8! = 40320 orderings enumerated at most; above, the t approximation
+EXACT_PERMUTATIONS_MAX = 40320  # within-strata orderings enumerated at most; above, sampled
+PERMUTATION_SAMPLES = 9999  # sampled within-strata orderings: p = (1 + as extreme) / (1 + this)
 
 K = TypeVar("K", bound=Hashable)
 
@@ -88,12 +100,14 @@ def paired_comparison(
 ) -> PairedComparison:
     """Compare ``other`` with ``baseline``, both ``{seed: score}``, on the seeds they share.
 
-    With the differences d_i = other_i - baseline_i (rounded to ``DIFFERENCE_DECIMALS`` so that
-    float noise neither breaks a tie nor hides a zero), n pairs, mean m and sample standard
-    deviation s:
+    With the differences d_i = other_i - baseline_i taken at the scores' resolution (see
+    ``at_resolution``: float32 noise neither breaks a tie nor hides a zero), n pairs, mean m and
+    sample standard deviation s:
     - Student t interval (Student 1908): m ± t_{0.975, n-1} s / sqrt(n), from n >= 2. When every
       d_i is the same d there is no spread: the interval is the point [d, d] and the t-test is
-      undefined (None), both stated in ``note``.
+      undefined (None), both stated in ``note``; when that d is 0 the arm equals its baseline on
+      every seed, and both tests give p = 1 (no sign of a difference), so that it counts in
+      Holm's family as the comparison it is.
     - Paired t-test p: ``scipy.stats.ttest_1samp(d, 0)``, which is ``ttest_rel(other, baseline)``
       on the rounded differences, so that it agrees with the interval (p < 0.05 iff it excludes 0).
     - Bootstrap interval of the mean, from n >= ``BOOTSTRAP_MIN_PAIRS``: ``scipy.stats.bootstrap``,
@@ -107,7 +121,8 @@ def paired_comparison(
     """
     common = sorted(baseline.keys() & other.keys())
     unpaired = tuple(sorted(baseline.keys() ^ other.keys()))
-    d = np.round([other[s] - baseline[s] for s in common], DIFFERENCE_DECIMALS).astype(float)
+    scores = [float(x) for s in common for x in (baseline[s], other[s])]
+    d = at_resolution(np.array([other[s] - baseline[s] for s in common], dtype=float), scores)
     if not np.isfinite(d).all():
         bad = [s for s, value in zip(common, d, strict=True) if not math.isfinite(value)]
         raise ValueError(f"non-finite score on seeds {bad}: leave failed runs out before pairing")
@@ -137,6 +152,9 @@ def paired_comparison(
     t_interval = bootstrap_interval = ttest_p = None
     if n == 1:
         notes.append("One pair: no spread, so no interval and no t-test.")
+    elif not spread and d[0] == 0:
+        t_interval, ttest_p = (0.0, 0.0), 1.0
+        notes.append(f"Equal to the baseline on all {n} seeds: p = 1 for both tests.")
     elif not spread:
         t_interval = (float(d[0]), float(d[0]))
         notes.append(
@@ -151,10 +169,8 @@ def paired_comparison(
     if n >= BOOTSTRAP_MIN_PAIRS:
         bootstrap_interval = _bootstrap_interval(d, seed) if spread else t_interval
     nonzero = d[d != 0]
-    wilcoxon_p = signed_rank_p(nonzero) if len(nonzero) else None
-    if len(nonzero) == 0:
-        notes.append("Every difference is 0: the Wilcoxon test has no pair to rank.")
-    elif len(nonzero) < n:
+    wilcoxon_p = signed_rank_p(nonzero) if len(nonzero) else 1.0
+    if 0 < len(nonzero) < n:
         notes.append(
             f"{counted(n - len(nonzero), 'zero difference')} left out of the Wilcoxon test, "
             f"which uses {counted(len(nonzero), 'pair')}."
@@ -173,6 +189,56 @@ def paired_comparison(
         ttest_p=ttest_p,
         note=" ".join(notes),
     )
+
+
+def score_resolution(scores: Sequence[float]) -> float | None:
+    """The step of the grid every score lies on, as a share of a set of N examples does:
+    ``unit / N`` for the smallest N <= ``MAX_EXAMPLES`` (``unit``: 1, or 100 for points, with
+    every |score| <= unit) whose multiples hold every score within float32's error; None where no
+    grid fits (an F1, a correlation) or no score is given. Accuracy on RTE's 277 dev examples:
+    1/277.
+
+    The grid is read from the scores themselves, so it needs no record of N: one score off the
+    grid rules that N out. A grid found by chance is harmless: at small N the chance is
+    negligible (below 1e-12 for N < 1000 and 6 scores), and any grid that fits moves no score
+    by more than float32's own error (2^-23 of it).
+    """
+    values = np.abs(np.asarray(scores, dtype=float))
+    if values.size == 0 or not np.isfinite(values).all():
+        return None
+    examples = np.arange(1, MAX_EXAMPLES + 1, dtype=float)
+    for unit in SCORE_UNITS:
+        if values.max() > unit:
+            continue
+        counts = np.outer(examples, values / unit)  # k = score * N / unit: integers on the grid
+        fits = np.all(np.abs(counts - np.rint(counts)) <= GRID_TOLERANCE * counts, axis=1)
+        if fits.any():
+            return unit / float(examples[int(np.argmax(fits))])
+    return None
+
+
+def at_resolution(differences: np.ndarray, scores: Sequence[float]) -> np.ndarray:
+    """``differences`` of ``scores`` as the metric can tell them apart (power.md, "Ties").
+
+    On the scores' grid (``score_resolution``: accuracy on N examples), each difference is the
+    nearest multiple of the step, so that two one-example differences are equal bit for bit.
+    Off any grid, differences within ``FLOAT32_TOLERANCE`` of the largest |score| of each other
+    are one value (the smallest |d| of the run of such values, with its own sign) and those that
+    close to 0 are 0: float32 storage moves a score by up to 2^-24 of it, which would otherwise
+    break a tie (a Wilcoxon p of 0.1875 where the tied p is 0.3125) or give a spread of 1e-8 a
+    t-test p of 0.
+    """
+    step = score_resolution(scores)
+    if step is not None:
+        return np.rint(differences / step) * step
+    tolerance = FLOAT32_TOLERANCE * max([1.0, *np.abs(scores)])
+    magnitude = np.abs(differences)
+    snapped = np.where(magnitude <= tolerance, 0.0, magnitude)
+    order = np.argsort(snapped, kind="stable")
+    for previous, current in itertools.pairwise(order):
+        if snapped[current] - snapped[previous] <= tolerance:
+            snapped[current] = snapped[previous]
+    return np.sign(differences) * snapped
 
 
 def _bootstrap_interval(d: np.ndarray, seed: int) -> tuple[float, float]:
@@ -229,38 +295,78 @@ def smallest_wilcoxon_p(n: int) -> float:
     return min(1.0, 2.0 / 2**n)
 
 
-def seed_count_caveat(n: int) -> str:
-    """The sentence under a paired-statistics table on what ``n`` seeds can show."""
-    floor = smallest_wilcoxon_p(n)
+def seed_count_caveat(nonzero_pairs: int) -> str:
+    """The sentence under a paired-statistics table on what a Wilcoxon test of
+    ``nonzero_pairs`` can show: zero differences are dropped before ranking, so the floor
+    2 / 2^k counts the non-zero pairs k, not the seeds (4 of 5 non-zero: 0.125, not 0.0625)."""
+    floor = smallest_wilcoxon_p(nonzero_pairs)
+    pairs = counted(nonzero_pairs, "non-zero pair")
     if floor > 1 - CONFIDENCE:
         return (
-            f"With {counted(n, 'pair')} the smallest two-sided Wilcoxon p is {floor:.4g}, so "
+            f"With {pairs} the smallest two-sided Wilcoxon p is {floor:.4g}, so "
             f"'not significant' there is not 'no effect'."
         )
     return (
-        f"With {counted(n, 'pair')} the smallest two-sided Wilcoxon p is {floor:.4g}; with few "
+        f"With {pairs} the smallest two-sided Wilcoxon p is {floor:.4g}; with few "
         f"seeds 'not significant' is still not 'no effect'."
     )
 
 
 def holm(pvalues: Mapping[K, float | None]) -> tuple[dict[K, float | None], int]:
-    """Holm-Bonferroni adjusted p (Holm 1979) and m, the number of comparisons (non-None p).
+    """Holm-Bonferroni adjusted p (Holm 1979) over the family ``pvalues``, and m, its size.
 
     With the m p-values sorted ascending, p_(1) <= ... <= p_(m), the adjusted
     p~_(i) = min(1, max_{j <= i} (m - j + 1) p_(j)): monotone in i and capped at 1. Rejecting
-    where p~ < alpha controls the family-wise error rate at alpha. None entries (no test possible)
-    are no comparison: they stay None and do not count in m.
+    where p~ < alpha controls the family-wise error rate at alpha. Every entry is a comparison the
+    report makes, so every entry counts in m: one without a test (None: a difference with no
+    spread) ranks as p = 1 and stays None. Leaving it out would make m smaller than the number of
+    questions asked, and every other p too small.
     """
-    tested = sorted(
-        ((p, key) for key, p in pvalues.items() if p is not None), key=lambda item: item[0]
-    )
-    m = len(tested)
-    adjusted: dict[K, float | None] = {key: None for key in pvalues}
+    ranked = sorted(pvalues.items(), key=lambda item: 1.0 if item[1] is None else item[1])
+    m = len(ranked)
+    adjusted: dict[K, float | None] = {}
     running = 0.0
-    for i, (p, key) in enumerate(tested):
-        running = max(running, min(1.0, (m - i) * p))
-        adjusted[key] = running
-    return adjusted, m
+    for i, (key, p) in enumerate(ranked):
+        running = max(running, min(1.0, (m - i) * (1.0 if p is None else p)))
+        adjusted[key] = None if p is None else running
+    return {key: adjusted[key] for key in pvalues}, m
+
+
+def minimum_detectable_difference(
+    spread: float, pairs: int, power: float = POWER, alpha: float = 1 - CONFIDENCE
+) -> float | None:
+    """The smallest true mean difference a two-sided paired t-test at ``alpha`` detects with
+    ``power`` over ``pairs`` pairs whose differences have standard deviation ``spread``:
+    (t_{1-alpha/2, n-1} + t_{power, n-1}) s / sqrt(n) (power.md; with z it is the familiar
+    2.80 s / sqrt(n)). None below 2 pairs, where a t-test has no degrees of freedom.
+    """
+    if pairs < 2:
+        return None
+    df = pairs - 1
+    quantiles = float(stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df))
+    return quantiles * spread / math.sqrt(pairs)
+
+
+def pairs_needed(
+    mean: float, spread: float, power: float = POWER, alpha: float = 1 - CONFIDENCE
+) -> int | None:
+    """The fewest pairs whose ``minimum_detectable_difference`` is at most |``mean``|, for
+    differences of standard deviation ``spread``: a planning figure, since ``spread`` is itself
+    estimated from few pairs. Iterated from the normal approximation
+    n = ((z_{1-alpha/2} + z_{power}) s / m)^2 because the t quantiles depend on n. None when
+    ``mean`` is 0 (no number of pairs detects no difference); 2 when there is no spread.
+    """
+    if mean == 0:
+        return None
+    if spread == 0:
+        return 2
+    z = float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
+    n = max(2, math.ceil((z * spread / mean) ** 2))
+    while (mdd := minimum_detectable_difference(spread, n, power, alpha)) and mdd > abs(mean):
+        n += 1
+    while n > 2 and (minimum_detectable_difference(spread, n - 1, power, alpha) or 0) <= abs(mean):
+        n -= 1
+    return n
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> Correlation:
@@ -295,3 +401,67 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> Correlation:
     rhos = ry[orderings] @ rx / math.sqrt((rx @ rx) * (ry @ ry))
     p = float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))  # orderings tied with rho count
     return Correlation(rho, p, n, "")
+
+
+def stratified_spearman(
+    x: Sequence[float], y: Sequence[float], strata: Sequence[Hashable], seed: int = 0
+) -> Correlation:
+    """Spearman's rho of ``x`` against ``y`` within strata, with a permutation p that keeps them.
+
+    Each value is centred on its stratum's median, so that a difference between strata (an
+    arm that is both more isotropic and better) is no correlation, and rho is that of the
+    centred values, taken at the values' resolution (``at_resolution``). Under the null, y is
+    exchangeable within a stratum only: the p is the share
+    of within-stratum orderings of y whose |rho| is at least the observed one, all of them when
+    there are at most ``EXACT_PERMUTATIONS_MAX``, else ``PERMUTATION_SAMPLES`` drawn with
+    ``seed`` (p = (1 + as extreme) / (1 + drawn), Phipson & Smyth 2010). A stratum of one point
+    says nothing within itself and is left out; fewer than 3 points, or a constant centred x or
+    y, give rho = p = None with the reason.
+    """
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if not (a.shape == b.shape == (len(strata),)):
+        raise ValueError("x, y and strata must be 1-D of one length")
+    groups: dict[Hashable, list[int]] = {}
+    for i, stratum in enumerate(strata):
+        groups.setdefault(stratum, []).append(i)
+    groups = {k: v for k, v in groups.items() if len(v) > 1}
+    index = [i for members in groups.values() for i in members]
+    cx, cy = np.empty(len(index)), np.empty(len(index))
+    slices, start = [], 0
+    for members in groups.values():
+        cx[start : start + len(members)] = a[members] - np.median(a[members])
+        cy[start : start + len(members)] = b[members] - np.median(b[members])
+        slices.append(np.arange(start, start + len(members)))
+        start += len(members)
+    # centred values equal but for float noise (one example above its arm's median in two arms)
+    # are one value, as differences are (``at_resolution``): their tie is real. Doubled, since
+    # the median of an even stratum is a midpoint: 2 (x - median) is a difference of the grid.
+    cx = at_resolution(2 * cx, a[index].tolist()) / 2
+    cy = at_resolution(2 * cy, b[index].tolist()) / 2
+    n = len(index)
+    if n < 3:
+        return Correlation(
+            None, None, n, f"{counted(n, 'point')} in strata of 2 or more: rho needs at least 3."
+        )
+    constant = [name for name, v in (("x", cx), ("y", cy)) if np.all(v == v[0])]
+    if constant:
+        return Correlation(None, None, n, f"centred {' and '.join(constant)} constant.")
+    rx, ry = stats.rankdata(cx), stats.rankdata(cy)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    scale = math.sqrt((rx @ rx) * (ry @ ry))
+    rho = float(ry @ rx / scale)
+    orderings = math.prod(math.factorial(len(members)) for members in slices)
+    if orderings <= EXACT_PERMUTATIONS_MAX:
+        each = [list(itertools.permutations(members)) for members in slices]
+        permuted = np.array([np.concatenate(choice) for choice in itertools.product(*each)])
+        rhos = ry[permuted] @ rx / scale
+        p = float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))
+        return Correlation(rho, p, n, "centred in each stratum; exact permutation p within strata.")
+    rng = np.random.default_rng(seed)
+    as_extreme = 0
+    for _ in range(PERMUTATION_SAMPLES):
+        permuted = np.concatenate([rng.permutation(members) for members in slices])
+        as_extreme += abs(ry[permuted] @ rx / scale) >= abs(rho) - 1e-12
+    p = float((1 + as_extreme) / (1 + PERMUTATION_SAMPLES))
+    note = f"centred in each stratum; p from {PERMUTATION_SAMPLES} permutations within strata."
+    return Correlation(rho, p, n, note)
