@@ -114,6 +114,7 @@ def test_every_arm_searches_the_learning_rate_with_the_same_budget(tmp_path):
     ("changes", "message"),
     [
         ({"arms": ["none", "istar_tuned"]}, "Unknown arm(s) ['istar_tuned']"),
+        ({"arms": ["none"]}, "hydra.sweeper.arms=['none'] names one arm"),  # compares nothing
         ({"baseline_arm": "batchnorm"}, "baseline arm 'batchnorm'"),
         (
             {"catalog": {**CATALOG, "isobn": {"overrides": ["norm.alpha=1"]}}},
@@ -478,6 +479,107 @@ def test_a_study_prunes_with_the_plain_searchs_default_pruner():
 
 
 # ---- the sweeper's refusals, before any job ----
+def _study_sweeper(
+    tmp_path: Path, glue_dir: Path, typed: list[str], preset=()
+) -> tuple[StudySweeper, list[str]]:
+    """The sweeper of ``python train.py -m study=isotropy task=rte <typed>`` in ``tmp_path``,
+    set up as Hydra sets it up, and the command line typed."""
+    typed = ["study=isotropy", "task=rte", f"paths.log_dir={tmp_path}", *typed]
+    cfg = compose_train_config([*typed, f"paths.glue_dir={glue_dir}", *preset])
+    settings = OmegaConf.to_container(cfg.hydra.sweeper)
+    sweeper = StudySweeper(**{k: v for k, v in settings.items() if not k.startswith("_")})
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
+    context = HydraContext(config_loader=loader, callbacks=Callbacks())
+    sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
+    return sweeper, typed
+
+
+class _RecordingLauncher:
+    """Hydra's launcher as the study sweeper uses it, writing each job's run as a completed
+    training run of this machine's environment leaves it (reg=none scores 0.6, others 0.65, plus
+    seed / 1000), and keeping the job folders it launched."""
+
+    def __init__(self, sweep_dir: Path) -> None:
+        self.sweep_dir = sweep_dir
+        self.launched: list[str] = []
+        self.provenance = machine_provenance()
+
+    def launch(self, jobs: list[list[str]], initial_job_idx: int) -> None:
+        for overrides in jobs:
+            values = dict(o.split("=", 1) for o in overrides)
+            seed = int(values["seed"])
+            score = (0.6 if values.get("reg") == "none" else 0.65) + seed / 1000
+            result = {**completed("minilm", "none", "rte", seed, score)}
+            task_overrides = [o for o in overrides if not o.startswith("hydra.")]
+            write_run(
+                self.sweep_dir / values["hydra.sweep.subdir"],
+                task_overrides,
+                {**result, "provenance": self.provenance},
+            )
+            self.launched.append(values["hydra.sweep.subdir"])
+
+
+def _swept_study(tmp_path: Path, glue_dir: Path, typed: list[str]) -> list[str]:
+    """Run the study of :func:`_study_sweeper` to its end on :class:`_RecordingLauncher`; the
+    job folders it launched, relative to the study folder."""
+    sweeper, typed = _study_sweeper(tmp_path, glue_dir, typed)
+    sweeper.launcher = _RecordingLauncher(tmp_path / "study" / "isotropy_minilm")
+    sweeper.sweep([arg for arg in typed if not arg.lstrip("+").startswith("hydra.")])
+    return sweeper.launcher.launched
+
+
+REPORT_SEEDS = "hydra.sweeper.report_seeds="
+SMALL_STUDY = ["hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=[1]", "hydra.sweeper.n_jobs=1"]
+
+
+def test_a_finished_study_with_more_report_seeds_runs_only_theirs_even_on_some_searches(
+    tmp_path, glue_dir, caplog
+):
+    """Issue 53: a finished study typed again with more report seeds runs only the new seeds'
+    report runs, tunes nothing again, and its report covers them all; continued on some of its
+    searches (the confirmatory run: task=rte, arms none and cosreg), the others are left as they
+    are, and said so. Its report seeds only grow: a shrunk list is refused before any job."""
+    study = tmp_path / "study" / "isotropy_minilm"
+    first = _swept_study(
+        tmp_path,
+        glue_dir,
+        [
+            *SMALL_STUDY,
+            "hydra.sweeper.arms=[none,isobn,cosreg]",
+            "hydra.sweeper.report_seeds=[3,4]",
+        ],
+    )
+    assert len(first) == 3 * (1 + 2)
+    with caplog.at_level(logging.INFO):
+        again = _swept_study(
+            tmp_path,
+            glue_dir,
+            [
+                *SMALL_STUDY,
+                "hydra.sweeper.arms=[none,cosreg]",
+                "hydra.sweeper.report_seeds=[3,4,5,6]",
+            ],
+        )
+    assert sorted(again) == [
+        f"rte/{arm}/report/trial-000/seed-{seed}" for arm in ("cosreg", "none") for seed in (5, 6)
+    ]
+    assert "1 other searches (rte/isobn), left as they are" in caplog.text
+    runs = pd.read_csv(study / RUNS_FILE)
+    assert set(runs["arm"]) == {"none", "cosreg"}
+    assert sorted(runs[runs["phase"] == "report"]["seed"]) == [3, 3, 4, 4, 5, 5, 6, 6]
+    assert "| cosreg |" in (study / REPORT_FILE).read_text()
+
+    logged = _refused_study(
+        tmp_path,
+        glue_dir,
+        [*SMALL_STUDY, "hydra.sweeper.arms=[none,cosreg]", REPORT_SEEDS + "[3,5]"],
+        expect_runs=True,
+    )
+    assert "hydra.sweeper.report_seeds=[3, 5] leaves out report seeds 4, 6 that" in logged
+    assert "'hydra.sweeper.report_seeds=[3,4,5,6]' (only the new seeds' runs run" in logged
+    assert "Fix:" in logged and "Seeds [1] are both" not in logged
+
+
 def _refused_study(
     tmp_path: Path,
     glue_dir: Path,
@@ -492,13 +594,7 @@ def _refused_study(
     stopped with exit status ``code`` before any job. ``patch`` runs after the sweeper's setup,
     whose first scan of Hydra's plugins executes their modules again (undoing a patch made
     before it)."""
-    typed = ["study=isotropy", "task=rte", f"paths.log_dir={tmp_path}", *typed]
-    cfg = compose_train_config([*typed, f"paths.glue_dir={glue_dir}", *preset])
-    settings = OmegaConf.to_container(cfg.hydra.sweeper)
-    sweeper = StudySweeper(**{k: v for k, v in settings.items() if not k.startswith("_")})
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
-    context = HydraContext(config_loader=loader, callbacks=Callbacks())
-    sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
+    sweeper, typed = _study_sweeper(tmp_path, glue_dir, typed, preset)
     patch()
     messages = []
     handler = logging.Handler()

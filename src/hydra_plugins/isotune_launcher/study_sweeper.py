@@ -50,9 +50,11 @@ from isotune.study.plan import (
     Arm,
     StudyPlan,
     check_arm_keys,
+    check_report_seeds_kept,
     check_task_offline,
     override_values,
     plan_study,
+    searches_in,
 )
 from isotune.study.report import write_study_report
 from isotune.study.results import read_study
@@ -103,6 +105,7 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             _refuse_unknown_keys(s)
             tasks, fixed = _tasks_and_fixed(arguments, s["tasks"])
             plan = plan_study(s, tasks)
+            check_report_seeds_kept(plan, folder)
             settings = [self._search_settings(s, t, arm, fixed, folder) for t, arm in plan.searches]
             composed = self._compose_arms(plan, fixed)
             glue_dir = OmegaConf.select(config, "paths.glue_dir")
@@ -132,6 +135,7 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
                     else ""
                 )
             )
+            _say_searches_left_out(plan, folder)
             searches = [
                 Search(search, folder / task / arm.name, OmegaConf.to_yaml(config))
                 for search, (task, arm) in zip(settings, plan.searches, strict=True)
@@ -215,6 +219,21 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             folder,
             [jobs[task, plan.baseline] for task in plan.tasks for _ in range(per_task)],
             at_once,
+        )
+
+
+def _say_searches_left_out(plan: StudyPlan, folder: Path) -> None:
+    """Say so when the command continues some of the searches in the study folder (``task=rte
+    hydra.sweeper.arms=[none,cosreg]`` on a study of more): the others' folders stay as they
+    are, and the study's record and report are now those of the searches typed."""
+    typed = {f"{task}/{arm.name}" for task, arm in plan.searches}
+    others = [search for search in searches_in(folder) if search not in typed]
+    if others:
+        log.info(
+            f"The study folder holds {len(others)} other searches ({', '.join(others)}), left "
+            "as they are: this command's record and study report cover the searches typed "
+            f"({', '.join(sorted(typed))}); type their tasks and arms to report them again "
+            "(docs/study.md)."
         )
 
 
