@@ -620,6 +620,9 @@ def test_a_stopped_search_carried_to_another_folder_continues_there(tmp_path):
     assert all(".." not in " ".join(job) for job in again.jobs)
     assert len(stopped.jobs) + len(again.jobs) == len(whole.jobs)  # nothing run twice
     assert (tmp_path / "carried" / "trial-001" / "seed-2" / "results.json").is_file()
+    # every job named where it lies now, relative to the search folder (issue 52)
+    job_dirs = pd.read_csv(tmp_path / "carried" / "trials.csv").job_dir
+    assert job_dirs.str.fullmatch(r"trial-\d{3}/seed-\d").all(), job_dirs.tolist()
     results = [
         yaml.safe_load((tmp_path / name / "optimization_results.yaml").read_text())
         for name in ("whole", "carried")
@@ -814,7 +817,7 @@ def test_two_searches_on_one_journal_never_run_a_trial_twice(tmp_path):
     ]  # fmt: skip
     trials = pd.read_csv(b / "trials.csv")
     assert trials.groupby("trial").state.first().tolist() == ["COMPLETE"] * 4
-    assert trials.job_dir.str.startswith(str(a / "trial-001")).sum() == 2
+    assert trials.job_dir.str.startswith("../a/trial-001/").sum() == 2  # relative to b
 
 
 def test_a_job_of_the_stopped_search_still_running_is_not_launched_again(tmp_path):

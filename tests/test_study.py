@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -51,7 +52,7 @@ from isotune.study.report import (
     write_study_report,
     write_study_reports,
 )
-from isotune.study.results import ArmOutcome, StudyRun, read_arm, read_study
+from isotune.study.results import ArmOutcome, StudyRun, read_arm, read_study, runs_table
 from isotune.sweeps import slurm_jobs
 from isotune.sweeps.environment import check_continued_in_one_environment, machine_provenance
 from isotune.sweeps.report import status_markdown
@@ -740,6 +741,22 @@ def test_an_arm_reads_only_the_studys_report_seeds(tmp_path):
     write_search(tmp_path, "rte", {0: 0.6}, {101: 0.55, 102: 0.57, 7: 0.9}, {"optim.lr": 3e-5})
     outcome = read_arm(tmp_path, "rte", "none", (101, 102))
     assert outcome.held_out_scores() == {101: 0.55, 102: 0.57}
+
+
+def test_a_carried_study_names_its_runs_relative_to_the_study_folder(tmp_path):
+    """Issue 52: a study folder carried to another path kept the old absolute path in
+    study_runs.csv for every tuning run (trials.csv records where they ran), while its report
+    rows gave the current one."""
+    old, carried = tmp_path / "old" / "rte" / "none", tmp_path / "carried" / "rte" / "none"
+    write_search(old, "rte", {0: 0.6}, {101: 0.55}, {"optim.lr": 3e-5})
+    shutil.move(tmp_path / "old", tmp_path / "carried")
+    outcome = read_arm(carried, "rte", "none", (101,))
+    assert [run.job_dir for run in outcome.runs] == [
+        "rte/none/trial-000/seed-1",
+        "rte/none/trial-000/seed-2",
+        "rte/none/report/trial-000/seed-101",
+    ]
+    assert "old" not in runs_table([outcome]).to_csv()
 
 
 def test_a_study_whose_slurm_jobs_are_still_queued_is_refused(tmp_path, glue_dir, monkeypatch):

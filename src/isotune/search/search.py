@@ -17,8 +17,10 @@ and the same command continues it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,8 +167,7 @@ class Search:
         on at the old path); with a storage shared by several searches, a trial goes on in the
         folder of the search that started it."""
         trial.set_user_attr(OWNER_ATTR, owner(self.folder))
-        home = self.folder if self.owns_its_storage else Path(attrs.get(HOME_ATTR, self.folder))
-        live = _Trial(trial, home, round=rounds_reported)
+        live = _Trial(trial, self._home(attrs), round=rounds_reported)
         for record in attrs.get("jobs", []):
             index = self.settings.seeds.index(record["seed"])
             if index < rounds_reported:
@@ -308,7 +309,7 @@ class Search:
         n = len(self.settings.report_seeds)
         shared = set(self.space.fixed)  # what both run with: the table shows what sets them apart
         held_out = HeldOut(
-            best=_row(best, self.space),
+            best=self._row(best),
             best_overrides=[o for o in best_overrides if o not in shared],
             baseline_overrides=[o for o in self.settings.baseline or () if o not in shared],
             best_runs=ran[:n],
@@ -321,7 +322,36 @@ class Search:
         self.report_runs = len(ran)
 
     def _rows(self) -> list[TrialRow]:
-        return [_row(t, self.space) for t in self.study.trials if t.state.is_finished()]
+        return [self._row(t) for t in self.study.trials if t.state.is_finished()]
+
+    def _row(self, trial: Any) -> TrialRow:
+        """The trial as its tables show it, each job's folder relative to this search's folder:
+        the journal records where a job ran then, and a folder carried to another path or
+        machine would otherwise name the old one in every table it writes again."""
+        jobs = [
+            dataclasses.replace(job, job_dir=self._job_dir_here(job.job_dir, trial.user_attrs))
+            for job in map(JobOutcome.from_record, trial.user_attrs.get("jobs", []))
+        ]
+        return TrialRow(
+            number=trial.number,
+            state=trial.state.name,
+            values=self.space.values(trial.params),
+            value=trial.value if trial.state.name == "COMPLETE" else None,
+            jobs=jobs,
+            reason=trial.user_attrs.get("reason", ""),
+        )
+
+    def _job_dir_here(self, recorded: Path, attrs: dict[str, Any]) -> Path:
+        """A tuning job's folder (``<trial's home>/trial-<n>/seed-<s>``, recorded where it ran)
+        relative to this search's folder, from where the trial's home is now."""
+        home = self._home(attrs)
+        return Path(os.path.relpath(home / Path(*Path(recorded).parts[-2:]), self.folder))
+
+    def _home(self, attrs: dict[str, Any]) -> Path:
+        """Where the jobs of a trial (its user attributes ``attrs``) run: this folder, wherever
+        it lies now, when the study's file is in it; else the folder of the search that started
+        the trial (see :meth:`_run`)."""
+        return self.folder if self.owns_its_storage else Path(attrs.get(HOME_ATTR, self.folder))
 
     def _job(
         self,
@@ -350,15 +380,3 @@ class Search:
                 f"logger.wandb.job_type={phase}",
             ]
         return overrides
-
-
-def _row(trial: Any, space: SearchSpace) -> TrialRow:
-    jobs = [JobOutcome.from_record(record) for record in trial.user_attrs.get("jobs", [])]
-    return TrialRow(
-        number=trial.number,
-        state=trial.state.name,
-        values=space.values(trial.params),
-        value=trial.value if trial.state.name == "COMPLETE" else None,
-        jobs=jobs,
-        reason=trial.user_attrs.get("reason", ""),
-    )

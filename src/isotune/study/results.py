@@ -131,7 +131,9 @@ def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> 
             score=_number(row.get("score")),
             learned=None if pd.isna(row.get("learned")) else bool(row["learned"]),
             status=str(row.get("job_status")),
-            job_dir=str(row.get("job_dir")),
+            # <search>/trial-<n>/seed-<s>, recorded at the path it ran at (a carried folder's old
+            # one): relative to the study folder
+            job_dir=str(Path(task, arm, *Path(str(row.get("job_dir"))).parts[-2:])),
         )
         for row in trials.to_dict("records")
         if not pd.isna(row.get("seed"))
@@ -172,7 +174,7 @@ def _report_run(job_dir: Path, task: str, arm: str) -> StudyRun:
         learned=outcome.learned,
         status=outcome.status,
         geometry=geometry,
-        job_dir=str(job_dir),
+        job_dir=str(Path(task, arm, *job_dir.parts[-3:])),  # relative to the study folder
     )
 
 
