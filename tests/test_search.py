@@ -1082,6 +1082,18 @@ def test_the_sweeper_composes_the_baseline_before_any_job_and_exits_1(tmp_path, 
     assert not list(tmp_path.rglob("results.json"))
 
 
+def test_a_search_whose_model_no_job_could_load_is_refused_before_any_job(tmp_path, caplog):
+    """Issue 52: a model whose package is not installed was only left out of the disk check's
+    estimate, with a warning, then every trial failed at its start."""
+    typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}"]
+    sweeper, arguments = _search_sweeper([*typed, "model.name_or_path=pkg://isotune_absent/m"])
+    with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as stopped:
+        sweeper.sweep(arguments)
+    assert stopped.value.code == 1
+    assert "'isotune_absent', which is not installed. Fix:" in caplog.text
+    assert not list(tmp_path.rglob("results.json")) and not list(tmp_path.rglob("*.yaml"))
+
+
 def test_the_sweeper_composes_the_baseline_once_before_any_job(tmp_path, monkeypatch):
     """The dry run and the disk check composed the baseline each (a second or more each, and
     two paths that could drift): now the dry run's config is the disk check's."""

@@ -628,6 +628,15 @@ def test_a_study_refuses_what_a_plain_search_refuses(tmp_path, glue_dir, typed, 
     assert message in logged and "Fix:" in logged
 
 
+def test_a_model_no_job_could_load_is_refused_before_any_job(tmp_path, glue_dir):
+    """Issue 52: model=smollm2 without its package installed launched every trial, each failing
+    at its start, and once installed the same command was refused for those failures."""
+    logged = _refused_study(tmp_path, glue_dir, ["model.name_or_path=pkg://isotune_absent/m.gguf"])
+    assert "lives in the Python package 'isotune_absent', which is not installed" in logged
+    assert "Fix:" in logged
+    assert not (tmp_path / "study").exists() or not list((tmp_path / "study").rglob("*.log"))
+
+
 def test_a_study_with_no_report_seed_names_a_fix_that_overlaps_no_tuning_seed(tmp_path):
     with pytest.raises(IsotuneError) as refused:
         _plan(tmp_path, seeds=[101, 102], report_seeds=[])

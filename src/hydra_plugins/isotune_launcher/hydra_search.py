@@ -6,7 +6,7 @@ disk check every plain sweep gets. The search itself is :mod:`isotune.search`, w
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +202,17 @@ def dry_run_search(
         ]
     )
     return composed[0]
+
+
+def check_models_available(jobs: Iterable[DictConfig]) -> None:
+    """Refuse, before any job, a model no job could load here: a package not installed (the
+    ``smollm2`` extra), a Hub model not available offline, a folder without its files. Every
+    job would fail at its start, each failed trial counting against ``max_failure_rate``, and
+    the command typed again after the fix would be refused for those failures."""
+    from isotune.model.encoders import parameter_count  # imports torch
+
+    for name_or_path in sorted({str(job.model.name_or_path) for job in jobs}):
+        parameter_count(name_or_path)  # the model's config, read as a job reads it
 
 
 def check_search_fits(

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from hydra_plugins.isotune_launcher.hydra_search import (
     HydraLaunch,
     KeepsItsLauncher,
+    check_models_available,
     check_search_fits,
     compose_checked,
     default_pruner,
@@ -75,6 +76,7 @@ class OptunaSweeper(KeepsItsLauncher, Sweeper):
             baseline_job = dry_run_search(
                 config, settings, lambda o: compose_checked(config, loader, o)
             )
+            check_models_available([baseline_job])
             n_jobs = self.settings["n_jobs"]
             check_search_fits(config, settings, n_jobs, folder, baseline_job)
             check_continued_in_one_environment(

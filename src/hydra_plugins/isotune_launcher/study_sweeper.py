@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydra_plugins.isotune_launcher.hydra_search import (
     HydraLaunch,
     KeepsItsLauncher,
+    check_models_available,
     compose_checked,
     default_pruner,
     plain_values,
@@ -112,6 +113,7 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             for task in tasks:
                 job = composed.get((task, plan.baseline))
                 check_task_offline(task, job and OmegaConf.to_container(job.task), glue_dir)
+            check_models_available(composed.values())
             for (_, name), job in composed.items():
                 arm = next(arm for arm in plan.arms if arm.name == name)
                 check_arm_keys(arm, lambda key, job=job: _in_config(job, key))
