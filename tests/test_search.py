@@ -391,7 +391,8 @@ def test_one_failure_rule_stops_the_search_and_says_what_continues_it(tmp_path):
         in message
     )
     assert "trial 0: seed 1" in message and "trial 2: seed 1" in message
-    assert "type the same command with hydra.sweeper.max_failure_rate=0.5 or higher" in message
+    assert "with hydra.sweeper.max_failure_rate=0.5 or higher" in message
+    assert "type the same command with hydra.sweeper.retry_failed=true" in message
     assert len(launch.launches) == 3  # trials 0, 1 and 2
     again = FakeLauncher(tmp_path, first_seed_crashes_in_trials_0_and_2)
     with pytest.raises(IsotuneError, match="2 trials FAILED"):
@@ -408,6 +409,34 @@ def test_one_failure_rule_stops_the_search_and_says_what_continues_it(tmp_path):
     for _, failed in trials[trials.state == "FAIL"].groupby("trial"):
         assert list(failed.seed) == [1, 2] and list(failed.job_status) == ["failed", "completed"]
         assert failed.score.iloc[1] == pytest.approx(weight_score(failed.iloc[1].to_dict(), 2))
+
+
+def test_failed_trials_retried_once_their_cause_is_fixed_count_nowhere(tmp_path, caplog):
+    """Issue 52: trials failed for a cause since fixed (a package installed after) kept the
+    search refused by the failure rule; only a higher max_failure_rate let it go on, beside
+    them. With retry_failed, each failed configuration runs again as a new trial, and the failed
+    ones count in neither the budget, nor the rule, nor the tables."""
+
+    def missing_package(values, seed):
+        return None
+
+    settings = {**SMALL, "n_trials": 3, "max_failure_rate": 0.0}
+    with pytest.raises(IsotuneError, match="1 trials FAILED"):
+        make_search(tmp_path, FakeLauncher(tmp_path, missing_package), **settings).run()
+    fixed = FakeLauncher(tmp_path, weight_score)
+    with caplog.at_level(logging.INFO):
+        make_search(tmp_path, fixed, **settings, retry_failed=True).run()
+    assert "Retrying failed trials [0]" in caplog.text
+    folders = [dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"] for job in fixed.jobs]
+    assert folders[:2] == ["trial-001/seed-1", "trial-001/seed-2"]  # trial 0's values, again
+    first = json.loads((tmp_path / "trial-000" / "seed-1" / "results.json").read_text())
+    again = json.loads((tmp_path / "trial-001" / "seed-1" / "results.json").read_text())
+    weight = [o for o in first["overrides"] if o.startswith("reg.weight=")]
+    assert weight and weight == [o for o in again["overrides"] if o.startswith("reg.weight=")]
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    assert sorted(trials.trial.unique()) == [1, 2, 3]  # three trials spent, the failed one out
+    assert set(trials.state) == {"COMPLETE"}
+    make_search(tmp_path, FakeLauncher(tmp_path, weight_score), **settings).run()  # typed again
 
 
 def test_a_pruned_trial_stops_before_its_later_seeds_and_is_not_a_failure(tmp_path):

@@ -114,6 +114,7 @@ def settings_of(
         direction=s["direction"],
         n_trials=s["n_trials"],
         max_failure_rate=s["max_failure_rate"],
+        retry_failed=bool(s.get("retry_failed")),
         study_name=study_name,
         storage=s.get("storage"),
         make_sampler=make_sampler,

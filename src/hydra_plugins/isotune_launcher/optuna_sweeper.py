@@ -57,6 +57,7 @@ class OptunaSweeperConf:
     report_seeds: list[int] = field(default_factory=lambda: [101, 102, 103, 104, 105])
     baseline: dict[str, Any] | None = None  # overrides; null: the searched keys at config values
     allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
+    retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
 
 
 ConfigStore.instance().store(

@@ -86,6 +86,7 @@ class StudySweeperConf:
     direction: str = "maximize"
     max_failure_rate: float = 0.25  # per search
     allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
+    retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
     sampler: Any = None  # conf/hydra/sweeper/sampler/, as a plain search's
     pruner: Any = field(default_factory=default_pruner)  # a plain search's: one default
 

@@ -31,6 +31,7 @@ from isotune.errors import IsotuneError
 from isotune.search.optuna_study import (
     HOME_ATTR,
     OWNER_ATTR,
+    RETRIED_ATTR,
     check_storage,
     open_study,
     owner,
@@ -143,11 +144,23 @@ class Search:
             )
         if self.live:
             log.info(f"Continuing trials {sorted(self.live)} a stopped search left")
+        if self.settings.retry_failed:
+            self._retry_failed()
         self.check_failures()
+
+    @property
+    def retried(self) -> set[int]:
+        """The FAILED trials run again as new ones (:meth:`_retry_failed`)."""
+        return set(self.study.user_attrs.get(RETRIED_ATTR, []))
+
+    @property
+    def trials_spent(self) -> int:
+        """The trials the budget counts: every trial but the failed ones run again."""
+        return len(self.study.trials) - len(self.retried)
 
     def start_trial(self) -> bool:
         """Ask the study for a new trial, if the budget has room; whether it did."""
-        if len(self.study.trials) >= self.settings.n_trials:
+        if self.trials_spent >= self.settings.n_trials:
             return False
         number = len(self.study.trials)
         self.study.sampler = trial_sampler(self.settings, number, self.study.sampler)
@@ -179,7 +192,7 @@ class Search:
         ended, the held-out report's; then none."""
         if self.live:
             return [job for number in sorted(self.live) for job in self._round_jobs(number)]
-        if len(self.study.trials) < self.settings.n_trials or self.report_asked:
+        if self.trials_spent < self.settings.n_trials or self.report_asked:
             return []
         self.report_asked = True
         return self._report_jobs()
@@ -260,7 +273,10 @@ class Search:
         command stops again before any job, until the rate allows them."""
         from optuna.trial import TrialState
 
-        failed = [t for t in self.study.trials if t.state == TrialState.FAIL]
+        retried = self.retried
+        failed = [
+            t for t in self.study.trials if t.state == TrialState.FAIL and t.number not in retried
+        ]
         rate, budget = self.settings.max_failure_rate, self.settings.n_trials
         allowed = math.floor(rate * budget + 1e-9)
         if len(failed) <= allowed:
@@ -272,10 +288,33 @@ class Search:
             f"{allowed} that hydra.sweeper.max_failure_rate={rate} of hydra.sweeper.n_trials="
             f"{budget} allows:\n{reasons}\nThe failed trials stay FAIL in the study and count. "
             "Fix: see what their jobs' results.json and train.log say; once the cause is gone (a "
-            "full disk, a lost node), type the same command with hydra.sweeper.max_failure_rate="
-            f"{needed} or higher, and the search continues. A fix that changes the search's "
-            "settings (its space, fixed overrides or seeds) needs a study of its own: "
-            "hydra.sweeper.study_name=<a new name>."
+            "full disk, a missing package, a lost node), type the same command with "
+            "hydra.sweeper.retry_failed=true to run each failed trial's configuration again as "
+            "a new trial (the failed ones then count nowhere), or with "
+            f"hydra.sweeper.max_failure_rate={needed} or higher to go on beside them. A fix "
+            "that changes the search's settings (its space, fixed overrides or seeds) needs a "
+            "study of its own: hydra.sweeper.study_name=<a new name>."
+        )
+
+    def _retry_failed(self) -> None:
+        """Enqueue each FAILED trial's configuration as a new trial (Optuna's ``enqueue_trial``:
+        the next trial asked takes its values), and record the failed one as retried: it then
+        counts in neither the budget, nor the failure rule, nor the tables, so a trial that failed
+        for a cause since fixed does not stand in the search as a failure of its values."""
+        from optuna.trial import TrialState
+
+        retried = self.retried
+        again = [
+            t for t in self.study.trials if t.state == TrialState.FAIL and t.number not in retried
+        ]
+        if not again:
+            return
+        for trial in again:
+            self.study.enqueue_trial(trial.params, skip_if_exists=False)
+        self.study.set_user_attr(RETRIED_ATTR, sorted(retried | {t.number for t in again}))
+        log.info(
+            f"Retrying failed trials {[t.number for t in again]} (hydra.sweeper.retry_failed): "
+            "their values run again as new trials; the failed ones count no more"
         )
 
     # ---- the held-out report ----
@@ -322,7 +361,12 @@ class Search:
         self.report_runs = len(ran)
 
     def _rows(self) -> list[TrialRow]:
-        return [self._row(t) for t in self.study.trials if t.state.is_finished()]
+        retried = self.retried
+        return [
+            self._row(t)
+            for t in self.study.trials
+            if t.state.is_finished() and t.number not in retried
+        ]
 
     def _row(self, trial: Any) -> TrialRow:
         """The trial as its tables show it, each job's folder relative to this search's folder:

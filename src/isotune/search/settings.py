@@ -33,7 +33,10 @@ class SearchSettings:
     ``baseline`` is the baseline's overrides, the fixed ones included; None: no baseline runs
     (a study's search, whose baseline is an arm of the study). ``tag_runs``: tag each
     run with the search and its trial (``logger=wandb``); ``wandb_group``: a study's search, its
-    runs grouped as ``<study>-<task>-<arm>`` with the job type ``tuning`` or ``report``."""
+    runs grouped as ``<study>-<task>-<arm>`` with the job type ``tuning`` or ``report``.
+    ``retry_failed``: run each FAILED trial's configuration again as a new trial (the cause of
+    its failure since fixed), the failed one left out of the budget, the failure rule and the
+    tables."""
 
     space: SearchSpace
     seeds: tuple[int, ...]
@@ -49,6 +52,7 @@ class SearchSettings:
     pruner: Any
     tag_runs: bool = False
     wandb_group: str | None = None
+    retry_failed: bool = False
 
     @property
     def sampler_seed(self) -> int | None:
