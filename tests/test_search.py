@@ -576,6 +576,22 @@ def test_the_report_settings_and_the_logger_may_change_when_a_study_is_continued
     assert held_out["baseline_overrides"] == ["reg=istar", "reg.weight=0.05"]
 
 
+def test_a_search_carried_under_another_log_dir_continues_with_that_log_dir(tmp_path):
+    """Issue 52: a study moved under another paths.log_dir and typed with it was refused as
+    changing a fixed setting (and each completed job as a run of other overrides)."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    typed = f"paths.log_dir={old}"
+    launch = FakeLauncher(old, weight_score)
+    make_search(old, launch, typed, arguments=[typed], **SMALL, n_trials=1).run()
+    shutil.move(old, new)
+    typed = f"paths.log_dir={new}"
+    again = FakeLauncher(new, weight_score)
+    make_search(new, again, typed, arguments=[typed], **SMALL, n_trials=2).run()
+    ran = [dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"] for job in again.jobs]
+    assert ran[:2] == ["trial-001/seed-1", "trial-001/seed-2"]  # the trial more, then a report
+    assert not any(folder.startswith("trial-000") for folder in ran)
+
+
 def test_a_key_fixed_in_params_is_fixed_and_the_refusal_names_that_fix(tmp_path):
     """`hparams_search=istar reg.weight=0.5` is refused; the fix its message names runs every
     job with reg.weight=0.5 alone (the searched weight used to follow it and win)."""
