@@ -34,6 +34,7 @@ from hydra_plugins.isotune_launcher import study_sweeper
 from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper
 from isotune.dashboard.cli import study_section
 from isotune.errors import IsotuneError
+from isotune.record import folder_lock
 from isotune.search.space import parse_space
 from isotune.study.comparison import (
     ALL_TASKS,
@@ -618,6 +619,12 @@ def _refused_study(
         (["hydra.sweeper.sampler=random"], [], "sets the sampler to a value, not a sampler"),
         ([], ["seed_data=0"], "seed_data=0 (in the config): set by the search"),
         (["hydra.sweeper.seeds=[]"], [], "hydra.sweeper.seeds=[] must name one or more"),
+        (["seed=7"], [], "the preset, an arm's entry (hydra.sweeper.catalog.<arm>), or"),
+        (  # two sweepers' presets: a composition error without a fix before
+            ["hparams_search=istar"],
+            [],
+            "hparams_search=istar and a study= preset are both on the command line",
+        ),
     ],
 )
 def test_a_study_refuses_what_a_plain_search_refuses(tmp_path, glue_dir, typed, preset, message):
@@ -635,6 +642,19 @@ def test_a_model_no_job_could_load_is_refused_before_any_job(tmp_path, glue_dir)
     assert "lives in the Python package 'isotune_absent', which is not installed" in logged
     assert "Fix:" in logged
     assert not (tmp_path / "study").exists() or not list((tmp_path / "study").rglob("*.log"))
+
+
+def test_a_misspelt_arm_leaves_no_empty_study_folder_behind(tmp_path, glue_dir):
+    """Issue 52: the folder lock, taken as Hydra's multirun starts, made the study folder; refused
+    for a misspelt arm, the study left it behind holding only its .isotune.lock."""
+    study = tmp_path / "study" / "isotropy_minilm"
+    folder_lock.hold(study, "sweep")  # as the FolderLock callback does before the sweeper
+    try:
+        logged = _refused_study(tmp_path, glue_dir, ["hydra.sweeper.arms=[none,isobm]"])
+    finally:
+        folder_lock.release(study)
+    assert "Unknown arm(s) ['isobm']" in logged
+    assert not study.exists()
 
 
 def test_a_study_with_no_report_seed_names_a_fix_that_overlaps_no_tuning_seed(tmp_path):

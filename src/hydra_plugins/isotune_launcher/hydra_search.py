@@ -19,7 +19,9 @@ from isotune.errors import IsotuneError
 from isotune.search.checks import dry_run, dry_run_jobs, key_name
 from isotune.search.search import Job
 from isotune.search.settings import (
+    SEARCH_PLACES,
     SEED_KEYS,
+    STUDY_PLACES,
     SearchSettings,
     fixed_seeds,
     refuse_fixed_seeds,
@@ -94,7 +96,10 @@ def settings_of(
     (:func:`plain_values`), the one builder of a plain search and of each search of a study, so
     that both refuse what a search cannot run under: seeds fixed for every run (on the command
     line, in a preset or in ``space``'s fixed overrides) and a sampler given as a value."""
-    refuse_fixed_seeds([*fixed_seeds(space), *seeds_fixed_in(config, fixed_seeds(space))])
+    refuse_fixed_seeds(
+        [*fixed_seeds(space), *seeds_fixed_in(config, fixed_seeds(space))],
+        SEARCH_PLACES if baseline is not None else STUDY_PLACES,  # None: a study's search
+    )
     if not isinstance(s["sampler"], dict):  # hydra.sweeper.sampler=random: a value, not a config
         raise IsotuneError(
             f"hydra.sweeper.sampler={s['sampler']} sets the sampler to a value, not a sampler. "

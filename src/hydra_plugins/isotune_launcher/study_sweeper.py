@@ -43,7 +43,7 @@ from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
 from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
-from isotune.search.settings import SearchSettings, refuse_fixed_seeds
+from isotune.search.settings import STUDY_PLACES, SearchSettings, refuse_fixed_seeds
 from isotune.search.space import parse_space
 from isotune.study.plan import (
     LR_KEY,
@@ -66,6 +66,7 @@ from isotune.sweeps.slurm_jobs import check_no_live_jobs
 log = logging.getLogger(__name__)
 
 AGAIN = "Type the same command again to continue the study (docs/study.md)."
+PLAIN_SEARCH_KEYS = ("params", "baseline")  # hydra.sweeper keys of a plain search, not a study's
 
 
 @dataclass
@@ -89,6 +90,10 @@ class StudySweeperConf:
     retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
     sampler: Any = None  # conf/hydra/sweeper/sampler/, as a plain search's
     pruner: Any = field(default_factory=default_pruner)  # a plain search's: one default
+    # A plain search's (an hparams_search= preset sets them): here only to be refused by name,
+    # not as a composition error without a fix.
+    params: Any = None
+    baseline: Any = None
 
 
 ConfigStore.instance().store(
@@ -104,7 +109,7 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
         log.info(f"Study folder: {folder}")
         with stops_with_a_summary(folder, self.launcher, AGAIN):
             s = plain_values(self.settings)
-            _refuse_unknown_keys(s)
+            _refuse_unknown_keys(s, config.hydra.runtime.choices.get("hparams_search"))
             tasks, fixed = _tasks_and_fixed(arguments, s["tasks"])
             plan = plan_study(s, tasks)
             check_report_seeds_kept(plan, folder)
@@ -126,7 +131,8 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
                         for (_, name), job in composed.items()
                         for text in seeds_fixed_in(job, [])
                     }
-                )
+                ),
+                STUDY_PLACES,
             )
             log.info(
                 f"{len(plan.searches)} searches ({', '.join(a.name for a in plan.arms)} on "
@@ -240,11 +246,29 @@ def _say_searches_left_out(plan: StudyPlan, folder: Path) -> None:
         )
 
 
-def _refuse_unknown_keys(settings: dict[str, Any]) -> None:
+def _refuse_unknown_keys(settings: dict[str, Any], search_preset: str | None) -> None:
     """Refuse a ``hydra.sweeper`` key the study has not (``++hydra.sweeper.params.optim.lr=...``
-    adds one that nothing would read): the study would run without it."""
+    adds one that nothing would read, as does an ``hparams_search=`` preset beside the study):
+    the study would run without it."""
+    plain_search = {key for key in PLAIN_SEARCH_KEYS if settings.get(key) is not None}
     known = {f.name for f in fields(StudySweeperConf) if not f.name.startswith("_")}
-    unknown = sorted(key for key in settings if key not in known and not key.startswith("_"))
+    known -= set(PLAIN_SEARCH_KEYS)
+    unknown = sorted(
+        key
+        for key in settings
+        if (key not in known and key not in PLAIN_SEARCH_KEYS and not key.startswith("_"))
+        or key in plain_search
+    )
+    if unknown and search_preset is not None:
+        raise IsotuneError(
+            f"hparams_search={search_preset} and a study= preset are both on the command line: "
+            "the study's sweeper runs, and the search preset's "
+            f"hydra.sweeper.{unknown[0]} would change nothing (a study tunes each arm over its "
+            "catalog's params and hydra.sweeper.lr). Fix: drop hparams_search="
+            f"{search_preset}; to compare its knob, choose its arm, e.g. "
+            f"'hydra.sweeper.arms=[none,{search_preset}]' (the catalog's arms: docs/study.md); "
+            f"or run the search alone: python train.py -m hparams_search={search_preset}."
+        )
     if unknown:
         raise IsotuneError(
             f"hydra.sweeper.{unknown[0]} is not a setting of a study (hydra/sweeper=study), so "

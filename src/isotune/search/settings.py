@@ -103,9 +103,19 @@ def fixed_seeds(space: SearchSpace) -> list[str]:
     return [text for text in texts if key_name(text.split("=", 1)[0]) in SEED_KEYS]
 
 
-def refuse_fixed_seeds(fixed: list[str]) -> None:
+SEARCH_PLACES = (
+    "the command line, the preset, hydra.sweeper.baseline, or the option's file in conf/"
+)
+STUDY_PLACES = (
+    "the command line, the preset, an arm's entry (hydra.sweeper.catalog.<arm>), or the option's "
+    "file in conf/"
+)
+
+
+def refuse_fixed_seeds(fixed: list[str], places: str = SEARCH_PLACES) -> None:
     """Refuse, in one message naming each, seeds fixed for every run of a search (``fixed``:
-    each as ``key=value`` and where it is set)."""
+    each as ``key=value`` and where it is set); ``places``: where a seed can be set, as the
+    fix names them (a study has no ``hydra.sweeper.baseline``)."""
     if not fixed:
         return
     raise IsotuneError(
@@ -113,6 +123,5 @@ def refuse_fixed_seeds(fixed: list[str]) -> None:
         "hydra.sweeper.seeds and the report on hydra.sweeper.report_seeds, and seed_init and "
         "seed_data follow seed (${seed}), so that every report run differs from every tuning "
         "run in its initialisation and batch order; fixed, they would be shared by all of them. "
-        "Fix: drop them where they are set (the command line, the preset, "
-        "hydra.sweeper.baseline, or the option's file in conf/), and set those seeds instead."
+        f"Fix: drop them where they are set ({places}), and set those seeds instead."
     )
