@@ -260,14 +260,20 @@ def _refuse_unknown_keys(settings: dict[str, Any], search_preset: str | None) ->
         or key in plain_search
     )
     if unknown and search_preset is not None:
+        catalog = settings.get("catalog") or {}
+        arm = (
+            f"choose its arm, e.g. 'hydra.sweeper.arms=[none,{search_preset}]'"
+            if search_preset in catalog
+            else f"choose among the catalog's arms ({', '.join(catalog)}), each of which "
+            "searches the learning rate (hydra.sweeper.lr) beside its own knob"
+        )
         raise IsotuneError(
             f"hparams_search={search_preset} and a study= preset are both on the command line: "
             "the study's sweeper runs, and the search preset's "
             f"hydra.sweeper.{unknown[0]} would change nothing (a study tunes each arm over its "
             "catalog's params and hydra.sweeper.lr). Fix: drop hparams_search="
-            f"{search_preset}; to compare its knob, choose its arm, e.g. "
-            f"'hydra.sweeper.arms=[none,{search_preset}]' (the catalog's arms: docs/study.md); "
-            f"or run the search alone: python train.py -m hparams_search={search_preset}."
+            f"{search_preset}; to compare its knob, {arm} (docs/study.md); or run the search "
+            f"alone: python train.py -m hparams_search={search_preset}."
         )
     if unknown:
         raise IsotuneError(
