@@ -439,6 +439,27 @@ def test_failed_trials_retried_once_their_cause_is_fixed_count_nowhere(tmp_path,
     make_search(tmp_path, FakeLauncher(tmp_path, weight_score), **settings).run()  # typed again
 
 
+def test_progress_says_runs_done_of_all_time_spent_and_left_and_when_nothing_is(tmp_path, caplog):
+    """Issue 52: a four-hour study said a line per job and nothing of where it stood; typed again
+    complete, it announced its whole budget as if to run."""
+    settings = {**SMALL, "n_trials": 2}  # 2 trials x 2 seeds, then 3 report seeds x 2: 10 runs
+    with caplog.at_level(logging.INFO, logger="isotune.search.loop"):
+        make_search(tmp_path, FakeLauncher(tmp_path, weight_score), **settings).run()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Runs:")]
+    assert lines[0] == "Runs: 0/10 done, 10 left (fewer if pruned)."
+    assert lines[1].startswith("Runs: 2/10 (20%), 2 in 0:00:") and "left" in lines[1]
+    assert lines[-1].startswith("Runs: 10/10 (100%), 10 in ") and "left" not in lines[-1]
+    caplog.clear()
+    again = FakeLauncher(tmp_path, weight_score)
+    with caplog.at_level(logging.INFO, logger="isotune.search.loop"):
+        make_search(tmp_path, again, **settings).run()
+    assert "Nothing left to run: all 10 runs are done" in caplog.text and again.jobs == []
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="isotune.search.loop"):  # two report seeds more
+        make_search(tmp_path, again, **{**settings, "report_seeds": [11, 12, 13, 14, 15]}).run()
+    assert "Runs: 10/14 done, 4 left" in caplog.text
+
+
 def test_a_pruned_trial_stops_before_its_later_seeds_and_is_not_a_failure(tmp_path):
     pruner = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 0.5}
 

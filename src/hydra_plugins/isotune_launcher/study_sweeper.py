@@ -136,7 +136,8 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             )
             log.info(
                 f"{len(plan.searches)} searches ({', '.join(a.name for a in plan.arms)} on "
-                f"{', '.join(plan.tasks)}): {plan.jobs} runs when none is pruned or fails; "
+                f"{', '.join(plan.tasks)}): a budget of {plan.jobs} runs when none is pruned or "
+                "fails; "
                 f"checkpoint.keep={config.checkpoint.keep}"
                 + (
                     " (the runs' records are kept, not their models)"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -53,6 +54,7 @@ def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int
         )
     for search in searches:
         search.open()
+    progress = Progress(searches)
     first = 0  # the search offered a trial first, turn by turn
     while not all(search.finished for search in searches):
         room = trials_at_once - sum(s.in_flight for s in searches)
@@ -64,11 +66,51 @@ def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int
         ran = list(zip(batch, outcomes, strict=True))
         for search in searches:
             search.tell([(job, outcome) for (owner, job), outcome in ran if owner is search])
+        progress.say()
         unended = [outcome for outcome in outcomes if not outcome.ended]
         if unended:
             raise JobsNotEnded(_not_ended(unended, launcher_error))
         if launcher_error is not None:
             log.error(f"The launcher stopped: {_first_line(launcher_error)} (every job had ended)")
+
+
+class Progress:
+    """Where the searches stand, as the field's tools say it: runs done of the runs planned (no
+    trial more pruned or failing), the time this command has run and an estimate of the time
+    left, from the runs this command has done so far (several at once: the time per run is the
+    wall time over the runs done, which the estimate needs)."""
+
+    def __init__(self, searches: Sequence[Search]) -> None:
+        self.searches = searches
+        self.started = time.monotonic()
+        self.done_before, total = self.runs()
+        left = total - self.done_before
+        if left == 0:
+            log.info(
+                f"Nothing left to run: all {total} runs are done; the report is made again "
+                "from their records."
+            )
+        else:
+            log.info(f"Runs: {self.done_before}/{total} done, {left} left (fewer if pruned).")
+
+    def runs(self) -> tuple[int, int]:
+        counts = [search.runs() for search in self.searches]
+        return sum(done for done, _ in counts), sum(total for _, total in counts)
+
+    def say(self) -> None:
+        done, total = self.runs()
+        now = done - self.done_before
+        elapsed = time.monotonic() - self.started
+        line = f"Runs: {done}/{total} ({done / total:.0%}), {now} in {_clock(elapsed)}"
+        if now > 0 and done < total:
+            line += f", about {_clock(elapsed / now * (total - done))} left"
+        log.info(line)
+
+
+def _clock(seconds: float) -> str:
+    """``h:mm:ss``."""
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def check_reports_complete(searches: Sequence[Search]) -> None:

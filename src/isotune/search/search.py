@@ -40,7 +40,7 @@ from isotune.search.optuna_study import (
     storage_file,
     trial_sampler,
 )
-from isotune.search.outcomes import JobOutcome, failure_reason, trial_value
+from isotune.search.outcomes import JobOutcome, failure_reason, read_outcome, trial_value
 from isotune.search.report import TRIALS_FILE, HeldOut, TrialRow, trials_table, write_report
 from isotune.search.settings import SEED_KEY, SearchSettings
 from isotune.search.space import SearchSpace
@@ -157,6 +157,37 @@ class Search:
     def trials_spent(self) -> int:
         """The trials the budget counts: every trial but the failed ones run again."""
         return len(self.study.trials) - len(self.retried)
+
+    def runs(self) -> tuple[int, int]:
+        """How many of its runs the search has done (ended, completed or failed) and how many it
+        will have done at its end if no trial more is pruned or fails: every trial's tuning seeds
+        (a finished trial's: the ones it ran), then the report's runs."""
+        jobs_of = [len(t.user_attrs.get("jobs", [])) for t in self._finished_trials()]
+        seeds = len(self.settings.seeds)
+        done = sum(jobs_of) + sum(
+            sum(o.ended for o in live.outcomes.values()) for live in self.live.values()
+        )
+        to_come = (self.settings.n_trials - len(jobs_of)) * seeds
+        reports = len(self.settings.report_seeds) * (1 if self.settings.baseline is None else 2)
+        return done + self._report_runs_done(), sum(jobs_of) + to_come + reports
+
+    def _finished_trials(self) -> list[Any]:
+        retried = self.retried
+        return [t for t in self.study.trials if t.state.is_finished() and t.number not in retried]
+
+    def _report_runs_done(self) -> int:
+        """The report's runs already done: all of them once reported; before, those that
+        completed in an earlier command (a finished search typed with more report seeds)."""
+        from optuna.trial import TrialState
+
+        if self.finished:
+            return self.report_runs
+        trials = self._finished_trials()
+        if self.live or len(trials) < self.settings.n_trials:
+            return 0
+        if not any(t.state == TrialState.COMPLETE for t in trials):
+            return 0
+        return sum(read_outcome(job.folder, job.seed).completed for job in self._report_jobs())
 
     def start_trial(self) -> bool:
         """Ask the study for a new trial, if the budget has room; whether it did."""
@@ -361,12 +392,7 @@ class Search:
         self.report_runs = len(ran)
 
     def _rows(self) -> list[TrialRow]:
-        retried = self.retried
-        return [
-            self._row(t)
-            for t in self.study.trials
-            if t.state.is_finished() and t.number not in retried
-        ]
+        return [self._row(t) for t in self._finished_trials()]
 
     def _row(self, trial: Any) -> TrialRow:
         """The trial as its tables show it, each job's folder relative to this search's folder:
