@@ -52,9 +52,9 @@ from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
 from isotune.search.checks import searched_as_typed
-from isotune.search.loop import JobsNotEnded, check_reports_complete, run_searches
+from isotune.search.loop import JobsNotEnded, check_reports_complete, run_batch, run_searches
 from isotune.search.optuna_study import trial_sampler
-from isotune.search.search import Search
+from isotune.search.search import REPORT, Search
 from isotune.search.settings import SearchSettings
 from isotune.search.space import parse_space
 from isotune.sweeps import slurm_jobs
@@ -354,6 +354,22 @@ def test_the_held_out_statistics_are_the_paired_ones_on_report_seeds_only(tmp_pa
     # Tuning seeds play no part: no report job ran on seed 1 or 2.
     report_seeds = {int(dict(o.split("=", 1) for o in job)["seed"]) for job in launch.launches[-1]}
     assert report_seeds == {11, 12, 13}
+
+
+def test_the_report_tells_the_best_trials_runs_from_the_baselines_by_their_folder(tmp_path):
+    """Issue 53: the report split its runs by their place in the batch (the best trial's first),
+    so outcomes told in another order swapped the best trial and the baseline."""
+    launch = FakeLauncher(tmp_path, weight_score)
+    search = make_search(tmp_path, launch, n_trials=1, **SMALL).search
+    search.open()
+    assert search.start_trial()
+    while (jobs := search.next_jobs())[0].trial != REPORT:
+        outcomes, _ = run_batch(jobs, lambda batch: launch(job_overrides(batch, tmp_path)))
+        search.tell(list(zip(jobs, outcomes, strict=True)))
+    outcomes, _ = run_batch(jobs, lambda batch: launch(job_overrides(batch, tmp_path)))
+    search.tell(list(zip(jobs, outcomes, strict=True))[::-1])  # told in another order
+    held_out = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())["held_out"]
+    assert held_out["baseline_median"] == pytest.approx(0.6 + 12 / 1000)  # reg=none's, seed 12
 
 
 def test_a_crashed_job_fails_its_trial_and_the_search_goes_on(tmp_path):

@@ -53,6 +53,11 @@ log = logging.getLogger(__name__)
 REPORT = -1  # the trial number of the held-out report's jobs
 
 
+def _best_report_folder(trial: int) -> str:
+    """Where, under the search folder, the best trial (number ``trial``) runs its report."""
+    return f"report/trial-{trial:03d}"
+
+
 @dataclass(frozen=True)
 class Job:
     """One run a search asks for: its folder, seed and task overrides (the seed's included), and
@@ -231,9 +236,8 @@ class Search:
     def tell(self, ran: Sequence[tuple[Job, JobOutcome]]) -> None:
         """Take the outcomes of this search's jobs of the round :meth:`next_jobs` gave."""
         if any(job.trial == REPORT for job, _ in ran):
-            outcomes = [outcome for _, outcome in ran]
-            if all(outcome.ended for outcome in outcomes):
-                self._report(outcomes)
+            if all(outcome.ended for _, outcome in ran):
+                self._report(ran)
             else:  # asked again when the search is continued
                 self.report_asked = False
             return
@@ -369,26 +373,30 @@ class Search:
             baseline_dir = report_baseline_folder(self.study, self.settings.baseline)
             baseline_seeds = seeds
         return [
-            *(self._job(best_overrides, s, f"report/trial-{best.number:03d}") for s in seeds),
+            *(self._job(best_overrides, s, _best_report_folder(best.number)) for s in seeds),
             *(self._job(list(self.settings.baseline), s, baseline_dir) for s in baseline_seeds),
         ]
 
-    def _report(self, ran: list[JobOutcome]) -> None:
+    def _report(self, ran: Sequence[tuple[Job, JobOutcome]]) -> None:
+        """The held-out report from the report's jobs and their outcomes: the best trial's runs
+        told from the baseline's by their folder, not by their place in the batch."""
         best = self.study.best_trial
         best_overrides = self.space.overrides(best.params)
-        n = len(self.settings.report_seeds)
+        best_folder = self.folder / _best_report_folder(best.number)
+        best_runs = [outcome for job, outcome in ran if job.folder.parent == best_folder]
+        baseline_runs = [outcome for job, outcome in ran if job.folder.parent != best_folder]
         shared = set(self.space.fixed)  # what both run with: the table shows what sets them apart
         held_out = HeldOut(
             best=self._row(best),
             best_overrides=[o for o in best_overrides if o not in shared],
             baseline_overrides=[o for o in self.settings.baseline or () if o not in shared],
-            best_runs=ran[:n],
-            baseline_runs=ran[n:],
+            best_runs=best_runs,
+            baseline_runs=baseline_runs,
         )
         text = write_report(self.folder, self._rows(), held_out, self.settings.maximize, self.study)
         log.info(f"{summarize_sweep(self.folder).text}\n\n{text}")
         self.report_text = text
-        self.missing_report_runs = [run for run in ran if not run.completed]
+        self.missing_report_runs = [run for _, run in ran if not run.completed]
         self.report_runs = len(ran)
 
     def _rows(self) -> list[TrialRow]:
