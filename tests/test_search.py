@@ -1176,10 +1176,25 @@ def test_a_search_whose_model_no_job_could_load_is_refused_before_any_job(tmp_pa
     assert not list(tmp_path.rglob("results.json")) and not list(tmp_path.rglob("*.yaml"))
 
 
-def test_the_sweeper_composes_the_baseline_once_before_any_job(tmp_path, monkeypatch):
+def test_a_search_whose_task_files_are_missing_is_refused_before_any_job(tmp_path, caplog):
+    """Issue 52: a missing data file, which the study refuses before any job, failed every trial
+    of a plain search at its start."""
+    glue = tmp_path / "glue"
+    (glue / "RTE").mkdir(parents=True)
+    (glue / "RTE" / "train.tsv").write_text("x\n")  # no dev.tsv
+    typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}", f"paths.glue_dir={glue}"]
+    sweeper, arguments = _search_sweeper(typed)
+    with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as stopped:
+        sweeper.sweep(arguments)
+    assert stopped.value.code == 1
+    assert "Task rte is not available offline" in caplog.text and "dev.tsv missing" in caplog.text
+    assert not list(tmp_path.rglob("results.json"))
+
+
+def test_the_sweeper_composes_the_baseline_once_before_any_job(tmp_path, monkeypatch, glue_dir):
     """The dry run and the disk check composed the baseline each (a second or more each, and
     two paths that could drift): now the dry run's config is the disk check's."""
-    typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}"]
+    typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}", f"paths.glue_dir={glue_dir}"]
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
     composed = []
     compose = loader.load_sweep_config
@@ -1372,7 +1387,7 @@ def _sweep_search(tmp_path: Path, typed: list[str], monkeypatch) -> list:
 
 
 def test_a_search_typed_again_from_other_code_is_refused_before_any_job(
-    tmp_path, monkeypatch, caplog
+    tmp_path, monkeypatch, caplog, glue_dir
 ):
     """Only a study checked that its sittings ran one code and one set of packages: a search
     continued after a ``git pull`` ranked trials of two commits against each other, silently."""
@@ -1384,13 +1399,14 @@ def test_a_search_typed_again_from_other_code_is_refused_before_any_job(
         job, ["seed=1"], {**completed("minilm", "istar", "rte", 1, 0.6), "provenance": provenance}
     )
     with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as stopped:
-        _sweep_search(tmp_path, [], monkeypatch)
+        _sweep_search(tmp_path, [f"paths.glue_dir={glue_dir}"], monkeypatch)
     assert stopped.value.code == 1
     assert f"The 1 run already in {folder} were made with other code or packages" in caplog.text
     assert "code.commit: this machine" in caplog.text and "012345678" in caplog.text
     assert "hydra.sweeper.allow_mixed_environment=true" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        ran = _sweep_search(tmp_path, ["hydra.sweeper.allow_mixed_environment=true"], monkeypatch)
+        mixed = ["hydra.sweeper.allow_mixed_environment=true", f"paths.glue_dir={glue_dir}"]
+        ran = _sweep_search(tmp_path, mixed, monkeypatch)
     assert "allow_mixed_environment=true: continuing with both" in caplog.text
     assert [search.folder for search in ran] == [folder]

@@ -32,6 +32,7 @@ from hydra_plugins.isotune_launcher.hydra_search import (
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
+from isotune.study.plan import check_task_offline
 from isotune.sweeps.environment import check_continued_in_one_environment
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,11 @@ class OptunaSweeper(KeepsItsLauncher, Sweeper):
                 config, settings, lambda o: compose_checked(config, loader, o)
             )
             check_models_available([baseline_job])
+            check_task_offline(
+                str(baseline_job.task.name),
+                OmegaConf.to_container(baseline_job.task, resolve=True),
+                OmegaConf.select(config, "paths.glue_dir"),
+            )
             n_jobs = self.settings["n_jobs"]
             check_search_fits(config, settings, n_jobs, folder, baseline_job)
             check_continued_in_one_environment(
