@@ -51,6 +51,7 @@ from hydra_plugins.isotune_launcher.optuna_sweeper import AGAIN, OptunaSweeper
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
+from isotune.search import loop
 from isotune.search.checks import searched_as_typed
 from isotune.search.loop import JobsNotEnded, check_reports_complete, run_batch, run_searches
 from isotune.search.optuna_study import trial_sampler
@@ -474,6 +475,29 @@ def test_progress_says_runs_done_of_all_time_spent_and_left_and_when_nothing_is(
     with caplog.at_level(logging.INFO, logger="isotune.search.loop"):  # two report seeds more
         make_search(tmp_path, again, **{**settings, "report_seeds": [11, 12, 13, 14, 15]}).run()
     assert "Runs: 10/14 done, 4 left" in caplog.text
+
+
+def test_progress_is_said_while_a_long_batch_runs(tmp_path, monkeypatch, caplog):
+    """A study's report runs as one batch (the confirmatory run: 40 runs, about 3 hours) and
+    said nothing of where it stood until its end: now each job that ends in it is counted."""
+    monkeypatch.setattr(loop, "POLL_SECONDS", 0.01)
+    launch = FakeLauncher(tmp_path, weight_score)
+
+    def said(prefix: str) -> bool:
+        return any(record.getMessage().startswith(prefix) for record in list(caplog.records))
+
+    def one_by_one(jobs: list[list[str]]) -> None:  # 2 tuning runs, then 6 report runs: 8
+        for job in jobs:
+            launch([job])
+            deadline = time.monotonic() + 30
+            while not said(f"Runs: {len(launch.jobs)}/8"):  # said before the batch ends
+                assert time.monotonic() < deadline, caplog.text
+                time.sleep(0.01)
+
+    search = make_search(tmp_path, launch, n_trials=1, **SMALL).search
+    with caplog.at_level(logging.INFO, logger="isotune.search.loop"):
+        run_searches([search], lambda jobs: one_by_one(job_overrides(jobs, tmp_path)), 1)
+    assert said("Runs: 3/8 (38%), 3 in ")
 
 
 def test_a_pruned_trial_stops_before_its_later_seeds_and_is_not_a_failure(tmp_path):
