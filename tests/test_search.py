@@ -51,10 +51,11 @@ from hydra_plugins.isotune_launcher.optuna_sweeper import AGAIN, OptunaSweeper
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
+from isotune.search import loop
 from isotune.search.checks import searched_as_typed
-from isotune.search.loop import JobsNotEnded, check_reports_complete, run_searches
+from isotune.search.loop import JobsNotEnded, check_reports_complete, run_batch, run_searches
 from isotune.search.optuna_study import trial_sampler
-from isotune.search.search import Search
+from isotune.search.search import REPORT, Search
 from isotune.search.settings import SearchSettings
 from isotune.search.space import parse_space
 from isotune.sweeps import slurm_jobs
@@ -356,6 +357,22 @@ def test_the_held_out_statistics_are_the_paired_ones_on_report_seeds_only(tmp_pa
     assert report_seeds == {11, 12, 13}
 
 
+def test_the_report_tells_the_best_trials_runs_from_the_baselines_by_their_folder(tmp_path):
+    """Issue 53: the report split its runs by their place in the batch (the best trial's first),
+    so outcomes told in another order swapped the best trial and the baseline."""
+    launch = FakeLauncher(tmp_path, weight_score)
+    search = make_search(tmp_path, launch, n_trials=1, **SMALL).search
+    search.open()
+    assert search.start_trial()
+    while (jobs := search.next_jobs())[0].trial != REPORT:
+        outcomes, _ = run_batch(jobs, lambda batch: launch(job_overrides(batch, tmp_path)))
+        search.tell(list(zip(jobs, outcomes, strict=True)))
+    outcomes, _ = run_batch(jobs, lambda batch: launch(job_overrides(batch, tmp_path)))
+    search.tell(list(zip(jobs, outcomes, strict=True))[::-1])  # told in another order
+    held_out = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())["held_out"]
+    assert held_out["baseline_median"] == pytest.approx(0.6 + 12 / 1000)  # reg=none's, seed 12
+
+
 def test_a_crashed_job_fails_its_trial_and_the_search_goes_on(tmp_path):
     def crash_above_zero(values, seed):
         weight = values.get("reg.weight")
@@ -391,7 +408,8 @@ def test_one_failure_rule_stops_the_search_and_says_what_continues_it(tmp_path):
         in message
     )
     assert "trial 0: seed 1" in message and "trial 2: seed 1" in message
-    assert "type the same command with hydra.sweeper.max_failure_rate=0.5 or higher" in message
+    assert "with hydra.sweeper.max_failure_rate=0.5 or higher" in message
+    assert "type the same command with hydra.sweeper.retry_failed=true" in message
     assert len(launch.launches) == 3  # trials 0, 1 and 2
     again = FakeLauncher(tmp_path, first_seed_crashes_in_trials_0_and_2)
     with pytest.raises(IsotuneError, match="2 trials FAILED"):
@@ -408,6 +426,78 @@ def test_one_failure_rule_stops_the_search_and_says_what_continues_it(tmp_path):
     for _, failed in trials[trials.state == "FAIL"].groupby("trial"):
         assert list(failed.seed) == [1, 2] and list(failed.job_status) == ["failed", "completed"]
         assert failed.score.iloc[1] == pytest.approx(weight_score(failed.iloc[1].to_dict(), 2))
+
+
+def test_failed_trials_retried_once_their_cause_is_fixed_count_nowhere(tmp_path, caplog):
+    """Issue 52: trials failed for a cause since fixed (a package installed after) kept the
+    search refused by the failure rule; only a higher max_failure_rate let it go on, beside
+    them. With retry_failed, each failed configuration runs again as a new trial, and the failed
+    ones count in neither the budget, nor the rule, nor the tables."""
+
+    def missing_package(values, seed):
+        return None
+
+    settings = {**SMALL, "n_trials": 3, "max_failure_rate": 0.0}
+    with pytest.raises(IsotuneError, match="1 trials FAILED"):
+        make_search(tmp_path, FakeLauncher(tmp_path, missing_package), **settings).run()
+    fixed = FakeLauncher(tmp_path, weight_score)
+    with caplog.at_level(logging.INFO):
+        make_search(tmp_path, fixed, **settings, retry_failed=True).run()
+    assert "Retrying failed trials [0]" in caplog.text
+    folders = [dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"] for job in fixed.jobs]
+    assert folders[:2] == ["trial-001/seed-1", "trial-001/seed-2"]  # trial 0's values, again
+    first = json.loads((tmp_path / "trial-000" / "seed-1" / "results.json").read_text())
+    again = json.loads((tmp_path / "trial-001" / "seed-1" / "results.json").read_text())
+    weight = [o for o in first["overrides"] if o.startswith("reg.weight=")]
+    assert weight and weight == [o for o in again["overrides"] if o.startswith("reg.weight=")]
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    assert sorted(trials.trial.unique()) == [1, 2, 3]  # three trials spent, the failed one out
+    assert set(trials.state) == {"COMPLETE"}
+    make_search(tmp_path, FakeLauncher(tmp_path, weight_score), **settings).run()  # typed again
+
+
+def test_progress_says_runs_done_of_all_time_spent_and_left_and_when_nothing_is(tmp_path, caplog):
+    """Issue 52: a four-hour study said a line per job and nothing of where it stood; typed again
+    complete, it announced its whole budget as if to run."""
+    settings = {**SMALL, "n_trials": 2}  # 2 trials x 2 seeds, then 3 report seeds x 2: 10 runs
+    with caplog.at_level(logging.INFO, logger="isotune.search.loop"):
+        make_search(tmp_path, FakeLauncher(tmp_path, weight_score), **settings).run()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Runs:")]
+    assert lines[0] == "Runs: 0/10 done, 10 left (fewer if pruned)."
+    assert lines[1].startswith("Runs: 2/10 (20%), 2 in 0:00:") and "left" in lines[1]
+    assert lines[-1].startswith("Runs: 10/10 (100%), 10 in ") and "left" not in lines[-1]
+    caplog.clear()
+    again = FakeLauncher(tmp_path, weight_score)
+    with caplog.at_level(logging.INFO, logger="isotune.search.loop"):
+        make_search(tmp_path, again, **settings).run()
+    assert "Nothing left to run: all 10 runs are done" in caplog.text and again.jobs == []
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="isotune.search.loop"):  # two report seeds more
+        make_search(tmp_path, again, **{**settings, "report_seeds": [11, 12, 13, 14, 15]}).run()
+    assert "Runs: 10/14 done, 4 left" in caplog.text
+
+
+def test_progress_is_said_while_a_long_batch_runs(tmp_path, monkeypatch, caplog):
+    """A study's report runs as one batch (the confirmatory run: 40 runs, about 3 hours) and
+    said nothing of where it stood until its end: now each job that ends in it is counted."""
+    monkeypatch.setattr(loop, "POLL_SECONDS", 0.01)
+    launch = FakeLauncher(tmp_path, weight_score)
+
+    def said(prefix: str) -> bool:
+        return any(record.getMessage().startswith(prefix) for record in list(caplog.records))
+
+    def one_by_one(jobs: list[list[str]]) -> None:  # 2 tuning runs, then 6 report runs: 8
+        for job in jobs:
+            launch([job])
+            deadline = time.monotonic() + 30
+            while not said(f"Runs: {len(launch.jobs)}/8"):  # said before the batch ends
+                assert time.monotonic() < deadline, caplog.text
+                time.sleep(0.01)
+
+    search = make_search(tmp_path, launch, n_trials=1, **SMALL).search
+    with caplog.at_level(logging.INFO, logger="isotune.search.loop"):
+        run_searches([search], lambda jobs: one_by_one(job_overrides(jobs, tmp_path)), 1)
+    assert said("Runs: 3/8 (38%), 3 in ")
 
 
 def test_a_pruned_trial_stops_before_its_later_seeds_and_is_not_a_failure(tmp_path):
@@ -547,6 +637,22 @@ def test_the_report_settings_and_the_logger_may_change_when_a_study_is_continued
     assert held_out["baseline_overrides"] == ["reg=istar", "reg.weight=0.05"]
 
 
+def test_a_search_carried_under_another_log_dir_continues_with_that_log_dir(tmp_path):
+    """Issue 52: a study moved under another paths.log_dir and typed with it was refused as
+    changing a fixed setting (and each completed job as a run of other overrides)."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    typed = f"paths.log_dir={old}"
+    launch = FakeLauncher(old, weight_score)
+    make_search(old, launch, typed, arguments=[typed], **SMALL, n_trials=1).run()
+    shutil.move(old, new)
+    typed = f"paths.log_dir={new}"
+    again = FakeLauncher(new, weight_score)
+    make_search(new, again, typed, arguments=[typed], **SMALL, n_trials=2).run()
+    ran = [dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"] for job in again.jobs]
+    assert ran[:2] == ["trial-001/seed-1", "trial-001/seed-2"]  # the trial more, then a report
+    assert not any(folder.startswith("trial-000") for folder in ran)
+
+
 def test_a_key_fixed_in_params_is_fixed_and_the_refusal_names_that_fix(tmp_path):
     """`hparams_search=istar reg.weight=0.5` is refused; the fix its message names runs every
     job with reg.weight=0.5 alone (the searched weight used to follow it and win)."""
@@ -620,6 +726,9 @@ def test_a_stopped_search_carried_to_another_folder_continues_there(tmp_path):
     assert all(".." not in " ".join(job) for job in again.jobs)
     assert len(stopped.jobs) + len(again.jobs) == len(whole.jobs)  # nothing run twice
     assert (tmp_path / "carried" / "trial-001" / "seed-2" / "results.json").is_file()
+    # every job named where it lies now, relative to the search folder (issue 52)
+    job_dirs = pd.read_csv(tmp_path / "carried" / "trials.csv").job_dir
+    assert job_dirs.str.fullmatch(r"trial-\d{3}/seed-\d").all(), job_dirs.tolist()
     results = [
         yaml.safe_load((tmp_path / name / "optimization_results.yaml").read_text())
         for name in ("whole", "carried")
@@ -814,7 +923,7 @@ def test_two_searches_on_one_journal_never_run_a_trial_twice(tmp_path):
     ]  # fmt: skip
     trials = pd.read_csv(b / "trials.csv")
     assert trials.groupby("trial").state.first().tolist() == ["COMPLETE"] * 4
-    assert trials.job_dir.str.startswith(str(a / "trial-001")).sum() == 2
+    assert trials.job_dir.str.startswith("../a/trial-001/").sum() == 2  # relative to b
 
 
 def test_a_job_of_the_stopped_search_still_running_is_not_launched_again(tmp_path):
@@ -1079,10 +1188,37 @@ def test_the_sweeper_composes_the_baseline_before_any_job_and_exits_1(tmp_path, 
     assert not list(tmp_path.rglob("results.json"))
 
 
-def test_the_sweeper_composes_the_baseline_once_before_any_job(tmp_path, monkeypatch):
+def test_a_search_whose_model_no_job_could_load_is_refused_before_any_job(tmp_path, caplog):
+    """Issue 52: a model whose package is not installed was only left out of the disk check's
+    estimate, with a warning, then every trial failed at its start."""
+    typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}"]
+    sweeper, arguments = _search_sweeper([*typed, "model.name_or_path=pkg://isotune_absent/m"])
+    with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as stopped:
+        sweeper.sweep(arguments)
+    assert stopped.value.code == 1
+    assert "'isotune_absent', which is not installed. Fix:" in caplog.text
+    assert not list(tmp_path.rglob("results.json")) and not list(tmp_path.rglob("*.yaml"))
+
+
+def test_a_search_whose_task_files_are_missing_is_refused_before_any_job(tmp_path, caplog):
+    """Issue 52: a missing data file, which the study refuses before any job, failed every trial
+    of a plain search at its start."""
+    glue = tmp_path / "glue"
+    (glue / "RTE").mkdir(parents=True)
+    (glue / "RTE" / "train.tsv").write_text("x\n")  # no dev.tsv
+    typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}", f"paths.glue_dir={glue}"]
+    sweeper, arguments = _search_sweeper(typed)
+    with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as stopped:
+        sweeper.sweep(arguments)
+    assert stopped.value.code == 1
+    assert "Task rte is not available offline" in caplog.text and "dev.tsv missing" in caplog.text
+    assert not list(tmp_path.rglob("results.json"))
+
+
+def test_the_sweeper_composes_the_baseline_once_before_any_job(tmp_path, monkeypatch, glue_dir):
     """The dry run and the disk check composed the baseline each (a second or more each, and
     two paths that could drift): now the dry run's config is the disk check's."""
-    typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}"]
+    typed = ["hparams_search=istar", f"paths.log_dir={tmp_path}", f"paths.glue_dir={glue_dir}"]
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
     composed = []
     compose = loader.load_sweep_config
@@ -1275,7 +1411,7 @@ def _sweep_search(tmp_path: Path, typed: list[str], monkeypatch) -> list:
 
 
 def test_a_search_typed_again_from_other_code_is_refused_before_any_job(
-    tmp_path, monkeypatch, caplog
+    tmp_path, monkeypatch, caplog, glue_dir
 ):
     """Only a study checked that its sittings ran one code and one set of packages: a search
     continued after a ``git pull`` ranked trials of two commits against each other, silently."""
@@ -1287,13 +1423,14 @@ def test_a_search_typed_again_from_other_code_is_refused_before_any_job(
         job, ["seed=1"], {**completed("minilm", "istar", "rte", 1, 0.6), "provenance": provenance}
     )
     with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as stopped:
-        _sweep_search(tmp_path, [], monkeypatch)
+        _sweep_search(tmp_path, [f"paths.glue_dir={glue_dir}"], monkeypatch)
     assert stopped.value.code == 1
     assert f"The 1 run already in {folder} were made with other code or packages" in caplog.text
     assert "code.commit: this machine" in caplog.text and "012345678" in caplog.text
     assert "hydra.sweeper.allow_mixed_environment=true" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        ran = _sweep_search(tmp_path, ["hydra.sweeper.allow_mixed_environment=true"], monkeypatch)
+        mixed = ["hydra.sweeper.allow_mixed_environment=true", f"paths.glue_dir={glue_dir}"]
+        ran = _sweep_search(tmp_path, mixed, monkeypatch)
     assert "allow_mixed_environment=true: continuing with both" in caplog.text
     assert [search.folder for search in ran] == [folder]

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -33,6 +34,7 @@ from hydra_plugins.isotune_launcher import study_sweeper
 from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper
 from isotune.dashboard.cli import study_section
 from isotune.errors import IsotuneError
+from isotune.record import folder_lock
 from isotune.search.space import parse_space
 from isotune.study.comparison import (
     ALL_TASKS,
@@ -53,7 +55,7 @@ from isotune.study.report import (
     write_study_report,
     write_study_reports,
 )
-from isotune.study.results import ArmOutcome, StudyRun, read_arm, read_study
+from isotune.study.results import ArmOutcome, StudyRun, read_arm, read_study, runs_table
 from isotune.sweeps import slurm_jobs
 from isotune.sweeps.environment import check_continued_in_one_environment, machine_provenance
 from isotune.sweeps.report import status_markdown
@@ -116,6 +118,7 @@ def test_every_arm_searches_the_learning_rate_with_the_same_budget(tmp_path):
     ("changes", "message"),
     [
         ({"arms": ["none", "istar_tuned"]}, "Unknown arm(s) ['istar_tuned']"),
+        ({"arms": ["none"]}, "hydra.sweeper.arms=['none'] names one arm"),  # compares nothing
         ({"baseline_arm": "batchnorm"}, "baseline arm 'batchnorm'"),
         (
             {"catalog": {**CATALOG, "isobn": {"overrides": ["norm.alpha=1"]}}},
@@ -531,6 +534,107 @@ def test_a_study_prunes_with_the_plain_searchs_default_pruner():
 
 
 # ---- the sweeper's refusals, before any job ----
+def _study_sweeper(
+    tmp_path: Path, glue_dir: Path, typed: list[str], preset=()
+) -> tuple[StudySweeper, list[str]]:
+    """The sweeper of ``python train.py -m study=isotropy task=rte <typed>`` in ``tmp_path``,
+    set up as Hydra sets it up, and the command line typed."""
+    typed = ["study=isotropy", "task=rte", f"paths.log_dir={tmp_path}", *typed]
+    cfg = compose_train_config([*typed, f"paths.glue_dir={glue_dir}", *preset])
+    settings = OmegaConf.to_container(cfg.hydra.sweeper)
+    sweeper = StudySweeper(**{k: v for k, v in settings.items() if not k.startswith("_")})
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
+    context = HydraContext(config_loader=loader, callbacks=Callbacks())
+    sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
+    return sweeper, typed
+
+
+class _RecordingLauncher:
+    """Hydra's launcher as the study sweeper uses it, writing each job's run as a completed
+    training run of this machine's environment leaves it (reg=none scores 0.6, others 0.65, plus
+    seed / 1000), and keeping the job folders it launched."""
+
+    def __init__(self, sweep_dir: Path) -> None:
+        self.sweep_dir = sweep_dir
+        self.launched: list[str] = []
+        self.provenance = machine_provenance()
+
+    def launch(self, jobs: list[list[str]], initial_job_idx: int) -> None:
+        for overrides in jobs:
+            values = dict(o.split("=", 1) for o in overrides)
+            seed = int(values["seed"])
+            score = (0.6 if values.get("reg") == "none" else 0.65) + seed / 1000
+            result = {**completed("minilm", "none", "rte", seed, score)}
+            task_overrides = [o for o in overrides if not o.startswith("hydra.")]
+            write_run(
+                self.sweep_dir / values["hydra.sweep.subdir"],
+                task_overrides,
+                {**result, "provenance": self.provenance},
+            )
+            self.launched.append(values["hydra.sweep.subdir"])
+
+
+def _swept_study(tmp_path: Path, glue_dir: Path, typed: list[str]) -> list[str]:
+    """Run the study of :func:`_study_sweeper` to its end on :class:`_RecordingLauncher`; the
+    job folders it launched, relative to the study folder."""
+    sweeper, typed = _study_sweeper(tmp_path, glue_dir, typed)
+    sweeper.launcher = _RecordingLauncher(tmp_path / "study" / "isotropy_minilm")
+    sweeper.sweep([arg for arg in typed if not arg.lstrip("+").startswith("hydra.")])
+    return sweeper.launcher.launched
+
+
+REPORT_SEEDS = "hydra.sweeper.report_seeds="
+SMALL_STUDY = ["hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=[1]", "hydra.sweeper.n_jobs=1"]
+
+
+def test_a_finished_study_with_more_report_seeds_runs_only_theirs_even_on_some_searches(
+    tmp_path, glue_dir, caplog
+):
+    """Issue 53: a finished study typed again with more report seeds runs only the new seeds'
+    report runs, tunes nothing again, and its report covers them all; continued on some of its
+    searches (the confirmatory run: task=rte, arms none and cosreg), the others are left as they
+    are, and said so. Its report seeds only grow: a shrunk list is refused before any job."""
+    study = tmp_path / "study" / "isotropy_minilm"
+    first = _swept_study(
+        tmp_path,
+        glue_dir,
+        [
+            *SMALL_STUDY,
+            "hydra.sweeper.arms=[none,isobn,cosreg]",
+            "hydra.sweeper.report_seeds=[3,4]",
+        ],
+    )
+    assert len(first) == 3 * (1 + 2)
+    with caplog.at_level(logging.INFO):
+        again = _swept_study(
+            tmp_path,
+            glue_dir,
+            [
+                *SMALL_STUDY,
+                "hydra.sweeper.arms=[none,cosreg]",
+                "hydra.sweeper.report_seeds=[3,4,5,6]",
+            ],
+        )
+    assert sorted(again) == [
+        f"rte/{arm}/report/trial-000/seed-{seed}" for arm in ("cosreg", "none") for seed in (5, 6)
+    ]
+    assert "1 other searches (rte/isobn), left as they are" in caplog.text
+    runs = pd.read_csv(study / RUNS_FILE)
+    assert set(runs["arm"]) == {"none", "cosreg"}
+    assert sorted(runs[runs["phase"] == "report"]["seed"]) == [3, 3, 4, 4, 5, 5, 6, 6]
+    assert "| cosreg |" in (study / REPORT_FILE).read_text()
+
+    logged = _refused_study(
+        tmp_path,
+        glue_dir,
+        [*SMALL_STUDY, "hydra.sweeper.arms=[none,cosreg]", REPORT_SEEDS + "[3,5]"],
+        expect_runs=True,
+    )
+    assert "hydra.sweeper.report_seeds=[3, 5] leaves out report seeds 4, 6 that" in logged
+    assert "'hydra.sweeper.report_seeds=[3,4,5,6]' (only the new seeds' runs run" in logged
+    assert "Fix:" in logged and "Seeds [1] are both" not in logged
+
+
 def _refused_study(
     tmp_path: Path,
     glue_dir: Path,
@@ -545,13 +649,7 @@ def _refused_study(
     stopped with exit status ``code`` before any job. ``patch`` runs after the sweeper's setup,
     whose first scan of Hydra's plugins executes their modules again (undoing a patch made
     before it)."""
-    typed = ["study=isotropy", "task=rte", f"paths.log_dir={tmp_path}", *typed]
-    cfg = compose_train_config([*typed, f"paths.glue_dir={glue_dir}", *preset])
-    settings = OmegaConf.to_container(cfg.hydra.sweeper)
-    sweeper = StudySweeper(**{k: v for k, v in settings.items() if not k.startswith("_")})
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
-    context = HydraContext(config_loader=loader, callbacks=Callbacks())
-    sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
+    sweeper, typed = _study_sweeper(tmp_path, glue_dir, typed, preset)
     patch()
     messages = []
     handler = logging.Handler()
@@ -574,6 +672,12 @@ def _refused_study(
         (["hydra.sweeper.sampler=random"], [], "sets the sampler to a value, not a sampler"),
         ([], ["seed_data=0"], "seed_data=0 (in the config): set by the search"),
         (["hydra.sweeper.seeds=[]"], [], "hydra.sweeper.seeds=[] must name one or more"),
+        (["seed=7"], [], "the preset, an arm's entry (hydra.sweeper.catalog.<arm>), or"),
+        (  # two sweepers' presets: a composition error without a fix before
+            ["hparams_search=istar"],
+            [],
+            "hparams_search=istar and a study= preset are both on the command line",
+        ),
     ],
 )
 def test_a_study_refuses_what_a_plain_search_refuses(tmp_path, glue_dir, typed, preset, message):
@@ -582,6 +686,28 @@ def test_a_study_refuses_what_a_plain_search_refuses(tmp_path, glue_dir, typed, 
     and seeds=[] raised IndexError. One builder now, one message each."""
     logged = _refused_study(tmp_path, glue_dir, typed, preset)
     assert message in logged and "Fix:" in logged
+
+
+def test_a_model_no_job_could_load_is_refused_before_any_job(tmp_path, glue_dir):
+    """Issue 52: model=smollm2 without its package installed launched every trial, each failing
+    at its start, and once installed the same command was refused for those failures."""
+    logged = _refused_study(tmp_path, glue_dir, ["model.name_or_path=pkg://isotune_absent/m.gguf"])
+    assert "lives in the Python package 'isotune_absent', which is not installed" in logged
+    assert "Fix:" in logged
+    assert not (tmp_path / "study").exists() or not list((tmp_path / "study").rglob("*.log"))
+
+
+def test_a_misspelt_arm_leaves_no_empty_study_folder_behind(tmp_path, glue_dir):
+    """Issue 52: the folder lock, taken as Hydra's multirun starts, made the study folder; refused
+    for a misspelt arm, the study left it behind holding only its .isotune.lock."""
+    study = tmp_path / "study" / "isotropy_minilm"
+    folder_lock.hold(study, "sweep")  # as the FolderLock callback does before the sweeper
+    try:
+        logged = _refused_study(tmp_path, glue_dir, ["hydra.sweeper.arms=[none,isobm]"])
+    finally:
+        folder_lock.release(study)
+    assert "Unknown arm(s) ['isobm']" in logged
+    assert not study.exists()
 
 
 def test_a_study_with_no_report_seed_names_a_fix_that_overlaps_no_tuning_seed(tmp_path):
@@ -697,6 +823,22 @@ def test_an_arm_reads_only_the_studys_report_seeds(tmp_path):
     write_search(tmp_path, "rte", {0: 0.6}, {101: 0.55, 102: 0.57, 7: 0.9}, {"optim.lr": 3e-5})
     outcome = read_arm(tmp_path, "rte", "none", (101, 102))
     assert outcome.held_out_scores() == {101: 0.55, 102: 0.57}
+
+
+def test_a_carried_study_names_its_runs_relative_to_the_study_folder(tmp_path):
+    """Issue 52: a study folder carried to another path kept the old absolute path in
+    study_runs.csv for every tuning run (trials.csv records where they ran), while its report
+    rows gave the current one."""
+    old, carried = tmp_path / "old" / "rte" / "none", tmp_path / "carried" / "rte" / "none"
+    write_search(old, "rte", {0: 0.6}, {101: 0.55}, {"optim.lr": 3e-5})
+    shutil.move(tmp_path / "old", tmp_path / "carried")
+    outcome = read_arm(carried, "rte", "none", (101,))
+    assert [run.job_dir for run in outcome.runs] == [
+        "rte/none/trial-000/seed-1",
+        "rte/none/trial-000/seed-2",
+        "rte/none/report/trial-000/seed-101",
+    ]
+    assert "old" not in runs_table([outcome]).to_csv()
 
 
 def test_a_study_whose_slurm_jobs_are_still_queued_is_refused(tmp_path, glue_dir, monkeypatch):

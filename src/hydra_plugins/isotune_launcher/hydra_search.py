@@ -6,7 +6,7 @@ disk check every plain sweep gets. The search itself is :mod:`isotune.search`, w
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,9 @@ from isotune.errors import IsotuneError
 from isotune.search.checks import dry_run, dry_run_jobs, key_name
 from isotune.search.search import Job
 from isotune.search.settings import (
+    SEARCH_PLACES,
     SEED_KEYS,
+    STUDY_PLACES,
     SearchSettings,
     fixed_seeds,
     refuse_fixed_seeds,
@@ -94,7 +96,10 @@ def settings_of(
     (:func:`plain_values`), the one builder of a plain search and of each search of a study, so
     that both refuse what a search cannot run under: seeds fixed for every run (on the command
     line, in a preset or in ``space``'s fixed overrides) and a sampler given as a value."""
-    refuse_fixed_seeds([*fixed_seeds(space), *seeds_fixed_in(config, fixed_seeds(space))])
+    refuse_fixed_seeds(
+        [*fixed_seeds(space), *seeds_fixed_in(config, fixed_seeds(space))],
+        SEARCH_PLACES if baseline is not None else STUDY_PLACES,  # None: a study's search
+    )
     if not isinstance(s["sampler"], dict):  # hydra.sweeper.sampler=random: a value, not a config
         raise IsotuneError(
             f"hydra.sweeper.sampler={s['sampler']} sets the sampler to a value, not a sampler. "
@@ -114,6 +119,7 @@ def settings_of(
         direction=s["direction"],
         n_trials=s["n_trials"],
         max_failure_rate=s["max_failure_rate"],
+        retry_failed=bool(s.get("retry_failed")),
         study_name=study_name,
         storage=s.get("storage"),
         make_sampler=make_sampler,
@@ -202,6 +208,17 @@ def dry_run_search(
         ]
     )
     return composed[0]
+
+
+def check_models_available(jobs: Iterable[DictConfig]) -> None:
+    """Refuse, before any job, a model no job could load here: a package not installed (the
+    ``smollm2`` extra), a Hub model not available offline, a folder without its files. Every
+    job would fail at its start, each failed trial counting against ``max_failure_rate``, and
+    the command typed again after the fix would be refused for those failures."""
+    from isotune.model.encoders import parameter_count  # imports torch
+
+    for name_or_path in sorted({str(job.model.name_or_path) for job in jobs}):
+        parameter_count(name_or_path)  # the model's config, read as a job reads it
 
 
 def check_search_fits(

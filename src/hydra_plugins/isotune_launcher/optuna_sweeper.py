@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from hydra_plugins.isotune_launcher.hydra_search import (
     HydraLaunch,
     KeepsItsLauncher,
+    check_models_available,
     check_search_fits,
     compose_checked,
     default_pruner,
@@ -31,6 +32,7 @@ from hydra_plugins.isotune_launcher.hydra_search import (
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
+from isotune.study.plan import check_task_offline
 from isotune.sweeps.environment import check_continued_in_one_environment
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,7 @@ class OptunaSweeperConf:
     report_seeds: list[int] = field(default_factory=lambda: [101, 102, 103, 104, 105])
     baseline: dict[str, Any] | None = None  # overrides; null: the searched keys at config values
     allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
+    retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
 
 
 ConfigStore.instance().store(
@@ -74,6 +77,12 @@ class OptunaSweeper(KeepsItsLauncher, Sweeper):
             search = Search(settings, folder, OmegaConf.to_yaml(config))
             baseline_job = dry_run_search(
                 config, settings, lambda o: compose_checked(config, loader, o)
+            )
+            check_models_available([baseline_job])
+            check_task_offline(
+                str(baseline_job.task.name),
+                OmegaConf.to_container(baseline_job.task, resolve=True),
+                OmegaConf.select(config, "paths.glue_dir"),
             )
             n_jobs = self.settings["n_jobs"]
             check_search_fits(config, settings, n_jobs, folder, baseline_job)

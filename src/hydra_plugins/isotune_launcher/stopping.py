@@ -2,7 +2,8 @@
 
 - A refusal before any job ran (an :class:`~isotune.errors.IsotuneError`: bad settings, a disk too
   small, jobs still held by SLURM) is its message, exit status 1 (the folder was named as the
-  sweep or search started).
+  sweep or search started); a folder that holds nothing but its lock (taken as Hydra's multirun
+  started, before any check) is removed, so a misspelt arm leaves no empty folder behind.
 - Jobs of a search that have not ended (:class:`~isotune.search.loop.JobsNotEnded`), or a launcher
   that raised (submitit's raises at the first job SLURM failed, while the array's other jobs still
   run): the summary so far, why it stopped, the jobs that go on without it with the ``scancel`` that
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
@@ -25,6 +27,7 @@ from typing import Any
 
 from hydra_plugins.isotune_launcher.waiting import sigterm_stops_the_wait
 from isotune.errors import IsotuneError
+from isotune.record.folder_lock import LOCK_FILE
 from isotune.search.loop import JobsNotEnded
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.slurm_jobs import jobs_going_on
@@ -45,6 +48,7 @@ def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) 
         sys.exit(1)
     except IsotuneError as error:
         log.error(str(error))
+        _remove_if_only_locked(folder)
         sys.exit(1)
     except SystemExit:  # a job's own exit, or the gpus launcher's on a signal
         _stop(folder, None, again, log.warning)
@@ -63,6 +67,17 @@ def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) 
         )
         _stop(folder, why, again, log.error)
         sys.exit(1)
+
+
+def _remove_if_only_locked(folder: Path) -> None:
+    """Remove ``folder`` if its lock file is all it holds: the folder lock made it for a sweep
+    refused before anything was written. Another process that took the lock meanwhile made the
+    folder hold its own file again, and it stays."""
+    if not folder.is_dir() or [path.name for path in folder.iterdir()] != [LOCK_FILE]:
+        return
+    (folder / LOCK_FILE).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 def _stop(folder: Path, why: str | None, again: str | None, say: Callable[[str], None]) -> None:

@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydra_plugins.isotune_launcher.hydra_search import (
     HydraLaunch,
     KeepsItsLauncher,
+    check_models_available,
     compose_checked,
     default_pruner,
     plain_values,
@@ -42,7 +43,7 @@ from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
 from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
-from isotune.search.settings import SearchSettings, refuse_fixed_seeds
+from isotune.search.settings import STUDY_PLACES, SearchSettings, refuse_fixed_seeds
 from isotune.search.space import parse_space
 from isotune.study.plan import (
     LR_KEY,
@@ -50,9 +51,11 @@ from isotune.study.plan import (
     Arm,
     StudyPlan,
     check_arm_keys,
+    check_report_seeds_kept,
     check_task_offline,
     override_values,
     plan_study,
+    searches_in,
 )
 from isotune.study.report import write_study_report
 from isotune.study.results import read_study
@@ -63,6 +66,7 @@ from isotune.sweeps.slurm_jobs import check_no_live_jobs
 log = logging.getLogger(__name__)
 
 AGAIN = "Type the same command again to continue the study (docs/study.md)."
+PLAIN_SEARCH_KEYS = ("params", "baseline")  # hydra.sweeper keys of a plain search, not a study's
 
 
 @dataclass
@@ -83,8 +87,13 @@ class StudySweeperConf:
     direction: str = "maximize"
     max_failure_rate: float = 0.25  # per search
     allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
+    retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
     sampler: Any = None  # conf/hydra/sweeper/sampler/, as a plain search's
     pruner: Any = field(default_factory=default_pruner)  # a plain search's: one default
+    # A plain search's (an hparams_search= preset sets them): here only to be refused by name,
+    # not as a composition error without a fix.
+    params: Any = None
+    baseline: Any = None
 
 
 ConfigStore.instance().store(
@@ -100,15 +109,17 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
         log.info(f"Study folder: {folder}")
         with stops_with_a_summary(folder, self.launcher, AGAIN):
             s = plain_values(self.settings)
-            _refuse_unknown_keys(s)
+            _refuse_unknown_keys(s, config.hydra.runtime.choices.get("hparams_search"))
             tasks, fixed = _tasks_and_fixed(arguments, s["tasks"])
             plan = plan_study(s, tasks)
+            check_report_seeds_kept(plan, folder)
             settings = [self._search_settings(s, t, arm, fixed, folder) for t, arm in plan.searches]
             composed = self._compose_arms(plan, fixed)
             glue_dir = OmegaConf.select(config, "paths.glue_dir")
             for task in tasks:
                 job = composed.get((task, plan.baseline))
                 check_task_offline(task, job and OmegaConf.to_container(job.task), glue_dir)
+            check_models_available(composed.values())
             for (_, name), job in composed.items():
                 arm = next(arm for arm in plan.arms if arm.name == name)
                 check_arm_keys(arm, lambda key, job=job: _in_config(job, key))
@@ -120,11 +131,13 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
                         for (_, name), job in composed.items()
                         for text in seeds_fixed_in(job, [])
                     }
-                )
+                ),
+                STUDY_PLACES,
             )
             log.info(
                 f"{len(plan.searches)} searches ({', '.join(a.name for a in plan.arms)} on "
-                f"{', '.join(plan.tasks)}): {plan.jobs} runs when none is pruned or fails; "
+                f"{', '.join(plan.tasks)}): a budget of {plan.jobs} runs when none is pruned or "
+                "fails; "
                 f"checkpoint.keep={config.checkpoint.keep}"
                 + (
                     " (the runs' records are kept, not their models)"
@@ -132,6 +145,7 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
                     else ""
                 )
             )
+            _say_searches_left_out(plan, folder)
             searches = [
                 Search(search, folder / task / arm.name, OmegaConf.to_yaml(config))
                 for search, (task, arm) in zip(settings, plan.searches, strict=True)
@@ -218,11 +232,50 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
         )
 
 
-def _refuse_unknown_keys(settings: dict[str, Any]) -> None:
+def _say_searches_left_out(plan: StudyPlan, folder: Path) -> None:
+    """Say so when the command continues some of the searches in the study folder (``task=rte
+    hydra.sweeper.arms=[none,cosreg]`` on a study of more): the others' folders stay as they
+    are, and the study's record and report are now those of the searches typed."""
+    typed = {f"{task}/{arm.name}" for task, arm in plan.searches}
+    others = [search for search in searches_in(folder) if search not in typed]
+    if others:
+        log.info(
+            f"The study folder holds {len(others)} other searches ({', '.join(others)}), left "
+            "as they are: this command's record and study report cover the searches typed "
+            f"({', '.join(sorted(typed))}); type their tasks and arms to report them again "
+            "(docs/study.md)."
+        )
+
+
+def _refuse_unknown_keys(settings: dict[str, Any], search_preset: str | None) -> None:
     """Refuse a ``hydra.sweeper`` key the study has not (``++hydra.sweeper.params.optim.lr=...``
-    adds one that nothing would read): the study would run without it."""
+    adds one that nothing would read, as does an ``hparams_search=`` preset beside the study):
+    the study would run without it."""
+    plain_search = {key for key in PLAIN_SEARCH_KEYS if settings.get(key) is not None}
     known = {f.name for f in fields(StudySweeperConf) if not f.name.startswith("_")}
-    unknown = sorted(key for key in settings if key not in known and not key.startswith("_"))
+    known -= set(PLAIN_SEARCH_KEYS)
+    unknown = sorted(
+        key
+        for key in settings
+        if (key not in known and key not in PLAIN_SEARCH_KEYS and not key.startswith("_"))
+        or key in plain_search
+    )
+    if unknown and search_preset is not None:
+        catalog = settings.get("catalog") or {}
+        arm = (
+            f"choose its arm, e.g. 'hydra.sweeper.arms=[none,{search_preset}]'"
+            if search_preset in catalog
+            else f"choose among the catalog's arms ({', '.join(catalog)}), each of which "
+            "searches the learning rate (hydra.sweeper.lr) beside its own knob"
+        )
+        raise IsotuneError(
+            f"hparams_search={search_preset} and a study= preset are both on the command line: "
+            "the study's sweeper runs, and the search preset's "
+            f"hydra.sweeper.{unknown[0]} would change nothing (a study tunes each arm over its "
+            "catalog's params and hydra.sweeper.lr). Fix: drop hparams_search="
+            f"{search_preset}; to compare its knob, {arm} (docs/study.md); or run the search "
+            f"alone: python train.py -m hparams_search={search_preset}."
+        )
     if unknown:
         raise IsotuneError(
             f"hydra.sweeper.{unknown[0]} is not a setting of a study (hydra/sweeper=study), so "

@@ -43,6 +43,7 @@ AXES = ("task", "model", "adapt")  # config groups a search runs on, never tunes
 RANKING = ("searched", "fixed", "seeds", "direction", "sampler")  # what a continued study keeps
 # Overrides that leave every score as it is: where it is logged, what is kept on disk.
 NOT_A_RUN_CHANGE = (
+    "paths",  # where the folders lie (paths.log_dir=... for a folder carried elsewhere)
     "logger",
     "checkpoint.keep",
     "trainer.enable_progress_bar",

@@ -23,9 +23,12 @@ resumes from its last.ckpt.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from isotune.errors import IsotuneError
@@ -36,6 +39,7 @@ from isotune.search.search import Job, Search
 
 log = logging.getLogger(__name__)
 
+POLL_SECONDS = 30  # how often the jobs of a running batch are counted
 Launch = Callable[[Sequence[Job]], None]  # runs the jobs as one batch; may raise
 
 
@@ -53,6 +57,7 @@ def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int
         )
     for search in searches:
         search.open()
+    progress = Progress(searches)
     first = 0  # the search offered a trial first, turn by turn
     while not all(search.finished for search in searches):
         room = trials_at_once - sum(s.in_flight for s in searches)
@@ -60,15 +65,88 @@ def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int
         batch = [(search, job) for search in searches for job in search.next_jobs()]
         if not batch:
             raise RuntimeError("no search has a job to run, yet not every search has finished")
-        outcomes, launcher_error = run_batch([job for _, job in batch], launch)
+        with progress.watching([job for _, job in batch]):
+            outcomes, launcher_error = run_batch([job for _, job in batch], launch)
         ran = list(zip(batch, outcomes, strict=True))
         for search in searches:
             search.tell([(job, outcome) for (owner, job), outcome in ran if owner is search])
+        progress.say()
         unended = [outcome for outcome in outcomes if not outcome.ended]
         if unended:
             raise JobsNotEnded(_not_ended(unended, launcher_error))
         if launcher_error is not None:
             log.error(f"The launcher stopped: {_first_line(launcher_error)} (every job had ended)")
+
+
+class Progress:
+    """Where the searches stand, as the field's tools say it: runs done of the runs planned (no
+    trial more pruned or failing), the time this command has run and an estimate of the time
+    left, from the runs this command has done so far (several at once: the time per run is the
+    wall time over the runs done, which the estimate needs)."""
+
+    def __init__(self, searches: Sequence[Search]) -> None:
+        self.searches = searches
+        self.started = time.monotonic()
+        self.done_before, total = self.runs()
+        left = total - self.done_before
+        if left == 0:
+            log.info(
+                f"Nothing left to run: all {total} runs are done; the report is made again "
+                "from their records."
+            )
+        else:
+            log.info(f"Runs: {self.done_before}/{total} done, {left} left (fewer if pruned).")
+
+    def runs(self) -> tuple[int, int]:
+        counts = [search.runs() for search in self.searches]
+        return sum(done for done, _ in counts), sum(total for _, total in counts)
+
+    @contextlib.contextmanager
+    def watching(self, jobs: Sequence[Job]) -> Iterator[None]:
+        """Say where the searches stand while a batch runs, each time more of its ``jobs`` have
+        ended (every :data:`POLL_SECONDS`, read from their results.json): a study's report can
+        be one batch of hours. The searches are read here, before the batch, never from the
+        watching thread."""
+        done, total = self.runs()
+        ended_before = _ended(jobs)
+        stop = threading.Event()
+
+        def watch() -> None:
+            said = ended_before
+            while not stop.wait(POLL_SECONDS):
+                ended = _ended(jobs)
+                if ended > said:
+                    self.say(done + ended - ended_before, total)
+                    said = ended
+
+        watcher = threading.Thread(target=watch, name="progress", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join()
+
+    def say(self, done: int | None = None, total: int | None = None) -> None:
+        """One line: ``done`` of ``total`` runs (default: the searches' counts now)."""
+        if done is None or total is None:
+            done, total = self.runs()
+        now = done - self.done_before
+        elapsed = time.monotonic() - self.started
+        line = f"Runs: {done}/{total} ({done / total:.0%}), {now} in {_clock(elapsed)}"
+        if now > 0 and done < total:
+            line += f", about {_clock(elapsed / now * (total - done))} left"
+        log.info(line)
+
+
+def _ended(jobs: Sequence[Job]) -> int:
+    return sum(read_outcome(job.folder, job.seed).ended for job in jobs)
+
+
+def _clock(seconds: float) -> str:
+    """``h:mm:ss``."""
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def check_reports_complete(searches: Sequence[Search]) -> None:

@@ -42,6 +42,7 @@ from isotune.sweeps.runs import JOURNAL_FILE
 HOME_ATTR = "isotune_folder"  # a trial's user attribute: the search folder its jobs run in
 OWNER_ATTR = "isotune_owner"  # the search running it: its folder, host and process
 SETTINGS_ATTR = "isotune_settings"  # the study's user attribute: what ranks its trials
+RETRIED_ATTR = "isotune_retried"  # the study's user attribute: FAILED trials run again as new ones
 BASELINES_ATTR = "isotune_baselines"  # every baseline its report ran, the first in report/baseline
 
 

@@ -17,8 +17,10 @@ and the same command continues it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,7 @@ from isotune.errors import IsotuneError
 from isotune.search.optuna_study import (
     HOME_ATTR,
     OWNER_ATTR,
+    RETRIED_ATTR,
     check_storage,
     open_study,
     owner,
@@ -37,7 +40,7 @@ from isotune.search.optuna_study import (
     storage_file,
     trial_sampler,
 )
-from isotune.search.outcomes import JobOutcome, failure_reason, trial_value
+from isotune.search.outcomes import JobOutcome, failure_reason, read_outcome, trial_value
 from isotune.search.report import TRIALS_FILE, HeldOut, TrialRow, trials_table, write_report
 from isotune.search.settings import SEED_KEY, SearchSettings
 from isotune.search.space import SearchSpace
@@ -48,6 +51,11 @@ from isotune.sweeps.summary import summarize_sweep
 log = logging.getLogger(__name__)
 
 REPORT = -1  # the trial number of the held-out report's jobs
+
+
+def _best_report_folder(trial: int) -> str:
+    """Where, under the search folder, the best trial (number ``trial``) runs its report."""
+    return f"report/trial-{trial:03d}"
 
 
 @dataclass(frozen=True)
@@ -141,11 +149,54 @@ class Search:
             )
         if self.live:
             log.info(f"Continuing trials {sorted(self.live)} a stopped search left")
+        if self.settings.retry_failed:
+            self._retry_failed()
         self.check_failures()
+
+    @property
+    def retried(self) -> set[int]:
+        """The FAILED trials run again as new ones (:meth:`_retry_failed`)."""
+        return set(self.study.user_attrs.get(RETRIED_ATTR, []))
+
+    @property
+    def trials_spent(self) -> int:
+        """The trials the budget counts: every trial but the failed ones run again."""
+        return len(self.study.trials) - len(self.retried)
+
+    def runs(self) -> tuple[int, int]:
+        """How many of its runs the search has done (ended, completed or failed) and how many it
+        will have done at its end if no trial more is pruned or fails: every trial's tuning seeds
+        (a finished trial's: the ones it ran), then the report's runs."""
+        jobs_of = [len(t.user_attrs.get("jobs", [])) for t in self._finished_trials()]
+        seeds = len(self.settings.seeds)
+        done = sum(jobs_of) + sum(
+            sum(o.ended for o in live.outcomes.values()) for live in self.live.values()
+        )
+        to_come = (self.settings.n_trials - len(jobs_of)) * seeds
+        reports = len(self.settings.report_seeds) * (1 if self.settings.baseline is None else 2)
+        return done + self._report_runs_done(), sum(jobs_of) + to_come + reports
+
+    def _finished_trials(self) -> list[Any]:
+        retried = self.retried
+        return [t for t in self.study.trials if t.state.is_finished() and t.number not in retried]
+
+    def _report_runs_done(self) -> int:
+        """The report's runs already done: all of them once reported; before, those that
+        completed in an earlier command (a finished search typed with more report seeds)."""
+        from optuna.trial import TrialState
+
+        if self.finished:
+            return self.report_runs
+        trials = self._finished_trials()
+        if self.live or len(trials) < self.settings.n_trials:
+            return 0
+        if not any(t.state == TrialState.COMPLETE for t in trials):
+            return 0
+        return sum(read_outcome(job.folder, job.seed).completed for job in self._report_jobs())
 
     def start_trial(self) -> bool:
         """Ask the study for a new trial, if the budget has room; whether it did."""
-        if len(self.study.trials) >= self.settings.n_trials:
+        if self.trials_spent >= self.settings.n_trials:
             return False
         number = len(self.study.trials)
         self.study.sampler = trial_sampler(self.settings, number, self.study.sampler)
@@ -165,8 +216,7 @@ class Search:
         on at the old path); with a storage shared by several searches, a trial goes on in the
         folder of the search that started it."""
         trial.set_user_attr(OWNER_ATTR, owner(self.folder))
-        home = self.folder if self.owns_its_storage else Path(attrs.get(HOME_ATTR, self.folder))
-        live = _Trial(trial, home, round=rounds_reported)
+        live = _Trial(trial, self._home(attrs), round=rounds_reported)
         for record in attrs.get("jobs", []):
             index = self.settings.seeds.index(record["seed"])
             if index < rounds_reported:
@@ -178,7 +228,7 @@ class Search:
         ended, the held-out report's; then none."""
         if self.live:
             return [job for number in sorted(self.live) for job in self._round_jobs(number)]
-        if len(self.study.trials) < self.settings.n_trials or self.report_asked:
+        if self.trials_spent < self.settings.n_trials or self.report_asked:
             return []
         self.report_asked = True
         return self._report_jobs()
@@ -186,9 +236,8 @@ class Search:
     def tell(self, ran: Sequence[tuple[Job, JobOutcome]]) -> None:
         """Take the outcomes of this search's jobs of the round :meth:`next_jobs` gave."""
         if any(job.trial == REPORT for job, _ in ran):
-            outcomes = [outcome for _, outcome in ran]
-            if all(outcome.ended for outcome in outcomes):
-                self._report(outcomes)
+            if all(outcome.ended for _, outcome in ran):
+                self._report(ran)
             else:  # asked again when the search is continued
                 self.report_asked = False
             return
@@ -259,7 +308,10 @@ class Search:
         command stops again before any job, until the rate allows them."""
         from optuna.trial import TrialState
 
-        failed = [t for t in self.study.trials if t.state == TrialState.FAIL]
+        retried = self.retried
+        failed = [
+            t for t in self.study.trials if t.state == TrialState.FAIL and t.number not in retried
+        ]
         rate, budget = self.settings.max_failure_rate, self.settings.n_trials
         allowed = math.floor(rate * budget + 1e-9)
         if len(failed) <= allowed:
@@ -271,10 +323,33 @@ class Search:
             f"{allowed} that hydra.sweeper.max_failure_rate={rate} of hydra.sweeper.n_trials="
             f"{budget} allows:\n{reasons}\nThe failed trials stay FAIL in the study and count. "
             "Fix: see what their jobs' results.json and train.log say; once the cause is gone (a "
-            "full disk, a lost node), type the same command with hydra.sweeper.max_failure_rate="
-            f"{needed} or higher, and the search continues. A fix that changes the search's "
-            "settings (its space, fixed overrides or seeds) needs a study of its own: "
-            "hydra.sweeper.study_name=<a new name>."
+            "full disk, a missing package, a lost node), type the same command with "
+            "hydra.sweeper.retry_failed=true to run each failed trial's configuration again as "
+            "a new trial (the failed ones then count nowhere), or with "
+            f"hydra.sweeper.max_failure_rate={needed} or higher to go on beside them. A fix "
+            "that changes the search's settings (its space, fixed overrides or seeds) needs a "
+            "study of its own: hydra.sweeper.study_name=<a new name>."
+        )
+
+    def _retry_failed(self) -> None:
+        """Enqueue each FAILED trial's configuration as a new trial (Optuna's ``enqueue_trial``:
+        the next trial asked takes its values), and record the failed one as retried: it then
+        counts in neither the budget, nor the failure rule, nor the tables, so a trial that failed
+        for a cause since fixed does not stand in the search as a failure of its values."""
+        from optuna.trial import TrialState
+
+        retried = self.retried
+        again = [
+            t for t in self.study.trials if t.state == TrialState.FAIL and t.number not in retried
+        ]
+        if not again:
+            return
+        for trial in again:
+            self.study.enqueue_trial(trial.params, skip_if_exists=False)
+        self.study.set_user_attr(RETRIED_ATTR, sorted(retried | {t.number for t in again}))
+        log.info(
+            f"Retrying failed trials {[t.number for t in again]} (hydra.sweeper.retry_failed): "
+            "their values run again as new trials; the failed ones count no more"
         )
 
     # ---- the held-out report ----
@@ -298,30 +373,63 @@ class Search:
             baseline_dir = report_baseline_folder(self.study, self.settings.baseline)
             baseline_seeds = seeds
         return [
-            *(self._job(best_overrides, s, f"report/trial-{best.number:03d}") for s in seeds),
+            *(self._job(best_overrides, s, _best_report_folder(best.number)) for s in seeds),
             *(self._job(list(self.settings.baseline), s, baseline_dir) for s in baseline_seeds),
         ]
 
-    def _report(self, ran: list[JobOutcome]) -> None:
+    def _report(self, ran: Sequence[tuple[Job, JobOutcome]]) -> None:
+        """The held-out report from the report's jobs and their outcomes: the best trial's runs
+        told from the baseline's by their folder, not by their place in the batch."""
         best = self.study.best_trial
         best_overrides = self.space.overrides(best.params)
-        n = len(self.settings.report_seeds)
+        best_folder = self.folder / _best_report_folder(best.number)
+        best_runs = [outcome for job, outcome in ran if job.folder.parent == best_folder]
+        baseline_runs = [outcome for job, outcome in ran if job.folder.parent != best_folder]
         shared = set(self.space.fixed)  # what both run with: the table shows what sets them apart
         held_out = HeldOut(
-            best=_row(best, self.space),
+            best=self._row(best),
             best_overrides=[o for o in best_overrides if o not in shared],
             baseline_overrides=[o for o in self.settings.baseline or () if o not in shared],
-            best_runs=ran[:n],
-            baseline_runs=ran[n:],
+            best_runs=best_runs,
+            baseline_runs=baseline_runs,
         )
         text = write_report(self.folder, self._rows(), held_out, self.settings.maximize, self.study)
         log.info(f"{summarize_sweep(self.folder).text}\n\n{text}")
         self.report_text = text
-        self.missing_report_runs = [run for run in ran if not run.completed]
+        self.missing_report_runs = [run for _, run in ran if not run.completed]
         self.report_runs = len(ran)
 
     def _rows(self) -> list[TrialRow]:
-        return [_row(t, self.space) for t in self.study.trials if t.state.is_finished()]
+        return [self._row(t) for t in self._finished_trials()]
+
+    def _row(self, trial: Any) -> TrialRow:
+        """The trial as its tables show it, each job's folder relative to this search's folder:
+        the journal records where a job ran then, and a folder carried to another path or
+        machine would otherwise name the old one in every table it writes again."""
+        jobs = [
+            dataclasses.replace(job, job_dir=self._job_dir_here(job.job_dir, trial.user_attrs))
+            for job in map(JobOutcome.from_record, trial.user_attrs.get("jobs", []))
+        ]
+        return TrialRow(
+            number=trial.number,
+            state=trial.state.name,
+            values=self.space.values(trial.params),
+            value=trial.value if trial.state.name == "COMPLETE" else None,
+            jobs=jobs,
+            reason=trial.user_attrs.get("reason", ""),
+        )
+
+    def _job_dir_here(self, recorded: Path, attrs: dict[str, Any]) -> Path:
+        """A tuning job's folder (``<trial's home>/trial-<n>/seed-<s>``, recorded where it ran)
+        relative to this search's folder, from where the trial's home is now."""
+        home = self._home(attrs)
+        return Path(os.path.relpath(home / Path(*Path(recorded).parts[-2:]), self.folder))
+
+    def _home(self, attrs: dict[str, Any]) -> Path:
+        """Where the jobs of a trial (its user attributes ``attrs``) run: this folder, wherever
+        it lies now, when the study's file is in it; else the folder of the search that started
+        the trial (see :meth:`_run`)."""
+        return self.folder if self.owns_its_storage else Path(attrs.get(HOME_ATTR, self.folder))
 
     def _job(
         self,
@@ -350,15 +458,3 @@ class Search:
                 f"logger.wandb.job_type={phase}",
             ]
         return overrides
-
-
-def _row(trial: Any, space: SearchSpace) -> TrialRow:
-    jobs = [JobOutcome.from_record(record) for record in trial.user_attrs.get("jobs", [])]
-    return TrialRow(
-        number=trial.number,
-        state=trial.state.name,
-        values=space.values(trial.params),
-        value=trial.value if trial.state.name == "COMPLETE" else None,
-        jobs=jobs,
-        reason=trial.user_attrs.get("reason", ""),
-    )

@@ -33,7 +33,10 @@ class SearchSettings:
     ``baseline`` is the baseline's overrides, the fixed ones included; None: no baseline runs
     (a study's search, whose baseline is an arm of the study). ``tag_runs``: tag each
     run with the search and its trial (``logger=wandb``); ``wandb_group``: a study's search, its
-    runs grouped as ``<study>-<task>-<arm>`` with the job type ``tuning`` or ``report``."""
+    runs grouped as ``<study>-<task>-<arm>`` with the job type ``tuning`` or ``report``.
+    ``retry_failed``: run each FAILED trial's configuration again as a new trial (the cause of
+    its failure since fixed), the failed one left out of the budget, the failure rule and the
+    tables."""
 
     space: SearchSpace
     seeds: tuple[int, ...]
@@ -49,6 +52,7 @@ class SearchSettings:
     pruner: Any
     tag_runs: bool = False
     wandb_group: str | None = None
+    retry_failed: bool = False
 
     @property
     def sampler_seed(self) -> int | None:
@@ -99,9 +103,19 @@ def fixed_seeds(space: SearchSpace) -> list[str]:
     return [text for text in texts if key_name(text.split("=", 1)[0]) in SEED_KEYS]
 
 
-def refuse_fixed_seeds(fixed: list[str]) -> None:
+SEARCH_PLACES = (
+    "the command line, the preset, hydra.sweeper.baseline, or the option's file in conf/"
+)
+STUDY_PLACES = (
+    "the command line, the preset, an arm's entry (hydra.sweeper.catalog.<arm>), or the option's "
+    "file in conf/"
+)
+
+
+def refuse_fixed_seeds(fixed: list[str], places: str = SEARCH_PLACES) -> None:
     """Refuse, in one message naming each, seeds fixed for every run of a search (``fixed``:
-    each as ``key=value`` and where it is set)."""
+    each as ``key=value`` and where it is set); ``places``: where a seed can be set, as the
+    fix names them (a study has no ``hydra.sweeper.baseline``)."""
     if not fixed:
         return
     raise IsotuneError(
@@ -109,6 +123,5 @@ def refuse_fixed_seeds(fixed: list[str]) -> None:
         "hydra.sweeper.seeds and the report on hydra.sweeper.report_seeds, and seed_init and "
         "seed_data follow seed (${seed}), so that every report run differs from every tuning "
         "run in its initialisation and batch order; fixed, they would be shared by all of them. "
-        "Fix: drop them where they are set (the command line, the preset, "
-        "hydra.sweeper.baseline, or the option's file in conf/), and set those seeds instead."
+        f"Fix: drop them where they are set ({places}), and set those seeds instead."
     )

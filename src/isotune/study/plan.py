@@ -25,6 +25,7 @@ from typing import Any
 from isotune.errors import IsotuneError
 from isotune.search.checks import check_seeds
 from isotune.search.space import flat_params
+from isotune.sweeps.runs import JOURNAL_FILE
 
 LR_KEY = "optim.lr"  # searched by every arm
 TASK_KEY = "task"  # a study's axis: typed on its command line, it names the study's tasks
@@ -94,6 +95,14 @@ def plan_study(settings: Mapping[str, Any], tasks: Sequence[str]) -> StudyPlan:
             f"are {', '.join(catalog) or 'none'}. Fix: choose among them, e.g. "
             f"'hydra.sweeper.arms=[{','.join(list(catalog)[:3])}]'."
         )
+    if len(names) < 2:
+        raise IsotuneError(
+            f"hydra.sweeper.arms={names} names one arm: a study compares each arm with its "
+            "baseline arm on the same report seeds, so with one it compares nothing. Fix: add an "
+            f"arm beside it, e.g. 'hydra.sweeper.arms=[{names[0]},"
+            f"{next((n for n in catalog if n != names[0]), 'isobn')}]'; to tune one setting alone, "
+            "use a search (hparams_search=..., docs/search.md)."
+        )
     if len(set(names)) != len(names):
         raise IsotuneError(
             f"hydra.sweeper.arms={names} names an arm twice. Fix: name each arm once."
@@ -110,6 +119,49 @@ def plan_study(settings: Mapping[str, Any], tasks: Sequence[str]) -> StudyPlan:
     if not tasks:
         raise IsotuneError("The study has no task. Fix: name them, e.g. task=rte,mrpc.")
     return StudyPlan(arms, tuple(tasks), str(baseline), n_trials, seeds, report_seeds)
+
+
+def reported_seeds(search_folder: Path) -> set[int]:
+    """The report seeds a study's search in ``search_folder`` has run (a ``results.json`` in
+    ``report/trial-<n>/seed-<s>/``, whatever its end)."""
+    return {
+        int(run.parent.name.removeprefix("seed-"))
+        for run in Path(search_folder).glob("report/trial-*/seed-*/results.json")
+    }
+
+
+def searches_in(study_folder: Path) -> list[str]:
+    """The searches a study folder holds, as ``<task>/<arm>``: each folder two levels down with
+    its study's journal."""
+    return sorted(
+        f"{journal.parent.parent.name}/{journal.parent.name}"
+        for journal in Path(study_folder).glob(f"*/*/{JOURNAL_FILE}")
+    )
+
+
+def check_report_seeds_kept(plan: StudyPlan, study_folder: Path) -> None:
+    """Refuse report seeds that leave out seeds a search of the study already ran: a study's
+    report seeds only grow, so that every pair it has reported stays in its comparisons (a
+    finished study typed again with more report seeds runs only the new seeds' runs)."""
+    dropped = {
+        f"{task}/{arm.name}": sorted(
+            reported_seeds(study_folder / task / arm.name) - set(plan.report_seeds)
+        )
+        for task, arm in plan.searches
+    }
+    dropped = {search: seeds for search, seeds in dropped.items() if seeds}
+    if not dropped:
+        return
+    seeds = sorted({seed for left_out in dropped.values() for seed in left_out})
+    kept = sorted({*plan.report_seeds, *seeds})
+    raise IsotuneError(
+        f"hydra.sweeper.report_seeds={list(plan.report_seeds)} leaves out report seeds "
+        f"{', '.join(map(str, seeds))} that {', '.join(dropped)} already ran: a study's report "
+        "seeds only grow, so that every pair it reported stays in its comparisons. Fix: "
+        f"'hydra.sweeper.report_seeds=[{','.join(map(str, kept))}]' (only the new seeds' runs "
+        "run, nothing is tuned again); to report on other seeds alone, start a study of its "
+        "own: hydra.sweeper.study_name=<a new name>."
+    )
 
 
 def _arm(name: str, entry: Mapping[str, Any], settings: Mapping[str, Any]) -> Arm:

@@ -142,7 +142,9 @@ def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> 
             score=job.score,
             learned=job.learned,
             status=job.status,
-            job_dir=str(job.job_dir),
+            # <search>/trial-<n>/seed-<s>, recorded at the path it ran at (a carried folder's old
+            # one): relative to the study folder
+            job_dir=str(Path(task, arm, *Path(str(job.job_dir)).parts[-2:])),
         )
         for trial in trials
         for job in trial.jobs
@@ -268,7 +270,7 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
         learned=outcome.learned,
         status=outcome.status,
         geometry=geometry,
-        job_dir=str(job_dir),
+        job_dir=str(Path(task, arm, *job_dir.parts[-3:])),  # relative to the study folder
     )
 
 
