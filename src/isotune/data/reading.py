@@ -1,15 +1,18 @@
-"""Reading a GLUE task's split: the official TSVs under ``GLUE_DIR`` (the layout of the GLUE
-download script), or the Hugging Face Hub, as ``{text fields..., "label", "idx"}`` examples with
-every label checked against the task."""
+"""Reading a task's split: a GLUE task's official TSVs under ``GLUE_DIR`` (the layout of the GLUE
+download script) or the Hugging Face Hub, a ``task=files`` task's own files
+(:mod:`isotune.data.own_data`), as ``{text fields..., "label", "idx"}`` examples with every label
+checked against the task; and the check that a continued run reads the files it read before."""
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from isotune.data.own_data import read_own_split
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
+from isotune.file_digest import file_sha256
 
 HUB_DATASET = "nyu-mll/glue"
 Example = dict[str, object]
@@ -97,13 +100,46 @@ def _tsv_rows(path: Path, has_header: bool) -> Iterator[tuple[int, list[str]]]:
         raise  # decodes as a whole now: the file changed while it was read
 
 
-def split_file(task: TaskSpec, split: str, glue_dir: str | Path) -> Path:
-    """The file of one split of ``task`` under ``glue_dir`` (which the run reads, and records)."""
+def split_file(task: TaskSpec, split: str, glue_dir: str | Path | None) -> Path | None:
+    """The file of one split of ``task`` (which the run reads, and records): a ``task=files``
+    task's own, a GLUE task's under ``glue_dir``; None for a GLUE task read from the Hub."""
+    if task.source == "files":
+        return Path(task.files[split])
+    if glue_dir is None:
+        return None
     return Path(glue_dir).expanduser() / task.glue_dir / task.files[split]
 
 
+def check_data_unchanged(
+    recorded: Mapping[str, Mapping[str, str]],
+    task: TaskSpec,
+    glue_dir: str | Path | None,
+    ckpt: Path,
+) -> None:
+    """Refuse to continue from the checkpoint ``ckpt`` when a split file it was trained on (its
+    provenance's ``data``: ``{split: {"file", "sha256"}}``) reads otherwise now: the continued
+    run would have learned from two data sets under one name. Splits read from the Hub, or not
+    recorded, are not compared."""
+    for split, identity in recorded.items():
+        path = split_file(task, split, glue_dir) if split in task.files else None
+        if path is None or "sha256" not in identity or not path.is_file():
+            continue
+        now = file_sha256(path)
+        if now != identity["sha256"]:
+            raise IsotuneError(
+                f"{path} (the {split} split) changed since the run of {ckpt} read it: its "
+                f"sha256 was {identity['sha256']}, it is {now} now. Continuing would train one "
+                "run on two data sets. Fix: restore the file as that run read it, or train "
+                "afresh on the new file in a new folder (without ckpt_path; in the run's own "
+                "folder, resume=never)."
+            )
+
+
 def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[Example]:
-    """One split of ``task``: from ``<glue_dir>/<TASK>/<file>`` if given, else from the Hub."""
+    """One split of ``task``: its own file (``task=files``); a GLUE task's from
+    ``<glue_dir>/<TASK>/<file>`` if given, else from the Hub."""
+    if task.source == "files":
+        return read_own_split(task, split)
     if glue_dir is not None:
         path = split_file(task, split, glue_dir)
         if not path.is_file():

@@ -63,6 +63,9 @@ FIX_OWN_LAST = (
 KEYS_ADDED_SINCE = {
     "callbacks.isotropy.layer_profiles": False,  # the layer-by-layer geometry, off before it came
     "callbacks.isotropy.profile_tokens": 2000,  # read only when layer_profiles is on
+    "data.train_file": None,  # task=files' files (docs/data.md): GLUE tasks read none
+    "data.validation_file": None,
+    "data.test_file": None,
 }
 
 # Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,
