@@ -219,10 +219,10 @@ def test_a_bad_file_is_refused_with_one_message_naming_the_fix(
 
 
 def test_a_zero_byte_file_and_a_file_of_no_known_kind_are_refused(tmp_path):
-    train_file, dev_file = small_files(tmp_path, GOOD, GOOD)
+    train_file, _ = small_files(tmp_path, GOOD, GOOD)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    with pytest.raises(IsotuneError, match="empty.jsonl has no examples"):
+    with pytest.raises(IsotuneError, match=r"empty\.jsonl has no examples"):
         files_task(train_file, empty)
     sheet = tmp_path / "dev.xlsx"
     sheet.write_text("x")
@@ -276,9 +276,16 @@ def test_a_tiny_run_on_own_files_records_their_metrics_baseline_isotropy_and_has
     data = results["provenance"]["data"]
     assert data["train"] == {"file": str(train_file), "sha256": file_sha256(train_file)}
     assert data["validation"]["sha256"] == file_sha256(dev_file)
+    # The dev file as the test file: best.ckpt's predictions, scored by scikit-learn, are the
+    # run's recorded best-epoch metrics.
     predictions = (run / "predictions" / "files.tsv").read_text().splitlines()
     assert predictions[0] == "index\tprediction" and len(predictions) == 33
-    assert {line.split("\t")[1] for line in predictions[1:]} <= {"0", "1"}
+    predicted = [int(line.split("\t")[1]) for line in predictions[1:]]
+    truth = [ex["label"] for ex in glue_rows("sst2", "validation", 32)]
+    assert results["best"]["accuracy"] == pytest.approx(accuracy_score(truth, predicted))
+    assert results["best"]["macro_f1"] == pytest.approx(
+        f1_score(truth, predicted, average="macro"), abs=1e-6
+    )
 
     # Started again in its folder (it kept last.ckpt) after the train file changed: refused,
     # naming the file and both hashes, and its folder left byte for byte.
@@ -315,9 +322,14 @@ def test_a_tiny_regression_run_on_own_files_scores_pearson_and_spearman(
         "task.name=my_sts",
         f"data.train_file={train_file}",
         f"data.validation_file={dev_file}",
+        f"data.test_file={dev_file}",
+        "write_test_predictions=true",
     ]
     results = train(compose_train_config(overrides, tmp_path / "run"))
     assert results["status"] == "completed" and results["task"] == "my_sts"
     assert results["primary_metric"] == "pearson"
     assert set(results["best"]) == {"pearson", "spearmanr", "combined_score", "loss"}
     assert results["trivial"]["predictor"].startswith("mean")
+    lines = (tmp_path / "run" / "predictions" / "my_sts.tsv").read_text().splitlines()[1:]
+    assert len(lines) == 32 and all(-1 <= results["best"][m] <= 1 for m in ("pearson", "spearmanr"))
+    assert all(float(line.split("\t")[1]) >= 0 for line in lines)  # a score, not a class
