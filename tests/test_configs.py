@@ -19,8 +19,8 @@ from isotune.norms.registry import NORMS, build_norm
 from isotune.record.checkpoints import RunCheckpoint
 from isotune.record.csv_logging import RunCSVLogger
 from isotune.record.rng_state import BatchRngState
-from isotune.training.run import complete_own_task
 from isotune.sweeps import gpu_slots
+from isotune.training.run import complete_own_task
 from tests.conftest import CONF_DIR, compose_train_config
 
 
