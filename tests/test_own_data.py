@@ -34,11 +34,15 @@ def glue_rows(task: str, split: str, n: int) -> list[dict]:
 
 
 def write_delimited(path: Path, header: list[str], rows: list[list], delimiter: str) -> Path:
-    """As a spreadsheet or pandas' to_csv writes it: fields quoted only where needed."""
+    """A CSV as a spreadsheet or pandas' to_csv writes it, fields quoted only where needed; a
+    TSV as GLUE's, unquoted (its texts hold no tab)."""
     with path.open("w", encoding="utf-8", newline="") as file:
-        writer = csv.writer(file, delimiter=delimiter)
-        writer.writerow(header)
-        writer.writerows(rows)
+        if delimiter == "\t":
+            file.writelines("\t".join(map(str, row)) + "\n" for row in [header, *rows])
+        else:
+            writer = csv.writer(file, delimiter=delimiter)
+            writer.writerow(header)
+            writer.writerows(rows)
     return path
 
 
@@ -74,6 +78,30 @@ def test_a_tsv_reads_as_the_glue_file_it_came_from(tmp_path):
     assert [(ex["sentence"], ex["label"]) for ex in own] == [
         (ex["sentence"], ex["label"]) for ex in glue_rows("sst2", "train", 300)
     ]
+
+
+@needs_glue
+@pytest.mark.parametrize(
+    ("name", "folder", "label_column"), [("rte", "RTE", "label"), ("stsb", "STS-B", "score")]
+)
+def test_glue_tsvs_with_bare_quotes_read_as_files_as_the_glue_reader_reads_them(
+    name, folder, label_column
+):
+    """A TSV is unquoted: RTE's and STS-B's texts with quote characters stay whole."""
+    glue = Path(SHARED_GLUE) / folder
+    task = files_task(glue / "train.tsv", glue / "dev.tsv", label_column=label_column)
+    for split in ("train", "validation"):
+        own, official = read_own_split(task, split), load_split(load_task(name), split, SHARED_GLUE)
+        fields = zip(task.text_fields, load_task(name).text_fields, strict=True)
+        pairs = [(mine, theirs) for mine, theirs in fields]
+        assert [[ex[mine] for mine, _ in pairs] for ex in own] == [
+            [ex[theirs] for _, theirs in pairs] for ex in official
+        ]
+        labels = [task.labels[ex["label"]] if task.labels else ex["label"] for ex in own]
+        glue_task = load_task(name)
+        assert labels == [
+            glue_task.labels[ex["label"]] if glue_task.labels else ex["label"] for ex in official
+        ]
 
 
 @needs_glue

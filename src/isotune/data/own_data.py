@@ -72,7 +72,10 @@ def read_table(path: Path) -> Table:
 def _read_delimited(path: Path, delimiter: str) -> Table:
     try:
         with path.open(encoding="utf-8-sig", newline="") as file:
-            reader = csv.reader(file, delimiter=delimiter)
+            # A TSV has no quoting (GLUE's files and the IANA format: bare quote characters are
+            # text); a CSV quotes a field holding a comma, a quote or a line break.
+            quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+            reader = csv.reader(file, delimiter=delimiter, quoting=quoting)
             header = tuple(next(reader, ()))
             rows = []
             start = reader.line_num + 1
