@@ -13,6 +13,7 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score
 
+from isotune.analysis.run import analyze
 from isotune.data import load_split
 from isotune.data.metrics import build_metrics, compute_scores
 from isotune.data.own_data import own_task, read_own_split
@@ -21,7 +22,8 @@ from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
 from isotune.study.plan import check_task_offline
 from isotune.training.run import train
-from tests.conftest import compose_train_config, tiny_run_overrides
+from tests.conftest import compose_config, compose_train_config, tiny_run_overrides
+from tests.helpers.analysis import SMALL
 from tests.helpers.tasks import load_task
 
 SHARED_GLUE = os.environ.get("GLUE_DIR")
@@ -314,6 +316,21 @@ def test_a_tiny_run_on_own_files_records_their_metrics_baseline_isotropy_and_has
     assert results["best"]["macro_f1"] == pytest.approx(
         f1_score(truth, predicted, average="macro"), abs=1e-6
     )
+
+    # analyze.py reads the files the checkpoint's task names, without GLUE_DIR.
+    analysis = analyze(
+        compose_config(
+            "analyze",
+            [
+                f"ckpt_path={run}/checkpoints/best.ckpt",
+                "paths.glue_dir=null",
+                "data.max_length=128",
+                *SMALL,
+            ],
+            tmp_path / "analysis",
+        )
+    )
+    assert analysis["task"] == "files" and analysis["verdicts"]
 
     # Started again in its folder (it kept last.ckpt) after the train file changed: refused,
     # naming the file and both hashes, and its folder left byte for byte.
