@@ -86,7 +86,8 @@ def test_every_task_config_is_a_valid_task_named_as_its_file(name, tmp_path):
     if config.get("source") == "files":  # completed from its files first (test_own_data.py)
         data = tmp_path / "data.csv"
         data.write_text("text,label\na fine film,pos\na dull film,neg\n")
-        config = own_task({**config, "files": {"train": str(data), "validation": str(data)}})
+        files = {"train": str(data), "validation": str(data)}
+        config = own_task({**config, "files": files, "dataset": None, "dataset_config": None})
     assert TaskSpec.from_config(config).name == name
 
 

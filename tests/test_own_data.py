@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score
 
@@ -378,3 +379,50 @@ def test_a_tiny_regression_run_on_own_files_scores_pearson_and_spearman(
     lines = (tmp_path / "run" / "predictions" / "my_sts.tsv").read_text().splitlines()[1:]
     assert len(lines) == 32 and all(-1 <= results["best"][m] <= 1 for m in ("pearson", "spearmanr"))
     assert all(float(line.split("\t")[1]) >= 0 for line in lines)  # a score, not a class
+
+
+def test_a_hub_data_set_by_name_reads_its_columns_and_labels(monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    boolq = {  # SuperGLUE BoolQ's columns, as load_dataset gives them
+        split: datasets.Dataset.from_list(
+            [
+                {"question": f"q {i}", "passage": f"p {i}", "idx": i, "label": i % 2}
+                for i in range(n)
+            ]
+        )
+        for split, n in (("train", 6), ("validation", 4))
+    }
+    asked = []
+
+    def load_dataset(path: str, name: str | None, split: str):
+        asked.append((path, name, split))
+        return boolq[split]
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    cfg = compose_train_config(
+        [
+            "task=files",
+            "data.dataset_name=aps/super_glue",
+            "data.dataset_config_name=boolq",
+            "task.text_fields=[question,passage]",
+        ]
+    )
+    task = TaskSpec.from_config(own_task(dict(OmegaConf.to_container(cfg.task, resolve=True))))
+    assert (task.labels, task.metrics) == (("0", "1"), ("accuracy", "macro_f1"))
+    examples = read_own_split(task, "validation")
+    assert [(ex["question"], ex["label"]) for ex in examples] == [
+        (f"q {i}", i % 2) for i in range(4)
+    ]
+    assert ("aps/super_glue", "boolq", "train") in asked
+
+
+def test_a_hub_data_set_offline_and_not_cached_is_refused_naming_the_fix(tmp_path):
+    overrides = ["task=files", "data.dataset_name=aps/super_glue", "data.dataset_config_name=boolq"]
+    with pytest.raises(IsotuneError) as raised:
+        train(compose_train_config(overrides, tmp_path))
+    assert str(raised.value).startswith(
+        "Could not load aps/super_glue/boolq (train) from the Hugging Face Hub: HF_HUB_OFFLINE=1 "
+        "keeps the Hub away and it is not cached. Fix: unset HF_HUB_OFFLINE and run once with "
+        "network access to cache it, or save its splits as CSV or JSON Lines files"
+    )
+    assert not (tmp_path / "checkpoints").exists()

@@ -26,7 +26,7 @@ warnings.filterwarnings("ignore", message="You're resuming from a checkpoint tha
 
 
 # data.* keys that name a task=files task's files: its task holds them (own_data.own_task)
-FILE_KEYS = ("train_file", "validation_file", "test_file")
+FILE_KEYS = ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name")
 
 
 def module_options(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from isotune.data.hub import load_hub_split
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 
@@ -39,7 +40,7 @@ class Table:
     """The rows of one data file: each ``(line, {column: value})``, ``line`` counted from 1 as an
     editor shows it (a CSV row spanning lines: the line it starts on)."""
 
-    path: Path
+    path: Path | str  # a file, or a Hub data set's split (its rows' lines: row numbers from 1)
     columns: tuple[str, ...]
     rows: list[tuple[int, dict[str, Any]]]
 
@@ -126,13 +127,35 @@ def _read_json_lines(path: Path) -> Table:
     return Table(path, tuple(columns), rows)
 
 
+def hub_table(dataset: str, config: str | None, split: str) -> Table:
+    """A split of a Hugging Face data set as a table (``data.dataset_name``), its rows numbered
+    from 1 as lines."""
+    rows = load_hub_split(
+        dataset,
+        config,
+        split,
+        fix="save its splits as CSV or JSON Lines files (datasets' to_csv, to_json) and name "
+        "them: data.train_file=... data.validation_file=...",
+    )
+    name = f"{dataset}{f'/{config}' if config else ''} ({split})"
+    return Table(name, tuple(rows.column_names), [(i, dict(row)) for i, row in enumerate(rows, 1)])
+
+
+def _split_table(settings: Mapping[str, Any] | TaskSpec, split: str) -> Table:
+    """A split's table: its file, or the Hub data set's split (``dataset``)."""
+    get = settings.get if isinstance(settings, Mapping) else lambda key: getattr(settings, key)
+    if get("dataset"):
+        return hub_table(str(get("dataset")), get("dataset_config") or None, split)
+    return read_table(Path(get("files")[split]))
+
+
 def own_task(config: Mapping[str, Any], test: bool = False) -> dict[str, Any]:
     """The ``task=files`` config ``config`` completed from its files: absolute paths, the text
     columns, the labels (or regression), the metrics; every file checked as it will be read
     (``test``: the run predicts the test split, so its file is needed too)."""
     files = dict(config.get("files") or {})
     for split in ("train", "validation", "test") if test else ("train", "validation"):
-        if not files.get(split):
+        if not files.get(split) and not config.get("dataset"):
             raise IsotuneError(
                 f"task=files reads its {split} split from {SPLIT_KEYS[split]}, which is not set"
                 + (" (write_test_predictions=true predicts it)" if split == "test" else "")
@@ -140,7 +163,9 @@ def own_task(config: Mapping[str, Any], test: bool = False) -> dict[str, Any]:
                 "(CSV, TSV or JSONL; data.test_file optional)."
             )
     paths = {split: Path(str(path)).expanduser().resolve() for split, path in files.items() if path}
-    train = read_table(paths["train"])
+    if config.get("dataset"):  # the Hub data set's splits, not files
+        paths = dict.fromkeys(("train", "validation", "test") if test else ("train", "validation"))
+    train = _split_table({**config, "files": paths}, "train")
     text_fields = tuple(config.get("text_fields") or _default_text_fields(train))
     label_column = str(config.get("label_column") or "label")
     labels = config.get("labels")
@@ -153,7 +178,7 @@ def own_task(config: Mapping[str, Any], test: bool = False) -> dict[str, Any]:
     completed = {
         **config,
         "source": "files",
-        "files": {split: str(path) for split, path in paths.items()},
+        "files": {split: path and str(path) for split, path in paths.items()},
         "text_fields": list(text_fields),
         "label_column": label_column,
         "regression": bool(regression),
@@ -252,7 +277,7 @@ def _metrics(regression: bool) -> tuple[str, ...]:
 def read_own_split(task: TaskSpec, split: str, table: Table | None = None) -> list[dict[str, Any]]:
     """One split of a ``task=files`` task (a :class:`~isotune.data.tasks.TaskSpec`) as
     ``{text fields..., "label", "idx"}`` examples; a test file's labels are not read (-1)."""
-    table = table or read_table(Path(task.files[split]))
+    table = table or _split_table(task, split)
     texts = {
         name: [value for _, value in _column_values(table, name, "text")]
         for name in task.text_fields

@@ -9,6 +9,7 @@ import csv
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from isotune.data.hub import load_hub_split
 from isotune.data.own_data import read_own_split
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
@@ -16,9 +17,6 @@ from isotune.file_digest import file_sha256
 
 HUB_DATASET = "nyu-mll/glue"
 Example = dict[str, object]
-# The Hub revision (commit sha) of each (config, split) this process loaded, for the provenance
-# record: the revision loaded, not the one the cache's refs/main names now.
-HUB_REVISIONS: dict[tuple[str, str], str | None] = {}
 
 
 def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
@@ -102,9 +100,9 @@ def _tsv_rows(path: Path, has_header: bool) -> Iterator[tuple[int, list[str]]]:
 
 def split_file(task: TaskSpec, split: str, glue_dir: str | Path | None) -> Path | None:
     """The file of one split of ``task`` (which the run reads, and records): a ``task=files``
-    task's own, a GLUE task's under ``glue_dir``; None for a GLUE task read from the Hub."""
+    task's own, a GLUE task's under ``glue_dir``; None for a split read from the Hub."""
     if task.source == "files":
-        return Path(task.files[split])
+        return Path(task.files[split]) if task.files.get(split) else None  # None: the Hub's
     if glue_dir is None:
         return None
     return Path(glue_dir).expanduser() / task.glue_dir / task.files[split]
@@ -156,19 +154,14 @@ def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[
 
 def _load_split_from_hub(task: TaskSpec, split: str) -> list[Example]:
     """One split of ``task`` from the Hub, its labels checked as a TSV's (by row number)."""
-    import datasets  # heavy import, only needed without GLUE_DIR
-
     source = f"{HUB_DATASET}/{task.hub_config} ({split})"
-    try:
-        rows = datasets.load_dataset(HUB_DATASET, task.hub_config, split=split)
-    except Exception as error:
-        raise IsotuneError(
-            f"Could not load {source} from the Hugging Face Hub: {type(error).__name__}: "
-            f"{error}. Fix: set GLUE_DIR to a folder with the official GLUE files "
-            f"(<GLUE_DIR>/{task.glue_dir}/{task.files[split]}), or run with network access once "
-            "to cache the data set."
-        ) from error
-    HUB_REVISIONS[(task.hub_config, split)] = loaded_revision(rows)
+    rows = load_hub_split(
+        HUB_DATASET,
+        task.hub_config,
+        split,
+        fix="set GLUE_DIR to a folder with the official GLUE files "
+        f"(<GLUE_DIR>/{task.glue_dir}/{task.files[split]})",
+    )
     examples = [dict(row) for row in rows]  # text fields, "label" (-1 on test) and "idx"
     if not examples:
         raise IsotuneError(
@@ -181,14 +174,3 @@ def _load_split_from_hub(task: TaskSpec, split: str) -> list[Example]:
         for number, example in enumerate(examples):
             task.check_label(example["label"], f"row {number} of {source}")
     return examples
-
-
-def loaded_revision(rows: object) -> str | None:
-    """The Hub revision a loaded data set came from: ``datasets`` caches a Hub data set under
-    ``<namespace>___<name>/<config>/<version>/<commit sha>/``, so the folder of its cache files
-    names it (online and offline alike); None when no such folder does."""
-    for cache in getattr(rows, "cache_files", None) or []:
-        folder = Path(cache["filename"]).parent.name
-        if len(folder) == 40 and all(c in "0123456789abcdef" for c in folder):
-            return folder
-    return None

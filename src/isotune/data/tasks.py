@@ -40,6 +40,8 @@ class TaskSpec:
     # GLUE: each split's file name under <GLUE_DIR>/<glue_dir>; files: each split's path
     files: Mapping[str, str | None] = field(default_factory=dict)
     label_column: str = "label"  # files: the column holding the label (or score)
+    dataset: str | None = None  # files: a Hugging Face data set by name, read in place of files
+    dataset_config: str | None = None  # its config (SuperGLUE's boolq)
     regression: bool | None = None  # files: null decides from the train file's labels
     tsv_header: bool = True
     columns: Mapping[str, int] = field(default_factory=dict)

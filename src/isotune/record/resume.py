@@ -66,6 +66,8 @@ KEYS_ADDED_SINCE = {
     "data.train_file": None,  # task=files' files (docs/data.md): GLUE tasks read none
     "data.validation_file": None,
     "data.test_file": None,
+    "data.dataset_name": None,
+    "data.dataset_config_name": None,
 }
 
 # Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,

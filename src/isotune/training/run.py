@@ -22,7 +22,7 @@ from isotune.atomic_files import write_text
 from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.dashboard.loggers import declare_dashboard
 from isotune.data import GLUEDataModule
-from isotune.data.datamodule import module_options
+from isotune.data.datamodule import FILE_KEYS, module_options
 from isotune.data.own_data import own_task
 from isotune.data.reading import check_data_unchanged
 from isotune.data.tasks import TaskSpec
@@ -260,13 +260,13 @@ def complete_own_task(cfg: DictConfig) -> None:
     :func:`isotune.data.own_data.own_task`), so that the run, its checkpoints and its records
     see a whole task, and each bad file is refused before anything trains; once per config. A
     GLUE task with ``data.*_file`` set is refused: it reads GLUE's files, never those."""
-    files = {key: cfg.data.get(key) for key in ("train_file", "validation_file", "test_file")}
+    files = {key: cfg.data.get(key) for key in FILE_KEYS}
     if cfg.task.get("source", "glue") != "files":
         named = [f"data.{key}={value}" for key, value in files.items() if value is not None]
         if named:
             raise IsotuneError(
                 f"{' '.join(named)} names your own data, but task={cfg.task.name} reads GLUE's "
-                f"{cfg.task.name} files. Fix: task=files {' '.join(named)}, or leave data.*_file "
+                f"{cfg.task.name} files. Fix: task=files {' '.join(named)}, or leave them "
                 "unset for GLUE."
             )
         return
