@@ -17,6 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from isotune.data import GLUEDataModule
+from isotune.data.datamodule import module_options
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.isotropy.penalties import REGULARIZERS
@@ -185,7 +186,7 @@ def test_sigma_s_is_the_covariance_of_the_seeded_training_subset(
         TaskSpec.from_config(cfg.task),
         load_tokenizer(cfg.model.name_or_path),
         glue_dir=cfg.paths.glue_dir,
-        **cfg.data,
+        **module_options(cfg.data),
     )
     model.train()
     model.refresh_shrinkage(datamodule, epoch=3)

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from isotune.dashboard.run_file import records
-from isotune.data.reading import HUB_REVISIONS, loaded_revision
+from isotune.data.hub import HUB_REVISIONS, loaded_revision
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
 from isotune.record import provenance

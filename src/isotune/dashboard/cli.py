@@ -46,7 +46,12 @@ def task_metrics(folder: Path) -> dict[str, str]:
             f"No task table in {folder}: pass --tasks with the folder of the task configs "
             "(conf/task of an isotune checkout)."
         )
-    return {task.name: task.primary_metric for task in map(OmegaConf.load, tables)}
+    # task=files has none of its own (its files decide it): its runs land in their metric's chart
+    return {
+        task.name: task.primary_metric
+        for task in map(OmegaConf.load, tables)
+        if task.primary_metric is not None
+    }
 
 
 def wandb_runs_below(folders: Sequence[Path]) -> dict[str, Path]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 from torch.utils.data import DataLoader
@@ -23,8 +25,18 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before")
 
 
+# data.* keys that name a task=files task's files: its task holds them (own_data.own_task)
+FILE_KEYS = ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name")
+
+
+def module_options(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The data module's options from the config's ``data`` section: all but the file names."""
+    return {key: value for key, value in data.items() if key not in FILE_KEYS}
+
+
 class GLUEDataModule(L.LightningDataModule):
-    """Train, dev and test loaders for one GLUE task, with dynamic padding."""
+    """Train, dev and test loaders for one task (GLUE's, or ``task=files``), with dynamic
+    padding."""
 
     def __init__(
         self,

@@ -1,7 +1,8 @@
 """Each GLUE task's official metrics, computed with torchmetrics (no metric code fetched online).
 
-Names follow Hugging Face's ``run_glue.py`` so numbers compare directly; ``combined_score`` is the
-mean of a task's metrics when it has several (MRPC, QQP, STS-B).
+Names follow Hugging Face's ``run_glue.py`` so numbers compare directly (``macro_f1``, of
+``task=files``, is scikit-learn's ``f1_score(average="macro")``); ``combined_score`` is the mean
+of a task's metrics when it has several (MRPC, QQP, STS-B).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class MatthewsCorrelation(MulticlassMatthewsCorrCoef):
 METRICS: dict[str, Callable[[int], Metric]] = {
     "accuracy": lambda num_labels: Accuracy(task="multiclass", num_classes=num_labels),
     "f1": lambda num_labels: F1Score(task="binary"),
+    # F1 of each class, averaged with equal weights (scikit-learn's average="macro"): task=files
+    "macro_f1": lambda num_labels: F1Score(
+        task="multiclass", num_classes=num_labels, average="macro"
+    ),
     "matthews_correlation": lambda num_labels: MatthewsCorrelation(num_classes=num_labels),
     "pearson": lambda num_labels: PearsonCorrCoef(),
     "spearmanr": lambda num_labels: SpearmanCorrCoef(),

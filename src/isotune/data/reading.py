@@ -1,21 +1,22 @@
-"""Reading a GLUE task's split: the official TSVs under ``GLUE_DIR`` (the layout of the GLUE
-download script), or the Hugging Face Hub, as ``{text fields..., "label", "idx"}`` examples with
-every label checked against the task."""
+"""Reading a task's split: a GLUE task's official TSVs under ``GLUE_DIR`` (the layout of the GLUE
+download script) or the Hugging Face Hub, a ``task=files`` task's own files
+(:mod:`isotune.data.own_data`), as ``{text fields..., "label", "idx"}`` examples with every label
+checked against the task; and the check that a continued run reads the files it read before."""
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from isotune.data.hub import load_hub_split
+from isotune.data.own_data import read_own_split
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
+from isotune.file_digest import file_sha256
 
 HUB_DATASET = "nyu-mll/glue"
 Example = dict[str, object]
-# The Hub revision (commit sha) of each (config, split) this process loaded, for the provenance
-# record: the revision loaded, not the one the cache's refs/main names now.
-HUB_REVISIONS: dict[tuple[str, str], str | None] = {}
 
 
 def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
@@ -97,13 +98,46 @@ def _tsv_rows(path: Path, has_header: bool) -> Iterator[tuple[int, list[str]]]:
         raise  # decodes as a whole now: the file changed while it was read
 
 
-def split_file(task: TaskSpec, split: str, glue_dir: str | Path) -> Path:
-    """The file of one split of ``task`` under ``glue_dir`` (which the run reads, and records)."""
+def split_file(task: TaskSpec, split: str, glue_dir: str | Path | None) -> Path | None:
+    """The file of one split of ``task`` (which the run reads, and records): a ``task=files``
+    task's own, a GLUE task's under ``glue_dir``; None for a split read from the Hub."""
+    if task.source == "files":
+        return Path(task.files[split]) if task.files.get(split) else None  # None: the Hub's
+    if glue_dir is None:
+        return None
     return Path(glue_dir).expanduser() / task.glue_dir / task.files[split]
 
 
+def check_data_unchanged(
+    recorded: Mapping[str, Mapping[str, str]],
+    task: TaskSpec,
+    glue_dir: str | Path | None,
+    ckpt: Path,
+) -> None:
+    """Refuse to continue from the checkpoint ``ckpt`` when a split file it was trained on (its
+    provenance's ``data``: ``{split: {"file", "sha256"}}``) reads otherwise now: the continued
+    run would have learned from two data sets under one name. Splits read from the Hub, or not
+    recorded, are not compared."""
+    for split, identity in recorded.items():
+        path = split_file(task, split, glue_dir) if split in task.files else None
+        if path is None or "sha256" not in identity or not path.is_file():
+            continue
+        now = file_sha256(path)
+        if now != identity["sha256"]:
+            raise IsotuneError(
+                f"{path} (the {split} split) changed since the run of {ckpt} read it: its "
+                f"sha256 was {identity['sha256']}, it is {now} now. Continuing would train one "
+                "run on two data sets. Fix: restore the file as that run read it, or train "
+                "afresh on the new file in a new folder (without ckpt_path; in the run's own "
+                "folder, resume=never)."
+            )
+
+
 def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[Example]:
-    """One split of ``task``: from ``<glue_dir>/<TASK>/<file>`` if given, else from the Hub."""
+    """One split of ``task``: its own file (``task=files``); a GLUE task's from
+    ``<glue_dir>/<TASK>/<file>`` if given, else from the Hub."""
+    if task.source == "files":
+        return read_own_split(task, split)
     if glue_dir is not None:
         path = split_file(task, split, glue_dir)
         if not path.is_file():
@@ -120,19 +154,14 @@ def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[
 
 def _load_split_from_hub(task: TaskSpec, split: str) -> list[Example]:
     """One split of ``task`` from the Hub, its labels checked as a TSV's (by row number)."""
-    import datasets  # heavy import, only needed without GLUE_DIR
-
     source = f"{HUB_DATASET}/{task.hub_config} ({split})"
-    try:
-        rows = datasets.load_dataset(HUB_DATASET, task.hub_config, split=split)
-    except Exception as error:
-        raise IsotuneError(
-            f"Could not load {source} from the Hugging Face Hub: {type(error).__name__}: "
-            f"{error}. Fix: set GLUE_DIR to a folder with the official GLUE files "
-            f"(<GLUE_DIR>/{task.glue_dir}/{task.files[split]}), or run with network access once "
-            "to cache the data set."
-        ) from error
-    HUB_REVISIONS[(task.hub_config, split)] = loaded_revision(rows)
+    rows = load_hub_split(
+        HUB_DATASET,
+        task.hub_config,
+        split,
+        fix="set GLUE_DIR to a folder with the official GLUE files "
+        f"(<GLUE_DIR>/{task.glue_dir}/{task.files[split]})",
+    )
     examples = [dict(row) for row in rows]  # text fields, "label" (-1 on test) and "idx"
     if not examples:
         raise IsotuneError(
@@ -145,14 +174,3 @@ def _load_split_from_hub(task: TaskSpec, split: str) -> list[Example]:
         for number, example in enumerate(examples):
             task.check_label(example["label"], f"row {number} of {source}")
     return examples
-
-
-def loaded_revision(rows: object) -> str | None:
-    """The Hub revision a loaded data set came from: ``datasets`` caches a Hub data set under
-    ``<namespace>___<name>/<config>/<version>/<commit sha>/``, so the folder of its cache files
-    names it (online and offline alike); None when no such folder does."""
-    for cache in getattr(rows, "cache_files", None) or []:
-        folder = Path(cache["filename"]).parent.name
-        if len(folder) == 40 and all(c in "0123456789abcdef" for c in folder):
-            return folder
-    return None

@@ -1,8 +1,10 @@
-"""The GLUE task table: what each task reads, predicts and is scored by.
+"""The task table: what each task reads, predicts and is scored by.
 
 The table itself lives in ``conf/task/*.yaml`` so that every run's saved config says exactly which
 columns, labels and metrics it used; :class:`TaskSpec` validates one entry and answers questions
-about it.
+about it. A GLUE task names its files under ``GLUE_DIR`` (or its Hub config); a task of one's own
+files (``task=files``, :mod:`isotune.data.own_data`) is completed from the files before a run
+builds its spec, so every spec is whole.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ from isotune.data.metrics import METRICS
 from isotune.errors import IsotuneError
 from isotune.norms.values import finite_number, integer
 
+SOURCES = ("glue", "files")  # GLUE's official files (or its Hub copy); files named by path
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class TaskSpec:
-    """One GLUE task, as configured in ``conf/task/<name>.yaml``."""
+    """One task, as configured in ``conf/task/<name>.yaml`` (``task=files``: as completed from
+    its files by :func:`isotune.data.own_data.own_task`)."""
 
     name: str
-    glue_dir: str
-    hub_config: str
+    source: str = "glue"
+    glue_dir: str | None = None  # GLUE: the folder under GLUE_DIR
+    hub_config: str | None = None  # GLUE: the config of nyu-mll/glue
     text_fields: tuple[str, ...]
     labels: (
         tuple[str, ...] | None
@@ -31,7 +37,12 @@ class TaskSpec:
     primary_metric: str
     eval_splits: tuple[str, ...]
     test_split: str
-    files: Mapping[str, str] = field(default_factory=dict)
+    # GLUE: each split's file name under <GLUE_DIR>/<glue_dir>; files: each split's path
+    files: Mapping[str, str | None] = field(default_factory=dict)
+    label_column: str = "label"  # files: the column holding the label (or score)
+    dataset: str | None = None  # files: a Hugging Face data set by name, read in place of files
+    dataset_config: str | None = None  # its config (SuperGLUE's boolq)
+    regression: bool | None = None  # files: null decides from the train file's labels
     tsv_header: bool = True
     columns: Mapping[str, int] = field(default_factory=dict)
     test_columns: Mapping[str, int] = field(default_factory=dict)
@@ -48,6 +59,12 @@ class TaskSpec:
                 f"Task config has unknown keys {sorted(unknown)}; known: {sorted(known)}."
             )
         values = dict(config)
+        if values.get("source") == "files" and values.get("num_labels") is None:
+            raise IsotuneError(
+                f"Task {values.get('name')} (task=files) has no labels, metrics or text columns "
+                "of its own yet: they are read from its files. Fix: complete it with "
+                "isotune.data.own_data.own_task(config) first (a run does it before it starts)."
+            )
         for key in ("text_fields", "metrics", "eval_splits"):
             values[key] = tuple(values[key])
         if values.get("labels") is not None:
@@ -62,6 +79,11 @@ class TaskSpec:
         return spec
 
     def _check(self) -> None:
+        if self.source not in SOURCES:
+            raise IsotuneError(
+                f"Task {self.name}: source={self.source!r} is not one of {list(SOURCES)}. Fix: "
+                "glue for a GLUE task (conf/task/<name>.yaml), files for task=files."
+            )
         expected_labels = 1 if self.labels is None else len(self.labels)
         if self.num_labels != expected_labels:
             raise IsotuneError(
@@ -101,6 +123,12 @@ class TaskSpec:
     @property
     def is_regression(self) -> bool:
         return self.labels is None
+
+    @property
+    def predictions_name(self) -> str:
+        """The stem of the test predictions' file: GLUE's folder name (as its server expects),
+        else the task's name."""
+        return self.glue_dir or self.name
 
     @property
     def primary_split(self) -> str:

@@ -64,6 +64,11 @@ FIX_OWN_LAST = (
 KEYS_ADDED_SINCE = {
     "callbacks.isotropy.layer_profiles": False,  # the layer-by-layer geometry, off before it came
     "callbacks.isotropy.profile_tokens": 2000,  # read only when layer_profiles is on
+    "data.train_file": None,  # task=files' files (docs/data.md): GLUE tasks read none
+    "data.validation_file": None,
+    "data.test_file": None,
+    "data.dataset_name": None,
+    "data.dataset_config_name": None,
 }
 
 # Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,

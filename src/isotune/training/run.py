@@ -16,12 +16,16 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from isotune.atomic_files import write_text
 from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.dashboard.loggers import declare_dashboard
 from isotune.data import GLUEDataModule
+from isotune.data.datamodule import FILE_KEYS, module_options
+from isotune.data.own_data import own_task
+from isotune.data.reading import check_data_unchanged
+from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError, NoSpaceLeft, RunInterrupted
 from isotune.model.adaptation import parameter_counts
 from isotune.model.classifier import GLUEClassifier
@@ -41,6 +45,7 @@ from isotune.record.resume import (
     FIX_OWN_LAST,
     LAST_CHECKPOINT,
     PREDICTIONS_FOLDER,
+    PROVENANCE_KEY,
     RECORD_KEY,
     check_links_stay_inside,
     check_same_run,
@@ -102,6 +107,7 @@ def _started(cfg: DictConfig, output_dir: Path, rank_zero: bool) -> dict[str, An
         return finished
     record = RunRecord(output_dir, write=rank_zero, **recorded_settings(cfg))
     resume_from, resumed_at_step = _checked_start(cfg, record)
+    record.identity.update(primary_metric=cfg.task.primary_metric)  # task=files: its files'
     record.start(str(resume_from) if resume_from else None, resumed_at_step)
     stop = StopRequest()  # SIGTERM, SIGUSR2: stop where the run can continue from
     stop.install()
@@ -140,7 +146,7 @@ def _run(
             load_tokenizer(cfg.model.name_or_path),
             glue_dir=cfg.paths.glue_dir,
             seed=cfg.seed_data,
-            **cfg.data,
+            **module_options(cfg.data),
         )
         trivial = trivial_score(task, datamodule.dataset(task.primary_split).labels)
         parameters = parameter_counts(model)
@@ -241,14 +247,39 @@ def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None]:
     that holds a run (:class:`isotune.training.hydra_callbacks.StartCheckInRunFolder`)."""
     check_train_config(cfg)  # before any model loads: bad values fail in seconds
     check_links_stay_inside(cfg.paths.output_dir)
+    complete_own_task(cfg)
     resume_from = checkpoint_to_resume(cfg, recorded_settings(cfg))
     if resume_from is None:
         return None, None
     checkpoint = read_checkpoint(
         resume_from, fix=FIX_CKPT_PATH if cfg.ckpt_path is not None else FIX_OWN_LAST
     )
+    recorded_data = (checkpoint.get(PROVENANCE_KEY) or {}).get("data") or {}
+    task = TaskSpec.from_config(_plain(cfg.task))
+    check_data_unchanged(recorded_data, task, cfg.paths.glue_dir, resume_from)
     check_same_run(checkpoint, resume_from, run_config(cfg))
     return resume_from, checkpoint
+
+
+def complete_own_task(cfg: DictConfig) -> None:
+    """A ``task=files`` task completed in ``cfg`` from its files (text columns, labels, metrics:
+    :func:`isotune.data.own_data.own_task`), so that the run, its checkpoints and its records
+    see a whole task, and each bad file is refused before anything trains; once per config. A
+    GLUE task with ``data.*_file`` set is refused: it reads GLUE's files, never those."""
+    files = {key: cfg.data.get(key) for key in FILE_KEYS}
+    if cfg.task.get("source", "glue") != "files":
+        named = [f"data.{key}={value}" for key, value in files.items() if value is not None]
+        if named:
+            raise IsotuneError(
+                f"{' '.join(named)} names your own data, but task={cfg.task.name} reads GLUE's "
+                f"{cfg.task.name} files. Fix: task=files {' '.join(named)}, or leave them "
+                "unset for GLUE."
+            )
+        return
+    if cfg.task.num_labels is None:
+        completed = own_task(_plain(cfg.task), test=bool(cfg.write_test_predictions))
+        with open_dict(cfg):
+            cfg.task = completed
 
 
 def _checked_start(cfg: DictConfig, record: RunRecord) -> tuple[Path | None, int | None]:
@@ -382,7 +413,7 @@ def write_test_predictions(
     rows = sorted(zip(indices, predicted, strict=True))
     lines = [f"{index}\t{task.decode_label(prediction)}" for index, prediction in rows]
     path = write_text(
-        folder / f"{task.glue_dir}.tsv", "index\tprediction\n" + "\n".join(lines) + "\n"
+        folder / f"{task.predictions_name}.tsv", "index\tprediction\n" + "\n".join(lines) + "\n"
     )
     log.info("Test predictions (%d) written to %s", len(lines), path)
     return path

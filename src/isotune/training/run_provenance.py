@@ -17,7 +17,7 @@ from lightning.pytorch.accelerators import CUDAAccelerator
 from omegaconf import DictConfig
 
 from isotune.data import HUB_DATASET, split_file
-from isotune.data.reading import HUB_REVISIONS
+from isotune.data.hub import HUB_REVISIONS
 from isotune.data.tasks import TaskSpec
 from isotune.file_digest import file_sha256
 from isotune.model.classifier import GLUEClassifier
@@ -69,15 +69,18 @@ def model_identity(name_or_path: str, encoder: Any) -> dict[str, Any]:
 
 
 def data_identity(task: TaskSpec, split: str, glue_dir: str | None) -> dict[str, Any]:
-    """A split file under GLUE_DIR: its path and sha256. From the Hub: the dataset and the
-    revision this process loaded it at (:data:`isotune.data.reading.HUB_REVISIONS`); a split not
-    loaded yet (train loads once fitting starts) comes from the revision its task's other splits
-    were loaded at, one cached data set; None when no split of the task was loaded."""
-    if glue_dir is not None:
-        path = split_file(task, split, glue_dir)
+    """A split file under GLUE_DIR, or a ``task=files`` task's own: its path and sha256. From
+    the Hub: the dataset and the revision this process loaded it at
+    (:data:`isotune.data.reading.HUB_REVISIONS`); a split not loaded yet (train loads once
+    fitting starts) comes from the revision its task's other splits were loaded at, one cached
+    data set; None when no split of the task was loaded."""
+    path = split_file(task, split, glue_dir)  # None: read from the Hub
+    if path is not None:
         return {"file": str(path), "sha256": file_sha256(path)}
-    loaded = HUB_REVISIONS.get((task.hub_config, split))
+    dataset, config = task.dataset or HUB_DATASET, task.dataset_config or task.hub_config
+    key = config or dataset  # as isotune.data.hub.load_hub_split records it
+    loaded = HUB_REVISIONS.get((key, split))
     if loaded is None:
-        same_task = [r for (config, _), r in HUB_REVISIONS.items() if config == task.hub_config]
+        same_task = [r for (loaded_key, _), r in HUB_REVISIONS.items() if loaded_key == key]
         loaded = next((r for r in same_task if r), None)
-    return {"hub": HUB_DATASET, "config": task.hub_config, "revision": loaded}
+    return {"hub": dataset, "config": config, "revision": loaded}

@@ -1,0 +1,428 @@
+"""Your own data (task=files): CSV, TSV and JSON Lines files derived from the real GLUE files in
+tmp folders, the task they decide, a tiny run on them, and one message for each bad file."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score
+
+from isotune.analysis.run import analyze
+from isotune.data import load_split
+from isotune.data.metrics import build_metrics, compute_scores
+from isotune.data.own_data import own_task, read_own_split
+from isotune.data.tasks import TaskSpec
+from isotune.errors import IsotuneError
+from isotune.file_digest import file_sha256
+from isotune.study.plan import check_task_offline
+from isotune.training.run import train
+from tests.conftest import compose_config, compose_train_config, tiny_run_overrides
+from tests.helpers.analysis import SMALL
+from tests.helpers.tasks import load_task
+
+SHARED_GLUE = os.environ.get("GLUE_DIR")
+needs_glue = pytest.mark.skipif(not SHARED_GLUE, reason="GLUE_DIR is not set (the real GLUE files)")
+
+
+def glue_rows(task: str, split: str, n: int) -> list[dict]:
+    """The first ``n`` examples of a real GLUE split, read by the GLUE reader."""
+    return load_split(load_task(task), split, SHARED_GLUE)[:n]
+
+
+def write_delimited(path: Path, header: list[str], rows: list[list], delimiter: str) -> Path:
+    """A CSV as a spreadsheet or pandas' to_csv writes it, fields quoted only where needed; a
+    TSV as GLUE's, unquoted (its texts hold no tab)."""
+    with path.open("w", encoding="utf-8", newline="") as file:
+        if delimiter == "\t":
+            file.writelines("\t".join(map(str, row)) + "\n" for row in [header, *rows])
+        else:
+            writer = csv.writer(file, delimiter=delimiter)
+            writer.writerow(header)
+            writer.writerows(rows)
+    return path
+
+
+def write_json_lines(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def sst2_tsv(folder: Path, split: str, n: int) -> Path:
+    glue = "train" if split == "train" else "validation"
+    rows = [[ex["sentence"], ex["label"]] for ex in glue_rows("sst2", glue, n)]
+    return write_delimited(folder / f"{split}.tsv", ["sentence", "label"], rows, "\t")
+
+
+def files_task(train_file: Path, dev_file: Path, **settings) -> TaskSpec:
+    config = {
+        "name": "files",
+        "source": "files",
+        "files": {"train": str(train_file), "validation": str(dev_file)},
+        "eval_splits": ["validation"],
+        "test_split": "test",
+        **settings,
+    }
+    return TaskSpec.from_config(own_task(config))
+
+
+@needs_glue
+def test_a_tsv_reads_as_the_glue_file_it_came_from(tmp_path):
+    task = files_task(sst2_tsv(tmp_path, "train", 300), sst2_tsv(tmp_path, "dev", 100))
+    assert (task.text_fields, task.labels, task.is_regression) == (("sentence",), ("0", "1"), False)
+    assert (task.metrics, task.primary_metric) == (("accuracy", "macro_f1"), "accuracy")
+    own = read_own_split(task, "train")
+    assert [(ex["sentence"], ex["label"]) for ex in own] == [
+        (ex["sentence"], ex["label"]) for ex in glue_rows("sst2", "train", 300)
+    ]
+
+
+@needs_glue
+@pytest.mark.parametrize(
+    ("name", "folder", "label_column"), [("rte", "RTE", "label"), ("stsb", "STS-B", "score")]
+)
+def test_glue_tsvs_with_bare_quotes_read_as_files_as_the_glue_reader_reads_them(
+    name, folder, label_column
+):
+    """A TSV is unquoted: RTE's and STS-B's texts with quote characters stay whole."""
+    glue = Path(SHARED_GLUE) / folder
+    task = files_task(glue / "train.tsv", glue / "dev.tsv", label_column=label_column)
+    for split in ("train", "validation"):
+        own, official = read_own_split(task, split), load_split(load_task(name), split, SHARED_GLUE)
+        fields = zip(task.text_fields, load_task(name).text_fields, strict=True)
+        pairs = [(mine, theirs) for mine, theirs in fields]
+        assert [[ex[mine] for mine, _ in pairs] for ex in own] == [
+            [ex[theirs] for _, theirs in pairs] for ex in official
+        ]
+        labels = [task.labels[ex["label"]] if task.labels else ex["label"] for ex in own]
+        glue_task = load_task(name)
+        assert labels == [
+            glue_task.labels[ex["label"]] if glue_task.labels else ex["label"] for ex in official
+        ]
+
+
+@needs_glue
+def test_a_csv_with_quoted_commas_and_quotes_reads_each_text_whole(tmp_path):
+    names = ["not_equivalent", "equivalent"]
+
+    def pairs(split: str, n: int) -> list[list]:
+        return [
+            [ex["sentence1"], ex["sentence2"], names[ex["label"]]]
+            for ex in glue_rows("mrpc", split, n)
+        ]
+
+    header = ["sentence1", "sentence2", "label"]
+    train_rows, dev_rows = pairs("train", 200), pairs("validation", 60)
+    train_file = write_delimited(tmp_path / "train.csv", header, train_rows, ",")
+    dev_file = write_delimited(tmp_path / "dev.csv", header, dev_rows, ",")
+    assert '"' in train_file.read_text()  # MRPC's commas and quotes are quoted by the writer
+    task = files_task(train_file, dev_file)
+    assert task.text_fields == ("sentence1", "sentence2") and task.labels == tuple(sorted(names))
+    own = read_own_split(task, "validation")
+    assert [[ex["sentence1"], ex["sentence2"], task.labels[ex["label"]]] for ex in own] == dev_rows
+    assert any("," in row[0] for row in dev_rows)
+
+
+@needs_glue
+def test_json_lines_with_named_columns_and_string_labels(tmp_path):
+    def objects(split: str, n: int) -> list[dict]:
+        names = load_task("rte").labels
+        return [
+            {"id": i, "premise": ex["sentence1"], "hypothesis": ex["sentence2"],
+             "gold": names[ex["label"]]}
+            for i, ex in enumerate(glue_rows("rte", split, n))
+        ]  # fmt: skip
+
+    train_file = write_json_lines(tmp_path / "train.jsonl", objects("train", 120))
+    dev_file = write_json_lines(tmp_path / "dev.jsonl", objects("validation", 40))
+    task = files_task(
+        train_file, dev_file, text_fields=["premise", "hypothesis"], label_column="gold"
+    )
+    assert task.labels == ("entailment", "not_entailment")
+    own = read_own_split(task, "validation")
+    glue = glue_rows("rte", "validation", 40)
+    assert [ex["label"] for ex in own] == [ex["label"] for ex in glue]
+
+
+@needs_glue
+def test_a_column_of_decimal_scores_is_a_regression_scored_by_pearson_and_spearman(tmp_path):
+    def scores(split: str, n: int) -> list[list]:
+        return [
+            [ex["sentence1"], ex["sentence2"], f"{ex['label']:.3f}"]
+            for ex in glue_rows("stsb", split, n)
+        ]
+
+    header = ["sentence1", "sentence2", "score"]
+    train_file = write_delimited(tmp_path / "train.csv", header, scores("train", 200), ",")
+    dev_file = write_delimited(tmp_path / "dev.tsv", header, scores("validation", 80), "\t")
+    task = files_task(train_file, dev_file, label_column="score")
+    assert task.is_regression and task.num_labels == 1 and task.labels is None
+    assert (task.metrics, task.primary_metric) == (("pearson", "spearmanr"), "pearson")
+    labels = [ex["label"] for ex in read_own_split(task, "validation")]
+    assert labels == [ex["label"] for ex in glue_rows("stsb", "validation", 80)]
+
+
+def test_integer_labels_are_classes_in_numeric_order_and_scores_match_scipy_and_sklearn(tmp_path):
+    rows = [[f"text {i}", str(label)] for i, label in enumerate([2, 10, 1, 2, 10, 1, 2])]
+    train_file = write_delimited(tmp_path / "train.csv", ["text", "label"], rows, ",")
+    task = files_task(train_file, train_file)
+    assert task.labels == ("1", "2", "10") and task.text_fields == ("text",)
+    truth, guess = [0, 1, 2, 1, 0, 2, 2, 1], [0, 1, 1, 1, 0, 0, 2, 1]
+    metrics = build_metrics(task.metrics, task.num_labels)
+    metrics.update(torch.tensor(guess), torch.tensor(truth))
+    scores = compute_scores(metrics)
+    assert scores["accuracy"] == pytest.approx(accuracy_score(truth, guess))
+    assert scores["macro_f1"] == pytest.approx(f1_score(truth, guess, average="macro"))
+    regression = build_metrics(("pearson", "spearmanr"), 1)
+    x, y = torch.tensor([0.1, 2.0, 1.5, 4.0, 3.3]), torch.tensor([0.0, 1.0, 2.0, 5.0, 3.0])
+    regression.update(x, y)
+    scores = compute_scores(regression)
+    assert scores["pearson"] == pytest.approx(pearsonr(x, y).statistic, abs=1e-6)
+    assert scores["spearmanr"] == pytest.approx(spearmanr(x, y).statistic, abs=1e-6)
+
+
+def small_files(folder: Path, train: list[list], dev: list[list], suffix: str = ".csv"):
+    header = ["sentence", "label"]
+    return (
+        write_delimited(folder / f"train{suffix}", header, train, ","),
+        write_delimited(folder / f"dev{suffix}", header, dev, ","),
+    )
+
+
+GOOD = [["a fine film", "pos"], ["a dull film", "neg"], ["fine", "pos"]]
+
+
+@pytest.mark.parametrize(
+    ("train_rows", "dev_rows", "settings", "expected"),
+    [
+        (
+            GOOD,
+            GOOD,
+            {"label_column": "stars"},
+            [
+                "has no column 'stars' (the label column task=files reads); its columns are "
+                "['sentence', 'label']. Fix: task.label_column=<one of them>",
+            ],
+        ),
+        (
+            GOOD,
+            [*GOOD, ["awful", "neutral"], ["meh", "neutral"]],
+            {},
+            [
+                "dev.csv: labels ['neutral'] (2 rows, lines 5, 6) are not among the train "
+                "file's labels ['neg', 'pos']",
+                "Fix: correct those rows, add examples of them to the train file",
+            ],
+        ),
+        (
+            [*GOOD, ["", "pos"], ["  ", "neg"], ["ok", "pos"], ["", "neg"]],
+            GOOD,
+            {},
+            [
+                "train.csv: the text column 'sentence' is empty in 3 of 7 rows (lines 5, 6, 8). "
+                "Fix: fill in or remove those rows."
+            ],
+        ),
+        ([], GOOD, {}, ["train.csv has no examples (it is empty, or holds only a header row)"]),
+        (
+            GOOD,
+            GOOD,
+            {"text_fields": ["review"]},
+            ["has no column 'review' (the text column task=files reads)", "task.text_fields="],
+        ),
+    ],
+    ids=["no-such-column", "dev-label-not-in-train", "missing-texts", "empty", "no-text-column"],
+)
+def test_a_bad_file_is_refused_with_one_message_naming_the_fix(
+    tmp_path, train_rows, dev_rows, settings, expected
+):
+    train_file, dev_file = small_files(tmp_path, train_rows, dev_rows)
+    with pytest.raises(IsotuneError) as raised:
+        files_task(train_file, dev_file, **settings)
+    for part in expected:
+        assert part in str(raised.value)
+
+
+def test_a_zero_byte_file_and_a_file_of_no_known_kind_are_refused(tmp_path):
+    train_file, _ = small_files(tmp_path, GOOD, GOOD)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(IsotuneError, match=r"empty\.jsonl has no examples"):
+        files_task(train_file, empty)
+    sheet = tmp_path / "dev.xlsx"
+    sheet.write_text("x")
+    with pytest.raises(IsotuneError, match=r"\.xlsx file, but data files are read by their suffix"):
+        files_task(train_file, sheet)
+
+
+def test_task_files_without_its_files_and_glue_with_files_are_refused(tmp_path):
+    with pytest.raises(IsotuneError, match=r"data.train_file, which is not set. Fix: task=files"):
+        train(compose_train_config(["task=files"], tmp_path / "run"))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    cfg = compose_train_config(["task=rte", "data.train_file=mine.csv"], tmp_path / "glue")
+    with pytest.raises(IsotuneError, match=r"but task=rte reads GLUE's rte files. Fix: task=files"):
+        train(cfg)
+
+
+def test_a_study_leaves_a_files_task_to_its_runs_without_glue_or_the_hub(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = compose_train_config(["task=files", "data.train_file=t.csv"], tmp_path)
+    check_task_offline("files", dict(cfg.task), None)  # GLUE_DIR unset, the Hub kept away
+
+
+@pytest.fixture
+def sst2_files(tmp_path) -> tuple[Path, Path]:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    return sst2_tsv(folder, "train", 64), sst2_tsv(folder, "dev", 32)
+
+
+@needs_glue
+@pytest.mark.slow
+def test_a_tiny_run_on_own_files_records_their_metrics_baseline_isotropy_and_hashes(
+    tmp_path, tiny_bert, glue_dir, sst2_files
+):
+    train_file, dev_file = sst2_files
+    run = tmp_path / "run"
+    overrides = [
+        *tiny_run_overrides(tiny_bert, glue_dir),
+        "task=files",
+        f"data.train_file={train_file}",
+        f"data.validation_file={dev_file}",
+        f"data.test_file={dev_file}",
+        "write_test_predictions=true",
+    ]
+    results = train(compose_train_config(overrides, run))
+    assert results["status"] == "completed" and results["task"] == "files"
+    assert results["primary_metric"] == "accuracy"
+    assert set(results["best"]) == {"accuracy", "macro_f1", "combined_score", "loss"}
+    assert results["trivial"]["predictor"].startswith("majority class")
+    assert results["learned"] in (True, False) and results["isotropy"]
+    data = results["provenance"]["data"]
+    assert data["train"] == {"file": str(train_file), "sha256": file_sha256(train_file)}
+    assert data["validation"]["sha256"] == file_sha256(dev_file)
+    # The dev file as the test file: best.ckpt's predictions, scored by scikit-learn, are the
+    # run's recorded best-epoch metrics.
+    predictions = (run / "predictions" / "files.tsv").read_text().splitlines()
+    assert predictions[0] == "index\tprediction" and len(predictions) == 33
+    predicted = [int(line.split("\t")[1]) for line in predictions[1:]]
+    truth = [ex["label"] for ex in glue_rows("sst2", "validation", 32)]
+    assert results["best"]["accuracy"] == pytest.approx(accuracy_score(truth, predicted))
+    assert results["best"]["macro_f1"] == pytest.approx(
+        f1_score(truth, predicted, average="macro"), abs=1e-6
+    )
+
+    # analyze.py reads the files the checkpoint's task names, without GLUE_DIR.
+    analysis = analyze(
+        compose_config(
+            "analyze",
+            [
+                f"ckpt_path={run}/checkpoints/best.ckpt",
+                "paths.glue_dir=null",
+                "data.max_length=128",
+                *SMALL,
+            ],
+            tmp_path / "analysis",
+        )
+    )
+    assert analysis["task"] == "files" and analysis["verdicts"]
+
+    # Started again in its folder (it kept last.ckpt) after the train file changed: refused,
+    # naming the file and both hashes, and its folder left byte for byte.
+    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    old_hash = file_sha256(train_file)
+    with train_file.open("a", encoding="utf-8") as file:
+        file.write("one more review\t1\n")
+    with pytest.raises(IsotuneError) as raised:
+        train(compose_train_config(overrides, run))
+    message = str(raised.value)
+    assert f"{train_file} (the train split) changed since the run of" in message
+    assert old_hash in message and file_sha256(train_file) in message
+    assert "Fix: restore the file as that run read it" in message
+    assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
+
+
+@needs_glue
+@pytest.mark.slow
+def test_a_tiny_regression_run_on_own_files_scores_pearson_and_spearman(
+    tmp_path, tiny_bert, glue_dir
+):
+    def scores(split: str, n: int) -> list[list]:
+        return [
+            [ex["sentence1"], ex["sentence2"], f"{ex['label']:.3f}"]
+            for ex in glue_rows("stsb", split, n)
+        ]
+
+    header = ["sentence1", "sentence2", "label"]
+    train_file = write_delimited(tmp_path / "train.csv", header, scores("train", 64), ",")
+    dev_file = write_delimited(tmp_path / "dev.csv", header, scores("validation", 32), ",")
+    overrides = [
+        *tiny_run_overrides(tiny_bert, glue_dir),
+        "task=files",
+        "task.name=my_sts",
+        f"data.train_file={train_file}",
+        f"data.validation_file={dev_file}",
+        f"data.test_file={dev_file}",
+        "write_test_predictions=true",
+    ]
+    results = train(compose_train_config(overrides, tmp_path / "run"))
+    assert results["status"] == "completed" and results["task"] == "my_sts"
+    assert results["primary_metric"] == "pearson"
+    assert set(results["best"]) == {"pearson", "spearmanr", "combined_score", "loss"}
+    assert results["trivial"]["predictor"].startswith("mean")
+    lines = (tmp_path / "run" / "predictions" / "my_sts.tsv").read_text().splitlines()[1:]
+    assert len(lines) == 32 and all(-1 <= results["best"][m] <= 1 for m in ("pearson", "spearmanr"))
+    assert all(float(line.split("\t")[1]) >= 0 for line in lines)  # a score, not a class
+
+
+def test_a_hub_data_set_by_name_reads_its_columns_and_labels(monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    boolq = {  # SuperGLUE BoolQ's columns, as load_dataset gives them
+        split: datasets.Dataset.from_list(
+            [
+                {"question": f"q {i}", "passage": f"p {i}", "idx": i, "label": i % 2}
+                for i in range(n)
+            ]
+        )
+        for split, n in (("train", 6), ("validation", 4))
+    }
+    asked = []
+
+    def load_dataset(path: str, name: str | None, split: str):
+        asked.append((path, name, split))
+        return boolq[split]
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    cfg = compose_train_config(
+        [
+            "task=files",
+            "data.dataset_name=aps/super_glue",
+            "data.dataset_config_name=boolq",
+            "task.text_fields=[question,passage]",
+        ]
+    )
+    task = TaskSpec.from_config(own_task(dict(OmegaConf.to_container(cfg.task, resolve=True))))
+    assert (task.labels, task.metrics) == (("0", "1"), ("accuracy", "macro_f1"))
+    examples = read_own_split(task, "validation")
+    assert [(ex["question"], ex["label"]) for ex in examples] == [
+        (f"q {i}", i % 2) for i in range(4)
+    ]
+    assert ("aps/super_glue", "boolq", "train") in asked
+
+
+def test_a_hub_data_set_offline_and_not_cached_is_refused_naming_the_fix(tmp_path):
+    overrides = ["task=files", "data.dataset_name=aps/super_glue", "data.dataset_config_name=boolq"]
+    with pytest.raises(IsotuneError) as raised:
+        train(compose_train_config(overrides, tmp_path))
+    assert str(raised.value).startswith(
+        "Could not load aps/super_glue/boolq (train) from the Hugging Face Hub: HF_HUB_OFFLINE=1 "
+        "keeps the Hub away and it is not cached. Fix: unset HF_HUB_OFFLINE and run once with "
+        "network access to cache it, or save its splits as CSV or JSON Lines files"
+    )
+    assert not (tmp_path / "checkpoints").exists()
