@@ -87,7 +87,7 @@ def choose_runs(folder: Path, arm: str | None = None) -> tuple[list[Chosen], str
         )
     study = read_study(folder)
     if study is not None:
-        return _study_choices(study, arm), STUDY_RULE.format(arm=arm or study.baseline)
+        return _study_choices(folder, study, arm), STUDY_RULE.format(arm=arm or study.baseline)
     if arm is not None:
         raise IsotuneError(
             f"--arm {arm} chooses an arm of a study, but {folder} is not a study's folder (its "
@@ -97,7 +97,9 @@ def choose_runs(folder: Path, arm: str | None = None) -> tuple[list[Chosen], str
     return _sweep_choices(folder), SWEEP_RULE
 
 
-def _study_choices(study: Any, arm: str | None) -> list[Chosen]:
+def _study_choices(folder: Path, study: Any, arm: str | None) -> list[Chosen]:
+    """The chosen arm's best held-out run of each task; a study's records name their runs
+    relative to the study folder, so that a carried folder still finds them."""
     arms = sorted({outcome.arm for outcome in study.outcomes})
     chosen_arm = arm or study.baseline
     if chosen_arm not in arms:
@@ -111,9 +113,10 @@ def _study_choices(study: Any, arm: str | None) -> list[Chosen]:
         if outcome.arm != chosen_arm or not scored:
             continue
         best = max(scored, key=lambda run: (run.score if study.maximize else -run.score, -run.seed))
-        record = Run.read(Path(best.job_dir) / RESULTS_FILE).result
+        job_dir = folder / best.job_dir
+        record = Run.read(job_dir / RESULTS_FILE).result
         name = " ".join(f"{key}={value}" for key, value in outcome.best_params.items())
-        choices.append(Chosen(outcome.task, Path(best.job_dir), record, name, best.score))
+        choices.append(Chosen(outcome.task, job_dir, record, name, best.score))
     return choices
 
 

@@ -316,7 +316,8 @@ def runs_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
         for run in outcome.runs
     ]
     columns = ["task", "arm", "phase", "trial", "seed", "score", "learned", "status"]
-    return pd.DataFrame(rows, columns=[*columns, *GEOMETRY, "job_dir"])
+    table = pd.DataFrame(rows, columns=[*columns, *GEOMETRY, "job_dir"])
+    return table.astype({"trial": "Int64"})  # a report run has no trial: blank, not 0.0
 
 
 def _read_yaml(path: Path) -> Mapping[str, Any]:
