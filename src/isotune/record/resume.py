@@ -83,6 +83,7 @@ BOOKKEEPING_KEYS = (
     "data.num_workers",
     "callbacks.isotropy.figures",
     "callbacks.isotropy.output_dir",
+    "callbacks.isotropy.shared_dir",  # where epoch 0's measures are shared, equal to measuring
     "callbacks.model_checkpoint.dirpath",
     "callbacks.model_checkpoint.keep",
     "callbacks.last_checkpoint.dirpath",
