@@ -63,6 +63,7 @@ FIX_OWN_LAST = (
 KEYS_ADDED_SINCE = {
     "callbacks.isotropy.layer_profiles": False,  # the layer-by-layer geometry, off before it came
     "callbacks.isotropy.profile_tokens": 2000,  # read only when layer_profiles is on
+    "data.pad_buckets": None,  # each batch padded to its longest example, as before the option
 }
 
 # Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,
