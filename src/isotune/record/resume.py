@@ -63,6 +63,8 @@ FIX_OWN_LAST = (
 KEYS_ADDED_SINCE = {
     "callbacks.isotropy.layer_profiles": False,  # the layer-by-layer geometry, off before it came
     "callbacks.isotropy.profile_tokens": 2000,  # read only when layer_profiles is on
+    # foreach AdamW then; continued, such a run steps fused: the same update to float rounding
+    "optim.fused": "auto",
     "data.pad_buckets": None,  # each batch padded to its longest example, as before the option
 }
 
