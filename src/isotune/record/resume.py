@@ -65,6 +65,7 @@ KEYS_ADDED_SINCE = {
     "callbacks.isotropy.profile_tokens": 2000,  # read only when layer_profiles is on
     # foreach AdamW then; continued, such a run steps fused: the same update to float rounding
     "optim.fused": "auto",
+    "trainer.compile": False,  # eager, before the option
     "data.pad_buckets": None,  # each batch padded to its longest example, as before the option
 }
 
