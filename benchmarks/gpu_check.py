@@ -1,7 +1,7 @@
 """What a user with a GPU runs first: how fast isotune trains there, whether IsoBN holds in bf16.
 
     python benchmarks/gpu_check.py --quick                   # within 5 minutes on one GPU
-    python benchmarks/gpu_check.py --out gpu_check.md        # the full check, within 10 minutes
+    python benchmarks/gpu_check.py --out gpu_check.md        # the full check, within 9 minutes
 
 On one GPU (the first visible one; choose with CUDA_VISIBLE_DEVICES) it prints one Markdown table:
 first, every batch shape of RTE through the model twice, padded to buckets of 32
@@ -108,7 +108,7 @@ SWEEP_RESERVE_S = 45  # kept for each later sweep (the first, one job at a time,
 QUICK = Settings(("minilm",), rounds=1, steps=40, precision_batches=20, ratio_steps=50,
                  epoch_rounds=1, sweep_batches=20, budget_s=280)  # fmt: skip
 FULL = Settings(("minilm", "bert"), rounds=3, steps=100, precision_batches=50, ratio_steps=200,
-                epoch_rounds=2, sweep_batches=1.0, budget_s=570)  # fmt: skip
+                epoch_rounds=2, sweep_batches=1.0, budget_s=520)  # fmt: skip
 
 
 # -- the table's rows, from measured numbers -----------------------------------------------------
@@ -317,7 +317,7 @@ NO_CUDA = (
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="within 5 minutes (full: within 10)")
+    parser.add_argument("--quick", action="store_true", help="within 5 minutes (full: within 9)")
     parser.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     parser.add_argument(
         "--glue-dir",
