@@ -293,7 +293,8 @@ class GLUEClassifier(L.LightningModule):
             return False
         devices = {parameter.device.type for parameter in parameters}
         runs_here = devices <= set(_get_fused_kernels_supported_devices())  # as AdamW checks
-        scaler = getattr(self.trainer.precision_plugin, "scaler", None) if self._trainer else None
+        plugin = getattr(self._trainer, "precision_plugin", None)  # none outside a Trainer
+        scaler = getattr(plugin, "scaler", None)
         if choice == "auto":
             return runs_here and scaler is None
         if not runs_here or scaler is not None:
