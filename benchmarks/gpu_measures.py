@@ -85,11 +85,20 @@ def rte_glue_dir(glue_dir: str | None, tokenizer: PreTrainedTokenizerBase, work:
     return Path(glue_dir).resolve() if glue_dir else write_generated_rte(work / "glue", tokenizer)
 
 
-def rte_data(tokenizer: PreTrainedTokenizerBase, glue_dir: Path, batch_size: int):
-    """RTE's loaders as the default run makes them (length-grouped batches, max length)."""
+def rte_data(
+    tokenizer: PreTrainedTokenizerBase,
+    glue_dir: Path,
+    batch_size: int,
+    pad_buckets: list[int] | None = None,
+):
+    """RTE's loaders as the default run makes them (length-grouped batches, max length), each
+    batch padded to its longest example or, with ``pad_buckets``, to its bucket."""
     max_length = TRAIN["data"]["max_length"]
     task = TaskSpec.from_config(RTE)
-    return GLUEDataModule(task, tokenizer, glue_dir, max_length, batch_size=batch_size, seed=0)
+    return GLUEDataModule(
+        task, tokenizer, glue_dir, max_length, batch_size=batch_size, seed=0,
+        pad_buckets=pad_buckets,
+    )  # fmt: skip
 
 
 def save_random_encoder(folder: Path, tokenizer: PreTrainedTokenizerBase, sizes: dict) -> Path:

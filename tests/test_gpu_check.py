@@ -157,6 +157,21 @@ def test_the_first_use_pass_runs_every_batch_twice_and_counts_its_shapes(tiny_mo
     assert cost["cold_s"] > 0 and cost["warm_s"] > 0
 
 
+def test_the_bucketed_first_use_pass_meets_fewer_shapes(tiny_model, tiny_bert, glue_dir):
+    tokenizer = gpu_measures.load_tokenizer(str(tiny_bert))
+    exact = gpu_measures.rte_data(tokenizer, glue_dir, 8)
+    bucketed = gpu_measures.rte_data(tokenizer, glue_dir, 8, gpu_check.BUCKETS)
+    costs = [gpu_measures.first_use_cost(tiny_model, [data], CPU) for data in (exact, bucketed)]
+    assert costs[0]["batches"] == costs[1]["batches"]
+    assert costs[1]["shapes"] < costs[0]["shapes"]
+    loaders = [bucketed.train_dataloader(), *bucketed.val_dataloader()]
+    assert {batch["input_ids"].shape[1] for loader in loaders for batch in loader} <= set(
+        gpu_check.BUCKETS
+    )
+    (row,) = gpu_check.first_use_rows("MiniLM", costs[1], [8], gpu_check.BUCKETS)
+    assert "batch 8 padded to `data.pad_buckets=[32,64,96,128]`, each once" in row[1]
+
+
 def test_ours_and_the_hf_trainer_time_the_same_number_of_examples(tiny_model, fixture_data):
     measured = gpu_measures.throughput(tiny_model, fixture_data, CPU, warmup=1, steps=2, rounds=1)
     assert set(measured) == {"ours", "HF"}

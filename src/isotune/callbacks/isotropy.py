@@ -14,8 +14,9 @@ Sigma_S), and the outlier-dimension scalars of :func:`isotune.isotropy.measure_o
 number of epoch 0's outlier dimensions still outliers, is logged as ``iso/<view>/<metric>`` with
 the epoch (epoch 0 = the pre-trained geometry); figures drawn from the same measurement are saved
 under ``<output_dir>/isotropy/`` and sent to W&B; the per-epoch values and outlier dimensions
-(their indices) are kept in checkpoints and returned for ``results.json``. Views, settings and
-measures: ``docs/isotropy.md``.
+(their indices) are kept in checkpoints and returned for ``results.json``. In a sweep, epoch 0's
+measures are shared by the jobs that would compute the same ones
+(:mod:`isotune.callbacks.shared_pretrained`). Views, settings and measures: ``docs/isotropy.md``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from isotune.atomic_files import write_bytes
+from isotune.callbacks.shared_pretrained import SharedPretrained, pretrained_key
 from isotune.isotropy import (
     OUTLIER_FACTOR,
     ROGUE_K,
@@ -60,6 +63,8 @@ from isotune.tracking.metric_keys import (
 )
 
 log = logging.getLogger(__name__)
+
+SHARED_FOLDER = ".pretrained_isotropy"  # under the sweep's folder: epoch 0's shared measures
 
 
 @contextmanager
@@ -261,6 +266,11 @@ class IsotropyMonitor(L.Callback):
             and draw every epoch's profiles when training ends (``layer_profiles.png``).
         profile_tokens: about this many non-special tokens per layer for the profiles, the same
             number from each probe example.
+        shared_dir: the sweep's folder (``${hydra:sweep.dir}`` in the config). Where it exists
+            (Hydra makes it before a sweep's first job; a run alone names one that does not),
+            epoch 0's measures are kept in and read from its :data:`SHARED_FOLDER`, so that one
+            job of the sweep measures the pre-trained model and the others with the same
+            weights, probe batches and settings read its numbers. None: every run measures.
     """
 
     def __init__(
@@ -277,6 +287,7 @@ class IsotropyMonitor(L.Callback):
         output_dir: str | None = None,
         layer_profiles: bool = False,
         profile_tokens: int = 2000,
+        shared_dir: str | None = None,
     ) -> None:
         self.probe_size = probe_size
         self.seed = seed
@@ -290,6 +301,7 @@ class IsotropyMonitor(L.Callback):
         self.output_dir = Path(output_dir) if output_dir else None
         self.layer_profiles = layer_profiles
         self.profile_tokens = profile_tokens
+        self.shared_dir = Path(shared_dir) if shared_dir else None
         self.history: dict[int, dict[str, float]] = {}  # epoch -> {"iso/<view>/<metric>": value}
         self.timings: dict[int, float] = {}  # epoch -> seconds the measurement took
         self.outliers: dict[int, dict[str, list[int]]] = {}  # epoch -> {view: outlier dimensions}
@@ -305,8 +317,71 @@ class IsotropyMonitor(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if 0 not in self.history and trainer.is_global_zero:  # not again when resuming
+            self.measure_pretrained(trainer, module)
+
+    def measure_pretrained(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        """Epoch 0: the probe encoded by the pre-trained model and measured, or, in a sweep, the
+        numbers another job measured with the same weights, probe batches and settings."""
+        capture = self.new_capture(trainer.datamodule, module)
+        shared = self.shared_measures()
+        if shared is None:
             log.info("Isotropy at epoch 0: encoding the probe with the pre-trained model")
-            self._measure(trainer, module, self.new_capture(trainer.datamodule, module), epoch=0)
+            self._measure(trainer, module, capture, epoch=0)
+            return
+        start = time.perf_counter()
+        key = self.pretrained_key(trainer, module, capture)
+        found = shared.read(key)
+        if found is None:
+            log.info("Isotropy at epoch 0: encoding the probe with the pre-trained model")
+            figures = self._measure(trainer, module, capture, epoch=0)
+            shared.write(key, self.history[0], self.outliers[0], self.massive.get(0, []), figures)
+            return
+        self.history[0], self.outliers[0] = found["values"], found["outliers"]
+        if self.layer_profiles:
+            self.massive[0] = found["massive"]
+        for view, path in found["figures"].items():
+            self._log_image(trainer, iso_key(view, "figure"), self._figure_copy(trainer, path))
+        self.timings[0] = time.perf_counter() - start
+        self._publish(trainer, 0, f"read from {shared.folder / key}, measured by another job")
+
+    def shared_measures(self) -> SharedPretrained | None:
+        """Where this run shares epoch 0's measures: None outside a sweep (module doc)."""
+        if self.shared_dir is None or not self.shared_dir.is_dir():
+            return None
+        return SharedPretrained(self.shared_dir / SHARED_FOLDER)
+
+    def pretrained_key(
+        self, trainer: L.Trainer, module: L.LightningModule, capture: ProbeCapture
+    ) -> str:
+        """What epoch 0's numbers depend on, hashed (:func:`pretrained_key`): the weights the
+        probe pass runs through (the encoder and the norm, as initialised), the padded batches
+        it encodes and every setting of the measures."""
+        weights = {
+            f"{part}.{name}": tensor
+            for part in ("encoder", "norm")
+            for name, tensor in getattr(module, part).state_dict().items()
+        }
+        settings = {
+            "probe_idx": capture.probe_idx.tolist(),
+            "special_ids": capture.special_ids.tolist(),
+            "pooling": module.pooling,
+            "encoder_inputs": list(module.encoder_inputs),
+            # the seed draws only token samples and k-means' start (the probe is probe_idx)
+            "seed": self.seed if self.token_layers or self.local_k or self.layer_profiles else None,
+            "token_layers": list(self.token_layers),
+            "max_tokens": self.max_tokens,
+            "local_k": self.local_k,
+            "dominant_factor": self.dominant_factor,
+            "outlier_factor": self.outlier_factor,
+            "rogue_k": self.rogue_k,
+            "figures": self.figures,
+            "layer_profiles": self.layer_profiles,
+            "profile_tokens": self.profile_tokens,
+            "precision": str(trainer.precision),
+            "device": module.device.type,
+            "torch": torch.__version__,
+        }
+        return pretrained_key(weights, self.probe_batches(trainer, capture), settings)
 
     def on_validation_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         fitting = trainer.state.fn == "fit" and not trainer.sanity_checking
@@ -359,12 +434,14 @@ class IsotropyMonitor(L.Callback):
 
     # -- collecting -----------------------------------------------------------------------------
     def probe_indices(self, datamodule) -> list[int]:
-        """The fixed probe set: seeded positions in the primary dev split, shortest first."""
+        """The fixed probe set: seeded positions in the primary dev split, shortest first (ties
+        in split order: a probe of the whole split is the same for every seed, and so are its
+        measures, which a sweep's seeds then share)."""
         if self._probe is None:
             dataset = datamodule.dataset(datamodule.task.primary_split)
             generator = torch.Generator().manual_seed(self.seed)
             chosen = torch.randperm(len(dataset), generator=generator)[: self.probe_size]
-            self._probe = sorted(chosen.tolist(), key=lambda i: dataset.lengths[i])
+            self._probe = sorted(chosen.tolist(), key=lambda i: (dataset.lengths[i], i))
         return self._probe
 
     def new_capture(self, datamodule, module: L.LightningModule) -> ProbeCapture:
@@ -392,29 +469,36 @@ class IsotropyMonitor(L.Callback):
         """Encode the probe examples ``capture`` lacks as validation does: in eval mode, at the
         trainer's validation precision, each in its validation batch (the same padding, so on
         the CPU the same float32 vectors bit for bit). Returns how many were missing."""
-        missing = capture.missing()
+        missing = len(capture.missing())
+        batches = self.probe_batches(trainer, capture)
+        capture.attach(module)
+        try:
+            with eval_mode(module), trainer.precision_plugin.val_step_context():
+                for batch in batches:
+                    batch = {key: value.to(module.device) for key, value in batch.items()}
+                    capture.select(batch["idx"])
+                    module(batch)
+        finally:
+            capture.detach()
+        return missing
+
+    def probe_batches(self, trainer: L.Trainer, capture: ProbeCapture) -> list[dict[str, Tensor]]:
+        """The probe examples ``capture`` lacks, as validation pads them (each in its validation
+        batch, only its rows kept), on the CPU."""
+        missing = set(capture.missing())
         if not missing:
-            return 0
+            return []
         datamodule = trainer.datamodule
         dataset = datamodule.dataset(datamodule.task.primary_split)
         probe = self.probe_indices(datamodule)
         wanted = {probe[position] for position in missing}
-        batches = datamodule.eval_batches(datamodule.task.primary_split)  # all ranks' batches
-        capture.attach(module)
-        try:
-            with eval_mode(module), trainer.precision_plugin.val_step_context():
-                for indices in batches:
-                    rows = [row for row, index in enumerate(indices) if index in wanted]
-                    if rows:
-                        padded = datamodule.collate([dataset[index] for index in indices])
-                        batch = {
-                            key: value[rows].to(module.device) for key, value in padded.items()
-                        }
-                        capture.select(batch["idx"])
-                        module(batch)
-        finally:
-            capture.detach()
-        return len(missing)
+        batches = []
+        for indices in datamodule.eval_batches(datamodule.task.primary_split):  # all ranks'
+            rows = [row for row, index in enumerate(indices) if index in wanted]
+            if rows:
+                padded = datamodule.collate([dataset[index] for index in indices])
+                batches.append({key: value[rows] for key, value in padded.items()})
+        return batches
 
     def collect(
         self, trainer: L.Trainer, module: L.LightningModule, capture: ProbeCapture | None = None
@@ -436,11 +520,14 @@ class IsotropyMonitor(L.Callback):
     # -- measuring ------------------------------------------------------------------------------
     def _measure(
         self, trainer: L.Trainer, module: L.LightningModule, capture: ProbeCapture, epoch: int
-    ) -> None:
+    ) -> dict[str, Path]:
+        """Measure the probe's vectors (those ``capture`` holds and the rest), record and log
+        them; returns the figures drawn, by view."""
         start = time.perf_counter() - capture.seconds  # the hooks' time during validation counts
         from_validation = int(capture.captured.sum())
         values: dict[str, float] = {}
         outliers: dict[str, list[int]] = {}
+        figures: dict[str, Path] = {}
         collected = self.collect(trainer, module, capture)
         views = (*SENTENCE_VIEWS, *(f"layer{layer}_tokens" for layer in self.token_layers))
         if self.layer_profiles:
@@ -470,21 +557,30 @@ class IsotropyMonitor(L.Callback):
                 }
                 values.update({iso_key(view, name): value for name, value in scalars.items()})
                 if self.figures and view in SENTENCE_VIEWS:
-                    self._figure(trainer, measures, view, epoch)
+                    figures[view] = self._figure(trainer, measures, view, epoch)
         self.history[epoch] = values
         self.outliers[epoch] = outliers
         self.timings[epoch] = time.perf_counter() - start
+        self._publish(
+            trainer,
+            epoch,
+            f"{len(capture.captured)} probe examples, {from_validation} of them read from the "
+            "validation pass, the rest encoded for the probe",
+        )
+        return figures
+
+    def _publish(self, trainer: L.Trainer, epoch: int, source: str) -> None:
+        """An epoch's values to the loggers (and the profile tables so far) and the log."""
+        values = self.history[epoch]
         for logger in trainer.loggers:
             logger.log_metrics({**values, ISO_EPOCH: epoch}, step=trainer.global_step)
         if self.layer_profiles:
             self._log_profile_tables(trainer)
         log.info(
-            "Isotropy at epoch %d (%.1fs, %d probe examples, %d of them read from the "
-            "validation pass, the rest encoded for the probe): %s",
+            "Isotropy at epoch %d (%.1fs, %s): %s",
             epoch,
             self.timings[epoch],
-            len(capture.captured),
-            from_validation,
+            source,
             ", ".join(f"{view} I(W)={values[iso_key(view, 'iw')]:.3g}" for view in SENTENCE_VIEWS),
         )
 
@@ -566,18 +662,26 @@ class IsotropyMonitor(L.Callback):
                         step=trainer.global_step,
                     )
 
-    def _figure(self, trainer: L.Trainer, measures: CloudMeasures, view: str, epoch: int) -> None:
-        folder = (self.output_dir or Path(trainer.default_root_dir)) / "isotropy"
+    def _figure(self, trainer: L.Trainer, measures: CloudMeasures, view: str, epoch: int) -> Path:
         path = save_geometry_figure(
             measures,
             f"{view} sentence vectors, epoch {epoch}",
-            folder / f"{view}_epoch{epoch:02d}.png",
+            self._figure_folder(trainer) / f"{view}_epoch{epoch:02d}.png",
         )
         self._log_image(trainer, iso_key(view, "figure"), path)
+        return path
+
+    def _figure_copy(self, trainer: L.Trainer, shared: Path) -> Path:
+        """A shared entry's figure, copied into this run's figures (the run keeps its own)."""
+        return write_bytes(self._figure_folder(trainer) / shared.name, shared.read_bytes())
+
+    def _figure_folder(self, trainer: L.Trainer) -> Path:
+        return (self.output_dir or Path(trainer.default_root_dir)) / "isotropy"
 
     def _profile_figure(self, trainer: L.Trainer) -> None:
-        folder = (self.output_dir or Path(trainer.default_root_dir)) / "isotropy"
-        path = save_layer_profile_figure(self.profiles(), folder / "layer_profiles.png")
+        path = save_layer_profile_figure(
+            self.profiles(), self._figure_folder(trainer) / "layer_profiles.png"
+        )
         self._log_image(trainer, "iso/profile/figure", path)
 
     @staticmethod

@@ -11,9 +11,10 @@ from typing import Any
 
 import lightning as L
 from torch.utils.data import DataLoader
-from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from isotune.data.batches import LengthGroupedBatchSampler
+from isotune.data.padding import batch_collate
 from isotune.data.reading import load_split
 from isotune.data.tasks import TaskSpec
 from isotune.data.tokenized import TokenizedDataset, check_max_length
@@ -50,6 +51,7 @@ class GLUEDataModule(L.LightningDataModule):
         group_by_length: bool = True,
         num_workers: int = 0,
         seed: int = 0,
+        pad_buckets: list[int] | None = None,
     ):
         super().__init__()
         check_max_length(max_length, task, tokenizer)
@@ -63,7 +65,7 @@ class GLUEDataModule(L.LightningDataModule):
         self.group_by_length = group_by_length
         self.num_workers = num_workers
         self.seed = seed
-        self.collate = DataCollatorWithPadding(tokenizer)
+        self.collate = batch_collate(tokenizer, pad_buckets, max_length)  # data/padding.py
         self.datasets: dict[str, TokenizedDataset] = {}
         self.train_sampler: LengthGroupedBatchSampler | None = None
         self._continue_at: tuple[int, int] | None = None  # (epoch, position) from a checkpoint

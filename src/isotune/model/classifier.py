@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 
 import lightning as L
 import torch
+from lightning.pytorch.plugins.precision import Precision
 from torch import Tensor, nn
 from torch.nn import functional as F
+from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 from torchmetrics import MeanMetric
 from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
@@ -244,7 +246,7 @@ class GLUEClassifier(L.LightningModule):
 
     def configure_optimizers(self):
         """AdamW with linear warmup, then ``optim.schedule``; weight decay only where
-        :meth:`decayed` says."""
+        :meth:`decayed` says; fused or foreach as :meth:`fused_adamw` says."""
         parameters = [p for p in self.parameters() if p.requires_grad]
         groups = [
             {
@@ -253,11 +255,14 @@ class GLUEClassifier(L.LightningModule):
             },
             {"params": [p for p in parameters if not self.decayed(p)], "weight_decay": 0.0},
         ]
+        fused = self.fused_adamw(parameters)
         optimizer = torch.optim.AdamW(
             groups,
             lr=self.optim["lr"],
             eps=self.optim["adam_eps"],
             betas=tuple(self.optim["betas"]),
+            fused=fused or None,
+            foreach=None if fused else True,
         )
         total_steps = self.trainer.estimated_stepping_batches
         if not math.isfinite(total_steps):
@@ -271,6 +276,48 @@ class GLUEClassifier(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
+
+    def fused_adamw(self, parameters: list[nn.Parameter]) -> bool:
+        """Whether AdamW runs as one fused kernel (``optim.fused``). ``auto`` (the default): where
+        torch has the kernel for the parameters' device (CUDA, as Hugging Face's ``Trainer`` since
+        torch 2.8; this CPU too: 0.13x of foreach's step, benchmarks/bench_optimizer.py), except
+        under float16's gradient scaler, whose clipping needs the gradients unscaled before the
+        step. ``true`` insists (one error where it cannot run), ``false`` keeps foreach."""
+        choice = self.optim.get("fused", "auto")  # as record.resume continues older runs
+        if choice not in ("auto", True, False):
+            raise IsotuneError(
+                f"optim.fused={choice!r} is none of auto, true, false. Fix: optim.fused=auto "
+                "(fused where torch has the kernel), true or false (foreach)."
+            )
+        if choice is False:
+            return False
+        devices = {parameter.device.type for parameter in parameters}
+        runs_here = devices <= set(_get_fused_kernels_supported_devices())  # as AdamW checks
+        plugin = getattr(self._trainer, "precision_plugin", None)  # none outside a Trainer
+        scaler = getattr(plugin, "scaler", None)
+        if choice == "auto":
+            return runs_here and scaler is None
+        if not runs_here or scaler is not None:
+            why = "a float16 gradient scaler" if runs_here else f"parameters on {sorted(devices)}"
+            raise IsotuneError(
+                f"optim.fused=true: torch's fused AdamW cannot run here ({why}). Fix: "
+                "optim.fused=auto (fused where it can run) or optim.fused=false."
+            )
+        return True
+
+    def configure_gradient_clipping(
+        self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+    ) -> None:
+        """Lightning's mixed precision refuses to clip for an optimizer that unscales gradients in
+        its own step (fused AdamW), which only a float16 gradient scaler needs: under bf16 there
+        is no scaler, so the gradients are clipped as at full precision."""
+        plugin = self.trainer.precision_plugin
+        if gradient_clip_val and getattr(plugin, "scaler", True) is None:
+            Precision.clip_gradients(
+                plugin, optimizer, gradient_clip_val, gradient_clip_algorithm or "norm"
+            )
+            return
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_train_epoch_start(self) -> None:
         if self.regularization.needs_shrinkage(self.current_epoch):

@@ -69,6 +69,10 @@ KEYS_ADDED_SINCE = {
     "data.test_file": None,
     "data.dataset_name": None,
     "data.dataset_config_name": None,
+    # foreach AdamW then; continued, such a run steps fused: the same update to float rounding
+    "optim.fused": "auto",
+    "trainer.compile": False,  # eager, before the option
+    "data.pad_buckets": None,  # each batch padded to its longest example, as before the option
 }
 
 # Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,
@@ -89,6 +93,7 @@ BOOKKEEPING_KEYS = (
     "data.num_workers",
     "callbacks.isotropy.figures",
     "callbacks.isotropy.output_dir",
+    "callbacks.isotropy.shared_dir",  # where epoch 0's measures are shared, equal to measuring
     "callbacks.model_checkpoint.dirpath",
     "callbacks.model_checkpoint.keep",
     "callbacks.last_checkpoint.dirpath",

@@ -29,6 +29,7 @@ from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError, NoSpaceLeft, RunInterrupted
 from isotune.model.adaptation import parameter_counts
 from isotune.model.classifier import GLUEClassifier
+from isotune.model.compiling import compile_encoder
 from isotune.model.encoders import load_tokenizer
 from isotune.norms.registry import statistics_never_updated
 from isotune.record import folder_lock
@@ -169,11 +170,13 @@ def _run(
             callbacks.append(EpochsFromOneProgressBar())
         silence_lightning_tips()  # the Trainer prints them as it sets its loggers up
         trainer: L.Trainer = instantiate(
-            cfg.trainer,
+            {k: v for k, v in _plain(cfg.trainer).items() if k != "compile"},  # ours, not its
             callbacks=callbacks,
             logger=instantiate_all(cfg.get("logger")) or False,
             plugins=[*cluster_plugins(), RunCheckpointIO()],
         )
+        if cfg.trainer.get("compile", False):  # before anything runs the encoder
+            compile_encoder(model.encoder, trainer.strategy.root_device)
         in_checkpoints.provenance = run_provenance(cfg, model, trainer)
         record.note_provenance(in_checkpoints.provenance)
         continuing_in_folder = resume_from is not None and record.has_earlier_attempts

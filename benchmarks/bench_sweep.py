@@ -1,0 +1,128 @@
+"""Jobs per hour of a sweep of short real jobs on the ``gpus`` launcher without GPUs (CPU jobs in
+reused worker processes), before and after the sweep shares epoch 0's isotropy measures.
+
+Each job is MiniLM on RTE: one training batch, then validation on the whole dev set (277
+examples) with the isotropy callback at its defaults, as in issue 55's measurement. The two
+variants alternate, a whole sweep each, ``--rounds`` times:
+
+- ``before``: every job encodes and measures the probe with the pre-trained model itself
+  (``callbacks.isotropy.shared_dir=null``) and steps foreach AdamW (``optim.fused=false``), as
+  the code did before;
+- ``after``: the defaults: the sweep's first job measures epoch 0 and the others read it;
+  fused AdamW.
+
+Per variant: jobs per hour (jobs over the sweep's wall time), and from the jobs' logs
+(millisecond stamps; one worker runs the jobs in turn) what a warm job costs, from the previous
+job's last line to its own last (everything the worker spends on it: Hydra composing the job,
+loading the model and data, training, validation, the callback, checkpoint and records), and of
+that its start-up, up to its first line. The warm jobs' median after / before is the goal's ratio
+(issue 55: at most 0.65).
+
+    GLUE_DIR=../shared/data/glue python benchmarks/bench_sweep.py --jobs 3 --rounds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from gpu_sweep import run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = {
+    "before": ["callbacks.isotropy.shared_dir=null", "optim.fused=false"],
+    "after": [],
+}
+LOG_STAMP = "%Y-%m-%d %H:%M:%S,%f"
+
+
+def sweep_command(jobs: int, sweep_dir: Path, glue_dir: str, variant: list[str]) -> list[str]:
+    """``python train.py -m`` of ``jobs`` seeds, one CPU job at a time in one reused worker."""
+    seeds = ",".join(str(seed) for seed in range(1, jobs + 1))
+    return [
+        sys.executable, str(ROOT / "train.py"), "-m",
+        "hydra/launcher=gpus", "hydra.launcher.n_jobs=1",
+        f"hydra.sweep.dir={sweep_dir}", f"seed={seeds}", f"paths.glue_dir={glue_dir}",
+        "debug=limit", "trainer.max_epochs=1", "trainer.limit_train_batches=1",
+        "trainer.limit_val_batches=1.0", "trainer.enable_progress_bar=false",
+        *variant,
+    ]  # fmt: skip
+
+
+def job_span(log: Path) -> tuple[datetime.datetime, datetime.datetime]:
+    """When a job's log begins and ends (its first and last stamped lines)."""
+    stamps = [
+        datetime.datetime.strptime(line[1:24], LOG_STAMP)
+        for line in log.read_text().splitlines()
+        if line.startswith("[20")
+    ]
+    return stamps[0], stamps[-1]
+
+
+def read_jobs(sweep_dir: Path, jobs: int) -> tuple[list[float], list[float]]:
+    """For each job after the first (warm): the seconds from the previous job's last log line to
+    its own last, and of them the start-up, up to its own first line."""
+    spans = [job_span(sweep_dir / str(n) / "train.log") for n in range(jobs)]
+    warm = [(spans[n][1] - spans[n - 1][1]).total_seconds() for n in range(1, jobs)]
+    gaps = [(spans[n][0] - spans[n - 1][1]).total_seconds() for n in range(1, jobs)]
+    return warm, gaps
+
+
+def spread(values: list[float]) -> str:
+    return (
+        f"median {statistics.median(values):.2f} s (min {min(values):.2f}, max {max(values):.2f})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=4, help="jobs per sweep (seeds 1..jobs), >= 2")
+    parser.add_argument("--rounds", type=int, default=2, help="sweeps of each variant, alternated")
+    args = parser.parse_args()
+    glue_dir = os.environ.get("GLUE_DIR")
+    if not glue_dir:
+        parser.error("set GLUE_DIR to the GLUE data (RTE is read from it)")
+    glue_dir = str(Path(glue_dir).resolve())
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # CPU jobs, as on this machine
+    found = {name: {"rate": [], "warm": [], "gaps": []} for name in VARIANTS}
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_ in range(args.rounds):
+            for name, variant in VARIANTS.items():
+                sweep_dir = Path(scratch) / f"{name}{round_}"
+                command = sweep_command(args.jobs, sweep_dir, glue_dir, variant)
+                result = run_sweep(command, sweep_dir, timeout=3600)
+                if result["completed"] != args.jobs:
+                    sys.exit(
+                        f"{name}: {result['completed']} of {args.jobs} jobs completed; see "
+                        f"{result['output']}:\n{result['output'].read_text()[-3000:]}"
+                    )
+                warm, gaps = read_jobs(sweep_dir, args.jobs)
+                found[name]["rate"].append(3600 * args.jobs / result["wall_s"])
+                found[name]["warm"] += warm
+                found[name]["gaps"] += gaps
+                print(
+                    f"round {round_ + 1} {name}: sweep {result['wall_s']:.1f} s, warm jobs "
+                    f"{', '.join(f'{w:.2f}' for w in warm)} s",
+                    flush=True,
+                )
+    print(f"\n{args.jobs} jobs a sweep, {args.rounds} sweeps of each variant, alternated:")
+    for name, values in found.items():
+        print(
+            f"- {name}: {statistics.median(values['rate']):.0f} jobs/hour (median of sweeps); "
+            f"warm job {spread(values['warm'])}, its start-up {spread(values['gaps'])}"
+        )
+    warm = {name: statistics.median(values["warm"]) for name, values in found.items()}
+    rate = {name: statistics.median(values["rate"]) for name, values in found.items()}
+    print(
+        f"warm job after / before: {warm['after'] / warm['before']:.3f}; "
+        f"jobs per hour after / before: {rate['after'] / rate['before']:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
