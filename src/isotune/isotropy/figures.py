@@ -20,7 +20,6 @@ from torch import Tensor
 
 from isotune.atomic_files import save_figure
 from isotune.isotropy import CloudMeasures, IsoBNStats
-from isotune.tracking.metric_keys import DASHBOARD_PROFILE_MEASURES
 
 
 def correlation_matrix(stats: IsoBNStats) -> Tensor:
@@ -81,15 +80,25 @@ PROFILE_TITLES = {
 }
 
 
+def _measures_held(profiles: Mapping[int, Mapping[str, Mapping[int, Mapping]]], level: str):
+    """The measures of PROFILE_TITLES that some layer of ``level`` has a value of, in its order."""
+    held = {
+        measure
+        for epochs in profiles.values()
+        for values in epochs.get(level, {}).values()
+        for measure, value in values.items()
+        if value is not None
+    }
+    return tuple(measure for measure in PROFILE_TITLES if measure in held)
+
+
 def layer_profile_figure(profiles: Mapping[int, Mapping[str, Mapping[int, Mapping]]]) -> Figure:
     """One panel per measure of each level (rows: the levels, e.g. sentence and tokens, each with
-    the measures it has: :data:`~isotune.tracking.metric_keys.DASHBOARD_PROFILE_MEASURES`, so no
-    panel is left empty: the largest activation is the tokens' alone), the layer on the x-axis
-    and one line per epoch (``profiles``: epoch -> level -> layer -> measure -> value)."""
+    the measures of :data:`PROFILE_TITLES` its values hold, so no panel is left empty: the
+    largest activation is the tokens' alone), the layer on the x-axis and one line per epoch
+    (``profiles``: epoch -> level -> layer -> measure -> value)."""
     levels = list(dict.fromkeys(level for epochs in profiles.values() for level in epochs))
-    shown = {
-        level: DASHBOARD_PROFILE_MEASURES.get(level, tuple(PROFILE_TITLES)) for level in levels
-    }
+    shown = {level: _measures_held(profiles, level) for level in levels}
     columns = max((len(measures) for measures in shown.values()), default=1)
     figure = Figure(figsize=(3.2 * columns, 3.2 * max(len(levels), 1)))
     FigureCanvasAgg(figure)

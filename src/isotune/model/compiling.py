@@ -1,4 +1,4 @@
-"""``trainer.compile=true``: the encoder compiled by ``torch.compile`` (inductor), checked at
+"""``compile=true``: the encoder compiled by ``torch.compile`` (inductor), checked at
 start.
 
 Compiling pays where a job meets few shapes (``data.pad_buckets``) and many steps: each new
@@ -16,7 +16,7 @@ from torch import nn
 
 from isotune.errors import IsotuneError
 
-FIX = "Fix: trainer.compile=false (the default), or install what the error names and try again."
+FIX = "Fix: compile=false (the default), or install what the error names and try again."
 
 
 def check_compile_runs(device: torch.device) -> None:
@@ -27,7 +27,7 @@ def check_compile_runs(device: torch.device) -> None:
     except Exception as error:  # inductor's own errors are many classes, all of them final here
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise IsotuneError(
-            f"trainer.compile=true: torch.compile cannot run on {device.type} here ({first}). {FIX}"
+            f"compile=true: torch.compile cannot run on {device.type} here ({first}). {FIX}"
         ) from error
 
 

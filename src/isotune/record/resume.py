@@ -71,7 +71,7 @@ KEYS_ADDED_SINCE = {
     "data.dataset_config_name": None,
     # foreach AdamW then; continued, such a run steps fused: the same update to float rounding
     "optim.fused": "auto",
-    "trainer.compile": False,  # eager, before the option
+    "compile": False,  # eager, before the option
     "data.pad_buckets": None,  # each batch padded to its longest example, as before the option
 }
 

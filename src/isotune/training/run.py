@@ -170,12 +170,12 @@ def _run(
             callbacks.append(EpochsFromOneProgressBar())
         silence_lightning_tips()  # the Trainer prints them as it sets its loggers up
         trainer: L.Trainer = instantiate(
-            {k: v for k, v in _plain(cfg.trainer).items() if k != "compile"},  # ours, not its
+            cfg.trainer,
             callbacks=callbacks,
             logger=instantiate_all(cfg.get("logger")) or False,
             plugins=[*cluster_plugins(), RunCheckpointIO()],
         )
-        if cfg.trainer.get("compile", False):  # before anything runs the encoder
+        if cfg.get("compile", False):  # before anything runs the encoder
             compile_encoder(model.encoder, trainer.strategy.root_device)
         in_checkpoints.provenance = run_provenance(cfg, model, trainer)
         record.note_provenance(in_checkpoints.provenance)
