@@ -429,7 +429,11 @@ def test_the_study_report_reads_every_search_and_writes_its_tables_and_figures(t
     # the W&B report of a study folder opens with the study report and its figures
     (heading, body, names), *_ = study_section(study)[0]
     assert heading == "Study study" and "### rte" in body and "## Across tasks" in body
-    assert names == ["study/expected_best_rte", "study/held_out"]
+    assert names == [
+        "study/expected_best_rte",
+        "study/held_out",
+        "study/geometry_within_arms",
+    ]
     assert study_section(study / "rte" / "none") == ([], {})
 
 
@@ -615,8 +619,9 @@ def test_a_finished_study_with_more_report_seeds_runs_only_theirs_even_on_some_s
                 "hydra.sweeper.report_seeds=[3,4,5,6]",
             ],
         )
-    assert sorted(again) == [
-        f"rte/{arm}/report/trial-000/seed-{seed}" for arm in ("cosreg", "none") for seed in (5, 6)
+    # seed by seed, the arms side by side: a study stopped in a sitting leaves whole pairs
+    assert again == [
+        f"rte/{arm}/report/trial-000/seed-{seed}" for seed in (5, 6) for arm in ("none", "cosreg")
     ]
     assert "1 other searches (rte/isobn), left as they are" in caplog.text
     runs = pd.read_csv(study / RUNS_FILE)

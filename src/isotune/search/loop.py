@@ -24,6 +24,7 @@ resumes from its last.ckpt.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import threading
@@ -62,7 +63,7 @@ def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int
     while not all(search.finished for search in searches):
         room = trials_at_once - sum(s.in_flight for s in searches)
         first = _start_trials([*searches[first:], *searches[:first]], room, first)
-        batch = [(search, job) for search in searches for job in search.next_jobs()]
+        batch = _interleaved([[(search, job) for job in search.next_jobs()] for search in searches])
         if not batch:
             raise RuntimeError("no search has a job to run, yet not every search has finished")
         with progress.watching([job for _, job in batch]):
@@ -76,6 +77,12 @@ def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int
             raise JobsNotEnded(_not_ended(unended, launcher_error))
         if launcher_error is not None:
             log.error(f"The launcher stopped: {_first_line(launcher_error)} (every job had ended)")
+
+
+def _interleaved(queues: Sequence[list]) -> list:
+    """One job of each search in turn: a study's report batch runs every arm's run of a seed side
+    by side, so that a study stopped in a sitting leaves whole pairs, not one arm's seeds."""
+    return [entry for turn in itertools.zip_longest(*queues) for entry in turn if entry is not None]
 
 
 class Progress:
