@@ -242,9 +242,12 @@ def check_search_fits(
     check_sweep_fits(folder, [baseline_job] * count, at_once)
 
 
-def check_tuning_split(job: DictConfig, tuning_overrides: Sequence[str]) -> None:
+def check_tuning_split(
+    job: DictConfig, tuning_overrides: Sequence[str], glue_dir: str | None
+) -> None:
     """Refuse, before any job, a tuning split no tuning job could carve from ``job``'s task (a
-    search's or a study's composed job; ``tuning_overrides``: what its tuning jobs add): too
+    search's or a study's composed job, its GLUE files under the sweep's ``glue_dir``;
+    ``tuning_overrides``: what its tuning jobs add): too
     large, a class missing on one side, a ``task=files`` task without a train file. And
     ``data.tuning_split`` set for every run: the report runs would report on the split, not
     on dev."""
@@ -265,7 +268,6 @@ def check_tuning_split(job: DictConfig, tuning_overrides: Sequence[str]) -> None
     job = copy.deepcopy(job)
     complete_own_task(job)  # task=files: its files read, a missing train file refused
     task = TaskSpec.from_config(OmegaConf.to_container(job.task, resolve=True))
-    glue_dir = OmegaConf.select(job, "paths.glue_dir")
     train = load_split(task, "train", glue_dir)
     tuning_split_of(
         task, train, glue_dir, job.data.tuning_split_size, int(job.data.tuning_split_seed)

@@ -81,12 +81,13 @@ class OptunaSweeper(KeepsItsLauncher, Sweeper):
                 config, settings, lambda o: compose_checked(config, loader, o)
             )
             check_models_available([baseline_job])
+            glue_dir = OmegaConf.select(config, "paths.glue_dir")
             check_task_offline(
                 str(baseline_job.task.name),
                 OmegaConf.to_container(baseline_job.task, resolve=True),
-                OmegaConf.select(config, "paths.glue_dir"),
+                glue_dir,
             )
-            check_tuning_split(baseline_job, settings.tuning_overrides)
+            check_tuning_split(baseline_job, settings.tuning_overrides, glue_dir)
             n_jobs = self.settings["n_jobs"]
             check_search_fits(config, settings, n_jobs, folder, baseline_job)
             check_continued_in_one_environment(
