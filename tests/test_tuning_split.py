@@ -184,3 +184,12 @@ def test_a_tiny_run_with_the_split_records_what_it_trained_and_evaluated_on(trai
     recorded = json.loads(Path(tmp_path / "results.json").read_text())["data"]
     assert recorded["trained_on"] == "train without its tuning split (n=48)"
     assert recorded["evaluated_on"].startswith("tuning split of train (n=16, seed 0, sha256 ")
+
+
+def test_a_search_tuned_on_dev_is_not_continued_on_the_split(tmp_path):
+    """tune_on ranks the trials: a trial chosen on dev and one on the split are not one search."""
+    make_search(tmp_path, FakeLauncher(tmp_path, weight_score), n_trials=1, **SMALL).run()
+    again = FakeLauncher(tmp_path, weight_score)
+    with pytest.raises(IsotuneError, match="tune_on: the study's dev, this command's train_split"):
+        make_search(tmp_path, again, n_trials=1, tune_on="train_split", **SMALL).run()
+    assert not again.jobs
