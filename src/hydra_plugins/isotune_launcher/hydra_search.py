@@ -5,6 +5,7 @@ disk check every plain sweep gets. The search itself is :mod:`isotune.search`, w
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -120,6 +121,7 @@ def settings_of(
         n_trials=s["n_trials"],
         max_failure_rate=s["max_failure_rate"],
         retry_failed=bool(s.get("retry_failed")),
+        tune_on=s["tune_on"],
         study_name=study_name,
         storage=s.get("storage"),
         make_sampler=make_sampler,
@@ -238,6 +240,38 @@ def check_search_fits(
     count = settings.n_trials * len(settings.seeds) + 2 * len(settings.report_seeds)
     at_once = jobs_at_once(config.hydra.launcher, trials_at_once * len(settings.seeds))
     check_sweep_fits(folder, [baseline_job] * count, at_once)
+
+
+def check_tuning_split(
+    job: DictConfig, tuning_overrides: Sequence[str], glue_dir: str | None
+) -> None:
+    """Refuse, before any job, a tuning split no tuning job could carve from ``job``'s task (a
+    search's or a study's composed job, its GLUE files under the sweep's ``glue_dir``;
+    ``tuning_overrides``: what its tuning jobs add): too
+    large, a class missing on one side, a ``task=files`` task without a train file. And
+    ``data.tuning_split`` set for every run: the report runs would report on the split, not
+    on dev."""
+    if job.data.get("tuning_split"):
+        raise IsotuneError(
+            "data.tuning_split=true is set for every run of the search, so its report runs too "
+            "would evaluate on a split of train, and nothing would report on dev. Fix: drop it "
+            "and type hydra.sweeper.tune_on=train_split: the tuning runs choose on the split, "
+            "the report runs train on all of train and report on dev (docs/search.md)."
+        )
+    if not tuning_overrides:
+        return
+    from isotune.data.reading import load_split
+    from isotune.data.tasks import TaskSpec
+    from isotune.data.tuning_split import tuning_split_of
+    from isotune.training.run import complete_own_task  # imports torch
+
+    job = copy.deepcopy(job)
+    complete_own_task(job)  # task=files: its files read, a missing train file refused
+    task = TaskSpec.from_config(OmegaConf.to_container(job.task, resolve=True))
+    train = load_split(task, "train", glue_dir)
+    tuning_split_of(
+        task, train, glue_dir, job.data.tuning_split_size, int(job.data.tuning_split_seed)
+    )
 
 
 class HydraLaunch:

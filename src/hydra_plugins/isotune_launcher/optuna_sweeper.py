@@ -24,6 +24,7 @@ from hydra_plugins.isotune_launcher.hydra_search import (
     KeepsItsLauncher,
     check_models_available,
     check_search_fits,
+    check_tuning_split,
     compose_checked,
     default_pruner,
     dry_run_search,
@@ -59,6 +60,7 @@ class OptunaSweeperConf:
     baseline: dict[str, Any] | None = None  # overrides; null: the searched keys at config values
     allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
     retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
+    tune_on: str = "dev"  # train_split: tuning runs choose on a split of train (data.tuning_split)
 
 
 ConfigStore.instance().store(
@@ -79,11 +81,13 @@ class OptunaSweeper(KeepsItsLauncher, Sweeper):
                 config, settings, lambda o: compose_checked(config, loader, o)
             )
             check_models_available([baseline_job])
+            glue_dir = OmegaConf.select(config, "paths.glue_dir")
             check_task_offline(
                 str(baseline_job.task.name),
                 OmegaConf.to_container(baseline_job.task, resolve=True),
-                OmegaConf.select(config, "paths.glue_dir"),
+                glue_dir,
             )
+            check_tuning_split(baseline_job, settings.tuning_overrides, glue_dir)
             n_jobs = self.settings["n_jobs"]
             check_search_fits(config, settings, n_jobs, folder, baseline_job)
             check_continued_in_one_environment(

@@ -32,6 +32,7 @@ from hydra_plugins.isotune_launcher.hydra_search import (
     HydraLaunch,
     KeepsItsLauncher,
     check_models_available,
+    check_tuning_split,
     compose_checked,
     default_pruner,
     plain_values,
@@ -88,6 +89,7 @@ class StudySweeperConf:
     max_failure_rate: float = 0.25  # per search
     allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
     retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
+    tune_on: str = "dev"  # train_split: tuning runs choose on a split of train (data.tuning_split)
     sampler: Any = None  # conf/hydra/sweeper/sampler/, as a plain search's
     pruner: Any = field(default_factory=default_pruner)  # a plain search's: one default
     # A plain search's (an hparams_search= preset sets them): here only to be refused by name,
@@ -119,6 +121,8 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             for task in tasks:
                 job = composed.get((task, plan.baseline))
                 check_task_offline(task, job and OmegaConf.to_container(job.task), glue_dir)
+                if job is not None:
+                    check_tuning_split(job, settings[0].tuning_overrides, glue_dir)
             check_models_available(composed.values())
             for (_, name), job in composed.items():
                 arm = next(arm for arm in plan.arms if arm.name == name)

@@ -18,6 +18,7 @@ from isotune.data.padding import batch_collate
 from isotune.data.reading import load_split
 from isotune.data.tasks import TaskSpec
 from isotune.data.tokenized import TokenizedDataset, check_max_length
+from isotune.data.tuning_split import TuningSplit, tuning_split_of
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ class GLUEDataModule(L.LightningDataModule):
         num_workers: int = 0,
         seed: int = 0,
         pad_buckets: list[int] | None = None,
+        tuning_split: bool = False,
+        tuning_split_size: int | float | None = None,
+        tuning_split_seed: int = 0,
     ):
         super().__init__()
         check_max_length(max_length, task, tokenizer)
@@ -66,6 +70,9 @@ class GLUEDataModule(L.LightningDataModule):
         self.num_workers = num_workers
         self.seed = seed
         self.collate = batch_collate(tokenizer, pad_buckets, max_length)  # data/padding.py
+        # data.tuning_split: train on train minus a split of it, evaluate (choose) on that split
+        self.tuning = (tuning_split_size, tuning_split_seed) if tuning_split else None
+        self.split: TuningSplit | None = None  # the tuning split, once train is read
         self.datasets: dict[str, TokenizedDataset] = {}
         self.train_sampler: LengthGroupedBatchSampler | None = None
         self._continue_at: tuple[int, int] | None = None  # (epoch, position) from a checkpoint
@@ -73,12 +80,34 @@ class GLUEDataModule(L.LightningDataModule):
     def dataset(self, split: str) -> TokenizedDataset:
         """The tokenized split, loaded on first use."""
         if split not in self.datasets:
-            examples = load_split(self.task, split, self.glue_dir)
+            examples = self._examples(split)
             self.datasets[split] = TokenizedDataset(
                 examples, self.task, self.tokenizer, self.max_length
             )
             log.info("%s %s: %d examples", self.task.name, split, len(examples))
         return self.datasets[split]
+
+    def _examples(self, split: str) -> list:
+        """The examples of ``split``; with a tuning split, train's held out stand in for the dev
+        split that chooses (the primary one), and train is what remains."""
+        if self.tuning is None or split not in ("train", self.task.primary_split):
+            return load_split(self.task, split, self.glue_dir)
+        train = load_split(self.task, "train", self.glue_dir)
+        if self.split is None:
+            self.split = tuning_split_of(self.task, train, self.glue_dir, *self.tuning)
+        chosen = self.split.kept if split == "train" else self.split.held
+        return [train[i] for i in chosen]
+
+    def data_record(self) -> dict[str, str]:
+        """What the run trains on and evaluates (chooses its best epoch) on, for results.json."""
+        if self.tuning is None:
+            return {"trained_on": "train", "evaluated_on": "dev"}
+        self.dataset(self.task.primary_split)  # draws the split
+        assert self.split is not None
+        return {
+            "trained_on": f"train without its tuning split (n={len(self.split.kept)})",
+            "evaluated_on": self.split.describe(),
+        }
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit"):

@@ -40,7 +40,8 @@ from isotune.search.space import SIGN, SearchSpace
 SEEDS = 2**32  # numpy's seeds, the range train.py's config check holds every seed to
 DEFAULT_SEEDS = {"seeds": (1, 3), "report_seeds": (101, 5)}  # (first, how many) of each default
 AXES = ("task", "model", "adapt")  # config groups a search runs on, never tunes
-RANKING = ("searched", "fixed", "seeds", "direction", "sampler")  # what a continued study keeps
+# what a continued study keeps
+RANKING = ("searched", "fixed", "seeds", "direction", "sampler", "tune_on")
 # Overrides that leave every score as it is: where it is logged, what is kept on disk.
 NOT_A_RUN_CHANGE = (
     "paths",  # where the folders lie (paths.log_dir=... for a folder carried elsewhere)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,18 @@ def completed_before(job_dir: Path, seed: int, overrides: Sequence[str]) -> JobO
             "hydra.sweeper.study_name), or move that folder away."
         )
     return outcome
+
+
+def evaluated_on(job_dirs: Iterable[Path]) -> str:
+    """The data the runs in ``job_dirs`` evaluated on, as their results.json says
+    (``data.evaluated_on``: ``dev``, or a tuning split of train), distinct values joined; a run
+    that says nothing (recorded before ``data.tuning_split``) evaluated on dev."""
+    seen = dict.fromkeys(
+        (Run.read(path).result.get("data") or {}).get("evaluated_on", "dev")
+        for path in (Path(job_dir) / RESULTS_FILE for job_dir in job_dirs)
+        if path.is_file()
+    )
+    return "; ".join(seen) or "dev"
 
 
 def trial_value(outcomes: Sequence[JobOutcome]) -> float:

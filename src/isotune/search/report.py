@@ -76,6 +76,8 @@ class HeldOut:
     baseline_overrides: Sequence[str]
     best_runs: Sequence[JobOutcome]
     baseline_runs: Sequence[JobOutcome]
+    chosen_on: str = "dev"  # what the tuning runs evaluated on (results.json's data)
+    reported_on: str = "dev"  # what the report runs evaluated on
 
     @property
     def comparison(self) -> PairedComparison:
@@ -304,6 +306,8 @@ def results_record(held_out: HeldOut, curve: ExpectedBest) -> dict[str, Any]:
             "ttest_p": c.ttest_p,
             "optimism": held_out.optimism,
             "note": c.note,
+            "chosen_on": held_out.chosen_on,
+            "reported_on": held_out.reported_on,
         },
         "expected_best": curve.record(),
     }
@@ -321,6 +325,8 @@ def report_text(trials: Sequence[TrialRow], held_out: HeldOut, curve: ExpectedBe
         "failed to learn (counted at their score). trials.csv lists every trial and its runs.",
         "",
         "## Held out: the best trial and the baseline on the report seeds",
+        "",
+        data_line(held_out.chosen_on, held_out.reported_on),
         "",
         markdown_table(
             ["", "overrides", "tuning seeds (median)", "report seeds (median)", "failed to learn"],
@@ -346,6 +352,11 @@ def report_text(trials: Sequence[TrialRow], held_out: HeldOut, curve: ExpectedBe
     missing = [run for run in (*held_out.best_runs, *held_out.baseline_runs) if run.score is None]
     lines += ["", *(f"- Report job without a score: {failure_reason(run)}" for run in missing)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def data_line(chosen_on: str, reported_on: str) -> str:
+    """Which data chose the trial and which reports it (hydra.sweeper.tune_on)."""
+    return f"Trials chosen on: {chosen_on}. Held-out runs report on: {reported_on}."
 
 
 def _held_out_row(

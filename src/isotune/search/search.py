@@ -40,7 +40,13 @@ from isotune.search.optuna_study import (
     storage_file,
     trial_sampler,
 )
-from isotune.search.outcomes import JobOutcome, failure_reason, read_outcome, trial_value
+from isotune.search.outcomes import (
+    JobOutcome,
+    evaluated_on,
+    failure_reason,
+    read_outcome,
+    trial_value,
+)
 from isotune.search.report import TRIALS_FILE, HeldOut, TrialRow, trials_table, write_report
 from isotune.search.settings import SEED_KEY, SearchSettings
 from isotune.search.space import SearchSpace
@@ -256,7 +262,7 @@ class Search:
 
     def _round_jobs(self, number: int) -> list[Job]:
         live = self.live[number]
-        overrides = self.space.overrides(live.trial.params)
+        overrides = [*self.space.overrides(live.trial.params), *self.settings.tuning_overrides]
         return [
             self._job(overrides, self.settings.seeds[i], f"trial-{number:03d}", number, live.home)
             for i in self._round_seeds(live)
@@ -392,6 +398,8 @@ class Search:
             baseline_overrides=[o for o in self.settings.baseline or () if o not in shared],
             best_runs=best_runs,
             baseline_runs=baseline_runs,
+            chosen_on=evaluated_on(self.folder / job.job_dir for job in self._row(best).jobs),
+            reported_on=evaluated_on(job.folder for job, _ in ran),
         )
         text = write_report(self.folder, self._rows(), held_out, self.settings.maximize, self.study)
         log.info(f"{summarize_sweep(self.folder).text}\n\n{text}")

@@ -21,6 +21,10 @@ SEED_KEY = "seed"  # what each job of a trial varies
 # order. The search sets seed per job; fixed, any of them would be shared by every tuning and
 # report run, and the report's seeds would not be held out in what it sets.
 SEED_KEYS = (SEED_KEY, "seed_init", "seed_data")
+# hydra.sweeper.tune_on: the data that chooses a trial. train_split: the tuning runs train on
+# train minus a split carved from it and evaluate on that split (data.tuning_split, a run's
+# option: isotune.data.tuning_split); the report runs train on all of train and report on dev.
+TUNE_ON = {"dev": (), "train_split": ("data.tuning_split=true",)}
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class SearchSettings:
     runs grouped as ``<study>-<task>-<arm>`` with the job type ``tuning`` or ``report``.
     ``retry_failed``: run each FAILED trial's configuration again as a new trial (the cause of
     its failure since fixed), the failed one left out of the budget, the failure rule and the
-    tables."""
+    tables. ``tune_on``: the data that chooses (:data:`TUNE_ON`)."""
 
     space: SearchSpace
     seeds: tuple[int, ...]
@@ -53,6 +57,12 @@ class SearchSettings:
     tag_runs: bool = False
     wandb_group: str | None = None
     retry_failed: bool = False
+    tune_on: str = "dev"
+
+    @property
+    def tuning_overrides(self) -> tuple[str, ...]:
+        """What every tuning job adds to its trial's overrides, and no report job."""
+        return TUNE_ON[self.tune_on]
 
     @property
     def sampler_seed(self) -> int | None:
@@ -87,6 +97,12 @@ class SearchSettings:
                 f"hydra.sweeper.max_failure_rate={self.max_failure_rate} is not a share of "
                 "trials. Fix: a value from 0 to 1, e.g. hydra.sweeper.max_failure_rate=0.25."
             )
+        if self.tune_on not in TUNE_ON:
+            raise IsotuneError(
+                f"hydra.sweeper.tune_on={self.tune_on} is not one of {list(TUNE_ON)}. Fix: "
+                "hydra.sweeper.tune_on=train_split (choose on a split carved from train, report "
+                "on dev) or dev (choose and report on dev)."
+            )
         check_seeds(list(self.seeds), list(self.report_seeds))
         refuse_fixed_seeds(fixed_seeds(self.space))
 
@@ -94,7 +110,8 @@ class SearchSettings:
         """What ranks the trials of one study (:func:`~isotune.search.checks.ranking_settings`).
         The folder is named by the study, not by these, so a command with others would continue
         the study and rank trials run under different ones."""
-        return ranking_settings(self.space, self.seeds, self.direction, self.sampler)
+        ranking = ranking_settings(self.space, self.seeds, self.direction, self.sampler)
+        return {**ranking, "tune_on": self.tune_on}
 
 
 def fixed_seeds(space: SearchSpace) -> list[str]:

@@ -32,6 +32,7 @@ import yaml
 
 from isotune.atomic_files import save_figure, write_text
 from isotune.search.expected_best import MIN_TRIALS, expected_best_curve
+from isotune.search.report import data_line
 from isotune.study.comparison import (
     WITHIN_ARMS,
     across_tasks,
@@ -156,11 +157,19 @@ def report_text(
     if unfinished:
         lines += ["", f"Searches without a held-out report yet: {', '.join(unfinished)}."]
     for task in tasks:
-        lines += ["", f"## {task}", "", *_task_lines(task, outcomes, maximize, arms, per_task)]
+        lines += ["", f"## {task}", "", *_data_lines(task, outcomes)]
+        lines += [*_task_lines(task, outcomes, maximize, arms, per_task)]
     lines += ["", "## Across tasks", "", *_across_lines(tasks, across, baseline)]
     lines += ["", "## Geometry beside the score", "", *_geometry_lines(arms, correlations)]
     lines += ["", "## Figures", "", *_figure_links(tasks)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _data_lines(task: str, outcomes: Sequence[ArmOutcome]) -> list[str]:
+    """Which data chose each arm's trial on ``task`` and which reports it: one line, as every
+    arm of a study tunes on the same data, from each search's optimization_results.yaml."""
+    sides = {(o.chosen_on, o.reported_on) for o in outcomes if o.task == task and o.finished}
+    return [data_line(*side) for side in sorted(sides)] + ([""] if sides else [])
 
 
 def _figure_links(tasks: Sequence[str]) -> list[str]:

@@ -61,6 +61,8 @@ class ArmOutcome:
     tuned_value: float | None
     trial_values: tuple[float | None, ...]
     runs: tuple[StudyRun, ...]
+    chosen_on: str = "dev"  # the data its trials were chosen on (hydra.sweeper.tune_on)
+    reported_on: str = "dev"  # the data its report runs report on
 
     @property
     def held_out(self) -> tuple[StudyRun, ...]:
@@ -130,6 +132,7 @@ def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> 
     trials = _trial_rows(folder)
     record = _read_yaml(folder / SEARCH_RESULTS_FILE)
     best, best_params = record.get("best_trial"), dict(record.get("best_params") or {})
+    held_out = record.get("held_out") or {}
     if best is not None:
         _check_chosen(folder, trials, int(best), best_params, _number(record.get("best_value")))
     runs = [
@@ -161,6 +164,8 @@ def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> 
         tuned_value=_number(record.get("best_value")),
         trial_values=tuple(spent_value(trial) for trial in trials),
         runs=tuple(runs),
+        chosen_on=str(held_out.get("chosen_on", "dev")),
+        reported_on=str(held_out.get("reported_on", "dev")),
     )
 
 

@@ -151,7 +151,11 @@ def _run(
         )
         trivial = trivial_score(task, datamodule.dataset(task.primary_split).labels)
         parameters = parameter_counts(model)
-        record.update(parameters=parameters, **failure_record(trivial, margin, {}))
+        record.update(
+            parameters=parameters,
+            data=datamodule.data_record(),
+            **failure_record(trivial, margin, {}),
+        )
         log.info(
             "adapt=%s: %d of %d parameters train (%.3g%%)",
             model.adaptation,

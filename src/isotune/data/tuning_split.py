@@ -1,0 +1,158 @@
+"""A tuning split: part of the train set held out to choose on, so that dev reports on data that
+chose nothing.
+
+A search picks its trial (and each run its best epoch) by the dev score; the same dev set then
+reporting the winner flatters it. With ``data.tuning_split=true`` a run trains on train minus a
+split carved from it and evaluates on that split instead. The split is stratified by label (a
+regression's by quantile bins of its scores), so that it and the remaining train keep train's
+label shares, and drawn with a seed of its own (``data.tuning_split_seed``), not the run's: every
+trial and seed of a search sees the same split. Its size is the dev set's unless
+``data.tuning_split_size`` gives a count or a fraction of train.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from isotune.data.reading import Example, load_split
+from isotune.data.tasks import TaskSpec
+from isotune.errors import IsotuneError
+
+REGRESSION_BINS = 5  # quantile bins that stratify a regression's scores
+OFF = "data.tuning_split=false (choose on dev)"
+
+
+@dataclass(frozen=True)
+class TuningSplit:
+    """Indices into train: ``held`` (the tuning split) and ``kept`` (what trains), both sorted."""
+
+    held: tuple[int, ...]
+    kept: tuple[int, ...]
+    seed: int
+
+    @property
+    def sha256(self) -> str:
+        """The digest of the held indices: two records name the same split when they agree."""
+        return hashlib.sha256(",".join(map(str, self.held)).encode()).hexdigest()
+
+    def describe(self) -> str:
+        """What a record says the tuning runs evaluated on."""
+        return f"tuning split of train (n={len(self.held)}, seed {self.seed}, sha256 {self.sha256})"
+
+
+def tuning_split_of(
+    task: TaskSpec,
+    train: Sequence[Example],
+    glue_dir: str | Path | None,
+    size: int | float | None,
+    seed: int,
+) -> TuningSplit:
+    """The tuning split of ``task``'s ``train`` examples: ``size`` as :func:`split_size` reads
+    it (None: the size of the dev split that chooses, read from ``glue_dir`` or the Hub)."""
+    dev = len(load_split(task, task.primary_split, glue_dir)) if size is None else 0
+    count = split_size(size, len(train), dev)
+    labels = [example["label"] for example in train]
+    return carve_tuning_split(labels, count, seed, task.is_regression, task.labels)
+
+
+def split_size(size: int | float | None, train: int, dev: int) -> int:
+    """The number of train examples to hold out: ``dev`` when ``size`` is None, a count given as
+    an integer, a fraction of ``train`` given as a number between 0 and 1."""
+    if size is None:
+        count = dev
+    elif isinstance(size, bool) or not isinstance(size, int | float) or size <= 0:
+        count = -1
+    elif isinstance(size, float) and size < 1:
+        count = round(size * train)
+    else:
+        count = int(size) if float(size).is_integer() else -1
+    if count < 1:
+        raise IsotuneError(
+            f"data.tuning_split_size={size!r} is no size of a tuning split. Fix: null (the dev "
+            "set's size), a count (data.tuning_split_size=300) or a fraction of train "
+            "(data.tuning_split_size=0.1)."
+        )
+    if count >= train:
+        given = "the dev set's size" if size is None else f"data.tuning_split_size={size!r}"
+        raise IsotuneError(
+            f"A tuning split of {count} examples ({given}) leaves nothing of the {train} train "
+            "examples to train on. Fix: a smaller data.tuning_split_size, a count or a fraction "
+            f"(data.tuning_split_size=0.1), or {OFF}."
+        )
+    return count
+
+
+def strata(labels: Sequence[float], regression: bool) -> np.ndarray:
+    """Each example's stratum: its class, or for a regression its quantile bin of the scores
+    (equal counts, ties broken by position, so the bins do not depend on the seed)."""
+    values = np.asarray(labels, dtype=float)
+    if not regression:
+        return values.astype(int)
+    order = np.argsort(values, kind="stable")
+    bins = np.empty(len(values), dtype=int)
+    bins[order] = np.arange(len(values)) * REGRESSION_BINS // len(values)
+    return bins
+
+
+def quotas(counts: np.ndarray, size: int) -> np.ndarray:
+    """How many of each stratum's ``counts`` the split holds: proportional, the remainder going to
+    the largest fractional parts (the first stratum on a tie), so the sizes add up to ``size``."""
+    exact = counts * size / counts.sum()
+    taken = np.floor(exact).astype(int)
+    remainder = size - taken.sum()
+    by_fraction = sorted(range(len(counts)), key=lambda i: (-(exact[i] - taken[i]), i))
+    taken[by_fraction[:remainder]] += 1
+    return taken
+
+
+def carve_tuning_split(
+    labels: Sequence[float],
+    size: int,
+    seed: int,
+    regression: bool,
+    names: Sequence[str] | None = None,
+) -> TuningSplit:
+    """Hold ``size`` of the examples with ``labels`` out, stratified; refused when a class of
+    train would be missing from the split or from what remains (``names``: the classes' labels,
+    for the message)."""
+    groups = strata(labels, regression)
+    present = np.unique(groups)
+    counts = np.array([(groups == g).sum() for g in present])
+    taken = quotas(counts, size)
+    if not regression:
+        _check_every_class_on_both_sides(present, counts, taken, size, names)
+    rng = np.random.default_rng(seed)
+    held = []
+    for group, count in zip(present, taken, strict=True):
+        members = np.flatnonzero(groups == group)
+        held.extend(rng.permutation(members)[:count].tolist())
+    held_set = set(held)
+    kept = tuple(i for i in range(len(groups)) if i not in held_set)
+    return TuningSplit(held=tuple(sorted(held)), kept=kept, seed=seed)
+
+
+def _check_every_class_on_both_sides(
+    classes: np.ndarray,
+    counts: np.ndarray,
+    taken: np.ndarray,
+    size: int,
+    names: Sequence[str] | None,
+) -> None:
+    for group, count, held in zip(classes, counts, taken, strict=True):
+        label = names[group] if names is not None else str(group)
+        if held == 0:
+            side, fix = "the tuning split", "a larger data.tuning_split_size"
+        elif held == count:
+            side, fix = "the remaining train", "a smaller data.tuning_split_size"
+        else:
+            continue
+        raise IsotuneError(
+            f"Class {label!r} ({count} of the train examples) would be missing from {side} "
+            f"(a stratified split of {size}): a run would never "
+            f"{'evaluate' if held == 0 else 'train'} on it. Fix: {fix}, or {OFF}."
+        )

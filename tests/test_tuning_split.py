@@ -1,0 +1,195 @@
+"""Issue 53 item 3: data that tunes apart from data that reports. A tuning split carved from train
+(stratified, its own seed, the dev set's size by default), the tuning runs of a search or study
+evaluating on it and the report runs on dev, each record saying which."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hydra_plugins.isotune_launcher.hydra_search import check_tuning_split
+from isotune.data import GLUEDataModule, load_split
+from isotune.data.tuning_split import REGRESSION_BINS, carve_tuning_split, split_size
+from isotune.errors import IsotuneError
+from isotune.model.encoders import load_tokenizer
+from isotune.training.run import train
+from tests.conftest import compose_train_config
+from tests.helpers.tasks import load_task
+from tests.test_search import SMALL, FakeLauncher, make_search, weight_score
+from tests.test_study import SMALL_STUDY, _RecordingLauncher, _refused_study, _study_sweeper
+
+LABELS = [0] * 60 + [1] * 30 + [2] * 10  # unbalanced, so that stratification shows
+
+
+def test_the_split_is_stratified_disjoint_deterministic_and_its_seed_is_its_own():
+    split = carve_tuning_split(LABELS, 20, seed=0, regression=False)
+    assert len(split.held) == 20 and len(split.kept) == 80
+    assert set(split.held).isdisjoint(split.kept)
+    assert sorted([*split.held, *split.kept]) == list(range(100))
+    assert Counter(LABELS[i] for i in split.held) == {0: 12, 1: 6, 2: 2}  # train's shares
+    assert carve_tuning_split(LABELS, 20, seed=0, regression=False) == split
+    other = carve_tuning_split(LABELS, 20, seed=1, regression=False)
+    assert other.held != split.held and other.sha256 != split.sha256
+    assert split.describe() == f"tuning split of train (n=20, seed 0, sha256 {split.sha256})"
+
+
+def test_a_regressions_split_holds_each_quantile_bin_in_proportion():
+    scores = np.random.default_rng(3).uniform(0, 5, size=103).tolist()
+    split = carve_tuning_split(scores, 21, seed=0, regression=True)
+    edges = np.quantile(scores, np.linspace(0, 1, REGRESSION_BINS + 1))
+    bins = np.clip(np.searchsorted(edges, [scores[i] for i in split.held], "right") - 1, 0, 4)
+    assert sorted(Counter(bins.tolist()).values()) in ([4, 4, 4, 4, 5], [4, 4, 4, 5, 4])
+    assert len(split.held) == 21 and set(split.held).isdisjoint(split.kept)
+
+
+@pytest.mark.parametrize(("size", "expected"), [(None, 24), (10, 10), (0.25, 25), (30.0, 30)])
+def test_the_size_is_the_dev_sets_a_count_or_a_fraction_of_train(size, expected):
+    assert split_size(size, train=100, dev=24) == expected
+
+
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [
+        (100, "A tuning split of 100 examples (data.tuning_split_size=100) leaves nothing"),
+        (None, "A tuning split of 100 examples (the dev set's size) leaves nothing"),
+        (0, "data.tuning_split_size=0 is no size of a tuning split"),
+        (2.5, "data.tuning_split_size=2.5 is no size of a tuning split"),
+    ],
+)
+def test_a_split_as_large_as_train_or_of_no_size_is_refused(size, message):
+    with pytest.raises(IsotuneError, match="Fix:") as refused:
+        split_size(size, train=100, dev=100)
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("size", "side"), [(5, "missing from the tuning split"), (6, "missing from the remaining")]
+)
+def test_a_class_missing_from_the_split_or_from_the_remaining_train_is_refused(size, side):
+    with pytest.raises(IsotuneError, match=side) as refused:
+        carve_tuning_split([0] * 9 + [1], size, 0, False, names=["no", "yes"])
+    assert "Class 'yes' (1 of the train examples)" in str(refused.value)
+    assert "data.tuning_split=false" in str(refused.value)
+
+
+def test_a_run_trains_without_the_split_and_evaluates_on_it_whatever_its_seed(glue_dir, tiny_bert):
+    task, tokenizer = load_task("rte"), load_tokenizer(str(tiny_bert))
+    train_examples = load_split(task, "train", glue_dir)
+
+    def module(seed: int, **options) -> GLUEDataModule:
+        datamodule = GLUEDataModule(task, tokenizer, glue_dir=glue_dir, seed=seed, **options)
+        datamodule.setup("fit")
+        return datamodule
+
+    one, other = module(1, tuning_split=True), module(2, tuning_split=True)
+    assert one.split == other.split  # the run's seed draws batches, not the split
+    assert len(one.dataset("validation")) == len(load_split(task, "validation", glue_dir)) == 24
+    plain = module(1)
+    assert plain.data_record() == {"trained_on": "train", "evaluated_on": "dev"}
+    whole = [feature["input_ids"] for feature in plain.dataset("train").features]
+    assert len(whole) == len(train_examples)
+    held = [feature["input_ids"] for feature in one.dataset("validation").features]
+    kept = [feature["input_ids"] for feature in one.dataset("train").features]
+    assert held == [whole[i] for i in one.split.held]
+    assert kept == [whole[i] for i in one.split.kept] and len(kept) == len(whole) - 24
+    assert one.data_record()["evaluated_on"] == one.split.describe()
+
+
+def test_a_split_of_own_data_without_a_train_file_is_refused(tmp_path):
+    job = compose_train_config(["task=files", f"data.validation_file={tmp_path / 'dev.csv'}"])
+    with pytest.raises(IsotuneError, match=r"data\.train_file, which is not set"):
+        check_tuning_split(job, ["data.tuning_split=true"], None)
+
+
+class DataRecordingLauncher(FakeLauncher):
+    """The fake launcher of test_search.py, each run's results.json saying what it evaluated on
+    as a training run's does: a tuning split when its overrides ask for one, else dev."""
+
+    def __call__(self, jobs: list[list[str]]) -> None:
+        super().__call__(jobs)
+        for overrides in jobs:
+            values = dict(o.split("=", 1) for o in overrides)
+            path = self.folder / values["hydra.sweep.subdir"] / "results.json"
+            record = json.loads(path.read_text())
+            split = values.get("data.tuning_split") == "true"
+            record["data"] = {"evaluated_on": "tuning split of train (n=24)" if split else "dev"}
+            path.write_text(json.dumps(record))
+
+
+def test_a_search_tunes_on_the_split_and_reports_on_dev(tmp_path):
+    launch = DataRecordingLauncher(tmp_path, weight_score)
+    make_search(tmp_path, launch, n_trials=2, tune_on="train_split", **SMALL).run()
+    for job in launch.jobs:
+        report = dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"].startswith("report")
+        assert ("data.tuning_split=true" in job) is not report, job
+    text = (tmp_path / "search_report.md").read_text()
+    assert "Trials chosen on: tuning split of train (n=24). Held-out runs report on: dev." in text
+
+
+def test_tune_on_names_its_choices_and_a_split_for_every_run_is_refused(tmp_path):
+    with pytest.raises(IsotuneError, match=r"hydra\.sweeper\.tune_on=train_set is not one of"):
+        make_search(tmp_path, FakeLauncher(tmp_path, weight_score), tune_on="train_set").run()
+    job = compose_train_config(["data.tuning_split=true"])
+    with pytest.raises(IsotuneError, match=r"Fix: drop it and type hydra\.sweeper\.tune_on"):
+        check_tuning_split(job, [], None)
+
+
+class StudyDataLauncher(_RecordingLauncher):
+    """The study tests' launcher, each run saying what it evaluated on as a training run does."""
+
+    def launch(self, jobs: list[list[str]], initial_job_idx: int) -> None:
+        super().launch(jobs, initial_job_idx)
+        for overrides in jobs:
+            values = dict(o.split("=", 1) for o in overrides)
+            path = self.sweep_dir / values["hydra.sweep.subdir"] / "results.json"
+            record = json.loads(path.read_text())
+            split = values.get("data.tuning_split") == "true"
+            record["data"] = {"evaluated_on": "tuning split of train (n=24)" if split else "dev"}
+            path.write_text(json.dumps(record))
+
+
+def test_a_studys_tuning_jobs_get_the_split_and_its_report_jobs_do_not(tmp_path, glue_dir):
+    typed = [
+        *SMALL_STUDY,
+        "hydra.sweeper.arms=[none,isobn]",
+        "hydra.sweeper.report_seeds=[3]",
+        "hydra.sweeper.tune_on=train_split",
+    ]
+    sweeper, typed = _study_sweeper(tmp_path, glue_dir, typed)
+    study = tmp_path / "study" / "isotropy_minilm"
+    sweeper.launcher = StudyDataLauncher(study)
+    sweeper.sweep([arg for arg in typed if not arg.lstrip("+").startswith("hydra.")])
+    assert len(sweeper.launcher.launched) == 2 * (1 + 1)
+    for folder in sweeper.launcher.launched:
+        overrides = json.loads((study / folder / "results.json").read_text())["overrides"]
+        assert ("data.tuning_split=true" in overrides) is ("/report/" not in folder), folder
+    report = (study / "study_report.md").read_text()
+    assert "Trials chosen on: tuning split of train (n=24). Held-out runs report on: dev." in report
+
+
+def test_a_studys_split_as_large_as_train_is_refused_before_any_job(tmp_path, glue_dir):
+    typed = [*SMALL_STUDY, "hydra.sweeper.tune_on=train_split", "data.tuning_split_size=64"]
+    logged = _refused_study(tmp_path, glue_dir, typed)
+    assert "A tuning split of 64 examples (data.tuning_split_size=64) leaves nothing" in logged
+
+
+@pytest.mark.slow
+def test_a_tiny_run_with_the_split_records_what_it_trained_and_evaluated_on(train_config, tmp_path):
+    results = train(train_config("data.tuning_split=true", "data.tuning_split_size=0.25"))
+    assert results["status"] == "completed"
+    recorded = json.loads(Path(tmp_path / "results.json").read_text())["data"]
+    assert recorded["trained_on"] == "train without its tuning split (n=48)"
+    assert recorded["evaluated_on"].startswith("tuning split of train (n=16, seed 0, sha256 ")
+
+
+def test_a_search_tuned_on_dev_is_not_continued_on_the_split(tmp_path):
+    """tune_on ranks the trials: a trial chosen on dev and one on the split are not one search."""
+    make_search(tmp_path, FakeLauncher(tmp_path, weight_score), n_trials=1, **SMALL).run()
+    again = FakeLauncher(tmp_path, weight_score)
+    with pytest.raises(IsotuneError, match="tune_on: the study's dev, this command's train_split"):
+        make_search(tmp_path, again, n_trials=1, tune_on="train_split", **SMALL).run()
+    assert not again.jobs
