@@ -34,3 +34,21 @@ def test_the_before_variant_measures_in_every_job_with_foreach_adamw(tmp_path):
     assert "callbacks.isotropy.shared_dir=null" not in bench_sweep.sweep_command(
         3, tmp_path, "/glue", bench_sweep.VARIANTS["after"]
     )
+
+
+def test_the_memory_mode_sweeps_a_tiny_model_and_records_each_jobs_resident_memory(tmp_path):
+    command = bench_sweep.memory_command(20, tmp_path, "/glue", Path("/tiny"))
+    assert "seed=" + ",".join(map(str, range(1, 21))) in command
+    assert "hydra.launcher.n_jobs=1" in command and "model.name_or_path=/tiny" in command
+    assert command[-1] == "+callbacks.resident_memory._target_=bench_sweep.ResidentMemory"
+
+
+def test_each_jobs_resident_memory_is_read_in_job_order(tmp_path):
+    for n, mib in enumerate((812.0, 820.5, 815.25)):
+        (tmp_path / str(n)).mkdir()
+        (tmp_path / str(n) / bench_sweep.MEMORY_FILE).write_text(f'{{"resident_mib": {mib}}}')
+    assert bench_sweep.read_resident(tmp_path, 3) == [812.0, 820.5, 815.25]
+
+
+def test_resident_memory_is_this_processs_rss():
+    assert 10 < bench_sweep.resident_mib() < 100_000

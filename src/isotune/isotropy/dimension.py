@@ -23,8 +23,8 @@ Neighbours are searched in float32 on mean-centred points, k + 2 candidates per 
 distances then computed as |x - y| of the points as given, in their own precision (float32 or
 float64; float32 vectors' distances to about 1e-7 relative, half the memory traffic of float64),
 so a duplicate point is at distance 0, never at a rounding error's distance; a point is never its
-own neighbour. Torch only, on the points' device; the distances cost O(N^2 d) in blocks of rows, so a cloud of 10,000
-points takes seconds.
+own neighbour. Torch only, on the points' device; the distances cost O(N^2 d) in blocks of rows,
+so a cloud of 10,000 points takes seconds.
 """
 
 from __future__ import annotations
