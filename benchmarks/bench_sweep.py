@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import statistics
@@ -56,13 +57,19 @@ TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermed
 
 class ResidentMemory(L.Callback):
     """Writes the process's resident memory (VmRSS, MiB) as a fit ends, to
-    ``<run folder>/resident_memory.json``: in a reused worker, what the jobs before left."""
+    ``<run folder>/resident_memory.json``: in a reused worker, what the jobs before left. With
+    it, what tells a leak from a one-time cost: the modules imported so far (a job's first use
+    of a code path imports it once) and the objects the garbage collector tracks (what the
+    jobs before left alive)."""
 
     def teardown(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         if stage == "fit":
-            (Path(trainer.default_root_dir) / MEMORY_FILE).write_text(
-                json.dumps({"resident_mib": resident_mib()})
-            )
+            found = {
+                "resident_mib": resident_mib(),
+                "modules": len(sys.modules),
+                "objects": len(gc.get_objects()),
+            }
+            (Path(trainer.default_root_dir) / MEMORY_FILE).write_text(json.dumps(found))
 
 
 def resident_mib() -> float:
@@ -119,12 +126,9 @@ def memory_command(jobs: int, sweep_dir: Path, glue_dir: str, model_dir: Path) -
     ]
 
 
-def read_resident(sweep_dir: Path, jobs: int) -> list[float]:
-    """Each job's resident memory as it ended (MiB), in job order."""
-    return [
-        json.loads((sweep_dir / str(n) / MEMORY_FILE).read_text())["resident_mib"]
-        for n in range(jobs)
-    ]
+def read_resident(sweep_dir: Path, jobs: int) -> list[dict]:
+    """What each job's :class:`ResidentMemory` recorded as it ended, in job order."""
+    return [json.loads((sweep_dir / str(n) / MEMORY_FILE).read_text()) for n in range(jobs)]
 
 
 def memory_creep(jobs: int, glue_dir: str) -> None:
@@ -138,10 +142,19 @@ def memory_creep(jobs: int, glue_dir: str) -> None:
                 f"{result['completed']} of {jobs} jobs completed; see {result['output']}:\n"
                 f"{result['output'].read_text()[-3000:]}"
             )
-        resident = read_resident(sweep_dir, jobs)
-    print(f"{jobs} tiny jobs in one worker, {result['wall_s']:.0f} s; resident memory (MiB) as")
-    print("each ended: " + ", ".join(f"{mib:.0f}" for mib in resident))
-    print(f"after job {jobs} / after job 1: {resident[-1] / resident[0]:.3f} (goal: at most 1.10)")
+        found = read_resident(sweep_dir, jobs)
+    print(f"{jobs} tiny jobs in one worker, {result['wall_s']:.0f} s; as each ended:")
+    for name, what in (
+        ("resident_mib", "resident MiB"),
+        ("modules", "modules"),
+        ("objects", "objects"),
+    ):
+        print(f"- {what}: " + ", ".join(f"{job[name]:.0f}" for job in found))
+    resident = [job["resident_mib"] for job in found]
+    print(
+        f"resident after job {jobs} / after job 1: {resident[-1] / resident[0]:.3f} "
+        "(goal: at most 1.10)"
+    )
 
 
 def main() -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import bench_sweep
 import pytest
@@ -43,12 +44,13 @@ def test_the_memory_mode_sweeps_a_tiny_model_and_records_each_jobs_resident_memo
     assert command[-1] == "+callbacks.resident_memory._target_=bench_sweep.ResidentMemory"
 
 
-def test_each_jobs_resident_memory_is_read_in_job_order(tmp_path):
-    for n, mib in enumerate((812.0, 820.5, 815.25)):
-        (tmp_path / str(n)).mkdir()
-        (tmp_path / str(n) / bench_sweep.MEMORY_FILE).write_text(f'{{"resident_mib": {mib}}}')
-    assert bench_sweep.read_resident(tmp_path, 3) == [812.0, 820.5, 815.25]
-
-
-def test_resident_memory_is_this_processs_rss():
-    assert 10 < bench_sweep.resident_mib() < 100_000
+def test_each_job_records_its_resident_memory_and_they_are_read_in_job_order(tmp_path):
+    callback = bench_sweep.ResidentMemory()
+    for n in range(3):
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        callback.teardown(SimpleNamespace(default_root_dir=str(folder)), None, "fit")
+        callback.teardown(SimpleNamespace(default_root_dir=str(folder / "none")), None, "validate")
+    found = bench_sweep.read_resident(tmp_path, 3)
+    assert [sorted(job) for job in found] == [["modules", "objects", "resident_mib"]] * 3
+    assert all(10 < job["resident_mib"] < 100_000 and job["modules"] > 100 for job in found)
