@@ -68,6 +68,8 @@ from gpu_measures import (
 )
 from gpu_sweep import run_sweep, sweep_command
 
+from isotune.errors import IsotuneError
+from isotune.model.compiling import check_compile_runs
 from isotune.sweeps.gpu_slots import visible_gpus
 from isotune.tracking.reporting import markdown_table
 
@@ -398,12 +400,18 @@ def in_process_parts(
     def throughput_part() -> list[tuple]:
         if rows := skipped("throughput"):
             return rows
-        rows = []
+        rows, compiled = [], settings.compile
+        if compiled:
+            try:  # where inductor cannot run, the other variants still can
+                check_compile_runs(device)
+            except IsotuneError as error:
+                rows.append(("throughput", "ours, compiled", f"not run: {error}"))
+                compiled = False
         for size in sizes:
             progress(f"throughput, batch {size}")
             measured = throughput(
                 minilm, data[size], device, settings.warmup, settings.steps, settings.rounds,
-                bucketed=bucketed[size], compiled=settings.compile,
+                bucketed=bucketed[size], compiled=compiled,
             )  # fmt: skip
             rows += throughput_rows(label, size, measured)
         return rows

@@ -475,3 +475,28 @@ def test_the_whole_check_runs_on_cpu_with_a_tiny_encoder(glue_dir, capsys):
     assert rows[6][1] == "one RTE epoch, probe 1000, figures on"
     assert rows[10][1] == "tiny BERT, batch 8: ours, foreach AdamW / HF"
     assert rows[12][2].endswith("(tolerance 0.03): pass |")
+
+
+def test_where_compile_cannot_run_the_other_throughput_variants_still_do(monkeypatch):
+    message = "trainer.compile=true: torch.compile cannot run on cuda here (no Triton). Fix: ..."
+
+    def refuse(device):
+        raise IsotuneError(message)
+
+    measured = {"examples_per_s": 100.0, "padded_length": 64.0, "examples": 1600}
+    calls = []
+
+    def throughput(model_cfg, data, device, warmup, steps, rounds, bucketed, compiled):
+        calls.append(compiled)
+        return {"ours, fused AdamW": measured, "HF": measured}
+
+    monkeypatch.setattr(gpu_check, "check_compile_runs", refuse)
+    monkeypatch.setattr(gpu_check, "throughput", throughput)
+    parts = gpu_check.in_process_parts(
+        gpu_check.FULL, {}, "MiniLM", {16: None}, {16: None}, CPU, Path(".")
+    )
+    check, run = parts["throughput"]
+    rows = run()
+    assert check == "throughput" and calls == [False]
+    assert rows[0] == ("throughput", "ours, compiled", f"not run: {message}")
+    assert rows[-1] == ("throughput", "MiniLM, batch 16: ours, fused AdamW / HF", "**1.00x**")
