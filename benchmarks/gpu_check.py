@@ -6,9 +6,9 @@
 On one GPU (the first visible one; choose with CUDA_VISIBLE_DEVICES) it prints one Markdown table,
 its parts in this order, each planned a share of the time (``Settings.plan``):
 
-- **sweeps**: 8 jobs through ``hydra/launcher=gpus`` at jobs_per_gpu 1, 2 and 4, each sweep to
-  its end (the full check: real RTE jobs of 3 whole epochs at the defaults; --quick: one epoch of
-  20 batches): wall time, jobs per hour, peak GPU memory per job; and from the one-worker sweep's
+- **sweeps**: jobs through ``hydra/launcher=gpus`` at jobs_per_gpu 1, 2 and 4, each sweep to
+  its end (the full check: 6 real RTE jobs of 3 whole epochs at the defaults; --quick: 8 jobs of
+  one epoch of 20 batches): wall time, jobs per hour, peak GPU memory per job; and from the one-worker sweep's
   logs, a warm worker's start-up (a job composed by Hydra, to its first log line) and a warm job;
 - **first use**: every batch shape of RTE through the model, the first pass and a warm one,
   padded to each batch's longest and to buckets of 32 (``data.pad_buckets``), with cuDNN
@@ -139,20 +139,20 @@ def sweep_part(jobs_per_gpu: int) -> str:
 
 
 # Plans from the quick check on an H200 (docs/performance.md: a warm pass over RTE's batches at
-# batch 16 and 32 3.8 s, the first 41.2 s; a one-epoch job of 20 batches 13 s in a reused worker,
-# its first one in a worker about 30 s; 20 ms a MiniLM step). A 3-epoch RTE job is 468 steps
-# (about 10 s) beside that job's 13 s, and each worker's first job pays the first use of RTE's
-# shapes (23 s); 8 jobs at 1 per GPU then about 135 s, at 2 (four a worker, sharing the GPU)
-# 100 s, at 4 (two a worker) 85 s.
+# batch 16 and 32 3.8 s, the first 41.2 s, 0.3 s a new shape; a one-epoch job of 20 batches 13 s
+# in a reused worker; 20 ms a MiniLM step). A 3-epoch RTE job is 468 steps (about 10 s) beside
+# that job's 13 s, and each worker's first job pays the first use of RTE's shapes (about 25 s):
+# 6 jobs at 1 per GPU about 135 s, at 2 (three a worker, sharing the GPU) 85 s, at 4 75 s. The
+# compiled throughput run compiles for a minute or more (docs/performance.md's sources: 1-2.5 min).
 QUICK = Settings(rounds=1, steps=40, warm_rounds=1, precision_batches=20, ratio_steps=50,
                  epoch_rounds=1, sweep_epochs=1, sweep_batches=20, budget_s=280, compile=False,
                  batch_sizes=(16, 32),
                  plan=plan({1: 60, 2: 40, 4: 40}, setup=20, first_use=55, measures=3, callback=15,
                            throughput=30, isobn=10))  # fmt: skip
 FULL = Settings(rounds=2, steps=100, warm_rounds=2, precision_batches=20, ratio_steps=50,
-                epoch_rounds=1, sweep_epochs=3, sweep_batches=1.0, budget_s=525,
-                plan=plan({1: 135, 2: 100, 4: 85}, setup=20, first_use=55, measures=5, callback=15,
-                          throughput=90, isobn=10))  # fmt: skip
+                epoch_rounds=1, sweep_epochs=3, sweep_batches=1.0, budget_s=525, sweep_jobs=6,
+                plan=plan({1: 135, 2: 85, 4: 75}, setup=20, first_use=65, measures=5, callback=15,
+                          throughput=100, isobn=10))  # fmt: skip
 DRY = Settings(rounds=1, steps=2, warm_rounds=1, precision_batches=2, ratio_steps=2,
                epoch_rounds=1, sweep_epochs=1, sweep_batches=2, budget_s=3600, warmup=1,
                batch_sizes=(8,), sweep_jobs=2, jobs_per_gpu=(2,), compile=False,

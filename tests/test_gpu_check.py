@@ -55,7 +55,7 @@ def test_quick_and_full_modes_and_the_glue_dir_default(monkeypatch):
         gpu_check.parse_args(["--dry-run", "--quick"])
     assert (gpu_check.QUICK.batch_sizes, gpu_check.FULL.batch_sizes) == ((16, 32), (16,))
     assert gpu_check.QUICK.jobs_per_gpu == gpu_check.FULL.jobs_per_gpu == (1, 2, 4)
-    assert gpu_check.QUICK.sweep_jobs == gpu_check.FULL.sweep_jobs == 8
+    assert (gpu_check.QUICK.sweep_jobs, gpu_check.FULL.sweep_jobs) == (8, 6)
     # the full check's sweeps: real RTE jobs, 3 whole epochs each; its throughput compiles too
     assert (gpu_check.FULL.sweep_epochs, gpu_check.FULL.sweep_batches) == (3, 1.0)
     assert gpu_check.FULL.compile and not gpu_check.QUICK.compile
