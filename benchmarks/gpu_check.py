@@ -8,8 +8,9 @@ its parts in this order, each planned a share of the time (``Settings.plan``):
 
 - **sweeps**: jobs through ``hydra/launcher=gpus`` at jobs_per_gpu 1, 2 and 4, each sweep to
   its end (the full check: 6 real RTE jobs of 3 whole epochs at the defaults; --quick: 8 jobs of
-  one epoch of 20 batches): wall time, jobs per hour, peak GPU memory per job; and from the one-worker sweep's
-  logs, a warm worker's start-up (a job composed by Hydra, to its first log line) and a warm job;
+  one epoch of 20 batches): wall time, jobs per hour, peak GPU memory per job; and from the
+  one-worker sweep's logs, a warm worker's start-up (a job composed by Hydra, to its first log
+  line) and a warm job;
 - **first use**: every batch shape of RTE through the model, the first pass and a warm one,
   padded to each batch's longest and to buckets of 32 (``data.pad_buckets``), with cuDNN
   attention on and off: four variants, their first passes in turn, then their warm passes
