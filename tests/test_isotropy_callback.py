@@ -20,6 +20,7 @@ from isotune.data.tasks import TaskSpec
 from isotune.isotropy import (
     PROFILE_MEASURES,
     isobn_stats,
+    isoscore_star,
     layer_profile,
     massive_activations,
     measure_all,
@@ -266,6 +267,10 @@ def test_outlier_dimensions_of_every_epoch_are_those_of_the_measured_vectors(tra
             kept = overlap(monitor.outliers[0][view], monitor.outliers[epoch][view]).kept
             assert values[f"iso/{view}/outliers_kept"] == len(kept)
     assert any(monitor.outliers[0].values()), "the test needs a cloud with outlier dimensions"
+    for epoch, vectors in monitor.vectors.items():  # IsoScore* in float64, as every measure
+        for view, points in vectors.items():
+            expected = isoscore_star(points.double()).item()
+            assert monitor.history[epoch][f"iso/{view}/isoscore_star"] == expected
     restored = IsotropyMonitor()
     restored.load_state_dict(monitor.state_dict())
     assert restored.outliers == monitor.outliers

@@ -11,7 +11,8 @@ in a pass of its own, in validation's batches and at its precision: all of the p
 validation. Every scalar of :func:`isotune.isotropy.measure_all`, and IsoScore* with the
 library's default shrinkage target (one rule for every run, never a regularized run's own
 Sigma_S), and the outlier-dimension scalars of :func:`isotune.isotropy.measure_outliers` with the
-number of epoch 0's outlier dimensions still outliers, is logged as ``iso/<view>/<metric>`` with
+number of epoch 0's outlier dimensions still outliers, all measured on the device that encoded the
+vectors (:func:`isotune.isotropy.views.measure_view`), is logged as ``iso/<view>/<metric>`` with
 the epoch (epoch 0 = the pre-trained geometry); figures drawn from the same measurement are saved
 under ``<output_dir>/isotropy/`` and sent to W&B; the per-epoch values and outlier dimensions
 (their indices) are kept in checkpoints and returned for ``results.json``. In a sweep, epoch 0's
@@ -35,17 +36,10 @@ from torch import Tensor, nn
 
 from isotune.atomic_files import write_bytes
 from isotune.callbacks.shared_pretrained import SharedPretrained, pretrained_key
-from isotune.isotropy import (
-    OUTLIER_FACTOR,
-    ROGUE_K,
-    CloudMeasures,
-    isoscore_star,
-    measure_cloud,
-    measure_outliers,
-    overlap,
-)
+from isotune.isotropy import OUTLIER_FACTOR, ROGUE_K, CloudMeasures, overlap
 from isotune.isotropy.figures import save_geometry_figure, save_layer_profile_figure
 from isotune.isotropy.layers import MASSIVE_K, layer_profile, massive_activations
+from isotune.isotropy.views import measure_view
 from isotune.model.adaptation import eval_mode
 from isotune.model.families import hidden_state_indices, num_layers
 from isotune.model.sentence_views import layer_sentence_vectors
@@ -167,24 +161,25 @@ class ProbeCapture:
         return (~self.captured).nonzero().squeeze(1).tolist()
 
     def vectors(self) -> dict[str, Tensor]:
-        """Every view's vectors as float32 on the CPU, in probe order (tokens: example by
-        example, each example's tokens in their order)."""
+        """Every view's vectors as float32 where they were kept (sentence views on the device
+        that encoded them, token views on the CPU), in probe order (tokens: example by example,
+        each example's tokens in their order)."""
         ordered = {}
         for name in self.names:
             parts = self._parts[name]
             positions, vectors, counts = zip(*parts, strict=True)
-            order = torch.cat(positions).argsort().tolist()
-            vectors = torch.cat(vectors).float().cpu()
+            order = torch.cat(positions).argsort()
+            vectors = torch.cat(vectors).float()
             if counts[0] is None:
-                ordered[name] = vectors[order]
+                ordered[name] = vectors[order.to(vectors.device)]
             else:
                 pieces = vectors.split(torch.cat(counts).tolist())
-                ordered[name] = torch.cat([pieces[i] for i in order])
+                ordered[name] = torch.cat([pieces[i] for i in order.tolist()])
         return ordered
 
     # -- hooks ----------------------------------------------------------------------------------
     def _keep(self, name: str, vectors: Tensor, counts: Tensor | None = None) -> None:
-        if counts is not None:  # token vectors are many: off the accelerator at once
+        if counts is not None:  # all the probe's tokens are many: off the accelerator at once
             vectors = vectors.cpu()
         self._parts.setdefault(name, []).append((self._positions, vectors.detach(), counts))
 
@@ -504,7 +499,8 @@ class IsotropyMonitor(L.Callback):
         self, trainer: L.Trainer, module: L.LightningModule, capture: ProbeCapture | None = None
     ) -> dict[str, Tensor]:
         """Probe vectors per view (``pre_norm``, ``post_norm``, ``layer<i>_tokens``): those
-        ``capture`` holds, the rest encoded apart (all of them without a capture)."""
+        ``capture`` holds, the rest encoded apart (all of them without a capture), on the
+        module's device, where they are measured (:mod:`isotune.isotropy.views`)."""
         if capture is None:
             capture = self.new_capture(trainer.datamodule, module)
         self.encode_missing(trainer, module, capture)
@@ -514,7 +510,8 @@ class IsotropyMonitor(L.Callback):
             points = collected[view]
             if len(points) > self.max_tokens:
                 keep = torch.randperm(len(points), generator=generator)[: self.max_tokens]
-                collected[view] = points[keep.sort().values]
+                points = points[keep.sort().values]
+            collected[view] = points.to(module.device)  # the sample is measured where it runs
         return collected
 
     # -- measuring ------------------------------------------------------------------------------
@@ -538,26 +535,23 @@ class IsotropyMonitor(L.Callback):
             values.update(profiles)
         with one_thread():
             for view, points in ((view, collected[view]) for view in views):
-                measures = measure_cloud(
+                measured = measure_view(
                     points,
                     dominant_factor=self.dominant_factor,
                     local_k=self.local_k,
                     seed=self.seed,
+                    outlier_factor=self.outlier_factor,
+                    rogue_k=self.rogue_k,
                 )
-                found = measure_outliers(
-                    points, self.outlier_factor, min(self.rogue_k, points.shape[1])
-                )
-                outliers[view] = list(found.outliers.indices)
+                outliers[view] = list(measured.outliers.outliers.indices)
                 pretrained = self.outliers.get(0, outliers)[view]  # epoch 0 compares with itself
                 scalars = {
-                    **measures.scalars,
-                    "isoscore_star": isoscore_star(points).item(),
-                    **found.scalars,
+                    **measured.scalars,
                     "outliers_kept": float(len(overlap(pretrained, outliers[view]).kept)),
                 }
                 values.update({iso_key(view, name): value for name, value in scalars.items()})
                 if self.figures and view in SENTENCE_VIEWS:
-                    figures[view] = self._figure(trainer, measures, view, epoch)
+                    figures[view] = self._figure(trainer, measured.cloud, view, epoch)
         self.history[epoch] = values
         self.outliers[epoch] = outliers
         self.timings[epoch] = time.perf_counter() - start

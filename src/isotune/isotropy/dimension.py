@@ -23,8 +23,8 @@ Neighbours are searched in float32 on mean-centred points, k + 2 candidates per 
 distances then computed as |x - y| of the points as given, in their own precision (float32 or
 float64; float32 vectors' distances to about 1e-7 relative, half the memory traffic of float64),
 so a duplicate point is at distance 0, never at a rounding error's distance; a point is never its
-own neighbour. Torch only; the distances cost O(N^2 d) in blocks of rows, so a cloud of 10,000
-points takes seconds.
+own neighbour. Torch only, on the points' device; the distances cost O(N^2 d) in blocks of rows,
+so a cloud of 10,000 points takes seconds.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from isotune.isotropy.measures import check_point_cloud
+from isotune.isotropy.precision import full_precision
 
 TWONN_DISCARD = 0.1  # Facco et al.: the largest 10% of the ratios are left out of the fit
 MICROSCOPE_REDUCTION = 5  # Razzhigaev et al.: the fit uses the smallest fifth of the ratios
@@ -60,8 +61,10 @@ def neighbour_distances(X: Tensor, k: int) -> Tensor:
     rows = []
     for start in range(0, count, _ROW_BLOCK):
         block = coarse[start : start + _ROW_BLOCK]
-        own = torch.arange(len(block))
-        approximate = squared[start : start + len(block), None] + squared - 2 * block @ coarse.T
+        own = torch.arange(len(block), device=points.device)
+        with full_precision():  # not TF32: its 1e-3 would swap more than the extra candidates
+            products = block @ coarse.T
+        approximate = squared[start : start + len(block), None] + squared - 2 * products
         approximate[own, start + own] = math.inf  # not its own neighbour
         nearest = approximate.topk(candidates, dim=1, largest=False).indices
         # |x - y| of the points as given, in place on one gathered copy (half the time of a
@@ -92,7 +95,7 @@ def twonn_from_distances(distances: Tensor, discard_fraction: float = TWONN_DISC
     kept = int(count * (1 - discard_fraction))  # as scikit-dimension rounds it
     if kept < 2:
         return math.nan
-    empirical = torch.arange(1, kept + 1, dtype=torch.float64) / count
+    empirical = torch.arange(1, kept + 1, dtype=torch.float64, device=ratios.device) / count
     return _slope_through_origin(ratios[:kept].log(), -torch.log1p(-empirical))
 
 
@@ -117,7 +120,9 @@ def twonn_microscope_from_distances(
     used = min(count // reduction_factor, count - 1)
     if used < 1:
         return math.nan
-    empirical = torch.arange(1 + left_out, used + 1 + left_out, dtype=torch.float64)
+    empirical = torch.arange(
+        1 + left_out, used + 1 + left_out, dtype=torch.float64, device=ratios.device
+    )
     empirical /= count + left_out
     return _slope_through_origin(ratios[:used].log(), -torch.log1p(-empirical))
 
