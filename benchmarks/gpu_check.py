@@ -19,7 +19,7 @@ its parts in this order, each planned a share of the time (``Settings.plan``):
 - **measures**: the isotropy callback's measures of a probe-sized view on the GPU and on the CPU,
   equal within 1e-6 relative, and their seconds;
 - **isotropy callback**: its share of an RTE epoch;
-- **throughput**: ours with foreach and with fused AdamW, ours compiled (``trainer.compile=true``
+- **throughput**: ours with foreach and with fused AdamW, ours compiled (``compile=true``
   on buckets of 32), and a Hugging Face ``Trainer`` with bf16, interleaved, MiniLM on RTE;
 - **IsoBN**: its statistics under bf16 against float32, and its step cost.
 

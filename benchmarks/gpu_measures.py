@@ -257,7 +257,7 @@ def ours_throughput(
     model_cfg: dict, datamodule, device, warmup: int, steps: int, fused="auto", compiled=False
 ) -> dict:
     """Our trainer's steps (``trainer=gpu``'s precision) with ``optim.fused=fused`` and, when
-    ``compiled``, the encoder compiled as ``trainer.compile=true`` does (inductor's compiling
+    ``compiled``, the encoder compiled as ``compile=true`` does (inductor's compiling
     falls in the untimed warm-up steps and in the first steps of each new shape)."""
     clock = DeviceStepClock(warmup, device)
     callbacks = [LightningClock(clock)]

@@ -478,7 +478,7 @@ def test_the_whole_check_runs_on_cpu_with_a_tiny_encoder(glue_dir, capsys):
 
 
 def test_where_compile_cannot_run_the_other_throughput_variants_still_do(monkeypatch):
-    message = "trainer.compile=true: torch.compile cannot run on cuda here (no Triton). Fix: ..."
+    message = "compile=true: torch.compile cannot run on cuda here (no Triton). Fix: ..."
 
     def refuse(device):
         raise IsotuneError(message)
