@@ -24,7 +24,8 @@ from isotune.prediction.glue_format import (
     submission_files,
 )
 from isotune.prediction.kept_model import read_kept_model
-from isotune.prediction.run import SIDECAR_SUFFIX, check_inputs, predict, predict_run
+from isotune.prediction.run import check_inputs, predict, predict_run
+from isotune.prediction.writing import SIDECAR_SUFFIX
 from isotune.record.checkpoints import model_only
 from isotune.training.run import train
 from tests.conftest import ROOT, compose_config, compose_train_config, tiny_run_overrides
