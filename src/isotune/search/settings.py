@@ -36,7 +36,8 @@ class SearchSettings:
     runs grouped as ``<study>-<task>-<arm>`` with the job type ``tuning`` or ``report``.
     ``retry_failed``: run each FAILED trial's configuration again as a new trial (the cause of
     its failure since fixed), the failed one left out of the budget, the failure rule and the
-    tables."""
+    tables. ``report_overrides``: what only the held-out report's runs add (a study's
+    ``keep_report_models``: ``checkpoint.keep=slim``, so that its winners can be submitted)."""
 
     space: SearchSpace
     seeds: tuple[int, ...]
@@ -53,6 +54,7 @@ class SearchSettings:
     tag_runs: bool = False
     wandb_group: str | None = None
     retry_failed: bool = False
+    report_overrides: tuple[str, ...] = ()
 
     @property
     def sampler_seed(self) -> int | None:
