@@ -15,11 +15,11 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
+from isotune.data.glue_format import FILE_NAMES
+from isotune.data.test_predictions import SIDECAR_SUFFIX
 from isotune.errors import IsotuneError, NonFiniteLossError
 from isotune.model.classifier import GLUEClassifier
 from isotune.norms.registry import NORMS
-from isotune.prediction.glue_format import FILE_NAMES
-from isotune.prediction.writing import SIDECAR_SUFFIX
 from isotune.training.run import train
 from tests.conftest import ROOT, tiny_run_overrides
 from tests.helpers.cli import run_cli

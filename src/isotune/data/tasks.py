@@ -186,7 +186,8 @@ class TaskSpec:
 
     def decode_label(self, class_id: int | float) -> str:
         """A prediction as the data names it: its label string, or its score with three
-        decimals (a ``task=files`` task's test predictions; GLUE's: :mod:`isotune.prediction`)."""
+        decimals (a ``task=files`` task's test predictions; GLUE's:
+        :mod:`isotune.data.glue_format`)."""
         if self.is_regression:
             return f"{float(class_id):.3f}"
         return self.labels[int(class_id)]

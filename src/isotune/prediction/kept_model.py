@@ -21,9 +21,9 @@ import yaml
 from isotune.analysis.run import command_keeping_a_model, model_from_checkpoint
 from isotune.atomic_files import links_leaving
 from isotune.data.tasks import TaskSpec
+from isotune.data.test_predictions import prediction_source
 from isotune.errors import IsotuneError
 from isotune.model.classifier import GLUEClassifier
-from isotune.prediction.writing import prediction_source
 from isotune.record.results import RESULTS_FILE, read_results
 from isotune.record.resume import CONFIG_KEY, MODEL_KEYS, PROVENANCE_KEY, read_checkpoint
 

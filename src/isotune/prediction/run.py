@@ -6,8 +6,8 @@
 2. build the model with the run's own settings (:mod:`.kept_model`) and score the dev set as
    validation does in training (the same batches, the same metrics), beside the scores the run
    recorded for these weights;
-3. predict each test file in GLUE's submission format (:mod:`.glue_format`), each with a sidecar
-   saying where it came from (the run, its commit, the checkpoint's sha256);
+3. predict each test file in GLUE's submission format (:mod:`isotune.data.glue_format`), each
+   with a sidecar saying where it came from (the run, its commit, the checkpoint's sha256);
 4. write ``predictions.json``: the dev scores, the recorded ones and the largest difference.
 """
 
@@ -25,11 +25,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from isotune.atomic_files import write_text
 from isotune.data import GLUEDataModule
+from isotune.data.glue_format import SubmissionFile, submission_files
+from isotune.data.test_predictions import check_data_file, write_prediction_files
 from isotune.errors import IsotuneError
 from isotune.model.encoders import load_tokenizer
-from isotune.prediction.glue_format import SubmissionFile, submission_files
 from isotune.prediction.kept_model import KeptModel, read_kept_model
-from isotune.prediction.writing import check_data_file, write_prediction_files
 from isotune.training.hydra_callbacks import stop
 
 log = logging.getLogger(__name__)

@@ -37,8 +37,8 @@ import yaml
 
 from isotune.analysis.run import command_keeping_a_model
 from isotune.atomic_files import write_atomically, write_text
+from isotune.data.glue_format import ALL_FILES, FILE_NAMES
 from isotune.errors import IsotuneError
-from isotune.prediction.glue_format import ALL_FILES, FILE_NAMES
 from isotune.prediction.run import check_inputs, predict_run
 from isotune.record.results import RESULTS_FILE
 from isotune.study.results import read_study

@@ -21,17 +21,17 @@ from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.dashboard.loggers import declare_dashboard
 from isotune.data import GLUEDataModule
 from isotune.data.datamodule import FILE_KEYS, module_options
+from isotune.data.glue_format import prediction_files
 from isotune.data.own_data import own_task
 from isotune.data.reading import check_data_unchanged
 from isotune.data.tasks import TaskSpec
+from isotune.data.test_predictions import prediction_source, write_prediction_files
 from isotune.errors import IsotuneError, NoSpaceLeft, RunInterrupted
 from isotune.model.adaptation import parameter_counts
 from isotune.model.classifier import GLUEClassifier
 from isotune.model.compiling import compile_encoder
 from isotune.model.encoders import load_tokenizer
 from isotune.norms.registry import statistics_never_updated
-from isotune.prediction.glue_format import prediction_files
-from isotune.prediction.writing import prediction_source, write_prediction_files
 from isotune.record import folder_lock
 from isotune.record.checkpoints import (
     RunCheckpointIO,
@@ -417,7 +417,7 @@ def write_test_predictions(
     source: dict[str, Any],
 ) -> dict[str, int]:
     """Predict the test set with the best checkpoint and write it as ``predict.py`` does
-    (:mod:`isotune.prediction.writing`): GLUE's submission files (MNLI: MNLI-m, MNLI-mm, AX),
+    (:mod:`isotune.data.test_predictions`): GLUE's submission files (MNLI: MNLI-m, MNLI-mm, AX),
     or a ``task=files`` task's ``<task.name>.tsv``, each with its sidecar."""
     data = {
         "tokenizer": datamodule.tokenizer,

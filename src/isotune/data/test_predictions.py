@@ -3,8 +3,9 @@ predicted, written in its format, with a sidecar saying where it came from.
 
 One writer for both ways a model predicts the test set (``predict.py`` from a kept checkpoint,
 ``train.py write_test_predictions=true`` at the end of a run), so that a run's files and
-``predict.py``'s are the same files: the same names, labels, clipping and sidecars. It needs a
-Lightning trainer and module, nothing of training's or of ``predict.py``'s entry points.
+``predict.py``'s are the same files: the same names, labels, clipping and sidecars. It lives in
+the data wing, which both the training and the prediction wings may import; it needs a Lightning
+trainer and module, nothing of either wing.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
 from isotune.atomic_files import write_text
-from isotune.data import HUB_DATASET, TokenizedDataset, load_split, split_file
+from isotune.data.glue_format import SubmissionFile, submission_text
+from isotune.data.reading import HUB_DATASET, load_split, split_file
 from isotune.data.tasks import TaskSpec
+from isotune.data.tokenized import TokenizedDataset
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
-from isotune.prediction.glue_format import SubmissionFile, submission_text
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".source.json"  # beside each prediction file: <NAME>.tsv.source.json
