@@ -15,6 +15,7 @@ import torch
 
 from isotune.data.glue_format import LABELS
 from isotune.data.test_predictions import SIDECAR_SUFFIX
+from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
 from isotune.model.classifier import GLUEClassifier
 from isotune.training.run import train
@@ -101,3 +102,14 @@ def test_an_sts_b_run_clips_its_scores_to_0_5_with_three_decimals(
     assert rows[0] == ["index", "prediction"]
     assert rows[1:] == [[str(i), "5.000" if i % 2 == 0 else "0.000"] for i in range(10)]
     assert (tmp_path / "predictions" / f"STS-B.tsv{SIDECAR_SUFFIX}").is_file()
+
+
+def test_a_missing_test_file_of_mnlis_three_is_refused_before_the_run_trains(
+    tmp_path, tiny_bert, glue_dir
+):
+    glue = mnli_like(glue_dir, tmp_path / "glue")
+    (glue / "diagnostic" / "diagnostic.tsv").unlink()
+    overrides = [*tiny_run_overrides(tiny_bert, glue), "task=mnli", "write_test_predictions=true"]
+    with pytest.raises(IsotuneError, match=r"has no diagnostic/diagnostic.tsv .*read for AX.tsv"):
+        train(compose_train_config(overrides, tmp_path / "run"))
+    assert not (tmp_path / "run" / "checkpoints").exists()  # nothing trained

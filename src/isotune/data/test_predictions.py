@@ -98,6 +98,12 @@ def write_prediction_files(
     return written
 
 
+def check_test_files(files: Sequence[SubmissionFile], glue_dir: str | None) -> None:
+    """Refuse a missing test file of ``files`` before a model predicts (or a run trains)."""
+    for file in files:
+        check_data_file(file.spec, file.spec.test_split, glue_dir, f"read for {file.file_name}")
+
+
 def check_data_file(spec: TaskSpec, split: str, glue_dir: str | None, what: str) -> None:
     """Refuse a GLUE file that is not there (``what``: what it is read for), before anything
     is predicted or written; a ``task=files`` file is checked as its task is read

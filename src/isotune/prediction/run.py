@@ -26,7 +26,10 @@ from omegaconf import DictConfig, OmegaConf
 from isotune.atomic_files import write_text
 from isotune.data import GLUEDataModule
 from isotune.data.glue_format import SubmissionFile, submission_files
-from isotune.data.test_predictions import check_data_file, write_prediction_files
+from isotune.data.test_predictions import (
+    check_data_file,
+    write_prediction_files,
+)
 from isotune.errors import IsotuneError
 from isotune.model.encoders import load_tokenizer
 from isotune.prediction.kept_model import KeptModel, read_kept_model

@@ -25,7 +25,11 @@ from isotune.data.glue_format import prediction_files
 from isotune.data.own_data import own_task
 from isotune.data.reading import check_data_unchanged
 from isotune.data.tasks import TaskSpec
-from isotune.data.test_predictions import prediction_source, write_prediction_files
+from isotune.data.test_predictions import (
+    check_test_files,
+    prediction_source,
+    write_prediction_files,
+)
 from isotune.errors import IsotuneError, NoSpaceLeft, RunInterrupted
 from isotune.model.adaptation import parameter_counts
 from isotune.model.classifier import GLUEClassifier
@@ -256,6 +260,9 @@ def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None]:
     check_train_config(cfg)  # before any model loads: bad values fail in seconds
     check_links_stay_inside(cfg.paths.output_dir)
     complete_own_task(cfg)
+    if cfg.write_test_predictions:  # MNLI's three test files, before it trains
+        task = TaskSpec.from_config(_plain(cfg.task))
+        check_test_files(prediction_files(task), cfg.paths.glue_dir)
     resume_from = checkpoint_to_resume(cfg, recorded_settings(cfg))
     if resume_from is None:
         return None, None
