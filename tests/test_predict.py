@@ -14,17 +14,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from isotune.data.tasks import TaskSpec
-from isotune.errors import IsotuneError
-from isotune.file_digest import file_sha256
-from isotune.prediction.glue_format import (
+from isotune.data.glue_format import (
     LABELS,
     SubmissionFile,
     prediction_cell,
     submission_files,
 )
+from isotune.data.tasks import TaskSpec
+from isotune.data.test_predictions import SIDECAR_SUFFIX
+from isotune.errors import IsotuneError
+from isotune.file_digest import file_sha256
 from isotune.prediction.kept_model import read_kept_model
-from isotune.prediction.run import SIDECAR_SUFFIX, check_inputs, predict, predict_run
+from isotune.prediction.run import check_inputs, predict, predict_run
 from isotune.record.checkpoints import model_only
 from isotune.training.run import train
 from tests.conftest import ROOT, compose_config, compose_train_config, tiny_run_overrides

@@ -492,6 +492,7 @@ def test_a_study_stopped_in_its_middle_continues_to_the_same_report(tmp_path, ti
     text = (folder / REPORT_FILE).read_text()
     assert "## rte" in text and "| cosreg |" in text and text in done_output
     assert "checkpoint.keep=none" in done_output
+    assert "hydra.sweeper.keep_report_models=true keeps the report runs' models" in done_output
     runs = pd.read_csv(folder / RUNS_FILE)
     assert len(runs) == 2 * (1 + 2) and set(runs["status"]) == {"completed"}
     assert not list(folder.rglob("*.ckpt"))  # a study keeps the runs' records, not their models
@@ -561,6 +562,7 @@ class _RecordingLauncher:
     def __init__(self, sweep_dir: Path) -> None:
         self.sweep_dir = sweep_dir
         self.launched: list[str] = []
+        self.overrides: dict[str, list[str]] = {}  # each job folder's overrides, as launched
         self.provenance = machine_provenance()
 
     def launch(self, jobs: list[list[str]], initial_job_idx: int) -> None:
@@ -576,6 +578,7 @@ class _RecordingLauncher:
                 {**result, "provenance": self.provenance},
             )
             self.launched.append(values["hydra.sweep.subdir"])
+            self.overrides[values["hydra.sweep.subdir"]] = overrides
 
 
 def _swept_study(tmp_path: Path, glue_dir: Path, typed: list[str]) -> list[str]:
@@ -1088,3 +1091,34 @@ def test_a_half_finished_study_reports_the_trials_its_journals_hold(tmp_path):
     assert "none: 0.6100; isobn: 0.6300." in text
     assert "not reported yet" in text and "0 / 0 of 0" not in text
     assert "Searches without a held-out report yet: rte/none, rte/isobn." in text
+
+
+def test_a_study_keeping_its_report_models_asks_it_of_its_report_runs_only(
+    tmp_path, glue_dir, caplog
+):
+    """hydra.sweeper.keep_report_models=true: the report runs keep their best model
+    (checkpoint.keep=slim), the tuning runs none; the start message says so and the disk
+    estimate counts the kept models."""
+    typed = [
+        *SMALL_STUDY,
+        "hydra.sweeper.arms=[none,cosreg]",
+        "hydra.sweeper.report_seeds=[3,4]",
+        "hydra.sweeper.keep_report_models=true",
+    ]
+    sweeper, typed = _study_sweeper(tmp_path, glue_dir, typed)
+    sweeper.launcher = _RecordingLauncher(tmp_path / "study" / "isotropy_minilm")
+    with caplog.at_level(logging.INFO):
+        sweeper.sweep([arg for arg in typed if not arg.lstrip("+").startswith("hydra.")])
+    kept = {
+        folder: dict(o.split("=", 1) for o in overrides).get("checkpoint.keep")
+        for folder, overrides in sweeper.launcher.overrides.items()
+    }
+    assert {folder for folder, keep in kept.items() if keep == "slim"} == {
+        f"rte/{arm}/report/trial-000/seed-{seed}" for arm in ("none", "cosreg") for seed in (3, 4)
+    }
+    assert {keep for folder, keep in kept.items() if "/report/" not in folder} == {None}
+    assert "the report runs keep their best model (checkpoint.keep=slim" in caplog.text
+    assert "The sweep's 6 jobs need about" in caplog.text
+    assert "(checkpoint.keep=none,slim," in caplog.text
+    runs = pd.read_csv(tmp_path / "study" / "isotropy_minilm" / RUNS_FILE)
+    assert len(runs[runs["phase"] == "report"]) == 4  # one configuration per arm, kept or not

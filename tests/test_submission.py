@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from isotune.data.test_predictions import SIDECAR_SUFFIX
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
-from isotune.prediction.run import SIDECAR_SUFFIX
 from isotune.prediction.submission import ZIP_FILE, choose_runs, report_text, write_submission
 from tests.conftest import ROOT
 from tests.helpers.fake_runs import completed, write_multirun, write_run
@@ -107,6 +107,31 @@ def test_a_studys_chosen_run_with_a_kept_model_is_predicted_and_the_others_named
     assert [c["task"] for c in record["kept_no_model"]] == ["mrpc"]
     assert "seed=103" in record["kept_no_model"][0]["train_again"]
     assert "kept no model" in report_text(record)
+
+
+def test_a_task_of_your_own_data_is_skipped_with_a_line_saying_why(tmp_path, tiny_bert, glue_dir):
+    """A sweep over RTE and a task=files task: RTE is submitted, the own task skipped (its run
+    kept no model: it is not named with a command to train it again either)."""
+    sweep = tmp_path / "sweep"
+    write_multirun(sweep, ["task=rte,files", "seed=1"])
+    rte = completed("bert", "none", "rte", 1, 0.6)
+    rte["best_checkpoint"] = str(tiny_checkpoint("rte", sweep / "0", tiny_bert))
+    write_run(sweep / "0", ["task=rte", "seed=1"], rte)
+    write_run(sweep / "1", ["task=files", "seed=1"], completed("bert", "none", "files", 1, 0.9))
+    record = write_submission(sweep, tmp_path / "out", str(glue_dir), accelerator="cpu")
+    assert [c["task"] for c in record["chosen"]] == ["rte"] and record["files"] == ["RTE"]
+    assert record["kept_no_model"] == [] and [c["task"] for c in record["skipped"]] == ["files"]
+    assert (
+        "  files: skipped, task files is your own data (task=files), which GLUE's server does "
+        "not score" in report_text(record)
+    )
+    # Only your own data's runs: refused in one message, nothing written.
+    own = tmp_path / "own"
+    write_multirun(own, ["task=files", "seed=1"])
+    write_run(own / "0", ["task=files", "seed=1"], completed("bert", "none", "files", 1, 0.9))
+    with pytest.raises(IsotuneError, match="holds no GLUE task to submit: task files is your own"):
+        write_submission(own, tmp_path / "out2", str(glue_dir))
+    assert not (tmp_path / "out2").exists()
 
 
 def test_a_folder_that_holds_no_run_and_an_arm_outside_a_study_are_refused(tmp_path, glue_dir):

@@ -15,6 +15,8 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
+from isotune.data.glue_format import FILE_NAMES
+from isotune.data.test_predictions import SIDECAR_SUFFIX
 from isotune.errors import IsotuneError, NonFiniteLossError
 from isotune.model.classifier import GLUEClassifier
 from isotune.norms.registry import NORMS
@@ -66,8 +68,10 @@ def test_tiny_bert_trains_and_records_results(train_config, tmp_path, task, norm
     assert results["steps"] == 2 * (64 // 8) and results["wall_time_s"] > 0
     for name in EXPECTED_OUTPUTS:
         assert (tmp_path / name).is_file(), name
-    predictions = (tmp_path / "predictions" / f"{cfg.task.glue_dir}.tsv").read_text().splitlines()
+    written = tmp_path / "predictions" / f"{FILE_NAMES[task]}.tsv"  # as GLUE's server names it
+    predictions = written.read_text().splitlines()
     assert predictions[0] == "index\tprediction" and len(predictions) == 11
+    assert (written.parent / f"{written.name}{SIDECAR_SUFFIX}").is_file()
 
 
 def test_hyperparameters_are_logged_once_as_the_whole_config(train_config, monkeypatch):

@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 
 AGAIN = "Type the same command again to continue the study (docs/study.md)."
 PLAIN_SEARCH_KEYS = ("params", "baseline")  # hydra.sweeper keys of a plain search, not a study's
+REPORT_MODELS_KEPT = "checkpoint.keep=slim"  # hydra.sweeper.keep_report_models: report runs only
 
 
 @dataclass
@@ -90,6 +91,9 @@ class StudySweeperConf:
     allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
     retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
     tune_on: str = "dev"  # train_split: tuning runs choose on a split of train (data.tuning_split)
+    # The report runs keep their best model (checkpoint.keep=slim) where the study's runs keep
+    # none: `python -m isotune.submission <study folder>` then submits its winners.
+    keep_report_models: bool = False
     sampler: Any = None  # conf/hydra/sweeper/sampler/, as a plain search's
     pruner: Any = field(default_factory=default_pruner)  # a plain search's: one default
     # A plain search's (an hparams_search= preset sets them): here only to be refused by name,
@@ -141,13 +145,7 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             log.info(
                 f"{len(plan.searches)} searches ({', '.join(a.name for a in plan.arms)} on "
                 f"{', '.join(plan.tasks)}): a budget of {plan.jobs} runs when none is pruned or "
-                "fails; "
-                f"checkpoint.keep={config.checkpoint.keep}"
-                + (
-                    " (the runs' records are kept, not their models)"
-                    if config.checkpoint.keep == "none"
-                    else ""
-                )
+                f"fails; {_what_is_kept(config.checkpoint.keep, s['keep_report_models'])}"
             )
             _say_searches_left_out(plan, folder)
             searches = [
@@ -194,7 +192,11 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             )
         study = s["study_name"] or folder.name
         settings = settings_of(self.config, s, space, None, f"{study}_{task}_{arm.name}")
-        return replace(settings, wandb_group=f"{study}-{task}-{arm.name}")
+        return replace(
+            settings,
+            wandb_group=f"{study}-{task}-{arm.name}",
+            report_overrides=_report_overrides(self.config.checkpoint.keep, s),
+        )
 
     def _compose_arms(self, plan: StudyPlan, fixed: list[str]) -> dict[tuple[str, str], DictConfig]:
         """Each (task, arm)'s job, composed once and its values checked as train.py checks them,
@@ -221,19 +223,47 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
         self, plan: StudyPlan, jobs: dict[tuple[str, str], DictConfig], folder: Path
     ) -> None:
         """Refuse a study that cannot fit on its disk, before any job: every run of every
-        search, each sized as the baseline arm's run on its task."""
+        search, each sized as the baseline arm's run on its task (a report run with the model
+        it keeps, ``keep_report_models``)."""
         from isotune.training.sweep_space import check_sweep_fits, jobs_at_once  # imports torch
 
         assert self.config is not None
-        per_task = len(plan.arms) * (plan.n_trials * len(plan.seeds) + len(plan.report_seeds))
+        tuning = len(plan.arms) * plan.n_trials * len(plan.seeds)
+        reports = len(plan.arms) * len(plan.report_seeds)
+        kept = _report_overrides(self.config.checkpoint.keep, plain_values(self.settings))
         at_once = jobs_at_once(
             self.config.hydra.launcher, self.settings["n_jobs"] * len(plan.seeds)
         )
-        check_sweep_fits(
-            folder,
-            [jobs[task, plan.baseline] for task in plan.tasks for _ in range(per_task)],
-            at_once,
+        sized = []
+        for task in plan.tasks:
+            job = jobs[task, plan.baseline]
+            report = OmegaConf.merge(job, OmegaConf.from_dotlist(list(kept)))
+            sized += [job] * tuning + [report] * reports
+        check_sweep_fits(folder, sized, at_once)
+
+
+def _report_overrides(keep: str, settings: dict[str, Any]) -> tuple[str, ...]:
+    """What the report runs add: ``checkpoint.keep=slim`` when ``keep_report_models`` asks for
+    their models and the study's runs keep none (``slim`` or ``full`` keep one already)."""
+    wanted = settings["keep_report_models"] and keep == "none"
+    return (REPORT_MODELS_KEPT,) if wanted else ()
+
+
+def _what_is_kept(keep: str, keep_report_models: bool) -> str:
+    """The start message's word on what the runs keep, and so what a submission can use."""
+    if keep != "none":
+        return f"checkpoint.keep={keep} (every run keeps its best model)"
+    if keep_report_models:
+        return (
+            "checkpoint.keep=none for the tuning runs (their records, not their models); the "
+            f"report runs keep their best model ({REPORT_MODELS_KEPT}, "
+            "hydra.sweeper.keep_report_models=true): python -m isotune.submission <study "
+            "folder> submits the winners"
         )
+    return (
+        "checkpoint.keep=none (the runs' records are kept, not their models; "
+        "hydra.sweeper.keep_report_models=true keeps the report runs' models for a submission)"
+    )
 
 
 def _say_searches_left_out(plan: StudyPlan, folder: Path) -> None:

@@ -125,12 +125,6 @@ class TaskSpec:
         return self.labels is None
 
     @property
-    def predictions_name(self) -> str:
-        """The stem of the test predictions' file: GLUE's folder name (as its server expects),
-        else the task's name."""
-        return self.glue_dir or self.name
-
-    @property
     def primary_split(self) -> str:
         """The dev split that selects the best epoch (MNLI: matched)."""
         return self.eval_splits[0]
@@ -191,7 +185,9 @@ class TaskSpec:
         return label
 
     def decode_label(self, class_id: int | float) -> str:
-        """The label string a GLUE leaderboard submission expects for a prediction."""
+        """A prediction as the data names it: its label string, or its score with three
+        decimals (a ``task=files`` task's test predictions; GLUE's:
+        :mod:`isotune.data.glue_format`)."""
         if self.is_regression:
             return f"{float(class_id):.3f}"
         return self.labels[int(class_id)]

@@ -21,8 +21,8 @@ import yaml
 from isotune.analysis.run import command_keeping_a_model, model_from_checkpoint
 from isotune.atomic_files import links_leaving
 from isotune.data.tasks import TaskSpec
+from isotune.data.test_predictions import prediction_source
 from isotune.errors import IsotuneError
-from isotune.file_digest import file_sha256
 from isotune.model.classifier import GLUEClassifier
 from isotune.record.results import RESULTS_FILE, read_results
 from isotune.record.resume import CONFIG_KEY, MODEL_KEYS, PROVENANCE_KEY, read_checkpoint
@@ -62,19 +62,14 @@ class KeptModel:
 
     def source(self) -> dict[str, Any]:
         """Where predictions with it come from: the run, the code that trained it, the file."""
-        provenance = self.checkpoint.get(PROVENANCE_KEY) or {}
-        code = provenance.get("code") if isinstance(provenance, Mapping) else None
-        code = code if isinstance(code, Mapping) else {}
-        return {
-            "run": str(self.run_folder.resolve()),
-            "checkpoint": str(self.file.resolve()),
-            "checkpoint_sha256": file_sha256(self.file),
-            "commit": code.get("commit"),
-            "dirty": code.get("dirty"),
-            "task": self.task.name,
-            "model": self.checkpoint["hyper_parameters"]["model"].get("name_or_path"),
-            "epoch": self.recorded_dev.get("epoch"),
-        }
+        return prediction_source(
+            self.run_folder,
+            self.file,
+            self.checkpoint.get(PROVENANCE_KEY),
+            self.task,
+            self.checkpoint["hyper_parameters"]["model"].get("name_or_path"),
+            self.recorded_dev.get("epoch"),
+        )
 
 
 def run_folder_of(file: Path) -> Path:

@@ -6,8 +6,8 @@
 2. build the model with the run's own settings (:mod:`.kept_model`) and score the dev set as
    validation does in training (the same batches, the same metrics), beside the scores the run
    recorded for these weights;
-3. predict each test file in GLUE's submission format (:mod:`.glue_format`), each with a sidecar
-   saying where it came from (the run, its commit, the checkpoint's sha256);
+3. predict each test file in GLUE's submission format (:mod:`isotune.data.glue_format`), each
+   with a sidecar saying where it came from (the run, its commit, the checkpoint's sha256);
 4. write ``predictions.json``: the dev scores, the recorded ones and the largest difference.
 """
 
@@ -16,30 +16,27 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.data import DataLoader
-from transformers import DataCollatorWithPadding
 
 from isotune.atomic_files import write_text
-from isotune.data import HUB_DATASET, GLUEDataModule, TokenizedDataset, load_split, split_file
-from isotune.data.tasks import TaskSpec
+from isotune.data import GLUEDataModule
+from isotune.data.glue_format import SubmissionFile, submission_files
+from isotune.data.test_predictions import (
+    check_data_file,
+    write_prediction_files,
+)
 from isotune.errors import IsotuneError
-from isotune.file_digest import file_sha256
 from isotune.model.encoders import load_tokenizer
-from isotune.prediction.glue_format import SubmissionFile, submission_files, submission_text
 from isotune.prediction.kept_model import KeptModel, read_kept_model
 from isotune.training.hydra_callbacks import stop
 
 log = logging.getLogger(__name__)
 SUMMARY_FILE = "predictions.json"
-SIDECAR_SUFFIX = ".source.json"  # beside each prediction file: <NAME>.tsv.source.json
 
 
 def predict(cfg: DictConfig) -> dict[str, Any]:
@@ -73,11 +70,9 @@ def check_inputs(
     files = submission_files(kept.task) if test else []
     if glue_dir is not None:
         for split in kept.task.eval_splits if dev else ():
-            _check_data_file(kept.task, split, glue_dir, "the dev set scored")
+            check_data_file(kept.task, split, glue_dir, "the dev set scored")
         for file in files:
-            _check_data_file(
-                file.spec, file.spec.test_split, glue_dir, f"read for {file.file_name}"
-            )
+            check_data_file(file.spec, file.spec.test_split, glue_dir, f"read for {file.file_name}")
     return kept, files
 
 
@@ -87,17 +82,6 @@ def check_outside_run_folder(output_dir: Path, run_folder: Path) -> None:
             f"The output folder {output_dir} lies inside the run folder {run_folder}, which "
             "stays as its run left it. Fix: leave hydra.run.dir unset (logs/predict/<stamp>/), "
             "or set it to a folder outside the run's."
-        )
-
-
-def _check_data_file(spec: TaskSpec, split: str, glue_dir: str, what: str) -> None:
-    path = split_file(spec, split, glue_dir)
-    if not path.is_file():
-        raise IsotuneError(
-            f"GLUE_DIR={glue_dir} has no {spec.glue_dir}/{spec.files[split]} (the {split} split "
-            f"of task {spec.name}, {what}). Fix: put the official GLUE file there (the layout of "
-            "GLUE's download script), or point GLUE_DIR (or paths.glue_dir) at a folder that "
-            "has it; test=false scores the dev set only, dev=false predicts the test set only."
         )
 
 
@@ -125,27 +109,14 @@ def predict_run(
     summary: dict[str, Any] = {"source": source, "dev": None, "files": {}}
     if dev:
         summary["dev"] = dev_scores(trainer, model, kept, tokenizer, glue_dir)
-    collate = DataCollatorWithPadding(tokenizer)
-    for file in files:
-        examples = load_split(file.spec, file.spec.test_split, glue_dir)
-        dataset = TokenizedDataset(examples, file.spec, tokenizer, kept.max_length)
-        loader = DataLoader(dataset, batch_size=kept.eval_batch_size, collate_fn=collate)
-        batches = trainer.predict(model, dataloaders=loader)
-        indices = torch.cat([index for index, _ in batches]).tolist()
-        predicted = torch.cat([prediction for _, prediction in batches]).tolist()
-        text = submission_text(file, zip(indices, predicted, strict=True))
-        path = write_text(output_dir / file.file_name, text)
-        sidecar = {
-            "file": file.file_name,
-            "sha256": file_sha256(path),
-            "rows": len(indices),
-            "test_data": _test_source(file, glue_dir),
-            **source,
-            "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-        write_text(path.with_name(path.name + SIDECAR_SUFFIX), json.dumps(sidecar, indent=2) + "\n")
-        summary["files"][file.file_name] = len(indices)
-        log.info("%s: %d test predictions written to %s", file.name, len(indices), path)
+    data = {
+        "tokenizer": tokenizer,
+        "max_length": kept.max_length,
+        "eval_batch_size": kept.eval_batch_size,
+    }
+    summary["files"] = write_prediction_files(
+        trainer, model, files, output_dir, glue_dir, data, source
+    )
     write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -186,15 +157,6 @@ def dev_scores(
 
 def _shown(values: Mapping[str, float]) -> str:
     return ", ".join(f"{key} {value:.6f}" for key, value in values.items() if key != "step")
-
-
-def _test_source(file: SubmissionFile, glue_dir: str | None) -> dict[str, Any]:
-    """The test file read, with its sha256; or the Hub data set and split."""
-    spec = file.spec
-    if glue_dir is None:
-        return {"hub": f"{HUB_DATASET}/{spec.hub_config}", "split": spec.test_split}
-    path = split_file(spec, spec.test_split, glue_dir)
-    return {"path": str(path.resolve()), "sha256": file_sha256(path)}
 
 
 class InputsChecked(Callback):

@@ -12,8 +12,10 @@ Which run, in words the output repeats:
 
 Choosing a seed by its dev score makes that score optimistic; the server's test score is not.
 A chosen run that kept no model (a study's ``checkpoint.keep=none``) is named with the command
-that trains exactly that run again keeping one. Every input is checked (each chosen checkpoint,
-its test files, the output folder outside the runs') before any file is written.
+that trains exactly that run again keeping one; a task of one's own data (``task=files``), which
+GLUE's server does not score, is skipped with a line saying so. Every input is checked (each
+chosen checkpoint, its test files, the output folder outside the runs') before any file is
+written.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from isotune.analysis.run import command_keeping_a_model
 from isotune.atomic_files import write_atomically, write_text
+from isotune.data.glue_format import ALL_FILES, FILE_NAMES
 from isotune.errors import IsotuneError
-from isotune.prediction.glue_format import ALL_FILES
 from isotune.prediction.run import check_inputs, predict_run
 from isotune.record.results import RESULTS_FILE
 from isotune.study.results import read_study
@@ -74,6 +78,16 @@ class Chosen:
     @property
     def seed(self) -> Any:
         return self.result.get("seed")
+
+    @property
+    def own_data(self) -> bool:
+        """Whether its task is one of your own data (``task=files``): as its run's config says
+        (``.hydra/config.yaml``), else its overrides, else a task GLUE's server does not score."""
+        config = self.job_dir / ".hydra" / "config.yaml"
+        if config.is_file():
+            task = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("task") or {}
+            return task.get("source") == "files"
+        return "task=files" in (self.result.get("overrides") or ()) or self.task not in FILE_NAMES
 
 
 def choose_runs(folder: Path, arm: str | None = None) -> tuple[list[Chosen], str]:
@@ -151,7 +165,10 @@ def write_submission(
     return (and write) ``submission.json``."""
     choices, rule = choose_runs(folder, arm)
     predicting, untrained = [], []
+    skipped = [chosen for chosen in choices if chosen.own_data]
     for chosen in choices:
+        if chosen.own_data:
+            continue
         if chosen.checkpoint is None:
             untrained.append(chosen)
             continue
@@ -165,7 +182,7 @@ def write_submission(
             ) from None
         predicting.append((chosen, kept, files))
     if not predicting:
-        raise IsotuneError(_nothing_to_predict(folder, untrained))
+        raise IsotuneError(_nothing_to_predict(folder, untrained, skipped))
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}
     for chosen, kept, files in predicting:
@@ -181,6 +198,7 @@ def write_submission(
             {**_described(chosen), "train_again": command_keeping_a_model(chosen.result)}
             for chosen in untrained
         ],
+        "skipped": [{**_described(chosen), "why": _why_skipped(chosen.task)} for chosen in skipped],
         "files": with_files,
         "lacking": [name for name in ALL_FILES if name not in written],
         "zip": str(out / ZIP_FILE),
@@ -206,7 +224,23 @@ def _described(chosen: Chosen) -> dict[str, Any]:
     }
 
 
-def _nothing_to_predict(folder: Path, untrained: Sequence[Chosen]) -> str:
+def _why_skipped(task: str) -> str:
+    return (
+        f"task {task} is your own data (task=files), which GLUE's server does not score; its "
+        f"run writes its test predictions (predictions/{task}.tsv) with "
+        "write_test_predictions=true and data.test_file=..."
+    )
+
+
+def _nothing_to_predict(
+    folder: Path, untrained: Sequence[Chosen], skipped: Sequence[Chosen]
+) -> str:
+    if skipped and not untrained:
+        return (
+            f"{folder} holds no GLUE task to submit: "
+            + "; ".join(_why_skipped(chosen.task) for chosen in skipped)
+            + ". Fix: pass the folder of runs on GLUE's tasks."
+        )
     if not untrained:
         return (
             f"{folder} holds no completed run to submit (failed, interrupted or unfinished "
@@ -235,6 +269,8 @@ def report_text(record: dict[str, Any]) -> str:
             f"one: {chosen['train_again']}, then python predict.py "
             "ckpt_path=<its folder>/checkpoints/best.ckpt"
         )
+    for chosen in record["skipped"]:
+        lines.append(f"  {chosen['task']}: skipped, {chosen['why']}")
     if record["lacking"]:
         lines.append(f"Lacking (no run predicted them): {', '.join(record['lacking'])}.")
     lines.append(f"Wrote {', '.join(record['files'])} and {record['zip']}.")

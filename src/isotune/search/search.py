@@ -371,7 +371,7 @@ class Search:
                 "pruner or more trials (hydra.sweeper.n_trials) may help."
             )
         best = self.study.best_trial
-        best_overrides = self.space.overrides(best.params)
+        best_overrides = [*self.space.overrides(best.params), *self.settings.report_overrides]
         seeds = self.settings.report_seeds
         if self.settings.baseline is None:  # a study's search: its baseline is an arm
             baseline_dir, baseline_seeds = "", ()

@@ -40,7 +40,9 @@ class SearchSettings:
     runs grouped as ``<study>-<task>-<arm>`` with the job type ``tuning`` or ``report``.
     ``retry_failed``: run each FAILED trial's configuration again as a new trial (the cause of
     its failure since fixed), the failed one left out of the budget, the failure rule and the
-    tables. ``tune_on``: the data that chooses (:data:`TUNE_ON`)."""
+    tables. ``tune_on``: the data that chooses (:data:`TUNE_ON`). ``report_overrides``: what
+    only the held-out report's runs add (a study's ``keep_report_models``: ``checkpoint.keep=slim``,
+    so that its winners can be submitted)."""
 
     space: SearchSpace
     seeds: tuple[int, ...]
@@ -58,6 +60,7 @@ class SearchSettings:
     wandb_group: str | None = None
     retry_failed: bool = False
     tune_on: str = "dev"
+    report_overrides: tuple[str, ...] = ()
 
     @property
     def tuning_overrides(self) -> tuple[str, ...]:

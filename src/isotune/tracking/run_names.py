@@ -12,6 +12,7 @@ NOT_IN_GROUP = (
     "seed",  # and seed_init, seed_data: prefixes
     "failure.",  # the margin judging a run, recorded in its results.json
     "ckpt_path",
+    "checkpoint.",  # what a run keeps of its checkpoints (a study's report runs: its models)
     "hydra.",
     "paths.",
     "trainer.enable_progress_bar",

@@ -12,20 +12,24 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from isotune.atomic_files import write_text
 from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.dashboard.loggers import declare_dashboard
 from isotune.data import GLUEDataModule
 from isotune.data.datamodule import FILE_KEYS, module_options
+from isotune.data.glue_format import prediction_files
 from isotune.data.own_data import own_task
 from isotune.data.reading import check_data_unchanged
 from isotune.data.tasks import TaskSpec
+from isotune.data.test_predictions import (
+    check_test_files,
+    prediction_source,
+    write_prediction_files,
+)
 from isotune.errors import IsotuneError, NoSpaceLeft, RunInterrupted
 from isotune.model.adaptation import parameter_counts
 from isotune.model.classifier import GLUEClassifier
@@ -196,7 +200,12 @@ def _run(
         stop.hold()  # trained to the end: a signal now waits for the record, then stops the job
         outcome = _outcome(model, trainer, trivial, margin)  # before predict reloads the best
         if cfg.write_test_predictions:
-            write_test_predictions(trainer, model, datamodule, output_dir / PREDICTIONS_FOLDER)
+            source = _prediction_source(
+                cfg, trainer, task, in_checkpoints.provenance, outcome["best_epoch"]
+            )
+            write_test_predictions(
+                trainer, model, datamodule, output_dir / PREDICTIONS_FOLDER, source
+            )
         keep_of_completed_run(trainer, cfg.checkpoint.keep)  # last.ckpt only serves a continuation
         outcome["best_checkpoint"] = _best_checkpoint(trainer)
     except BaseException as error:
@@ -255,6 +264,9 @@ def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None]:
     check_train_config(cfg)  # before any model loads: bad values fail in seconds
     check_links_stay_inside(cfg.paths.output_dir)
     complete_own_task(cfg)
+    if cfg.write_test_predictions:  # MNLI's three test files, before it trains
+        task = TaskSpec.from_config(_plain(cfg.task))
+        check_test_files(prediction_files(task), cfg.paths.glue_dir)
     resume_from = checkpoint_to_resume(cfg, recorded_settings(cfg))
     if resume_from is None:
         return None, None
@@ -409,21 +421,43 @@ def _best_checkpoint(trainer: L.Trainer | None) -> str | None:
 
 
 def write_test_predictions(
-    trainer: L.Trainer, model: GLUEClassifier, datamodule: GLUEDataModule, folder: Path
-) -> Path:
-    """Predict the test split with the best checkpoint; write ``<TASK>.tsv`` as GLUE expects."""
-    checkpoint = _best_checkpoint(trainer)
-    batches = trainer.predict(model, datamodule=datamodule, ckpt_path=checkpoint)
-    indices = torch.cat([idx for idx, _ in batches]).tolist()
-    predicted = torch.cat([prediction for _, prediction in batches]).tolist()
-    task = datamodule.task
-    rows = sorted(zip(indices, predicted, strict=True))
-    lines = [f"{index}\t{task.decode_label(prediction)}" for index, prediction in rows]
-    path = write_text(
-        folder / f"{task.predictions_name}.tsv", "index\tprediction\n" + "\n".join(lines) + "\n"
+    trainer: L.Trainer,
+    model: GLUEClassifier,
+    datamodule: GLUEDataModule,
+    folder: Path,
+    source: dict[str, Any],
+) -> dict[str, int]:
+    """Predict the test set with the best checkpoint and write it as ``predict.py`` does
+    (:mod:`isotune.data.test_predictions`): GLUE's submission files (MNLI: MNLI-m, MNLI-mm, AX),
+    or a ``task=files`` task's ``<task.name>.tsv``, each with its sidecar."""
+    data = {
+        "tokenizer": datamodule.tokenizer,
+        "max_length": datamodule.max_length,
+        "eval_batch_size": datamodule.eval_batch_size,
+    }
+    files = prediction_files(datamodule.task)
+    return write_prediction_files(
+        trainer,
+        model,
+        files,
+        folder,
+        datamodule.glue_dir,
+        data,
+        source,
+        ckpt_path=source["checkpoint"],
     )
-    log.info("Test predictions (%d) written to %s", len(lines), path)
-    return path
+
+
+def _prediction_source(
+    cfg: DictConfig, trainer: L.Trainer, task: TaskSpec, provenance: Any, epoch: int | None
+) -> dict[str, Any]:
+    """The sidecars' record of the weights predicted with: the best checkpoint; without a
+    checkpoint callback (``callbacks=none``), the last epoch's weights (no file)."""
+    best = _best_checkpoint(trainer)
+    checkpoint = Path(best) if best is not None else None
+    name_or_path = cfg.model.name_or_path
+    output_dir = Path(cfg.paths.output_dir)
+    return prediction_source(output_dir, checkpoint, provenance, task, name_or_path, epoch)
 
 
 def _as_float(value: Any) -> Any:

@@ -6,7 +6,9 @@ One TSV per task, named as the server expects, header ``index<TAB>prediction`` a
 test example in index order. The label strings are the server's, kept here apart from the task
 table (``conf/task/``): a task config whose labels were changed would otherwise write a file the
 server scores as wrong without a word. MNLI's model also predicts the mismatched test set and
-the diagnostic (AX), each read as its own file with the task's columns.
+the diagnostic (AX), each read as its own file with the task's columns. A task of one's own
+files (``task=files``), which the server does not score, is written in the same layout as
+``<task.name>.tsv`` with the label names of its data (:func:`prediction_files`).
 """
 
 from __future__ import annotations
@@ -113,9 +115,20 @@ def submission_files(task: TaskSpec) -> list[SubmissionFile]:
     return [own, SubmissionFile(MISMATCHED, mismatched), SubmissionFile(DIAGNOSTIC, diagnostic)]
 
 
+def prediction_files(task: TaskSpec) -> list[SubmissionFile]:
+    """The files a model of ``task`` writes for its test set: GLUE's (:func:`submission_files`),
+    or for a ``task=files`` task its own ``<task.name>.tsv``."""
+    if task.source == "files":
+        return [SubmissionFile(task.name, task)]
+    return submission_files(task)
+
+
 def prediction_cell(file: SubmissionFile, predicted: float) -> str:
     """What the server reads for one prediction (a class id, or a score): the task's label
-    string, checked against the server's, or a score clipped to [0, 5] with three decimals."""
+    string, checked against the server's, or a score clipped to [0, 5] with three decimals; for
+    a ``task=files`` task, its data's label name or its score with three decimals."""
+    if file.spec.source == "files":
+        return file.spec.decode_label(predicted)
     labels = LABELS[file.name]
     if labels is None:
         low, high = SCORE_RANGE
