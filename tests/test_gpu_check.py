@@ -27,6 +27,13 @@ TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermed
 RTE = TaskSpec.from_config(gpu_measures.RTE)
 
 
+@pytest.fixture(autouse=True)
+def _process_left_as_it_was(monkeypatch):
+    """main() quiets the whole process (logging.disable, warnings off), as a script should; here
+    it runs inside pytest, whose later tests read their logs: it must leave them on."""
+    monkeypatch.setattr(gpu_check, "quiet", lambda: None)
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tiny_bert) -> dict:
     """The model config of a tiny random BERT (conftest's), as the checks take it."""
