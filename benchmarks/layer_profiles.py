@@ -51,6 +51,12 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="measure this many times: the minimum and median"
     )
+    parser.add_argument(
+        "--digits",
+        type=int,
+        default=4,
+        help="significant digits of each value, trailing zeros kept (round once, from the value)",
+    )
     args = parser.parse_args()
     glue_dir = quiet_offline_glue_dir()
     torch.manual_seed(args.seed)
@@ -96,7 +102,9 @@ def main() -> None:
         print("| layer | " + " | ".join(COLUMNS.values()) + " |")
         print("|---" * (len(COLUMNS) + 1) + "|")
         for layer in range(layers):
-            cells = [f"{values[profile_key(level, layer, name)]:.4g}" for name in COLUMNS]
+            cells = [
+                f"{values[profile_key(level, layer, name)]:#.{args.digits}g}" for name in COLUMNS
+            ]
             print(f"| {layer} | " + " | ".join(cells) + " |")
         print()
     print("massive activations (top 3 per layer: |value| at dev idx / token position / dim):\n")
@@ -105,12 +113,12 @@ def main() -> None:
     for layer, found in enumerate(massive):
         ratio = values[profile_key("tokens", layer, "massive_ratio")]
         where = ", ".join(
-            f"{magnitude:.3g} at {idx}/{position}/{dim}"
+            f"{magnitude:#.{args.digits}g} at {idx}/{position}/{dim}"
             for magnitude, idx, position, dim in zip(
                 found["magnitudes"], found["idx"], found["positions"], found["dims"], strict=True
             )
         )
-        print(f"| {layer} | {ratio:.3g} | {where} |")
+        print(f"| {layer} | {ratio:#.{args.digits}g} | {where} |")
 
 
 if __name__ == "__main__":
