@@ -41,6 +41,12 @@ COLUMNS = {
 }
 
 
+def significant(value: float, digits: int) -> str:
+    """``value`` to ``digits`` significant digits, rounded once from the value itself and
+    trailing zeros kept (0.780, 20.0), so that a table's digits can be read as written."""
+    return f"{value:#.{digits}g}".rstrip(".").replace(".e", "e")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="minilm", help="a preset of conf/model/")
@@ -113,12 +119,12 @@ def main() -> None:
     for layer, found in enumerate(massive):
         ratio = values[profile_key("tokens", layer, "massive_ratio")]
         where = ", ".join(
-            f"{magnitude:#.{args.digits}g} at {idx}/{position}/{dim}"
+            f"{significant(magnitude, args.digits)} at {idx}/{position}/{dim}"
             for magnitude, idx, position, dim in zip(
                 found["magnitudes"], found["idx"], found["positions"], found["dims"], strict=True
             )
         )
-        print(f"| {layer} | {ratio:#.{args.digits}g} | {where} |")
+        print(f"| {layer} | {significant(ratio, args.digits)} | {where} |")
 
 
 if __name__ == "__main__":
