@@ -242,6 +242,16 @@ class Outcome:
             f"output ends:\n{output}"
         )
 
+    def study_folder(self) -> Path:
+        """The study folder this command created, or the one it continued: a page's command that
+        grows a study's report seeds (results.md's confirmatory run) continues the study an
+        earlier command of the pages left in logs/study/, and names it as it starts."""
+        if any(path.parent.name == "study" for path in self.created):
+            return self.created_under("study")
+        named = re.search(r"Study folder: (\S+)", self.process.stdout + self.process.stderr)
+        assert named, self.report("neither a new folder in logs/study/ nor 'Study folder: ...'")
+        return Path(named.group(1))
+
     def created_under(self, kind: str) -> Path:
         """The one folder this command created in ``logs/<kind>/``."""
         folders = [path for path in self.created if path.parent.name == kind]
@@ -379,7 +389,7 @@ def check_train(outcome: Outcome) -> None:
         assert report.is_file(), outcome.report(f"no {report}")
         return
     if outcome.command.study:
-        report = outcome.created_under("study") / "study_report.md"
+        report = outcome.study_folder() / "study_report.md"
         assert report.is_file(), outcome.report(f"no {report}")
         return
     if not outcome.command.multirun:

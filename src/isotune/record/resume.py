@@ -73,6 +73,9 @@ KEYS_ADDED_SINCE = {
     "optim.fused": "auto",
     "compile": False,  # eager, before the option
     "data.pad_buckets": None,  # each batch padded to its longest example, as before the option
+    "data.tuning_split": False,  # chosen on dev, as before hydra.sweeper.tune_on=train_split
+    "data.tuning_split_size": None,
+    "data.tuning_split_seed": 0,
 }
 
 # Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,
