@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from isotune.callbacks.isotropy import SHARED_FOLDER
 from isotune.record.folder_lock import LOCK_FILE
 from isotune.sweeps.runs import find_sweeps, job_id, load_runs
 from isotune.tracking.run_names import run_group
@@ -117,7 +118,10 @@ def multirun(working_dir: Path, overrides: list[str]) -> Path:
 def test_multirun_lands_under_logs_multirun_of_the_working_directory(tmp_path, tiny_bert, glue_dir):
     sweep = multirun(tmp_path, ["seed=1,2", *tiny_sweep_overrides(tiny_bert, glue_dir)])
     assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-\d{6}", sweep.name)
-    assert sorted(path.name for path in sweep.iterdir()) == [LOCK_FILE, "0", "1", "multirun.yaml"]
+    # beside the jobs: the lock, Hydra's record and epoch 0's measures the two seeds share
+    assert sorted(path.name for path in sweep.iterdir()) == sorted(
+        [LOCK_FILE, SHARED_FOLDER, "0", "1", "multirun.yaml"]
+    )
     for job_number, seed in ((0, 1), (1, 2)):
         results = json.loads((sweep / str(job_number) / "results.json").read_text())
         assert (results["status"], results["seed"]) == ("completed", seed)
