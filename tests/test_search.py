@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -1435,3 +1436,14 @@ def test_a_search_typed_again_from_other_code_is_refused_before_any_job(
         ran = _sweep_search(tmp_path, mixed, monkeypatch)
     assert "allow_mixed_environment=true: continuing with both" in caplog.text
     assert [search.folder for search in ran] == [folder]
+
+
+def test_too_few_trials_for_importances_leave_that_figure_out_without_a_warning(tmp_path):
+    """Issue 52: with too few trials Optuna warned that it would draw every importance equal,
+    and drew that figure, which says nothing: it is left out and logged, as a figure Optuna
+    cannot draw."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        make_search(tmp_path, FakeLauncher(tmp_path, weight_score), n_trials=1, **SMALL).run()
+    assert (tmp_path / "optimization_history.png").is_file()
+    assert not (tmp_path / "param_importances.png").exists()

@@ -50,6 +50,7 @@ REPORT_FILE = SEARCH_REPORT_FILE
 RESULTS_FILE = "optimization_results.yaml"
 TRIALS_FILE = "trials.csv"
 HISTORY, IMPORTANCES, EXPECTED_BEST = "optimization_history", "param_importances", "expected_best"
+TOO_FEW_FOR_IMPORTANCES = "The number of trials is too small to compute importances"  # Optuna's
 FIGURES = (HISTORY, IMPORTANCES, EXPECTED_BEST)  # each drawn as <name>.png
 IID_SAMPLER = "RandomSampler"  # the one sampler whose trials are i.i.d. draws
 
@@ -452,8 +453,13 @@ def _figures(folder: Path, curve: ExpectedBest, study: Any) -> None:
             with warnings.catch_warnings():
                 # Experimental in Optuna since v2.2, and chosen: not a warning on every search.
                 warnings.filterwarnings("ignore", category=ExperimentalWarning)
+                # Too few trials: Optuna would draw every importance equal, a figure that says
+                # nothing; left out and logged, as a figure it cannot draw.
+                warnings.filterwarnings(
+                    "error", message=TOO_FEW_FOR_IMPORTANCES, category=UserWarning
+                )
                 axes = plot(study)
-        except (ValueError, RuntimeError) as error:
+        except (ValueError, RuntimeError, UserWarning) as error:
             log.info("No %s figure: %s", name, error)
             continue
         figure = axes.figure
