@@ -4,6 +4,7 @@ tmp folders, the task they decide, a tiny run on them, and one message for each 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -21,6 +22,7 @@ from isotune.data.own_data import own_task, read_own_split
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
+from isotune.prediction.run import check_inputs, predict, test_files
 from isotune.study.plan import check_task_offline
 from isotune.training.run import train
 from tests.conftest import compose_config, compose_train_config, tiny_run_overrides
@@ -317,6 +319,24 @@ def test_a_tiny_run_on_own_files_records_their_metrics_baseline_isotropy_and_has
     assert results["best"]["macro_f1"] == pytest.approx(
         f1_score(truth, predicted, average="macro"), abs=1e-6
     )
+
+    # predict.py on best.ckpt predicts the run's own test file as the run did, and with
+    # test_file= a file the run never saw; a file without the run's text column stops before
+    # anything is written.
+    best = run / "checkpoints" / "best.ckpt"
+    predicted_again = tmp_path / "predicted"
+    predicting = [f"ckpt_path={best}", "paths.glue_dir=null", "accelerator=cpu"]
+    summary = predict(compose_config("predict", predicting, predicted_again))
+    assert summary["dev"]["largest_difference"] <= 1e-6
+    assert (predicted_again / "files.tsv").read_text().splitlines() == predictions
+    new_file = sst2_tsv(tmp_path, "new", 48)
+    kept, files = check_inputs(str(best), None, None, tmp_path / "out", test_file=str(new_file))
+    assert [file.spec.files["test"] for file in files] == [str(new_file.resolve())]
+    no_text = write_delimited(tmp_path / "no_text.csv", ["review", "label"], [["fine", 1]], ",")
+    with pytest.raises(IsotuneError, match="sentence"):
+        check_inputs(str(best), None, None, tmp_path / "out", test_file=str(no_text))
+    without_test = dataclasses.replace(kept.task, files={**kept.task.files, "test": None})
+    assert test_files(without_test) == []  # predict.py says so and scores the dev set only
 
     # analyze.py reads the files the checkpoint's task names, without GLUE_DIR.
     analysis = analyze(

@@ -201,6 +201,12 @@ def test_a_checkpoint_of_another_task_than_typed_is_refused(run_folder, glue_dir
         check_inputs(f"{run_folder}/checkpoints/best.ckpt", "mrpc", str(glue_dir), tmp_path)
 
 
+def test_a_test_file_for_a_glue_checkpoint_is_refused_naming_glues(run_folder, glue_dir, tmp_path):
+    best = str(run_folder / "checkpoints" / "best.ckpt")
+    with pytest.raises(IsotuneError, match=r"GLUE_DIR's RTE/test\.tsv\. Fix: drop test_file="):
+        check_inputs(best, None, str(glue_dir), tmp_path / "out", test_file="new.csv")
+
+
 def test_a_missing_test_file_is_refused_naming_it(run_folder, glue_dir, tmp_path):
     partial = tmp_path / "glue"
     shutil.copytree(glue_dir, partial)

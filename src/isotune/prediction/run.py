@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -25,7 +26,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from isotune.atomic_files import write_text
 from isotune.data import GLUEDataModule
-from isotune.data.glue_format import SubmissionFile, submission_files
+from isotune.data.glue_format import SubmissionFile, prediction_files
+from isotune.data.own_data import read_own_split
+from isotune.data.tasks import TaskSpec
 from isotune.data.test_predictions import (
     check_data_file,
     write_prediction_files,
@@ -44,8 +47,20 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     return (and write) ``predictions.json``."""
     output_dir = Path(cfg.paths.output_dir)
     kept, files = check_inputs(
-        cfg.ckpt_path, typed_task(cfg), cfg.paths.glue_dir, output_dir, dev=cfg.dev, test=cfg.test
+        cfg.ckpt_path,
+        typed_task(cfg),
+        cfg.paths.glue_dir,
+        output_dir,
+        dev=cfg.dev,
+        test=cfg.test,
+        test_file=cfg.test_file,
     )
+    if cfg.test and not files:
+        log.info(
+            "Task %s (task=files) had no test file (data.test_file): the dev set only. To "
+            "predict a file: test_file=<path> (CSV, TSV or JSONL with the run's text columns).",
+            kept.task.name,
+        )
     return predict_run(kept, files, output_dir, cfg.paths.glue_dir, cfg.accelerator, dev=cfg.dev)
 
 
@@ -62,18 +77,47 @@ def check_inputs(
     output_dir: Path,
     dev: bool = True,
     test: bool = True,
+    test_file: str | None = None,
 ) -> tuple[KeptModel, list[SubmissionFile]]:
-    """The checkpoint, read and checked, and the submission files to write; one
+    """The checkpoint, read and checked, and the prediction files to write (``test_file``: the
+    file a ``task=files`` run predicts instead of its own ``data.test_file``); one
     :class:`IsotuneError` naming the fix for the first thing that would stop the run."""
     kept = read_kept_model(ckpt_path, task)
     check_outside_run_folder(output_dir, kept.run_folder)
-    files = submission_files(kept.task) if test else []
+    if test_file is not None:
+        kept = dataclasses.replace(kept, task=with_test_file(kept.task, test_file))
+    files = test_files(kept.task) if test else []
     if glue_dir is not None:
         for split in kept.task.eval_splits if dev else ():
             check_data_file(kept.task, split, glue_dir, "the dev set scored")
         for file in files:
             check_data_file(file.spec, file.spec.test_split, glue_dir, f"read for {file.file_name}")
+    for file in files:  # a task=files test file read as it will be: a missing column stops now
+        if file.spec.source == "files" and not file.spec.dataset:
+            read_own_split(file.spec, file.spec.test_split)
     return kept, files
+
+
+def with_test_file(task: TaskSpec, test_file: str) -> TaskSpec:
+    """``task`` (a ``task=files`` run's) predicting ``test_file``: a researcher's new data
+    predicted by a model trained before it existed."""
+    if task.source != "files":
+        raise IsotuneError(
+            f"test_file={test_file}: a file to predict is given to a run of a task=files task, "
+            f"and this checkpoint's task {task.name} is GLUE's, whose test set is GLUE_DIR's "
+            f"{task.glue_dir}/{task.files[task.test_split]}. Fix: drop test_file=, or point "
+            "ckpt_path at the checkpoint of a task=files run."
+        )
+    path = Path(test_file).expanduser().resolve()
+    return dataclasses.replace(task, files={**task.files, task.test_split: str(path)})
+
+
+def test_files(task: TaskSpec) -> list[SubmissionFile]:
+    """The files to predict for ``task``: GLUE's submission files, or a ``task=files`` run's own
+    test file; none for a ``task=files`` run that had no test file (:func:`predict` says so)."""
+    if task.source == "files" and not task.files.get(task.test_split) and not task.dataset:
+        return []
+    return prediction_files(task)
 
 
 def check_outside_run_folder(output_dir: Path, run_folder: Path) -> None:
@@ -172,6 +216,7 @@ class InputsChecked(Callback):
                 Path(str(config.hydra.run.dir)),
                 dev=config.dev,
                 test=config.test,
+                test_file=config.test_file,
             )
         except IsotuneError as error:
             stop(str(error))
