@@ -436,6 +436,28 @@ def test_a_hub_data_set_by_name_reads_its_columns_and_labels(monkeypatch):
     assert ("aps/super_glue", "boolq", "train") in asked
 
 
+def test_a_data_set_folder_is_read_by_datasets_load_dataset_itself(tmp_path, monkeypatch):
+    """The real ``datasets.load_dataset`` on a folder of JSON Lines splits (what it takes in
+    place of a Hub name): the same call, offline, its cache in the test's folder."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    folder = tmp_path / "boolq"
+    folder.mkdir()
+    for split, n in (("train", 6), ("validation", 4)):
+        rows = [{"question": f"q {i}", "passage": f"p {i}", "label": i % 2} for i in range(n)]
+        write_json_lines(folder / f"{split}.jsonl", rows)
+    cfg = compose_train_config(
+        ["task=files", f"data.dataset_name={folder}", "task.text_fields=[question,passage]"]
+    )
+    task = TaskSpec.from_config(own_task(dict(OmegaConf.to_container(cfg.task, resolve=True))))
+    assert (task.labels, task.metrics) == (("0", "1"), ("accuracy", "macro_f1"))
+    examples = read_own_split(task, "validation")
+    assert [(ex["passage"], ex["label"]) for ex in examples] == [
+        (f"p {i}", i % 2) for i in range(4)
+    ]
+    assert (tmp_path / "cache" / "boolq").is_dir()  # nothing written to the user's cache
+
+
 def test_a_hub_data_set_offline_and_not_cached_is_refused_naming_the_fix(tmp_path):
     overrides = ["task=files", "data.dataset_name=aps/super_glue", "data.dataset_config_name=boolq"]
     with pytest.raises(IsotuneError) as raised:
