@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,13 +77,14 @@ class Job:
 
 @dataclass
 class _Trial:
-    """A trial in flight: the Optuna trial, where its jobs run, the seeds it has run, and the
-    round it is in."""
+    """A trial in flight: the Optuna trial, where its jobs run, its jobs' outcomes by seed, the
+    jobs of the round it waits on, and the rest of its life (:meth:`Search._life`)."""
 
     trial: Any
     home: Path  # the search folder its jobs run in
-    round: int = 0
-    outcomes: dict[int, JobOutcome] = field(default_factory=dict)  # by seed index
+    outcomes: dict[int, JobOutcome] = field(default_factory=dict)  # by seed
+    jobs: list[Job] = field(default_factory=list)  # the round it waits on
+    life: Iterator[list[Job]] = field(init=False)  # set once the trial is in flight
 
 
 class Search:
@@ -222,18 +223,20 @@ class Search:
         on at the old path); with a storage shared by several searches, a trial goes on in the
         folder of the search that started it."""
         trial.set_user_attr(OWNER_ATTR, owner(self.folder))
-        live = _Trial(trial, self._home(attrs), round=rounds_reported)
+        live = _Trial(trial, self._home(attrs))
+        reported = {seed for seeds in self._rounds()[:rounds_reported] for seed in seeds}
         for record in attrs.get("jobs", []):
-            index = self.settings.seeds.index(record["seed"])
-            if index < rounds_reported:
-                live.outcomes[index] = JobOutcome.from_record(record)
+            if record["seed"] in reported:
+                live.outcomes[record["seed"]] = JobOutcome.from_record(record)
+        live.life = self._life(live, rounds_reported)
         self.live[trial.number] = live
+        self._next_round(live)
 
     def next_jobs(self) -> list[Job]:
         """The jobs of the next round: those of the trials in flight; once every trial has
         ended, the held-out report's; then none."""
         if self.live:
-            return [job for number in sorted(self.live) for job in self._round_jobs(number)]
+            return [job for number in sorted(self.live) for job in self.live[number].jobs]
         if self.trials_spent < self.settings.n_trials or self.report_asked:
             return []
         self.report_asked = True
@@ -248,64 +251,63 @@ class Search:
                 self.report_asked = False
             return
         for job, outcome in ran:
-            self.live[job.trial].outcomes[self.settings.seeds.index(job.seed)] = outcome
+            self.live[job.trial].outcomes[job.seed] = outcome
         for number in sorted({job.trial for job, _ in ran}):
-            self._end_round(number)
+            live = self.live[number]
+            if all(live.outcomes[job.seed].ended for job in live.jobs):
+                self._next_round(live)  # else it stays as it is: the same command continues it
         self.check_failures()
 
     # ---- the trials ----
-    def _round_seeds(self, live: _Trial) -> list[int]:
-        """The indices of the tuning seeds the trial runs in its current round."""
-        if not self.pruning:
-            return list(range(len(self.settings.seeds)))
-        return [live.round]
+    def _rounds(self) -> list[list[int]]:
+        """The tuning seeds in the rounds a trial runs them: with a pruner one seed a round, so
+        that a trial clearly worse stops before its later seeds; without one, all in one."""
+        seeds = list(self.settings.seeds)
+        return [[seed] for seed in seeds] if self.pruning else [seeds]
 
-    def _round_jobs(self, number: int) -> list[Job]:
-        live = self.live[number]
-        overrides = [*self.space.overrides(live.trial.params), *self.settings.tuning_overrides]
-        return [
-            self._job(overrides, self.settings.seeds[i], f"trial-{number:03d}", number, live.home)
-            for i in self._round_seeds(live)
-        ]
+    def _next_round(self, live: _Trial) -> None:
+        """On with ``live``'s life to the jobs of its next round; a trial whose life has ended
+        (told COMPLETE, PRUNED or FAIL) is in flight no more."""
+        live.jobs = next(live.life, [])
+        if not live.jobs:
+            del self.live[live.trial.number]
 
-    def _end_round(self, number: int) -> None:
-        """Tell Optuna how the trial's round went: FAIL if a job failed, PRUNED if the pruner
-        says so while seeds remain, COMPLETE after its last seed; else on to the next round. A
-        trial with a job that has not ended stays as it is."""
+    def _life(self, live: _Trial, first_round: int) -> Iterator[list[Job]]:
+        """A trial from its round ``first_round`` to its end, top to bottom: each round's jobs
+        are yielded to be run, and their outcomes are in ``live.outcomes`` (by seed) when it
+        goes on. A failed job makes the trial FAIL; each score is reported with its seed's place
+        in the seed list as the step, and while seeds remain the pruner may stop it (PRUNED);
+        after the last seed its value is the median of its scores (COMPLETE)."""
         from optuna.trial import TrialState
 
-        live = self.live[number]
-        trial = live.trial
-        indices = self._round_seeds(live)
-        outcomes = [live.outcomes[i] for i in indices]
-        if not all(outcome.ended for outcome in outcomes):
-            return
-        ran = [live.outcomes[i] for i in sorted(live.outcomes)]
-        trial.set_user_attr("jobs", [outcome.as_record() for outcome in ran])
-        failed = [outcome for outcome in outcomes if not outcome.completed]
-        if failed:
-            trial.set_user_attr("reason", failure_reason(failed[0]))
-            self.study.tell(trial, state=TrialState.FAIL)
-            log.warning(f"Trial {number} FAILED: {failure_reason(failed[0])}")
-            del self.live[number]
-            return
-        last = len(self.settings.seeds) - 1
-        for i, outcome in zip(indices, outcomes, strict=True):
-            trial.report(outcome.score, step=i)
-        # Only while seeds remain: after the last one pruning saves no run, and a PRUNED trial
-        # has no value, so the expected best would leave out the worst trials.
-        if self.pruning and indices[-1] < last and trial.should_prune():
-            self.study.tell(trial, state=TrialState.PRUNED)
-            log.info(f"Trial {number} PRUNED after seed {self.settings.seeds[indices[-1]]}")
-            del self.live[number]
-            return
-        if indices[-1] < last:
-            live.round += 1
-            return
-        value = trial_value(ran)
+        trial, number = live.trial, live.trial.number
+        seeds = list(self.settings.seeds)
+        rounds = self._rounds()
+        overrides = [*self.space.overrides(trial.params), *self.settings.tuning_overrides]
+        for at, round_seeds in enumerate(rounds[first_round:], start=first_round):
+            yield [
+                self._job(overrides, seed, f"trial-{number:03d}", number, live.home)
+                for seed in round_seeds
+            ]
+            ran = [live.outcomes[seed] for seed in seeds if seed in live.outcomes]
+            trial.set_user_attr("jobs", [outcome.as_record() for outcome in ran])
+            failed = [o for o in map(live.outcomes.get, round_seeds) if not o.completed]
+            if failed:
+                trial.set_user_attr("reason", failure_reason(failed[0]))
+                self.study.tell(trial, state=TrialState.FAIL)
+                log.warning(f"Trial {number} FAILED: {failure_reason(failed[0])}")
+                return
+            for seed in round_seeds:
+                trial.report(live.outcomes[seed].score, step=seeds.index(seed))
+            # Only while seeds remain: after the last one pruning saves no run, and a PRUNED
+            # trial has no value, so the expected best would leave out the worst trials.
+            if at < len(rounds) - 1 and trial.should_prune():
+                self.study.tell(trial, state=TrialState.PRUNED)
+                log.info(f"Trial {number} PRUNED after seed {round_seeds[-1]}")
+                return
+        value = trial_value([live.outcomes[seed] for seed in seeds])
         self.study.tell(trial, value)
         log.info(f"Trial {number}: {self.space.values(trial.params)} -> {value:.4f}")
-        del self.live[number]
 
     def check_failures(self) -> None:
         """The one failure rule: the search stops once more trials FAILED than
