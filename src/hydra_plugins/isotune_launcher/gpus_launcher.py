@@ -17,6 +17,7 @@ it ended and exits with the shell's status for the signal: that is one "stopped"
 status its results.json holds, not a crash. Workers are reused, so a job must release what it opened
 (e.g. ``wandb.finish()``)."""
 
+import gc
 import logging
 import multiprocessing
 import os
@@ -375,6 +376,11 @@ def _serve_jobs(
     try:
         while (job := conn.recv()) is not None:
             conn.send_bytes(_portable(_execute_job(context, *job)))
+            # A job's trainer, model and data hold one another in reference cycles, which only
+            # the collector frees: collected now, before the next job allocates, they are not
+            # still held beside it (without it a worker's resident memory grew 15% over 12 tiny
+            # jobs, with it 2%: docs/performance.md).
+            gc.collect()
     except EOFError:  # the launcher is gone
         return
 
