@@ -207,6 +207,23 @@ def test_a_test_file_for_a_glue_checkpoint_is_refused_naming_glues(run_folder, g
         check_inputs(best, None, str(glue_dir), tmp_path / "out", test_file="new.csv")
 
 
+def test_a_dev_file_changed_since_the_run_is_refused_naming_both_hashes(
+    run_folder, glue_dir, tmp_path
+):
+    changed = tmp_path / "glue"
+    shutil.copytree(glue_dir, changed)
+    dev = changed / "RTE" / "dev.tsv"
+    then = file_sha256(dev)
+    dev.write_text(dev.read_text().replace("\tentailment\n", "\tnot_entailment\n", 1))
+    best = f"{run_folder}/checkpoints/best.ckpt"
+    with pytest.raises(IsotuneError) as raised:
+        check_inputs(best, None, str(changed), tmp_path / "out")
+    message = str(raised.value)
+    assert f"{dev} (the validation split) changed since the run of" in message
+    assert then in message and file_sha256(dev) in message and "dev=false" in message
+    check_inputs(best, None, str(changed), tmp_path / "out", dev=False)  # the test set only
+
+
 def test_a_missing_test_file_is_refused_naming_it(run_folder, glue_dir, tmp_path):
     partial = tmp_path / "glue"
     shutil.copytree(glue_dir, partial)

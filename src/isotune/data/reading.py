@@ -108,29 +108,40 @@ def split_file(task: TaskSpec, split: str, glue_dir: str | Path | None) -> Path 
     return Path(glue_dir).expanduser() / task.glue_dir / task.files[split]
 
 
-def check_data_unchanged(
-    recorded: Mapping[str, Mapping[str, str]],
-    task: TaskSpec,
-    glue_dir: str | Path | None,
-    ckpt: Path,
-) -> None:
-    """Refuse to continue from the checkpoint ``ckpt`` when a split file it was trained on (its
-    provenance's ``data``: ``{split: {"file", "sha256"}}``) reads otherwise now: the continued
-    run would have learned from two data sets under one name. Splits read from the Hub, or not
-    recorded, are not compared."""
+def changed_splits(
+    recorded: Mapping[str, Mapping[str, str]], task: TaskSpec, glue_dir: str | Path | None
+) -> list[tuple[str, Path, str, str]]:
+    """The split files of ``task`` that read otherwise now than a run recorded them (its
+    provenance's ``data``: ``{split: {"file", "sha256"}}``): ``(split, path, sha256 then, sha256
+    now)`` each. Splits read from the Hub, not recorded, or absent now are not compared."""
+    changed = []
     for split, identity in recorded.items():
         path = split_file(task, split, glue_dir) if split in task.files else None
         if path is None or "sha256" not in identity or not path.is_file():
             continue
         now = file_sha256(path)
         if now != identity["sha256"]:
-            raise IsotuneError(
-                f"{path} (the {split} split) changed since the run of {ckpt} read it: its "
-                f"sha256 was {identity['sha256']}, it is {now} now. Continuing would train one "
-                "run on two data sets. Fix: restore the file as that run read it, or train "
-                "afresh on the new file in a new folder (without ckpt_path; in the run's own "
-                "folder, resume=never)."
-            )
+            changed.append((split, path, identity["sha256"], now))
+    return changed
+
+
+def check_data_unchanged(
+    recorded: Mapping[str, Mapping[str, str]],
+    task: TaskSpec,
+    glue_dir: str | Path | None,
+    ckpt: Path,
+) -> None:
+    """Refuse to continue from the checkpoint ``ckpt`` when a split file it was trained on
+    (``recorded``: see :func:`changed_splits`) reads otherwise now: the continued run would have
+    learned from two data sets under one name."""
+    for split, path, then, now in changed_splits(recorded, task, glue_dir)[:1]:
+        raise IsotuneError(
+            f"{path} (the {split} split) changed since the run of {ckpt} read it: its "
+            f"sha256 was {then}, it is {now} now. Continuing would train one "
+            "run on two data sets. Fix: restore the file as that run read it, or train "
+            "afresh on the new file in a new folder (without ckpt_path; in the run's own "
+            "folder, resume=never)."
+        )
 
 
 def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[Example]:

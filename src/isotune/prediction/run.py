@@ -28,6 +28,7 @@ from isotune.atomic_files import write_text
 from isotune.data import GLUEDataModule
 from isotune.data.glue_format import SubmissionFile, prediction_files
 from isotune.data.own_data import read_own_split
+from isotune.data.reading import changed_splits
 from isotune.data.tasks import TaskSpec
 from isotune.data.test_predictions import (
     check_data_file,
@@ -36,6 +37,7 @@ from isotune.data.test_predictions import (
 from isotune.errors import IsotuneError
 from isotune.model.encoders import load_tokenizer
 from isotune.prediction.kept_model import KeptModel, read_kept_model
+from isotune.record.resume import PROVENANCE_KEY
 from isotune.training.hydra_callbacks import stop
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,8 @@ def check_inputs(
     if test_file is not None:
         kept = dataclasses.replace(kept, task=with_test_file(kept.task, test_file))
     files = test_files(kept.task) if test else []
+    if dev:
+        check_dev_unchanged(kept, glue_dir)
     if glue_dir is not None:
         for split in kept.task.eval_splits if dev else ():
             check_data_file(kept.task, split, glue_dir, "the dev set scored")
@@ -96,6 +100,20 @@ def check_inputs(
         if file.spec.source == "files" and not file.spec.dataset:
             read_own_split(file.spec, file.spec.test_split)
     return kept, files
+
+
+def check_dev_unchanged(kept: KeptModel, glue_dir: str | None) -> None:
+    """Refuse to score a dev file that reads otherwise than when the run scored it: its scores
+    would be set beside the run's recorded ones as the same model's on the same data."""
+    recorded = (kept.checkpoint.get(PROVENANCE_KEY) or {}).get("data") or {}
+    for split, path, then, now in changed_splits(recorded, kept.task, glue_dir):
+        if split in kept.task.eval_splits:
+            raise IsotuneError(
+                f"{path} (the {split} split) changed since the run of {kept.file} scored it: "
+                f"its sha256 was {then}, it is {now} now, so its dev scores would not be the "
+                "run's. Fix: restore the file as the run read it, or dev=false to predict the "
+                "test set only."
+            )
 
 
 def with_test_file(task: TaskSpec, test_file: str) -> TaskSpec:
