@@ -129,8 +129,10 @@ def test_a_task_of_your_own_data_is_skipped_with_a_line_saying_why(tmp_path, tin
     own = tmp_path / "own"
     write_multirun(own, ["task=files", "seed=1"])
     write_run(own / "0", ["task=files", "seed=1"], completed("bert", "none", "files", 1, 0.9))
-    with pytest.raises(IsotuneError, match="holds no GLUE task to submit: task files is your own"):
+    with pytest.raises(IsotuneError) as raised:
         write_submission(own, tmp_path / "out2", str(glue_dir))
+    assert "holds no GLUE task to submit: task files is your own" in str(raised.value)
+    assert "predict.py ckpt_path=<run>/checkpoints/best.ckpt test_file=<file>" in str(raised.value)
     assert not (tmp_path / "out2").exists()
 
 

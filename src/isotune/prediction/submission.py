@@ -228,7 +228,8 @@ def _why_skipped(task: str) -> str:
     return (
         f"task {task} is your own data (task=files), which GLUE's server does not score; its "
         f"run writes its test predictions (predictions/{task}.tsv) with "
-        "write_test_predictions=true and data.test_file=..."
+        "write_test_predictions=true and data.test_file=..., and python predict.py "
+        "ckpt_path=<run>/checkpoints/best.ckpt test_file=<file> predicts any file later"
     )
 
 
