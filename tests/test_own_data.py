@@ -22,7 +22,7 @@ from isotune.data.own_data import own_task, read_own_split
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
-from isotune.prediction.run import check_inputs, predict, test_files
+from isotune.prediction.run import check_inputs, files_to_predict, predict
 from isotune.study.plan import check_task_offline
 from isotune.training.run import train
 from tests.conftest import compose_config, compose_train_config, tiny_run_overrides
@@ -336,7 +336,7 @@ def test_a_tiny_run_on_own_files_records_their_metrics_baseline_isotropy_and_has
     with pytest.raises(IsotuneError, match="sentence"):
         check_inputs(str(best), None, None, tmp_path / "out", test_file=str(no_text))
     without_test = dataclasses.replace(kept.task, files={**kept.task.files, "test": None})
-    assert test_files(without_test) == []  # predict.py says so and scores the dev set only
+    assert files_to_predict(without_test) == []  # predict.py says so and scores the dev set only
 
     # analyze.py reads the files the checkpoint's task names, without GLUE_DIR.
     analysis = analyze(

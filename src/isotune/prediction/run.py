@@ -88,7 +88,7 @@ def check_inputs(
     check_outside_run_folder(output_dir, kept.run_folder)
     if test_file is not None:
         kept = dataclasses.replace(kept, task=with_test_file(kept.task, test_file))
-    files = test_files(kept.task) if test else []
+    files = files_to_predict(kept.task) if test else []
     if dev:
         check_dev_unchanged(kept, glue_dir)
     if glue_dir is not None:
@@ -130,7 +130,7 @@ def with_test_file(task: TaskSpec, test_file: str) -> TaskSpec:
     return dataclasses.replace(task, files={**task.files, task.test_split: str(path)})
 
 
-def test_files(task: TaskSpec) -> list[SubmissionFile]:
+def files_to_predict(task: TaskSpec) -> list[SubmissionFile]:
     """The files to predict for ``task``: GLUE's submission files, or a ``task=files`` run's own
     test file; none for a ``task=files`` run that had no test file (:func:`predict` says so)."""
     if task.source == "files" and not task.files.get(task.test_split) and not task.dataset:
