@@ -24,8 +24,9 @@ from isotune.data.tasks import TaskSpec
 from isotune.data.test_predictions import SIDECAR_SUFFIX
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
+from isotune.prediction import run as prediction_run
 from isotune.prediction.kept_model import read_kept_model
-from isotune.prediction.run import check_inputs, predict, predict_run
+from isotune.prediction.run import InputsChecked, check_inputs, predict, predict_run
 from isotune.record.checkpoints import model_only
 from isotune.training.run import train
 from tests.conftest import ROOT, compose_config, compose_train_config, tiny_run_overrides
@@ -95,6 +96,25 @@ def test_a_kept_model_scores_the_dev_set_as_its_run_recorded_and_predicts_the_te
     assert sidecar["commit"] == results["attempts"][-1]["provenance"]["code"]["commit"]
     assert sidecar["test_data"]["sha256"] == file_sha256(glue_dir / "RTE" / "test.tsv")
     assert not list(out.glob("*.tmp*"))  # written whole
+
+
+def test_inputs_checked_before_the_folder_is_made_are_read_once(
+    run_folder, glue_dir, tmp_path, monkeypatch
+):
+    reads, hashes = [], []
+    read, changed = prediction_run.read_kept_model, prediction_run.changed_splits
+    monkeypatch.setattr(prediction_run, "read_kept_model", lambda *a: reads.append(a) or read(*a))
+    monkeypatch.setattr(
+        prediction_run, "changed_splits", lambda *a: hashes.append(a) or changed(*a)
+    )
+    best = f"ckpt_path={run_folder}/checkpoints/best.ckpt"
+    cfg = predict_config(tmp_path, best, f"hydra.run.dir={tmp_path / 'out'}", glue_dir=glue_dir)
+    InputsChecked().on_run_start(config=cfg)  # as predict.py's Hydra callback, before the folder
+    summary = predict(cfg)
+    assert (len(reads), len(hashes)) == (1, 1)
+    assert summary["dev"]["largest_difference"] <= TOLERANCE
+    predict(cfg)  # called again: checked again, not handed what the first call was
+    assert (len(reads), len(hashes)) == (2, 2)
 
 
 def test_a_run_folder_moved_elsewhere_predicts_the_same_and_is_left_as_it_was(

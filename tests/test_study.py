@@ -1118,7 +1118,7 @@ def test_a_study_keeping_its_report_models_asks_it_of_its_report_runs_only(
     }
     assert {keep for folder, keep in kept.items() if "/report/" not in folder} == {None}
     assert "the report runs keep their best model (checkpoint.keep=slim" in caplog.text
-    assert "The sweep's 6 jobs need about" in caplog.text
-    assert "(checkpoint.keep=none,slim," in caplog.text
+    assert "for its 6 jobs; checkpoint.keep=" in caplog.text
+    assert "; checkpoint.keep=none,slim," in caplog.text
     runs = pd.read_csv(tmp_path / "study" / "isotropy_minilm" / RUNS_FILE)
     assert len(runs[runs["phase"] == "report"]) == 4  # one configuration per arm, kept or not

@@ -3,12 +3,17 @@ where its file system cannot hold it, unless overridden), and the disk its folde
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from isotune.errors import IsotuneError
+from isotune.model.encoders import parameter_count
+from isotune.record.results import RESULTS_FILE
 from isotune.sweeps.footprint import RECORDS, RunFootprint, disk_used, readable, sweep_footprint
+from isotune.sweeps.runs import Run
 from isotune.sweeps.summary import summarize_sweep
-from isotune.training.sweep_space import check_sweep_fits, jobs_at_once
+from isotune.training.sweep_space import check_sweep_fits, completed_runs, jobs_at_once
 from tests.conftest import compose_train_config
 from tests.helpers.cli import run_cli, tiny_cli_overrides
 from tests.helpers.disks import small_disk
@@ -48,7 +53,7 @@ def test_a_sweep_that_does_not_fit_can_be_started_knowingly(tmp_path):
     with pytest.raises(IsotuneError) as refused:  # 10,000 MiniLM runs kept whole: 5.5 TB
         check_sweep_fits(tmp_path, [job] * 10_000, at_once=1)
     message = str(refused.value)
-    assert "10000 jobs with checkpoint.keep=full" in message
+    assert "10000 jobs with checkpoint.keep=full" in message  # a sweep typed afresh
     assert "check_free_space=false" in message
     knowingly = compose_train_config(["checkpoint.keep=full", "check_free_space=false"])
     check_sweep_fits(tmp_path, [knowingly] * 10_000, at_once=1)  # not refused
@@ -82,3 +87,36 @@ def test_the_sweep_summary_states_the_disk_its_folder_uses(tmp_path):
     used = disk_used(tmp_path)
     assert 300_000 <= used < 400_000
     assert f"The sweep folder uses {readable(used)} of disk." in summarize_sweep(tmp_path).text
+
+
+@pytest.mark.slow  # four tiny jobs, as two sweeps
+def test_a_sweep_typed_again_is_sized_by_the_jobs_it_has_left(tmp_path, tiny_bert, glue_dir):
+    with small_disk(tmp_path / "disk", size="64m") as disk:
+        sweep = disk / "sweep"
+        command = ["-m", *tiny_cli_overrides(tiny_bert, glue_dir), "seed=1,2,3"]
+        command.append(f"hydra.sweep.dir={sweep}")
+        first = run_cli(*command)
+        assert first.returncode == 0, first.stdout + first.stderr
+        shutil.rmtree(sweep / "2")  # as if its job were preempted before it started
+        keep = compose_train_config([]).checkpoint.keep
+        run = RunFootprint.of(parameter_count(str(tiny_bert)), "full", keep)
+        one, three = sweep_footprint([run], 1), sweep_footprint([run] * 3, 1)
+        room = (one + three) // 2  # one job's estimate fits, the three jobs' does not
+        filler = disk / "filler"
+        filler.write_bytes(b"\1" * (shutil.disk_usage(disk).free - room))
+        again = run_cli(*command)
+        output = again.stdout + again.stderr
+        assert again.returncode == 0, output
+        assert "This sweep needs about" not in output
+        assert "for its 1 job left (2 completed before); checkpoint.keep=" in output
+        assert [Run.read(sweep / job / RESULTS_FILE).completed for job in "012"] == [True] * 3
+
+
+def test_completed_runs_counts_the_runs_that_completed(tmp_path):
+    assert completed_runs(tmp_path / "absent") == 0
+    for job, seed in enumerate((1, 2)):
+        write_run(
+            tmp_path / str(job), [f"seed={seed}"], completed("minilm", "none", "rte", seed, 0.6)
+        )
+    write_run(tmp_path / "2", ["seed=3"], {"status": "failed", "error": "NaN loss"})
+    assert completed_runs(tmp_path) == 2

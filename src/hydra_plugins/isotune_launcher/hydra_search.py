@@ -234,12 +234,17 @@ def check_search_fits(
     (:func:`isotune.training.sweep_space.check_sweep_fits`): its whole budget (every trial on
     every tuning seed, then the report's runs), each job sized as the baseline's run
     (``baseline_job``, as :func:`dry_run_search` composed it), since the searched values are not
-    known before they are asked."""
-    from isotune.training.sweep_space import check_sweep_fits, jobs_at_once  # imports torch
+    known before they are asked; a search continued, by the runs it has left."""
+    from isotune.training.sweep_space import (  # imports torch
+        check_sweep_fits,
+        completed_runs,
+        jobs_at_once,
+    )
 
     count = settings.n_trials * len(settings.seeds) + 2 * len(settings.report_seeds)
+    done = min(completed_runs(folder), count)
     at_once = jobs_at_once(config.hydra.launcher, trials_at_once * len(settings.seeds))
-    check_sweep_fits(folder, [baseline_job] * count, at_once)
+    check_sweep_fits(folder, [baseline_job] * (count - done), at_once, done)
 
 
 def check_tuning_split(

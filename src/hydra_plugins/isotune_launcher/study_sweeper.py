@@ -224,8 +224,13 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
     ) -> None:
         """Refuse a study that cannot fit on its disk, before any job: every run of every
         search, each sized as the baseline arm's run on its task (a report run with the model
-        it keeps, ``keep_report_models``)."""
-        from isotune.training.sweep_space import check_sweep_fits, jobs_at_once  # imports torch
+        it keeps, ``keep_report_models``); a study continued is sized by the runs each task has
+        left, the tuning runs counted done first (a report run keeps as much or more)."""
+        from isotune.training.sweep_space import (  # imports torch
+            check_sweep_fits,
+            completed_runs,
+            jobs_at_once,
+        )
 
         assert self.config is not None
         tuning = len(plan.arms) * plan.n_trials * len(plan.seeds)
@@ -234,12 +239,14 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
         at_once = jobs_at_once(
             self.config.hydra.launcher, self.settings["n_jobs"] * len(plan.seeds)
         )
-        sized = []
+        sized, completed = [], 0
         for task in plan.tasks:
             job = jobs[task, plan.baseline]
             report = OmegaConf.merge(job, OmegaConf.from_dotlist(list(kept)))
-            sized += [job] * tuning + [report] * reports
-        check_sweep_fits(folder, sized, at_once)
+            done = completed_runs(folder / task)
+            sized += ([job] * tuning + [report] * reports)[done:]
+            completed += done
+        check_sweep_fits(folder, sized, at_once, completed)
 
 
 def _report_overrides(keep: str, settings: dict[str, Any]) -> tuple[str, ...]:

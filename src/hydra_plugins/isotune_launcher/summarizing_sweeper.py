@@ -46,6 +46,7 @@ from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.errors import IsotuneError
 from isotune.record.results import RESULTS_FILE
 from isotune.record.resume import check_links_stay_inside, record_refusal
+from isotune.sweeps.runs import Run
 from isotune.sweeps.slurm_jobs import check_no_live_jobs
 from isotune.sweeps.summary import summarize_sweep
 
@@ -104,10 +105,7 @@ class _KeepingLauncher:
         config = self.composed.pop((number, tuple(overrides)), None)
         if config is None:  # not composed before (a job the sweeper numbered otherwise)
             config = self.config_loader.load_sweep_config(self.config, overrides)
-        with open_dict(config):  # as the launchers number a job
-            config.hydra.job.id = number
-            config.hydra.job.num = number
-        folder = _job_folder(config)
+        folder = _job_folder(config, number)
         try:
             check_links_stay_inside(folder, "hydra.sweep.dir")
         except IsotuneError as error:
@@ -122,9 +120,15 @@ class _KeepingLauncher:
         return None
 
 
-def _job_folder(config: DictConfig) -> str:
-    """The folder Hydra's ``run_job`` makes for a job of the sweep (``hydra.sweep.dir`` /
-    ``hydra.sweep.subdir``, resolved as the job sees them), also set as its runtime.output_dir."""
+def _job_folder(config: DictConfig, number: int) -> str:
+    """The folder Hydra's ``run_job`` makes for job ``number`` of the sweep (``hydra.sweep.dir``
+    / ``hydra.sweep.subdir``, resolved as the job sees them), also set as its
+    runtime.output_dir."""
+    # As the launchers number a job; read_write: an earlier call left the hydra node read-only
+    # (HydraConfig.set_config makes it so).
+    with read_write(config.hydra.job), open_dict(config.hydra.job):
+        config.hydra.job.id = number
+        config.hydra.job.num = number
     sweeper_config = HydraConfig.instance().cfg
     HydraConfig.instance().set_config(config)  # ${hydra:...} resolves as in the job
     try:
@@ -153,9 +157,14 @@ class SummarizingSweeper(BasicSweeper):
         with stops_with_a_summary(sweep_dir, self.launcher.launcher):
             check_no_live_jobs(sweep_dir, "Typing the sweep again")
             self.launcher.composed = self._job_configs(arguments)
-            jobs = list(self.launcher.composed.values())
-            fits_at_once = jobs_at_once(self.config.hydra.launcher, len(jobs))
-            check_sweep_fits(sweep_dir, jobs, fits_at_once)
+            left = [
+                config
+                for (number, _), config in self.launcher.composed.items()
+                if not _completed(_job_folder(config, number))
+            ]
+            fits_at_once = jobs_at_once(self.config.hydra.launcher, len(left))
+            completed = len(self.launcher.composed) - len(left)
+            check_sweep_fits(sweep_dir, left, fits_at_once, completed)
             super().sweep(arguments)
         returns = [job for batch in self.launcher.returns for job in batch]
         summary = summarize_sweep(sweep_dir)
@@ -181,6 +190,12 @@ class SummarizingSweeper(BasicSweeper):
             (number, job): loader.load_sweep_config(self.config, list(job))
             for number, job in enumerate(jobs)
         }
+
+
+def _completed(folder: str) -> bool:
+    """Whether the job in ``folder`` completed before (a sweep typed again): it runs no more."""
+    results = Path(folder) / RESULTS_FILE
+    return results.is_file() and Run.read(results).completed
 
 
 def _failed_without_record(job: JobReturn) -> bool:

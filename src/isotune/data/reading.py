@@ -134,7 +134,9 @@ def check_data_unchanged(
     """Refuse to continue from the checkpoint ``ckpt`` when a split file it was trained on
     (``recorded``: see :func:`changed_splits`) reads otherwise now: the continued run would have
     learned from two data sets under one name."""
-    for split, path, then, now in changed_splits(recorded, task, glue_dir)[:1]:
+    changed = changed_splits(recorded, task, glue_dir)
+    if changed:
+        split, path, then, now = changed[0]
         raise IsotuneError(
             f"{path} (the {split} split) changed since the run of {ckpt} read it: its "
             f"sha256 was {then}, it is {now} now. Continuing would train one "

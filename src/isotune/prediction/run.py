@@ -48,15 +48,10 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     """Score the dev set and write the test predictions as ``cfg`` (``conf/predict.yaml``) says;
     return (and write) ``predictions.json``."""
     output_dir = Path(cfg.paths.output_dir)
-    kept, files = check_inputs(
-        cfg.ckpt_path,
-        typed_task(cfg),
-        cfg.paths.glue_dir,
-        output_dir,
-        dev=cfg.dev,
-        test=cfg.test,
-        test_file=cfg.test_file,
-    )
+    inputs = inputs_of(cfg, output_dir)
+    checked = _checked_before_start.pop(inputs, None)
+    _checked_before_start.clear()  # a check of other inputs is stale: not held on to
+    kept, files = checked if checked is not None else check_inputs(*inputs)
     if cfg.test and not files:
         log.info(
             "Task %s (task=files) had no test file (data.test_file): the dev set only. To "
@@ -64,6 +59,25 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
             kept.task.name,
         )
     return predict_run(kept, files, output_dir, cfg.paths.glue_dir, cfg.accelerator, dev=cfg.dev)
+
+
+# What :class:`InputsChecked` found before Hydra made the output folder, handed to the run that
+# follows in the same process, which takes it once: the checkpoint is read and the data files
+# hashed once, not twice. Keyed by every input of :func:`check_inputs`.
+_checked_before_start: dict[tuple, tuple[KeptModel, list[SubmissionFile]]] = {}
+
+
+def inputs_of(cfg: DictConfig, output_dir: Path) -> tuple:
+    """The arguments of :func:`check_inputs` for ``cfg`` writing into ``output_dir``."""
+    return (
+        cfg.ckpt_path,
+        typed_task(cfg),
+        cfg.paths.glue_dir,
+        output_dir.resolve(),
+        cfg.dev,
+        cfg.test,
+        cfg.test_file,
+    )
 
 
 def typed_task(cfg: DictConfig) -> str | None:
@@ -106,14 +120,16 @@ def check_dev_unchanged(kept: KeptModel, glue_dir: str | None) -> None:
     """Refuse to score a dev file that reads otherwise than when the run scored it: its scores
     would be set beside the run's recorded ones as the same model's on the same data."""
     recorded = (kept.checkpoint.get(PROVENANCE_KEY) or {}).get("data") or {}
-    for split, path, then, now in changed_splits(recorded, kept.task, glue_dir):
-        if split in kept.task.eval_splits:
-            raise IsotuneError(
-                f"{path} (the {split} split) changed since the run of {kept.file} scored it: "
-                f"its sha256 was {then}, it is {now} now, so its dev scores would not be the "
-                "run's. Fix: restore the file as the run read it, or dev=false to predict the "
-                "test set only."
-            )
+    scored = {split: file for split, file in recorded.items() if split in kept.task.eval_splits}
+    changed = changed_splits(scored, kept.task, glue_dir)
+    if changed:
+        split, path, then, now = changed[0]
+        raise IsotuneError(
+            f"{path} (the {split} split) changed since the run of {kept.file} scored it: "
+            f"its sha256 was {then}, it is {now} now, so its dev scores would not be the "
+            "run's. Fix: restore the file as the run read it, or dev=false to predict the "
+            "test set only."
+        )
 
 
 def with_test_file(task: TaskSpec, test_file: str) -> TaskSpec:
@@ -226,15 +242,8 @@ class InputsChecked(Callback):
     checkpoint, task or data file is one message, and nothing is written anywhere."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        inputs = inputs_of(config, Path(str(config.hydra.run.dir)))
         try:
-            check_inputs(
-                config.ckpt_path,
-                typed_task(config),
-                config.paths.glue_dir,
-                Path(str(config.hydra.run.dir)),
-                dev=config.dev,
-                test=config.test,
-                test_file=config.test_file,
-            )
+            _checked_before_start[inputs] = check_inputs(*inputs)
         except IsotuneError as error:
             stop(str(error))

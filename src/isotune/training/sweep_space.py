@@ -5,7 +5,9 @@ disk fail, and a 160-run study of BERT-base with whole checkpoints needs about 4
 first job, the sweep's expected size (:mod:`isotune.sweeps.footprint`: each job's model and
 ``checkpoint.keep``, the jobs running at once at their peak) is compared with the free space of the
 file system the sweep folder is on; a sweep that cannot fit stops with one message naming the
-numbers and the ways out, unless ``check_free_space=false`` says to start it anyway.
+numbers and the ways out, unless ``check_free_space=false`` says to start it anyway. A sweep or
+study typed again (after a time limit, a preemption, a failed job) is sized by the jobs it has left:
+its completed runs take their disk already, counted in the free space, and run no more.
 """
 
 from __future__ import annotations
@@ -21,24 +23,32 @@ from omegaconf import DictConfig
 from isotune.errors import IsotuneError
 from isotune.model.encoders import parameter_count
 from isotune.sweeps.footprint import RunFootprint, readable, sweep_footprint
+from isotune.sweeps.runs import load_runs
 from isotune.tracking.reporting import counted
 
 log = logging.getLogger(__name__)
 
 
-def check_sweep_fits(sweep_dir: Path, jobs: Sequence[DictConfig], at_once: int) -> None:
-    """Refuse (:class:`IsotuneError`) a sweep of ``jobs`` (their composed configs) that cannot
-    fit in the free space under ``sweep_dir`` with ``at_once`` of them running; log its size."""
+def check_sweep_fits(
+    sweep_dir: Path, jobs: Sequence[DictConfig], at_once: int, completed: int = 0
+) -> None:
+    """Refuse (:class:`IsotuneError`) a sweep of ``jobs`` (the composed configs of the jobs it
+    has left to run; ``completed``: how many of its jobs completed before, in a sweep typed again)
+    that cannot fit in the free space under ``sweep_dir`` with ``at_once`` of them running; log
+    its size."""
     if not jobs or not jobs[0].get("check_free_space", True):
         return
     at_once = max(1, min(at_once, len(jobs)))
     need = _need(jobs, at_once, keep=None)
     free = shutil.disk_usage(_existing(sweep_dir)).free
     keeps = sorted({str(job.checkpoint.keep) for job in jobs})
+    left = counted(len(jobs), "job")
+    if completed:
+        left += f" left ({completed} completed before)"
     log.info(
-        "The sweep's %d jobs need about %s (checkpoint.keep=%s, %d at once); %s free in %s",
-        len(jobs),
+        "The sweep needs about %s for its %s; checkpoint.keep=%s, %d at once; %s free in %s",
         readable(need),
+        left,
         ",".join(keeps),
         at_once,
         readable(free),
@@ -49,7 +59,7 @@ def check_sweep_fits(sweep_dir: Path, jobs: Sequence[DictConfig], at_once: int) 
     runs = [_footprint(job, None) for job in jobs]
     raise IsotuneError(
         f"This sweep needs about {readable(need)} in {sweep_dir}, but its file system has "
-        f"{readable(free)} free: {counted(len(jobs), 'job')} with "
+        f"{readable(free)} free: {left} with "
         f"checkpoint.keep={','.join(keeps)}, "
         f"up to {readable(max(run.completed for run in runs))} each once completed and "
         f"{readable(max(run.peak for run in runs))} while one runs, {at_once} at once. Ways out: "
@@ -59,6 +69,12 @@ def check_sweep_fits(sweep_dir: Path, jobs: Sequence[DictConfig], at_once: int) 
         "(hydra.launcher.array_parallelism or hydra.launcher.n_jobs), or fewer jobs; or, "
         "knowing the estimate is too high, check_free_space=false."
     )
+
+
+def completed_runs(folder: Path) -> int:
+    """How many runs below ``folder`` completed (each run's results.json): a study or search
+    typed again runs them no more."""
+    return sum(run.completed for run in load_runs(folder)) if folder.is_dir() else 0
 
 
 def _need(jobs: Sequence[DictConfig], at_once: int, keep: str | None) -> int:
