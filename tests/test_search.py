@@ -52,6 +52,7 @@ from hydra_plugins.isotune_launcher.optuna_sweeper import AGAIN, OptunaSweeper
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
+from isotune.model.encoders import parameter_count
 from isotune.search import loop
 from isotune.search.checks import searched_as_typed
 from isotune.search.loop import JobsNotEnded, check_reports_complete, run_batch, run_searches
@@ -61,6 +62,7 @@ from isotune.search.settings import SearchSettings
 from isotune.search.space import parse_space
 from isotune.sweeps import slurm_jobs
 from isotune.sweeps.environment import machine_provenance
+from isotune.sweeps.footprint import RunFootprint, sweep_footprint
 from isotune.sweeps.rerun import plan_reruns
 from isotune.sweeps.slurm_jobs import SlurmJob
 from isotune.sweeps.summary import summarize_sweep
@@ -1131,6 +1133,27 @@ def test_a_search_that_cannot_fit_on_its_disk_is_refused_before_any_job(tmp_path
     assert launch.launches == []
 
 
+def test_a_search_continued_is_sized_by_the_runs_it_has_left(tmp_path, monkeypatch, caplog):
+    """Ten of its 14 runs completed before it stopped: the disk must hold the other four, not
+    all 14 again (their folders take their disk already)."""
+    overrides = ["hparams_search=istar", "checkpoint.keep=full"]
+    launch = FakeLauncher(tmp_path, weight_score)
+    settings = make_search(tmp_path, launch, *overrides[1:], **SMALL, n_trials=4).search.settings
+    for trial in range(10):
+        result = completed("minilm", "none", "rte", 1, 0.6)
+        write_run(tmp_path / f"trial-{trial:03d}" / "seed-1", ["seed=1"], result)
+    cfg = compose_train_config(overrides)
+    baseline_job = compose_train_config([*overrides, *settings.baseline, "seed=11"])
+    run = RunFootprint.of(parameter_count(str(cfg.model.name_or_path)), "full", "full")
+    usage = shutil.disk_usage(tmp_path)
+    room = usage._replace(free=sweep_footprint([run] * 4, 1))  # four runs' room, not 14
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: room)
+    with caplog.at_level(logging.INFO):
+        check_search_fits(cfg, settings, 1, tmp_path, baseline_job)  # not refused
+    assert "for its 4 jobs left (10 completed before)" in caplog.text
+    assert launch.launches == []
+
+
 @pytest.mark.parametrize(
     ("overrides", "settings", "arguments", "named"),
     [
@@ -1228,7 +1251,7 @@ def test_the_sweeper_composes_the_baseline_once_before_any_job(tmp_path, monkeyp
         loader, "load_sweep_config", lambda c, o: composed.append(list(o)) or compose(c, o)
     )
     sized = []
-    monkeypatch.setattr(sweep_space, "check_sweep_fits", lambda f, jobs, n: sized.extend(jobs))
+    monkeypatch.setattr(sweep_space, "check_sweep_fits", lambda f, jobs, *_: sized.extend(jobs))
     monkeypatch.setattr(optuna_sweeper, "run_searches", lambda *_: None)  # no job runs
     monkeypatch.setattr(optuna_sweeper, "check_reports_complete", lambda _: None)
     sweeper, arguments = _search_sweeper(typed, loader)

@@ -482,6 +482,8 @@ def test_a_study_stopped_in_its_middle_continues_to_the_same_report(tmp_path, ti
             if process.poll() is None:
                 process.kill()
     assert again.returncode == 0, again.stderr[-3000:]
+    # sized by the runs it has left: its completed ones take their disk already
+    assert f"left ({len(done_before)} completed before)" in again.stdout + again.stderr
     results = {p: json.loads(p.read_text()) for p in continued.rglob("results.json")}
     assert len(results) == 6 and all(r["status"] == "completed" for r in results.values())
     assert all(results[p] == before[p] for p in done_before)  # no completed run ran again
