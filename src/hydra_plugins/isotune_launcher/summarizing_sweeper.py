@@ -105,7 +105,8 @@ class _KeepingLauncher:
         config = self.composed.pop((number, tuple(overrides)), None)
         if config is None:  # not composed before (a job the sweeper numbered otherwise)
             config = self.config_loader.load_sweep_config(self.config, overrides)
-        folder = _job_folder(config, number)
+            _job_folder(config, number)
+        folder = str(config.hydra.runtime.output_dir)  # set by _job_folder, here or in sweep()
         try:
             check_links_stay_inside(folder, "hydra.sweep.dir")
         except IsotuneError as error:
