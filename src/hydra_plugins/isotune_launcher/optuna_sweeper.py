@@ -22,11 +22,11 @@ from omegaconf import OmegaConf
 from hydra_plugins.isotune_launcher.hydra_search import (
     HydraLaunch,
     KeepsItsLauncher,
+    SearchSweeperConf,
     check_models_available,
     check_search_fits,
     check_tuning_split,
     compose_checked,
-    default_pruner,
     dry_run_search,
     search_settings,
 )
@@ -42,25 +42,14 @@ AGAIN = "Type the same command again to continue the search (docs/search.md)."
 
 
 @dataclass
-class OptunaSweeperConf:
+class OptunaSweeperConf(SearchSweeperConf):
+    """A plain search's settings: every search's (:class:`SearchSweeperConf`), its space, its
+    baseline and where its trials are stored."""
+
     _target_: str = "hydra_plugins.isotune_launcher.optuna_sweeper.OptunaSweeper"
-    _recursive_: bool = False  # the sampler and pruner stay configs: the sampler is made per trial
-    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}])
-    sampler: Any = None  # conf/hydra/sweeper/sampler/ (random: i.i.d.), or any by _target_
-    pruner: Any = field(default_factory=default_pruner)  # over seeds; null: no pruning
-    direction: str = "maximize"  # the best dev primary metric
-    study_name: str | None = None  # null: the search folder's name
     storage: str | None = None  # null: optuna_journal.log in the search folder; or a file or URL
-    n_trials: int = 20
-    n_jobs: int = 1  # trials asked and launched at once
-    max_failure_rate: float = 0.25  # share of n_trials that may FAIL: one more stops the search
     params: dict[str, Any] = field(default_factory=dict)
-    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # tuning seeds
-    report_seeds: list[int] = field(default_factory=lambda: [101, 102, 103, 104, 105])
     baseline: dict[str, Any] | None = None  # overrides; null: the searched keys at config values
-    allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
-    retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
-    tune_on: str = "dev"  # train_split: tuning runs choose on a split of train (data.tuning_split)
 
 
 ConfigStore.instance().store(

@@ -31,10 +31,10 @@ from omegaconf import DictConfig, OmegaConf
 from hydra_plugins.isotune_launcher.hydra_search import (
     HydraLaunch,
     KeepsItsLauncher,
+    SearchSweeperConf,
     check_models_available,
     check_tuning_split,
     compose_checked,
-    default_pruner,
     plain_values,
     seeds_fixed_in,
     settings_of,
@@ -72,30 +72,19 @@ REPORT_MODELS_KEPT = "checkpoint.keep=slim"  # hydra.sweeper.keep_report_models:
 
 
 @dataclass
-class StudySweeperConf:
+class StudySweeperConf(SearchSweeperConf):
+    """A study's settings: every search's (:class:`SearchSweeperConf`), each (task, arm) one
+    search under them, and the arms and tasks."""
+
     _target_: str = "hydra_plugins.isotune_launcher.study_sweeper.StudySweeper"
-    _recursive_: bool = False  # the sampler and pruner stay configs: each search makes its own
-    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}])
     catalog: dict[str, Any] = field(default_factory=dict)  # arm: {overrides, params}
     arms: list[str] = field(default_factory=list)  # chosen from the catalog
     baseline_arm: str = "none"
     lr: str = "tag(log, interval(1e-5, 2e-4))"  # searched by every arm
     tasks: list[str] = field(default_factory=lambda: ["rte"])  # task=... replaces them
-    study_name: str | None = None  # null: the study folder's name
-    n_trials: int = 20  # per (task, arm)
-    n_jobs: int = 1  # trials in flight over all the searches
-    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
-    report_seeds: list[int] = field(default_factory=lambda: [101, 102, 103, 104, 105])
-    direction: str = "maximize"
-    max_failure_rate: float = 0.25  # per search
-    allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
-    retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
-    tune_on: str = "dev"  # train_split: tuning runs choose on a split of train (data.tuning_split)
     # The report runs keep their best model (checkpoint.keep=slim) where the study's runs keep
     # none: `python -m isotune.submission <study folder>` then submits its winners.
     keep_report_models: bool = False
-    sampler: Any = None  # conf/hydra/sweeper/sampler/, as a plain search's
-    pruner: Any = field(default_factory=default_pruner)  # a plain search's: one default
     # A plain search's (an hparams_search= preset sets them): here only to be refused by name,
     # not as a composition error without a fix.
     params: Any = None

@@ -1,0 +1,35 @@
+"""The search's and the study's sweepers share one schema of search settings (issue 63 item 3):
+a setting of every search is declared once, in
+:class:`~hydra_plugins.isotune_launcher.hydra_search.SearchSweeperConf`, and docs/search.md's
+settings table names each one."""
+
+import re
+from dataclasses import fields
+
+from hydra_plugins.isotune_launcher.hydra_search import SearchSweeperConf
+from hydra_plugins.isotune_launcher.optuna_sweeper import OptunaSweeperConf
+from hydra_plugins.isotune_launcher.study_sweeper import StudySweeperConf
+from tests.conftest import ROOT
+
+SHARED = {f.name: f for f in fields(SearchSweeperConf)}
+
+
+def test_both_sweepers_take_every_search_setting_from_the_one_schema_unchanged():
+    for conf in (OptunaSweeperConf, StudySweeperConf):
+        assert issubclass(conf, SearchSweeperConf)
+        own = {f.name: f for f in fields(conf)}
+        for name, shared in SHARED.items():
+            # Redeclared in a sweeper, a setting would be two declarations to keep alike again.
+            assert own[name].default == shared.default, (conf.__name__, name)
+            assert own[name].default_factory == shared.default_factory, (conf.__name__, name)
+            assert name not in vars(conf).get("__annotations__", {}), (conf.__name__, name)
+
+
+def test_docs_settings_table_names_every_shared_search_setting():
+    page = (ROOT / "docs" / "search.md").read_text()
+    table = page.split("## Settings", 1)[1].split("\n\n", 2)[1]
+    named = set(
+        re.findall(r"`(\w+)`", "\n".join(line.split("|")[1] for line in table.splitlines()))
+    )
+    settings = {name for name in SHARED if not name.startswith("_") and name != "defaults"}
+    assert settings <= named, sorted(settings - named)
