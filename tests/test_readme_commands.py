@@ -14,7 +14,8 @@ pages' training commands left in that directory, README's first; a folder of the
 command names (``docs/results/<study>``, the project's records) is copied there first, so that it
 runs as typed at the repository's root and writes into the copy. Multiruns are cut to two jobs,
 searches (``hparams_search=``) to one trial of one tuning seed and one report seed even where the
-command sizes them, studies (``study=``) to that on RTE with the arms ``none`` and ``isobn``;
+command sizes them, studies (``study=``) to that on RTE with the arms ``none`` and ``isobn`` (a
+stated test's arm and seeds cut with them: ``isobn`` on two report seeds);
 ``experiment=`` presets and SLURM commands are composed into their job lists, not run. A command
 written on several pages, or two that come to the same after the cut and the filling (``-m
 task=rte,mrpc,stsb`` and ``-m task=rte,mrpc``), runs once. The runs' code is this checkout's: from a
@@ -79,6 +80,14 @@ SEARCH_SIZE = {
 }
 STUDY = "study="  # arms x tasks of searches (docs/study.md): its folder is logs/study/<study>
 STUDY_SIZE = {**SEARCH_SIZE, "hydra.sweeper.arms": "[none,isobn]", "hydra.sweeper.tasks": "[rte]"}
+# A study's stated test, cut with the study: its arm one of the cut arms, its seeds the cut report
+# seeds (a stated test needs two), its task, level and date as typed.
+STATED = "hydra.sweeper.stated="
+STATED_SIZE = {
+    "hydra.sweeper.report_seeds": "[2,3]",
+    "hydra.sweeper.stated.arm": "isobn",
+    "hydra.sweeper.stated.seeds": "[2,3]",
+}
 ANALYZE_SIZE = {
     "data.dev_examples": "32",
     "data.train_examples": "32",
@@ -324,6 +333,8 @@ class Workdir:
             cut.update(SEARCH_SIZE)
         if any(arg.startswith(STUDY) for arg in args):
             cut.update(STUDY_SIZE)
+        if any(arg.startswith(STATED) for arg in args):
+            cut.update(STATED_SIZE)
         return [*sizes_not_given(sizes, args), *(f"{key}={value}" for key, value in cut.items())]
 
     def copy_from_repository(self, arg: str) -> None:

@@ -10,12 +10,14 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -42,6 +44,7 @@ from isotune.study.comparison import (
     arm_table,
     average_ranks,
     geometry_correlations,
+    stated_answer,
     task_comparisons,
 )
 from isotune.study.plan import check_arm_keys, check_task_offline, plan_study
@@ -56,6 +59,7 @@ from isotune.study.report import (
     write_study_reports,
 )
 from isotune.study.results import ArmOutcome, StudyRun, read_arm, read_study, runs_table
+from isotune.study.stated import stated_test
 from isotune.sweeps import slurm_jobs
 from isotune.sweeps.environment import check_continued_in_one_environment, machine_provenance
 from isotune.sweeps.report import status_markdown
@@ -1124,3 +1128,95 @@ def test_a_study_keeping_its_report_models_asks_it_of_its_report_runs_only(
     assert "; checkpoint.keep=none,slim," in caplog.text
     runs = pd.read_csv(tmp_path / "study" / "isotropy_minilm" / RUNS_FILE)
     assert len(runs[runs["phase"] == "report"]) == 4  # one configuration per arm, kept or not
+
+
+# ---- the stated test (issue 60 item 1) ----
+STATED = {"task": "rte", "arm": "cosreg", "seeds": [103, 104, 105, 106], "stated_at": "2026-12-04"}
+
+
+def _stated(**changes):
+    return stated_test({**STATED, **changes}, ["rte", "mrpc"], ["none", "cosreg"], "none", SEEDS)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"task": "sst2"},
+            "hydra.sweeper.stated.task=sst2 is not a task of this study (rte, mrpc)",
+        ),
+        ({"arm": "isobn"}, "'hydra.sweeper.arms=[none,cosreg,isobn]'"),
+        ({"baseline": "cosreg"}, "compares arm cosreg with itself"),
+        ({"seeds": [105, 106, 107]}, "names 107, not among the study's report seeds"),
+        ({"seeds": [105]}, "must name at least two different seeds"),
+        ({"level": 1.5}, "level=1.5 is not a level between 0 and 1"),
+        ({"stated_at": "2026-12-04T22:55"}, "is not a date (2026-12-04) or a time with its UTC"),
+        ({"stated_at": None}, "does not say its stated_at"),
+        ({"margin": 1}, "hydra.sweeper.stated has no key margin"),
+    ],
+)
+def test_a_stated_test_the_study_cannot_answer_is_refused_naming_the_value_and_fix(
+    changes, message
+):
+    with pytest.raises(IsotuneError, match=re.escape(message)) as refused:
+        _stated(**changes)
+    assert "Fix:" in str(refused.value)
+
+
+def test_the_stated_test_is_answered_on_its_own_seeds_first_and_the_rest_is_exploratory(
+    tmp_path,
+):
+    """The confirmatory run's study report pooled the seeds that made the hypothesis with those
+    that tested it (t p 0.032 where the stated test's was 0.095): the stated seeds alone now."""
+    outcomes = _study()
+    early = StudyRun("rte", "cosreg", "report", None, 104, 0.52, True, "completed", {}, "",
+                     "2026-12-03T23:00:00+00:00")  # fmt: skip
+    outcomes = [
+        replace(o, runs=tuple(early if r.seed == 104 else r for r in o.runs))
+        if (o.task, o.arm) == ("rte", "cosreg")
+        else o
+        for o in outcomes
+    ]
+    text = write_study_report(tmp_path, outcomes, "none", stated=_stated())
+    d = np.array(RTE["cosreg"][2:]) - np.array(RTE["none"][2:])  # seeds 103-106
+    low, high = stats.t.interval(0.95, len(d) - 1, d.mean(), stats.sem(d))
+    assert text.index("## The stated test") < text.index("## rte")
+    assert "report seeds 103-106 (4 pairs), two-sided at level 0.05" in text
+    assert f"mean difference {d.mean():.4f}, 95% t interval [{low:.4f}, {high:.4f}]" in text
+    assert (
+        f"paired t-test p {stats.ttest_rel(RTE['cosreg'][2:], RTE['none'][2:]).pvalue:.4f}" in text
+    )
+    assert "**not told apart from `none`** at level 0.05" in text
+    assert "runs started before the statement: 104 (2026-12-03T23:00:00+00:00)" in text
+    assert "Everything below is exploratory" in text
+    record = yaml.safe_load((tmp_path / RESULTS_FILE).read_text())["stated_test"]
+    assert record["seeds"] == [103, 104, 105, 106] and record["pairs"] == 4
+    assert record["interval"] == pytest.approx([low, high])
+
+
+def test_a_stated_test_waits_for_every_stated_pair_and_takes_its_own_level(tmp_path):
+    outcomes = _study()
+    short = [
+        replace(o, runs=tuple(r for r in o.runs if r.seed != 106)) if o.arm == "none" else o
+        for o in outcomes
+    ]
+    waiting = stated_answer(_stated(seeds=[105, 106]), short)
+    assert waiting.comparison is None and waiting.without_pair == (106,)
+    text = write_study_report(tmp_path, short, "none", stated=_stated(seeds=[105, 106]))
+    assert "1 of 2 stated pairs in (without a pair yet: 106)" in text and "Answer" not in text
+    d = np.array(RTE["cosreg"]) - np.array(RTE["none"])
+    answered = stated_answer(_stated(seeds=SEEDS, level=0.1), outcomes).comparison
+    assert answered.t_interval == pytest.approx(
+        stats.t.interval(0.90, len(d) - 1, d.mean(), stats.sem(d))
+    )
+
+
+def test_a_stated_test_naming_an_arm_the_study_lacks_is_refused_before_any_job(tmp_path, glue_dir):
+    logged = _refused_study(
+        tmp_path,
+        glue_dir,
+        ["'hydra.sweeper.stated={task:rte,arm:whitening,seeds:[101,102],stated_at:\"2026-12-04\"}'"
+         .strip("'"), "hydra.sweeper.arms=[none,isobn]"],
+    )  # fmt: skip
+    assert "hydra.sweeper.stated.arm=whitening is not an arm of this study (none, isobn)" in logged
+    assert not (tmp_path / "study").exists() or not list((tmp_path / "study").rglob("*.json"))

@@ -3,8 +3,11 @@ a setting of every search is declared once, in
 :class:`~hydra_plugins.isotune_launcher.hydra_search.SearchSweeperConf`, and docs/search.md's
 settings table names each one."""
 
+import importlib.util
 import re
 from dataclasses import fields
+
+import pytest
 
 from hydra_plugins.isotune_launcher.hydra_search import SearchSweeperConf
 from hydra_plugins.isotune_launcher.optuna_sweeper import OptunaSweeperConf
@@ -33,3 +36,15 @@ def test_docs_settings_table_names_every_shared_search_setting():
     )
     settings = {name for name in SHARED if not name.startswith("_") and name != "defaults"}
     assert settings <= named, sorted(settings - named)
+
+
+@pytest.mark.parametrize(
+    "module", sorted(p.name for p in (ROOT / "src/hydra_plugins/isotune_launcher").glob("*.py"))
+)
+def test_every_plugin_module_executes_as_hydras_plugin_scan_executes_it(module):
+    """Hydra's scan executes each plugin module without entering it in ``sys.modules``: a
+    dataclass there under ``from __future__ import annotations`` then fails as Python looks for
+    its module (``SearchSweeperConf`` did, and every train.py with it)."""
+    path = ROOT / "src/hydra_plugins/isotune_launcher" / module
+    spec = importlib.util.spec_from_file_location(f"scanned_{path.stem}", path)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))

@@ -3,8 +3,6 @@
 disk check every plain sweep gets. The search itself is :mod:`isotune.search`, without Hydra.
 """
 
-from __future__ import annotations
-
 import copy
 import os
 from collections.abc import Callable, Iterable, Sequence

@@ -60,6 +60,7 @@ from isotune.study.plan import (
 )
 from isotune.study.report import write_study_report
 from isotune.study.results import read_study
+from isotune.study.stated import stated_test
 from isotune.sweeps.environment import check_continued_in_one_environment
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.slurm_jobs import check_no_live_jobs
@@ -85,6 +86,9 @@ class StudySweeperConf(SearchSweeperConf):
     # The report runs keep their best model (checkpoint.keep=slim) where the study's runs keep
     # none: `python -m isotune.submission <study folder>` then submits its winners.
     keep_report_models: bool = False
+    # The one comparison stated before the runs, answered first in the report on its own seeds:
+    # {task, arm, baseline (null: baseline_arm), seeds (among report_seeds), level, stated_at}.
+    stated: Any = None
     # A plain search's (an hparams_search= preset sets them): here only to be refused by name,
     # not as a composition error without a fix.
     params: Any = None
@@ -107,6 +111,8 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             _refuse_unknown_keys(s, config.hydra.runtime.choices.get("hparams_search"))
             tasks, fixed = _tasks_and_fixed(arguments, s["tasks"])
             plan = plan_study(s, tasks)
+            arm_names = [arm.name for arm in plan.arms]
+            stated_test(s["stated"], plan.tasks, arm_names, plan.baseline, plan.report_seeds)
             check_report_seeds_kept(plan, folder)
             settings = [self._search_settings(s, t, arm, fixed, folder) for t, arm in plan.searches]
             composed = self._compose_arms(plan, fixed)
@@ -155,7 +161,9 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             # a study: the report made again from a carried folder is this one.
             study = read_study(folder)
             assert study is not None, f"{folder / SWEEP_FILE} is a study's record"
-            text = write_study_report(folder, study.outcomes, study.baseline, study.maximize)
+            text = write_study_report(
+                folder, study.outcomes, study.baseline, study.maximize, study.stated
+            )
             log.info(f"\n{text}")
             check_reports_complete(searches)
 

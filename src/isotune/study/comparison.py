@@ -1,5 +1,8 @@
-"""The statistics of a study: each arm against the baseline arm on each task, the arms across
-tasks, and the geometry beside the score.
+"""The statistics of a study: its stated test, each arm against the baseline arm on each task,
+the arms across tasks, and the geometry beside the score.
+
+- The stated test (:func:`stated_answer`): the one comparison the study stated before its runs,
+  on its own seeds and at its own level, outside the Holm family of the exploratory comparisons.
 
 - Per task, each arm's held-out runs are compared with the baseline arm's on the same report
   seeds: :func:`isotune.sweeps.statistics.paired_comparison` (mean difference, 95% t interval,
@@ -27,14 +30,18 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from isotune.study.results import GEOMETRY, ArmOutcome
+from isotune.study.stated import StatedTest
 from isotune.sweeps.statistics import (
     Correlation,
+    PairedComparison,
     holm,
     minimum_detectable_difference,
     paired_comparison,
@@ -249,3 +256,62 @@ def _correlation_row(task: str, measure: str, scope: str, correlation: Correlati
         "task": task, "measure": measure, "scope": scope, "n": n, "rho": rho, "p": p,
         "note": note,
     }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StatedAnswer:
+    """The stated test on the study's runs: its comparison on the stated seeds (None until every
+    stated seed has a pair), the stated seeds still without one, and those whose run, of either
+    arm, started before the statement (with the earliest such start)."""
+
+    test: StatedTest
+    comparison: PairedComparison | None
+    without_pair: tuple[int, ...]
+    started_before: tuple[tuple[int, str], ...]
+
+    def as_record(self) -> dict[str, Any]:
+        c = self.comparison
+        return {
+            **self.test.as_record(),
+            "pairs": 0 if c is None else c.n,
+            "without_pair": list(self.without_pair),
+            "started_before": [{"seed": s, "started_at": at} for s, at in self.started_before],
+            "mean_difference": None if c is None else c.mean_difference,
+            "interval": None if c is None or c.t_interval is None else list(c.t_interval),
+            "ttest_p": None if c is None else c.ttest_p,
+            "wilcoxon_p": None if c is None else c.wilcoxon_p,
+            "wilcoxon_n": None if c is None else c.wilcoxon_n,
+        }
+
+
+def stated_answer(test: StatedTest, outcomes: Sequence[ArmOutcome]) -> StatedAnswer:
+    """The stated ``test`` (:mod:`isotune.study.stated`) on the held-out runs of ``outcomes``:
+    the paired comparison of its arm with its baseline on its seeds alone, at its level, given
+    only when every stated seed has a pair (a test on part of its seeds would be a look the
+    statement did not plan)."""
+    by_arm = {o.arm: o for o in outcomes if o.task == test.task}
+    runs = [
+        run
+        for name in (test.baseline, test.arm)
+        if name in by_arm
+        for run in by_arm[name].held_out
+        if run.seed in test.seeds
+    ]
+    early: dict[int, str] = {}
+    for run in runs:
+        if test.started_before(run.started_at):
+            early[run.seed] = min(early.get(run.seed, run.started_at), run.started_at)
+    scores = {
+        name: {s: v for s, v in by_arm[name].held_out_scores().items() if s in test.seeds}
+        if name in by_arm
+        else {}
+        for name in (test.baseline, test.arm)
+    }
+    paired = scores[test.baseline].keys() & scores[test.arm].keys()
+    without = tuple(seed for seed in test.seeds if seed not in paired)
+    comparison = (
+        None
+        if without
+        else paired_comparison(scores[test.baseline], scores[test.arm], confidence=1 - test.level)
+    )
+    return StatedAnswer(test, comparison, without, tuple(sorted(early.items())))

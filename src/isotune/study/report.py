@@ -35,16 +35,19 @@ from isotune.search.expected_best import MIN_TRIALS, expected_best_curve
 from isotune.search.report import data_line
 from isotune.study.comparison import (
     WITHIN_ARMS,
+    StatedAnswer,
     across_tasks,
     arm_table,
     geometry_correlations,
     geometry_points,
+    stated_answer,
     task_comparisons,
 )
 from isotune.study.results import GEOMETRY, ArmOutcome, read_study, runs_table
+from isotune.study.stated import StatedTest
 from isotune.sweeps.runs import Sweep
 from isotune.sweeps.statistics import seed_count_caveat
-from isotune.tracking.reporting import markdown_table
+from isotune.tracking.reporting import counted, markdown_table
 
 REPORT_FILE = "study_report.md"
 RESULTS_FILE = "study_results.yaml"
@@ -56,19 +59,26 @@ MISSING = "n/a"  # a value not there: never `none`, which is the name of the bas
 
 
 def write_study_report(
-    folder: Path, outcomes: Sequence[ArmOutcome], baseline: str, maximize: bool = True
+    folder: Path,
+    outcomes: Sequence[ArmOutcome],
+    baseline: str,
+    maximize: bool = True,
+    stated: StatedTest | None = None,
 ) -> str:
-    """Write the files of the module docstring into ``folder``; the report's text."""
+    """Write the files of the module docstring into ``folder``; the report's text. With a
+    ``stated`` test, the report answers it first and calls the rest exploratory."""
+    answer = stated_answer(stated, outcomes) if stated is not None else None
     arms = arm_table(outcomes, maximize)
     per_task = task_comparisons(outcomes, baseline)
     across = across_tasks(outcomes, baseline, maximize)
     correlations = geometry_correlations(outcomes)
-    text = report_text(outcomes, baseline, maximize, arms, per_task, across, correlations)
+    text = report_text(outcomes, baseline, maximize, arms, per_task, across, correlations, answer)
     write_text(folder / REPORT_FILE, text)
     write_text(folder / RUNS_FILE, runs_table(outcomes).to_csv(index=False))
     record = {
         "baseline_arm": baseline,
         "direction": "maximize" if maximize else "minimize",
+        **({"stated_test": _plain(answer.as_record())} if answer is not None else {}),
         "arms": _records(arms),
         "per_task": _records(per_task),
         "across_tasks": _records(across),
@@ -94,7 +104,7 @@ def write_study_reports(sweeps: Sequence[Sweep], out: Path | None) -> list[Path]
         assert study is not None, f"{sweep.dir} holds a study's record"
         folder = sweep.dir if out is None else out if len(studies) == 1 else out / sweep.dir.name
         folder.mkdir(parents=True, exist_ok=True)
-        write_study_report(folder, study.outcomes, study.baseline, study.maximize)
+        write_study_report(folder, study.outcomes, study.baseline, study.maximize, study.stated)
         paths.append(folder / REPORT_FILE)
     return paths
 
@@ -143,6 +153,7 @@ def report_text(
     per_task: pd.DataFrame,
     across: pd.DataFrame,
     correlations: pd.DataFrame,
+    answer: StatedAnswer | None = None,
 ) -> str:
     tasks = list(dict.fromkeys(o.task for o in outcomes))
     lines = [
@@ -153,6 +164,8 @@ def report_text(
         f"task, compared with the baseline arm `{baseline}` seed by seed. study_runs.csv lists "
         "every run.",
     ]
+    if answer is not None:
+        lines += ["", "## The stated test", "", *_stated_lines(answer)]
     unfinished = [f"{o.task}/{o.arm}" for o in outcomes if not o.finished]
     if unfinished:
         lines += ["", f"Searches without a held-out report yet: {', '.join(unfinished)}."]
@@ -163,6 +176,70 @@ def report_text(
     lines += ["", "## Geometry beside the score", "", *_geometry_lines(arms, correlations)]
     lines += ["", "## Figures", "", *_figure_links(tasks)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _stated_lines(answer: StatedAnswer) -> list[str]:
+    """The stated test's statement and its answer, then the line that makes the rest of the
+    report exploratory."""
+    test, c = answer.test, answer.comparison
+    confidence = f"{1 - test.level:.0%}"
+    lines = [
+        f"Stated at {test.stated_at.isoformat()}, before its runs: on {test.task}, "
+        f"`{test.arm}` minus `{test.baseline}`, the held-out score on report seeds "
+        f"{seed_ranges(test.seeds)} ({counted(len(test.seeds), 'pair')}), two-sided at level "
+        f"{test.level:g}: the paired t-test with its {confidence} t interval, and the exact "
+        "Wilcoxon signed-rank test beside it.",
+        "",
+    ]
+    if c is None:
+        have = len(test.seeds) - len(answer.without_pair)
+        lines.append(
+            f"{have} of {counted(len(test.seeds), 'stated pair')} in (without a pair yet: "
+            f"{seed_ranges(answer.without_pair)}): the stated test is answered once every "
+            "stated seed has its pair, and not before."
+        )
+    else:
+        low, high = c.t_interval or (None, None)
+        verdict = (
+            "no spread, so no t-test"
+            if c.ttest_p is None
+            else f"**different from `{test.baseline}`** at level {test.level:g} (the interval "
+            "excludes 0)"
+            if c.excludes_zero
+            else f"**not told apart from `{test.baseline}`** at level {test.level:g} (the "
+            "interval includes 0)"
+        )
+        lines.append(
+            f"**Answer:** mean difference {_f(c.mean_difference)}, {confidence} t interval "
+            f"{_interval(low, high)}; paired t-test p {_f(c.ttest_p)}, Wilcoxon p "
+            f"{_f(c.wilcoxon_p)} ({counted(c.wilcoxon_n, 'non-zero pair')}): {verdict}."
+        )
+    if answer.started_before:
+        early = ", ".join(f"{seed} ({at})" for seed, at in answer.started_before)
+        lines += [
+            "",
+            f"Stated seeds whose runs started before the statement: {early}. Their results "
+            "could have been seen before it was written: the test counts them as stated, and "
+            "a reader should know.",
+        ]
+    lines += [
+        "",
+        "Everything below is exploratory: every comparison over all the report seeds (the "
+        "stated ones and any others), every other arm and task, and the geometry were not "
+        "stated before the runs.",
+    ]
+    return lines
+
+
+def seed_ranges(seeds: Sequence[int]) -> str:
+    """Seeds as runs of consecutive numbers: ``101-105, 110``."""
+    runs: list[list[int]] = []
+    for seed in sorted(seeds):
+        if runs and seed == runs[-1][-1] + 1:
+            runs[-1].append(seed)
+        else:
+            runs.append([seed])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def _data_lines(task: str, outcomes: Sequence[ArmOutcome]) -> list[str]:

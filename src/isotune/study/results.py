@@ -26,6 +26,7 @@ from isotune.search.outcomes import JobOutcome, read_outcome
 from isotune.search.report import RESULTS_FILE as SEARCH_RESULTS_FILE
 from isotune.search.report import TRIALS_FILE, TrialRow, spent_value
 from isotune.study.plan import TASK_KEY, override_values
+from isotune.study.stated import StatedTest, stated_test
 from isotune.sweeps.runs import JOURNAL_FILE, SWEEP_FILE, Run, Sweep
 from isotune.sweeps.tables import measure_key
 
@@ -47,6 +48,7 @@ class StudyRun:
     status: str
     geometry: Mapping[str, float] = field(default_factory=dict)
     job_dir: str = ""
+    started_at: str | None = None  # its results.json's: when its first attempt started
 
 
 @dataclass(frozen=True)
@@ -81,11 +83,13 @@ class ArmOutcome:
 @dataclass(frozen=True)
 class StudyOutcome:
     """A study's searches as its record (``multirun.yaml``) plans them: each (task, arm)'s
-    outcome, task by task, the baseline arm and whether a higher score is better."""
+    outcome, task by task, the baseline arm, whether a higher score is better, and the test it
+    stated before its runs (None: none)."""
 
     outcomes: tuple[ArmOutcome, ...]
     baseline: str
     maximize: bool
+    stated: StatedTest | None = None
 
 
 def read_study(folder: Path) -> StudyOutcome | None:
@@ -102,9 +106,12 @@ def read_study(folder: Path) -> StudyOutcome | None:
         for task in tasks
         for arm in settings["arms"]
     )
-    return StudyOutcome(
-        outcomes, str(settings["baseline_arm"]), settings["direction"] == "maximize"
-    )
+    baseline = str(settings["baseline_arm"])
+    stated = stated_test(
+        settings.get("stated"), [str(t) for t in tasks], list(settings["arms"]), baseline,
+        report_seeds,
+    )  # fmt: skip
+    return StudyOutcome(outcomes, baseline, settings["direction"] == "maximize", stated)
 
 
 def _typed_tasks(overrides: Sequence[str]) -> list[str]:
@@ -256,9 +263,10 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
     """A held-out run, refused if its overrides do not set the chosen trial's values."""
     seed = int(job_dir.name.removeprefix("seed-"))
     outcome = read_outcome(job_dir, seed)
-    geometry = {}
+    geometry, started_at = {}, None
     if (job_dir / RESULTS_FILE).is_file():
         run = Run.read(job_dir / RESULTS_FILE)
+        started_at = run.result.get("started_at")
         _check_report_overrides(job_dir, run.overrides, best_params)
         best = (run.result.get("isotropy") or {}).get("best") or {}
         for measure in GEOMETRY:
@@ -276,6 +284,7 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
         status=outcome.status,
         geometry=geometry,
         job_dir=str(Path(task, arm, *job_dir.parts[-3:])),  # relative to the study folder
+        started_at=started_at,
     )
 
 

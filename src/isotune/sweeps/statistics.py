@@ -96,14 +96,18 @@ class Correlation(NamedTuple):
 
 
 def paired_comparison(
-    baseline: Mapping[int, float], other: Mapping[int, float], seed: int = 0
+    baseline: Mapping[int, float],
+    other: Mapping[int, float],
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
 ) -> PairedComparison:
     """Compare ``other`` with ``baseline``, both ``{seed: score}``, on the seeds they share.
 
     With the differences d_i = other_i - baseline_i taken at the scores' resolution (see
     ``at_resolution``: float32 noise neither breaks a tie nor hides a zero), n pairs, mean m and
     sample standard deviation s:
-    - Student t interval (Student 1908): m ± t_{0.975, n-1} s / sqrt(n), from n >= 2. When every
+    - Student t interval (Student 1908): m ± t_{(1 + confidence) / 2, n-1} s / sqrt(n) (95% by
+      default; a stated test's at its own level), from n >= 2. When every
       d_i is the same d there is no spread: the interval is the point [d, d] and the t-test is
       undefined (None), both stated in ``note``; when that d is 0 the arm equals its baseline on
       every seed, and both tests give p = 1 (no sign of a difference), so that it counts in
@@ -162,7 +166,7 @@ def paired_comparison(
             f"[{d[0]:g}, {d[0]:g}] and the t-test is undefined."
         )
     else:
-        quantile = float(stats.t.ppf((1 + CONFIDENCE) / 2, n - 1))
+        quantile = float(stats.t.ppf((1 + confidence) / 2, n - 1))
         half_width = quantile * float(d.std(ddof=1)) / math.sqrt(n)
         t_interval = (mean - half_width, mean + half_width)
         ttest_p = float(stats.ttest_1samp(d, 0.0).pvalue)
