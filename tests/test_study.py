@@ -164,14 +164,30 @@ def test_a_task_without_its_files_offline_is_refused_by_name(tmp_path, monkeypat
 
 
 # ---- the statistics, restated ----
-def _outcome(task, arm, scores, tuned=None, trials=(0.5,), geometry=None):
+def _outcome(task, arm, scores, tuned=None, trials=(0.5,), geometry=None, final=None):
+    """An arm's search whose report runs scored ``scores`` at their best epoch and ``final`` at
+    their last (None: the same), with ``geometry`` (IsoScore; its negative the average cosine)
+    at their last epoch."""
+
     def measures(seed):
         return (
             {} if geometry is None else {"isoscore": geometry[seed], "avg_cosine": -geometry[seed]}
         )
 
+    final = final or scores
     runs = tuple(
-        StudyRun(task, arm, "report", None, seed, score, True, "completed", measures(seed))
+        StudyRun(
+            task,
+            arm,
+            "report",
+            None,
+            seed,
+            score,
+            True,
+            "completed",
+            measures(seed),
+            final_score=final[seed],
+        )
         for seed, score in scores.items()
     )
     return ArmOutcome(task, arm, {"optim.lr": 1e-4}, tuned, tuple(trials), runs)
@@ -1220,3 +1236,18 @@ def test_a_stated_test_naming_an_arm_the_study_lacks_is_refused_before_any_job(t
     )  # fmt: skip
     assert "hydra.sweeper.stated.arm=whitening is not an arm of this study (none, isobn)" in logged
     assert not (tmp_path / "study").exists() or not list((tmp_path / "study").rglob("*.json"))
+
+
+def test_the_geometry_is_set_against_the_score_of_its_own_epoch_the_last():
+    """The study read geometry at the best epoch, which the dev score chose (issue 60 item 2):
+    the geometry and the score it is set against are both the last epoch's now, the comparisons
+    keep the best epoch's score."""
+    best = {101: 0.60, 102: 0.61, 103: 0.62, 104: 0.63}
+    final = {101: 0.59, 102: 0.58, 103: 0.57, 104: 0.56}  # falls as IsoScore rises
+    iso = {101: 0.1, 102: 0.2, 103: 0.3, 104: 0.4}
+    outcome = _outcome("rte", "none", best, geometry=iso, final=final)
+    pooled = geometry_correlations([outcome]).set_index(["task", "measure", "scope"])
+    assert pooled.loc[("rte", "isoscore", "pooled"), "rho"] == pytest.approx(-1.0)
+    row = arm_table([outcome]).iloc[0]
+    assert row["final_median"] == pytest.approx(0.575)
+    assert row["held_out_median"] == pytest.approx(0.615)

@@ -19,11 +19,11 @@ the arms across tasks, and the geometry beside the score.
 - Across tasks: the per-task mean differences side by side and their mean, and each arm's
   average rank of its held-out median over the tasks (1: best; ties share the mean of their
   ranks): descriptions, with no test of their own (see :func:`across_tasks`).
-- Geometry: each arm's median IsoScore and average cosine of the classifier input over its
-  held-out runs, per task, and Spearman's rho of each measure against the score over the held-out
-  runs of every arm, per task and over all tasks (each run's measure and score as its difference
-  from its task's median, so that a task's level is no correlation), pooled over the arms and
-  within arms (see :func:`geometry_correlations`).
+- Geometry: each arm's median IsoScore and average cosine of the classifier input and its
+  median score, all at the last epoch of its held-out runs, per task, and Spearman's rho of each
+  measure against that score over the held-out runs of every arm, per task and over all tasks
+  (each run's measure and score as its difference from its task's median, so that a task's level
+  is no correlation), pooled over the arms and within arms (see :func:`geometry_correlations`).
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ def arm_table(outcomes: Sequence[ArmOutcome], maximize: bool = True) -> pd.DataF
                 "optimism": None
                 if median is None or outcome.tuned_value is None
                 else sign * (outcome.tuned_value - median),
+                "final_median": _median([run.final_score for run in outcome.held_out]),
                 **{
                     measure: _median([run.geometry.get(measure) for run in outcome.held_out])
                     for measure in GEOMETRY
@@ -241,12 +242,13 @@ def geometry_correlations(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
 
 
 def geometry_points(outcomes: Iterable[ArmOutcome], measure: str) -> list[tuple[float, float, str]]:
-    """(measure, score, arm) of every held-out run with both."""
+    """(measure, score, arm) of every held-out run with both, each read at the run's last epoch
+    (:class:`~isotune.study.results.StudyRun`): one fixed point, not the epoch the score chose."""
     return [
-        (float(run.geometry[measure]), float(run.score), outcome.arm)
+        (float(run.geometry[measure]), float(run.final_score), outcome.arm)
         for outcome in outcomes
         for run in outcome.held_out
-        if run.score is not None and measure in run.geometry
+        if run.final_score is not None and measure in run.geometry
     ]
 
 

@@ -375,10 +375,13 @@ def _across_lines(tasks: Sequence[str], across: pd.DataFrame, baseline: str) -> 
 
 def _geometry_lines(arms: pd.DataFrame, correlations: pd.DataFrame) -> list[str]:
     rows = [
-        [row["task"], row["arm"], *(_f(row[m]) for m in GEOMETRY), _f(row["held_out_median"])]
+        [row["task"], row["arm"], *(_f(row[m]) for m in GEOMETRY), _f(row["final_median"])]
         for row in arms.to_dict("records")
     ]
-    header = ["task", "arm", "IsoScore (isotropic: 1)", "average cosine (isotropic: 0)", "score"]
+    header = [
+        "task", "arm", "IsoScore (isotropic: 1)", "average cosine (isotropic: 0)",
+        "score at the last epoch",
+    ]  # fmt: skip
     corr_rows = [
         [
             row["task"], row["measure"], row["scope"], row["n"], _f(row["rho"], 2), _f(row["p"]),
@@ -387,11 +390,14 @@ def _geometry_lines(arms: pd.DataFrame, correlations: pd.DataFrame) -> list[str]
         for row in correlations.to_dict("records")
     ]  # fmt: skip
     return [
-        "The classifier input at the best epoch: each arm's median over its held-out runs.",
+        "The classifier input and the score at the last epoch, one fixed point for every run "
+        "(the best epoch, which the dev score chose, would set each score against geometry it "
+        "selected): each arm's median over its held-out runs.",
         "",
         markdown_table(header, rows),
         "",
-        "Spearman's rho of each measure against the score over the held-out runs of every arm "
+        "Spearman's rho of each measure against the score, both at the last epoch, over the "
+        "held-out runs of every arm "
         "(all tasks: each value centred on its task's median). Pooled: over the arms together, "
         "which mixes what sets arms apart with run-to-run variation. Within arms: each value "
         "centred on its (task, arm)'s median and the p from orderings of the scores within each "

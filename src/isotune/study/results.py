@@ -1,5 +1,10 @@
 """What one search of a study gave: its tuned value, every trial's value, and every run, the
-held-out ones with the geometry of their classifier input at the best epoch.
+held-out ones with the geometry of their classifier input and their score at the last epoch.
+
+The geometry is read at one fixed point, the last epoch, beside the score of that same epoch:
+read at the best epoch, which the dev score chose, a run that peaked early would carry its early
+geometry (isotropy falls epoch by epoch as fine-tuning goes on), and the score that chose the
+epoch would be set against geometry it selected.
 
 Read from the search's folder as :mod:`isotune.search.report` leaves it (``trials.csv``,
 ``optimization_results.yaml``, ``report/trial-<n>/seed-<s>/``); a search that has not reached its
@@ -30,13 +35,15 @@ from isotune.study.stated import StatedTest, stated_test
 from isotune.sweeps.runs import JOURNAL_FILE, SWEEP_FILE, Run, Sweep
 from isotune.sweeps.tables import measure_key
 
-GEOMETRY = ("isoscore", "avg_cosine")  # of the classifier input at the best epoch
+GEOMETRY = ("isoscore", "avg_cosine")  # of the classifier input at the last epoch
 TUNING, REPORT = "tuning", "report"  # a run's phase
 
 
 @dataclass(frozen=True)
 class StudyRun:
-    """One run of a study: its phase, trial (None for a report run), seed and what it gave."""
+    """One run of a study: its phase, trial (None for a report run), seed and what it gave:
+    ``score`` at its best epoch (what the comparisons use), ``geometry`` and ``final_score`` at
+    its last epoch (what the geometry is set against)."""
 
     task: str
     arm: str
@@ -49,6 +56,7 @@ class StudyRun:
     geometry: Mapping[str, float] = field(default_factory=dict)
     job_dir: str = ""
     started_at: str | None = None  # its results.json's: when its first attempt started
+    final_score: float | None = None
 
 
 @dataclass(frozen=True)
@@ -263,16 +271,20 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
     """A held-out run, refused if its overrides do not set the chosen trial's values."""
     seed = int(job_dir.name.removeprefix("seed-"))
     outcome = read_outcome(job_dir, seed)
-    geometry, started_at = {}, None
+    geometry, started_at, final_score = {}, None, None
     if (job_dir / RESULTS_FILE).is_file():
         run = Run.read(job_dir / RESULTS_FILE)
         started_at = run.result.get("started_at")
         _check_report_overrides(job_dir, run.overrides, best_params)
-        best = (run.result.get("isotropy") or {}).get("best") or {}
-        for measure in GEOMETRY:
-            value = _number(best.get(measure_key(measure)))
-            if outcome.completed and value is not None:
-                geometry[measure] = value
+        if outcome.completed:
+            final = (run.result.get("isotropy") or {}).get("final") or {}
+            geometry = {
+                measure: value
+                for measure in GEOMETRY
+                if (value := _number(final.get(measure_key(measure)))) is not None
+            }
+            metric = run.result.get("primary_metric")
+            final_score = _number((run.result.get("final") or {}).get(metric))
     return StudyRun(
         task=task,
         arm=arm,
@@ -285,6 +297,7 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
         geometry=geometry,
         job_dir=str(Path(task, arm, *job_dir.parts[-3:])),  # relative to the study folder
         started_at=started_at,
+        final_score=final_score,
     )
 
 
@@ -323,6 +336,7 @@ def runs_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
             "score": run.score,
             "learned": run.learned,
             "status": run.status,
+            "final_score": run.final_score,
             **{measure: run.geometry.get(measure) for measure in GEOMETRY},
             "job_dir": run.job_dir,
         }
@@ -330,7 +344,7 @@ def runs_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
         for run in outcome.runs
     ]
     columns = ["task", "arm", "phase", "trial", "seed", "score", "learned", "status"]
-    table = pd.DataFrame(rows, columns=[*columns, *GEOMETRY, "job_dir"])
+    table = pd.DataFrame(rows, columns=[*columns, "final_score", *GEOMETRY, "job_dir"])
     return table.astype({"trial": "Int64"})  # a report run has no trial: blank, not 0.0
 
 
