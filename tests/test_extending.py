@@ -87,7 +87,7 @@ def test_every_task_config_is_a_valid_task_named_as_its_file(name, tmp_path):
         data = tmp_path / "data.csv"
         data.write_text("text,label\na fine film,pos\na dull film,neg\n")
         files = {"train": str(data), "validation": str(data)}
-        config = own_task({**config, "files": files, "dataset": None, "dataset_config": None})
+        config = own_task({**config, "files": files, "dataset": None, "dataset_config": None}).task
     assert TaskSpec.from_config(config).name == name
 
 

@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import json
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score
 
 from isotune.analysis.run import analyze
-from isotune.data import load_split
+from isotune.data import load_split, own_data
+from isotune.data.glue_format import SubmissionFile, submission_text
 from isotune.data.metrics import build_metrics, compute_scores
 from isotune.data.own_data import own_task, read_own_split
 from isotune.data.tasks import TaskSpec
@@ -71,7 +73,7 @@ def files_task(train_file: Path, dev_file: Path, **settings) -> TaskSpec:
         "test_split": "test",
         **settings,
     }
-    return TaskSpec.from_config(own_task(config))
+    return TaskSpec.from_config(own_task(config).task)
 
 
 @needs_glue
@@ -263,6 +265,116 @@ def test_a_zero_byte_file_and_a_file_of_no_known_kind_are_refused(tmp_path):
         files_task(train_file, sheet)
 
 
+def write_lines(path: Path, lines: list[str]) -> Path:
+    """A file of ``lines`` as typed, each ending in a newline: rows no CSV writer would write."""
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return path
+
+
+REVIEWS = [f"review {i},{'good' if i % 2 else 'bad'}" for i in range(20)]  # lines 2-21
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ("it was long, but fun,good", "train.csv: line 13 has 3 fields, the header 2 (1 row of"),
+        ("it was long", "train.csv: line 13 has 1 field, the header 2 (1 row of"),
+    ],
+    ids=["unquoted-comma", "short-row"],
+)
+def test_a_csv_row_of_another_length_than_the_header_is_refused_naming_its_line(
+    tmp_path, row, expected
+):
+    """An unquoted comma cut a text in two and trained its second piece as a class of its own
+    (labels [' but fun', 'bad', 'good']); a short row was a row with an empty label."""
+    train_file = write_lines(tmp_path / "train.csv", ["sentence,label", *REVIEWS[:11], row])
+    dev_file = write_lines(tmp_path / "dev.csv", ["sentence,label", *REVIEWS])
+    with pytest.raises(IsotuneError) as raised:
+        files_task(train_file, dev_file)
+    assert expected in str(raised.value)
+    assert '("it was long, but fun",good)' in str(raised.value)  # the fix: quote it
+
+
+def test_a_tsv_row_with_a_tab_in_its_text_is_refused_and_an_empty_value_is_still_empty(tmp_path):
+    header = "sentence\tlabel"
+    rows = [row.replace(",", "\t") for row in REVIEWS]
+    dev_file = write_lines(tmp_path / "dev.tsv", [header, *rows])
+    tabbed = write_lines(tmp_path / "train.tsv", [header, *rows[:3], "a\ttab\tgood", *rows])
+    with pytest.raises(IsotuneError, match=r"line 5 has 3 fields, the header 2.*no tab"):
+        files_task(tabbed, dev_file)
+    # A row of the header's length with nothing in its label: the empty label, as before.
+    blank = write_lines(tmp_path / "blank.csv", ["sentence,label", *REVIEWS[:5], "a sentence,"])
+    with pytest.raises(IsotuneError, match=r"the label column 'label' is empty in 1 of 6 rows"):
+        files_task(blank, dev_file)
+
+
+def scores_csv(path: Path, scores: list[str]) -> Path:
+    return write_lines(path, ["sentence,label", *(f"text {i},{s}" for i, s in enumerate(scores))])
+
+
+def test_a_score_column_with_a_value_that_is_not_a_number_is_refused_naming_its_lines(tmp_path):
+    """Scores with one n/a trained a 52-class classifier that FAILED TO LEARN, warning nothing."""
+    scores = [f"{i / 10:.1f}" for i in range(30, 50)]
+    train_file = scores_csv(tmp_path / "train.csv", [*scores[:7], "n/a", *scores[7:]])
+    dev_file = scores_csv(tmp_path / "dev.csv", scores)
+    with pytest.raises(IsotuneError) as raised:
+        files_task(train_file, dev_file)
+    message = str(raised.value)
+    assert (
+        "train.csv: the label column 'label' holds scores (20 of 21 values are numbers" in message
+    )
+    assert "but 1 is not a number: 'n/a' (lines 9)" in message
+    assert "Fix: correct those rows" in message and "task.regression=false" in message
+    # Said to be classes, by task.regression=false or by naming them, they are read as classes.
+    assert files_task(train_file, train_file, regression=False).num_labels == 21
+    labels = ["n/a", *scores]
+    assert files_task(train_file, train_file, labels=labels).labels == tuple(labels)
+    # Words with a decimal or two among them are classes, as before.
+    words = scores_csv(tmp_path / "words.csv", ["pos", "neg", "0.5", "pos", "neg"])
+    assert files_task(words, words).labels == ("0.5", "neg", "pos")
+
+
+def test_more_classes_than_a_quarter_of_the_train_rows_is_warned_naming_the_count(tmp_path):
+    config = {"name": "files", "source": "files", "eval_splits": ["validation"]}
+    many = scores_csv(tmp_path / "many.csv", [f"class{i % 6}" for i in range(20)])
+    few = scores_csv(tmp_path / "few.csv", [f"class{i % 5}" for i in range(20)])
+    files = {"train": str(many), "validation": str(many)}
+    (warning,) = own_task({**config, "files": files}).warnings
+    assert "many.csv: 6 classes in 20 train rows (more than a quarter of them)" in warning
+    assert not own_task({**config, "files": {"train": str(few), "validation": str(few)}}).warnings
+
+
+def test_a_test_files_own_index_column_names_its_predictions(tmp_path):
+    """A test file's index column (5000, 5007, ...) names its predictions, as GLUE's test
+    files' does; without one, the row's position from 0; one that is not distinct integers is
+    refused."""
+    train_file, dev_file = small_files(tmp_path, GOOD, GOOD)
+    indices = [5000 + 7 * i for i in range(4)]
+    test_file = write_lines(
+        tmp_path / "test.tsv", ["index\tsentence", *(f"{i}\tfine {i}" for i in indices)]
+    )
+    task = dataclasses.replace(
+        files_task(train_file, dev_file), files={"test": str(test_file)}, test_split="test"
+    )
+    examples = read_own_split(task, "test")
+    assert [example["idx"] for example in examples] == indices
+    predictions = submission_text(
+        SubmissionFile(task.name, task), [(ex["idx"], 0) for ex in examples]
+    )
+    assert predictions.splitlines() == ["index\tprediction", *(f"{i}\tneg" for i in indices)]
+    ids = write_json_lines(
+        tmp_path / "ids.jsonl", [{"idx": 9 - i, "sentence": "x"} for i in (0, 1)]
+    )
+    by_position = write_lines(tmp_path / "rows.csv", ["sentence", "fine", "dull"])
+    for file, expected in ((ids, [9, 8]), (by_position, [0, 1])):
+        test = dataclasses.replace(task, files={"test": str(file)})
+        assert [example["idx"] for example in read_own_split(test, "test")] == expected
+    for rows, problem in ((["5000\ta", "5000\tb"], "by an index"), (["5.5\ta"], "integer")):
+        bad = write_lines(tmp_path / "bad.tsv", ["index\tsentence", *rows])
+        with pytest.raises(IsotuneError, match=rf"the index column 'index' .*{problem}.*lines 2"):
+            read_own_split(dataclasses.replace(task, files={"test": str(bad)}), "test")
+
+
 def test_task_files_without_its_files_and_glue_with_files_are_refused(tmp_path):
     with pytest.raises(IsotuneError, match=r"data.train_file, which is not set. Fix: task=files"):
         train(compose_train_config(["task=files"], tmp_path / "run"))
@@ -368,6 +480,59 @@ def test_a_tiny_run_on_own_files_records_their_metrics_baseline_isotropy_and_has
     assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
 
 
+@pytest.mark.slow
+def test_a_run_and_predict_py_read_each_own_data_file_once(
+    tmp_path, tiny_bert, glue_dir, monkeypatch, caplog
+):
+    """One read of each file per process, handed on from the task's completion to the data
+    module and the test predictions (each read twice or three times before). Its six classes in
+    20 train rows are warned of in the log and results.json; its test file's own index column
+    names its predictions."""
+    reads = Counter()
+    read_table = own_data.read_table
+
+    def counted(path: Path) -> own_data.Table:
+        reads[path.name] += 1
+        return read_table(path)
+
+    monkeypatch.setattr(own_data, "read_table", counted)
+    classes = [f"class{i % 6}" for i in range(20)]
+    train_file = scores_csv(tmp_path / "train.csv", classes)
+    dev_file = scores_csv(tmp_path / "dev.csv", classes[:12])
+    indices = [5000 + 7 * i for i in range(10)]
+    test_file = write_lines(
+        tmp_path / "test.csv", ["index,sentence", *(f"{i},text {i}" for i in indices)]
+    )
+    run = tmp_path / "run"
+    overrides = [
+        *tiny_run_overrides(tiny_bert, glue_dir),
+        "trainer.max_epochs=1",
+        "task=files",
+        f"data.train_file={train_file}",
+        f"data.validation_file={dev_file}",
+        f"data.test_file={test_file}",
+        "write_test_predictions=true",
+    ]
+    results = train(compose_train_config(overrides, run))
+    assert dict(reads) == {"train.csv": 1, "dev.csv": 1, "test.csv": 1}
+    assert results["status"] == "completed"
+    (warning,) = results["warnings"]
+    assert "train.csv: 6 classes in 20 train rows (more than a quarter of them)" in warning
+    assert warning in caplog.text
+    lines = (run / "predictions" / "files.tsv").read_text().splitlines()
+    assert [int(line.split("\t")[0]) for line in lines[1:]] == indices
+
+    reads.clear()  # predict.py: its check reads the test file, handed on to be predicted
+    predicting = [
+        f"ckpt_path={run}/checkpoints/best.ckpt",
+        "paths.glue_dir=null",
+        "accelerator=cpu",
+    ]
+    predict(compose_config("predict", predicting, tmp_path / "predicted"))
+    assert dict(reads) == {"dev.csv": 1, "test.csv": 1}
+    assert (tmp_path / "predicted" / "files.tsv").read_text().splitlines() == lines
+
+
 @needs_glue
 @pytest.mark.slow
 def test_a_tiny_regression_run_on_own_files_scores_pearson_and_spearman(
@@ -427,7 +592,7 @@ def test_a_hub_data_set_by_name_reads_its_columns_and_labels(monkeypatch):
             "task.text_fields=[question,passage]",
         ]
     )
-    task = TaskSpec.from_config(own_task(dict(OmegaConf.to_container(cfg.task, resolve=True))))
+    task = TaskSpec.from_config(own_task(dict(OmegaConf.to_container(cfg.task, resolve=True))).task)
     assert (task.labels, task.metrics) == (("0", "1"), ("accuracy", "macro_f1"))
     examples = read_own_split(task, "validation")
     assert [(ex["question"], ex["label"]) for ex in examples] == [
@@ -449,7 +614,7 @@ def test_a_data_set_folder_is_read_by_datasets_load_dataset_itself(tmp_path, mon
     cfg = compose_train_config(
         ["task=files", f"data.dataset_name={folder}", "task.text_fields=[question,passage]"]
     )
-    task = TaskSpec.from_config(own_task(dict(OmegaConf.to_container(cfg.task, resolve=True))))
+    task = TaskSpec.from_config(own_task(dict(OmegaConf.to_container(cfg.task, resolve=True))).task)
     assert (task.labels, task.metrics) == (("0", "1"), ("accuracy", "macro_f1"))
     examples = read_own_split(task, "validation")
     assert [(ex["passage"], ex["label"]) for ex in examples] == [

@@ -288,18 +288,16 @@ def check_tuning_split(
         )
     if not tuning_overrides:
         return
-    from isotune.data.reading import load_split
+    from isotune.data.reading import TaskSplits
     from isotune.data.tasks import TaskSpec
     from isotune.data.tuning_split import tuning_split_of
     from isotune.training.run import complete_own_task  # imports torch
 
     job = copy.deepcopy(job)
-    complete_own_task(job)  # task=files: its files read, a missing train file refused
+    own_data = complete_own_task(job)  # task=files: its files read, a missing train file refused
     task = TaskSpec.from_config(OmegaConf.to_container(job.task, resolve=True))
-    train = load_split(task, "train", glue_dir)
-    tuning_split_of(
-        task, train, glue_dir, job.data.tuning_split_size, int(job.data.tuning_split_seed)
-    )
+    splits = TaskSplits(task, glue_dir, own_data.examples if own_data is not None else None)
+    tuning_split_of(splits, job.data.tuning_split_size, int(job.data.tuning_split_seed))
 
 
 class HydraLaunch:

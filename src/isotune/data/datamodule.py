@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerBase
 
 from isotune.data.batches import LengthGroupedBatchSampler
 from isotune.data.padding import batch_collate
-from isotune.data.reading import load_split
+from isotune.data.reading import Example, TaskSplits
 from isotune.data.tasks import TaskSpec
 from isotune.data.tokenized import TokenizedDataset, check_max_length
 from isotune.data.tuning_split import TuningSplit, tuning_split_of
@@ -38,7 +38,8 @@ def module_options(data: Mapping[str, Any]) -> dict[str, Any]:
 
 class GLUEDataModule(L.LightningDataModule):
     """Train, dev and test loaders for one task (GLUE's, or ``task=files``), with dynamic
-    padding."""
+    padding; ``examples``: splits read already (a ``task=files`` task's, read as its task was
+    completed), handed on so that no file is read twice."""
 
     def __init__(
         self,
@@ -56,12 +57,14 @@ class GLUEDataModule(L.LightningDataModule):
         tuning_split: bool = False,
         tuning_split_size: int | float | None = None,
         tuning_split_seed: int = 0,
+        examples: Mapping[str, Sequence[Example]] | None = None,
     ):
         super().__init__()
         check_max_length(max_length, task, tokenizer)
         self.task = task
         self.tokenizer = tokenizer
         self.glue_dir = glue_dir
+        self.splits = TaskSplits(task, glue_dir, examples)  # each split read once
         self.max_length = max_length
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
@@ -91,10 +94,10 @@ class GLUEDataModule(L.LightningDataModule):
         """The examples of ``split``; with a tuning split, train's held out stand in for the dev
         split that chooses (the primary one), and train is what remains."""
         if self.tuning is None or split not in ("train", self.task.primary_split):
-            return load_split(self.task, split, self.glue_dir)
-        train = load_split(self.task, "train", self.glue_dir)
+            return self.splits[split]
         if self.split is None:
-            self.split = tuning_split_of(self.task, train, self.glue_dir, *self.tuning)
+            self.split = tuning_split_of(self.splits, *self.tuning)
+        train = self.splits["train"]
         chosen = self.split.kept if split == "train" else self.split.held
         return [train[i] for i in chosen]
 

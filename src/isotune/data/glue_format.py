@@ -14,7 +14,8 @@ files (``task=files``), which the server does not score, is written in the same 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
@@ -70,10 +71,13 @@ DECIMALS = 3  # STS-B scores as run_glue writes them
 @dataclass(frozen=True)
 class SubmissionFile:
     """One file of a submission: its server name and the task as its test file is read (the
-    test split names the file under ``GLUE_DIR`` and the Hub's config and split)."""
+    test split names the file under ``GLUE_DIR`` and the Hub's config and split); ``examples``:
+    its test examples where they were read already (a test file checked as it is read, a run's
+    own test split), handed on to be predicted rather than read again."""
 
     name: str
     spec: TaskSpec
+    examples: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, repr=False)
 
     @property
     def file_name(self) -> str:

@@ -33,6 +33,9 @@ SPLIT_KEYS = {split: f"data.{split}_file" for split in ("train", "validation", "
 CLASSIFICATION_METRICS = ("accuracy", "macro_f1")
 REGRESSION_METRICS = ("pearson", "spearmanr")
 SHOWN_ROWS = 10  # rows named in a message; the count says how many more
+# A test file's own index column, which its predictions keep: GLUE's test files call it index,
+# its Hugging Face data set (and so run_glue.py's examples) idx.
+INDEX_COLUMNS = ("index", "idx")
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,13 @@ def _read_delimited(path: Path, delimiter: str) -> Table:
             quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
             reader = csv.reader(file, delimiter=delimiter, quoting=quoting)
             header = tuple(next(reader, ()))
-            rows = []
+            rows, uneven = [], []
             start = reader.line_num + 1
             for values in reader:
-                if values:
-                    rows.append((start, dict(zip(header, values, strict=False))))
+                if values and len(values) != len(header):
+                    uneven.append((start, len(values)))
+                elif values:
+                    rows.append((start, dict(zip(header, values, strict=True))))
                 start = reader.line_num + 1
     except UnicodeDecodeError as error:
         raise IsotuneError(
@@ -95,7 +100,42 @@ def _read_delimited(path: Path, delimiter: str) -> Table:
             "a quote character or a line break with double quotes, as spreadsheet programs and "
             "pandas' to_csv do."
         ) from None
+    if uneven:
+        raise _uneven_rows(path, len(header), uneven, delimiter)
     return Table(path, header, rows)
+
+
+def _uneven_rows(
+    path: Path, columns: int, uneven: Sequence[tuple[int, int]], delimiter: str
+) -> IsotuneError:
+    """The refusal of rows with more or fewer fields than the header: a text holding an
+    unquoted delimiter is cut in two, and its second piece would be read as the label (a class
+    of its own), or a row lacks a column; neither is guessed at."""
+    line, fields = uneven[0]
+    if delimiter == "\t":
+        fix = (
+            "a TSV is not quoted, so a text holds no tab: remove it, or write the data as CSV or "
+            "JSON Lines"
+        )
+    else:
+        fix = (
+            'quote a field that holds a comma with double quotes ("it was long, but fun",good), '
+            "as spreadsheet programs and pandas' to_csv write it"
+        )
+    return IsotuneError(
+        f"{path}: line {line} has {fields} field{'s' if fields != 1 else ''}, the header "
+        f"{columns} ({len(uneven)} row{'s' if len(uneven) != 1 else ''} of another length than "
+        f"the header: lines {_named_lines([line for line, _ in uneven])}). A row with more fields "
+        "holds a delimiter in a text, which cuts the text and reads a piece of it as another "
+        f"column; one with fewer lacks a column. Fix: {fix}; and give every row a value for each "
+        "of the header's columns (an empty value: nothing between two delimiters)."
+    )
+
+
+def _named_lines(lines: Sequence[int]) -> str:
+    """The first lines of ``lines`` a message names, and how many more there are."""
+    shown = ", ".join(map(str, lines[:SHOWN_ROWS]))
+    return shown + (f" and {len(lines) - SHOWN_ROWS} more" if len(lines) > SHOWN_ROWS else "")
 
 
 def _read_json_lines(path: Path) -> Table:
@@ -149,10 +189,21 @@ def _split_table(settings: Mapping[str, Any] | TaskSpec, split: str) -> Table:
     return read_table(Path(get("files")[split]))
 
 
-def own_task(config: Mapping[str, Any], test: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class OwnData:
+    """A ``task=files`` task completed from its files, with what reading them gave: each split's
+    examples, handed on to the run (its data module, its test predictions) so that a process
+    reads each file once, and what the run warns of."""
+
+    task: dict[str, Any]  # the completed task config
+    examples: dict[str, list[dict[str, Any]]]  # {split: examples}, as read_own_split makes them
+    warnings: list[str]
+
+
+def own_task(config: Mapping[str, Any], test: bool = False) -> OwnData:
     """The ``task=files`` config ``config`` completed from its files: absolute paths, the text
-    columns, the labels (or regression), the metrics; every file checked as it will be read
-    (``test``: the run predicts the test split, so its file is needed too)."""
+    columns, the labels (or regression), the metrics; every file read and checked once, as the
+    run reads it (``test``: the run predicts the test split, so its file is needed too)."""
     files = dict(config.get("files") or {})
     for split in ("train", "validation", "test") if test else ("train", "validation"):
         if not files.get(split) and not config.get("dataset"):
@@ -170,11 +221,12 @@ def own_task(config: Mapping[str, Any], test: bool = False) -> dict[str, Any]:
     label_column = str(config.get("label_column") or "label")
     labels = config.get("labels")
     regression = config.get("regression")
-    train_labels = [value for _, value in _column_values(train, label_column, "label")]
+    train_labels = list(_column_values(train, label_column, "label"))
     if regression is None:
-        regression = labels is None and _decimal_numbers(train_labels)
+        regression = labels is None and _scores(train, label_column, train_labels)
     if not regression:
-        labels = [str(label) for label in labels] if labels else _sorted_labels(train_labels)
+        values = [value for _, value in train_labels]
+        labels = [str(label) for label in labels] if labels else _sorted_labels(values)
     completed = {
         **config,
         "source": "files",
@@ -190,9 +242,25 @@ def own_task(config: Mapping[str, Any], test: bool = False) -> dict[str, Any]:
     }
     completed["primary_metric"] = config.get("primary_metric") or completed["metrics"][0]
     task = TaskSpec.from_config(completed)
-    for split in paths:  # every file read as the run will read it: its errors now
-        read_own_split(task, split, train if split == "train" else None)
-    return completed
+    examples = {  # every file read as the run will read it: its errors now
+        split: read_own_split(task, split, train if split == "train" else None) for split in paths
+    }
+    warnings = [] if regression else _many_classes(train, len(labels), label_column)
+    return OwnData(completed, examples, warnings)
+
+
+def _many_classes(train: Table, classes: int, label_column: str) -> list[str]:
+    """The warning for more classes than a quarter of the train rows: real many-class data
+    trains, but so does a column of scores or IDs read as classes, each value a class of its
+    own that the model sees a few times at most."""
+    if classes * 4 <= len(train.rows):
+        return []
+    return [
+        f"{train.path}: {classes} classes in {len(train.rows)} train rows (more than a quarter "
+        f"of them), so most classes have few examples to learn from. If the label column "
+        f"{label_column!r} holds scores, task.regression=true; if it is not the labels, "
+        "task.label_column=<the labels' column>; if the classes are right, more examples."
+    ]
 
 
 def _default_text_fields(train: Table) -> tuple[str, ...]:
@@ -219,11 +287,10 @@ def _column_values(table: Table, column: str, role: str) -> Iterator[tuple[int, 
         )
     missing = [line for line, row in table.rows if _blank(row.get(column))]
     if missing:
-        shown = ", ".join(map(str, missing[:SHOWN_ROWS]))
-        more = f" and {len(missing) - SHOWN_ROWS} more" if len(missing) > SHOWN_ROWS else ""
         raise IsotuneError(
             f"{table.path}: the {role} column {column!r} is empty in {len(missing)} of "
-            f"{len(table.rows)} rows (lines {shown}{more}). Fix: fill in or remove those rows."
+            f"{len(table.rows)} rows (lines {_named_lines(missing)}). Fix: fill in or remove "
+            "those rows."
         )
     return ((line, row[column]) for line, row in table.rows)
 
@@ -239,19 +306,42 @@ def label_text(value: Any) -> str:
     return str(value)
 
 
-def _decimal_numbers(values: Sequence[Any]) -> bool:
-    """Whether a label column holds scores: every value a number, some written with a decimal
-    point or exponent (``3.8``, ``5.000``; JSON floats): integers alone name classes."""
-    decimal = False
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            return False
-        try:
-            float(value)
-        except ValueError:
-            return False
-        decimal = decimal or isinstance(value, float) or not _integer_literal(str(value))
-    return decimal
+def _scores(table: Table, column: str, values: Sequence[tuple[int, Any]]) -> bool:
+    """Whether a label column (``(line, value)`` each) holds scores: every value a number, some
+    written with a decimal point or exponent (``3.8``, ``5.000``; JSON floats): integers alone
+    name classes. A column of such scores but for some values that are not numbers (more than
+    half of the values numbers) is refused, naming those rows: read as classes, each distinct
+    score would be a class of its own."""
+    numbers = [value for _, value in values if _number(value)]
+    decimals = [v for v in numbers if isinstance(v, float) or not _integer_literal(str(v))]
+    if not decimals:
+        return False
+    if len(numbers) == len(values):
+        return True
+    if 2 * len(numbers) <= len(values):  # mostly words: classes, some written as decimals
+        return False
+    words = [(line, value) for line, value in values if not _number(value)]
+    shown = list(dict.fromkeys(label_text(value) for _, value in words))
+    raise IsotuneError(
+        f"{table.path}: the label column {column!r} holds scores ({len(numbers)} of "
+        f"{len(values)} values are numbers, such as {decimals[0]!r}), but "
+        f"{len(words)} {'is' if len(words) == 1 else 'are'} not a number: "
+        f"{', '.join(map(repr, shown[:SHOWN_ROWS]))}{', ...' if len(shown) > SHOWN_ROWS else ''} "
+        f"(lines {_named_lines([line for line, _ in words])}). Read as classes, each distinct "
+        "score would be a class of its own. Fix: correct those rows (a score each, or remove "
+        "them), or task.regression=false to read the labels as classes."
+    )
+
+
+def _number(value: Any) -> bool:
+    """Whether a label is a number: a JSON number, or a text ``float`` reads (not a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _integer_literal(text: str) -> bool:
@@ -276,15 +366,20 @@ def _metrics(regression: bool) -> tuple[str, ...]:
 
 def read_own_split(task: TaskSpec, split: str, table: Table | None = None) -> list[dict[str, Any]]:
     """One split of a ``task=files`` task (a :class:`~isotune.data.tasks.TaskSpec`) as
-    ``{text fields..., "label", "idx"}`` examples; a test file's labels are not read (-1)."""
+    ``{text fields..., "label", "idx"}`` examples; a test file's labels are not read (-1), and
+    its ``idx`` is its own index column's where it has one (:func:`_test_indices`), as GLUE's
+    test files name their examples; else, and in the other splits, the row's position from 0."""
     table = table or _split_table(task, split)
     texts = {
         name: [value for _, value in _column_values(table, name, "text")]
         for name in task.text_fields
     }
+    indices = range(len(table.rows))
+    if split == task.test_split:
+        indices = _test_indices(table) or indices
     examples = [
-        {**{name: str(values[i]) for name, values in texts.items()}, "idx": i}
-        for i in range(len(table.rows))
+        {**{name: str(values[i]) for name, values in texts.items()}, "idx": index}
+        for i, index in enumerate(indices)
     ]
     if split == task.test_split:
         return [{**example, "label": -1} for example in examples]
@@ -292,13 +387,13 @@ def read_own_split(task: TaskSpec, split: str, table: Table | None = None) -> li
     if not task.is_regression:
         unknown = Counter(label_text(v) for _, v in values if label_text(v) not in task.labels)
         if unknown:
-            lines = [line for line, v in values if label_text(v) in unknown][:SHOWN_ROWS]
+            lines = [line for line, v in values if label_text(v) in unknown]
             raise IsotuneError(
-                f"{table.path}: labels {sorted(unknown)} ({sum(unknown.values())} rows, lines "
-                f"{', '.join(map(str, lines))}{'...' if sum(unknown.values()) > SHOWN_ROWS else ''}"
-                f") are not among the train file's labels {list(task.labels)}: a model trained "
-                "on that file never predicts them. Fix: correct those rows, add examples of them "
-                "to the train file, or name every label with task.labels=[...]."
+                f"{table.path}: labels {sorted(unknown)} ({len(lines)} rows, lines "
+                f"{_named_lines(lines)}) are not among the train file's labels "
+                f"{list(task.labels)}: a model trained on that file never predicts them. Fix: "
+                "correct those rows, add examples of them to the train file, or name every label "
+                "with task.labels=[...]."
             )
     for example, (line, value) in zip(examples, values, strict=True):
         where = f"{table.path}, line {line}"
@@ -307,6 +402,35 @@ def read_own_split(task: TaskSpec, split: str, table: Table | None = None) -> li
         else:
             example["label"] = task.labels.index(label_text(value))
     return examples
+
+
+def _test_indices(table: Table) -> list[int] | None:
+    """The test file's own index column (``index``, as GLUE's test files name it, or ``idx``, as
+    its Hugging Face data set does), which the predictions file names each example by; None
+    when it has neither. Refused unless every value is a distinct integer."""
+    column = next((name for name in INDEX_COLUMNS if name in table.columns), None)
+    if column is None:
+        return None
+    values = list(_column_values(table, column, "index"))
+    bad = [line for line, value in values if isinstance(value, bool) or not _integer(value)]
+    if bad:
+        problem = f"is not an integer in {len(bad)} of {len(values)} rows"
+    else:
+        counts = Counter(int(value) for _, value in values)
+        bad = [line for line, value in values if counts[int(value)] > 1]
+        problem = f"names {len(bad)} of {len(values)} rows by an index another row has too"
+    if bad:
+        raise IsotuneError(
+            f"{table.path}: the index column {column!r} {problem} (lines {_named_lines(bad)}); "
+            "the predictions file names each example by its index. Fix: give each row its own "
+            "integer index, or rename the column (the predictions' index is then the row's "
+            "position, from 0)."
+        )
+    return [int(value) for _, value in values]
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) or (isinstance(value, str) and _integer_literal(value))
 
 
 def _score(value: Any, where: str, task: TaskSpec) -> float:

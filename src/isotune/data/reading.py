@@ -6,7 +6,7 @@ checked against the task; and the check that a continued run reads the files it 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from isotune.data.hub import load_hub_split
@@ -163,6 +163,27 @@ def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[
             )
         return read_glue_tsv(path, task, split)
     return _load_split_from_hub(task, split)
+
+
+class TaskSplits:
+    """The examples of a task's splits, each read once (:func:`load_split`), when first asked
+    for; those read already (a ``task=files`` task's, read as its task was completed:
+    :class:`~isotune.data.own_data.OwnData`) are handed on here, not read again."""
+
+    def __init__(
+        self,
+        task: TaskSpec,
+        glue_dir: str | Path | None,
+        read: Mapping[str, Sequence[Example]] | None = None,
+    ) -> None:
+        self.task = task
+        self.glue_dir = glue_dir
+        self._examples = {split: list(examples) for split, examples in (read or {}).items()}
+
+    def __getitem__(self, split: str) -> list[Example]:
+        if split not in self._examples:
+            self._examples[split] = load_split(self.task, split, self.glue_dir)
+        return self._examples[split]
 
 
 def _load_split_from_hub(task: TaskSpec, split: str) -> list[Example]:

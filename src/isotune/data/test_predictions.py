@@ -71,12 +71,15 @@ def write_prediction_files(
 ) -> dict[str, int]:
     """Predict each of ``files`` with ``model`` (the weights of ``ckpt_path`` when given) and
     write it into ``folder`` with its sidecar; ``data``: the run's ``tokenizer``, ``max_length``
-    and ``eval_batch_size``. Returns each file's row count."""
+    and ``eval_batch_size``. A file's test examples are read here unless it holds them already.
+    Returns each file's row count."""
     tokenizer = data["tokenizer"]
     collate = DataCollatorWithPadding(tokenizer)
     written = {}
     for file in files:
-        examples = load_split(file.spec, file.spec.test_split, glue_dir)
+        examples = file.examples
+        if examples is None:
+            examples = load_split(file.spec, file.spec.test_split, glue_dir)
         dataset = TokenizedDataset(examples, file.spec, tokenizer, data["max_length"])
         loader = DataLoader(dataset, batch_size=data["eval_batch_size"], collate_fn=collate)
         batches = trainer.predict(model, dataloaders=loader, ckpt_path=ckpt_path)

@@ -15,12 +15,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from isotune.data.reading import Example, load_split
-from isotune.data.tasks import TaskSpec
+from isotune.data.reading import TaskSplits
 from isotune.errors import IsotuneError
 
 REGRESSION_BINS = 5  # quantile bins that stratify a regression's scores
@@ -45,16 +43,11 @@ class TuningSplit:
         return f"tuning split of train (n={len(self.held)}, seed {self.seed}, sha256 {self.sha256})"
 
 
-def tuning_split_of(
-    task: TaskSpec,
-    train: Sequence[Example],
-    glue_dir: str | Path | None,
-    size: int | float | None,
-    seed: int,
-) -> TuningSplit:
-    """The tuning split of ``task``'s ``train`` examples: ``size`` as :func:`split_size` reads
-    it (None: the size of the dev split that chooses, read from ``glue_dir`` or the Hub)."""
-    dev = len(load_split(task, task.primary_split, glue_dir)) if size is None else 0
+def tuning_split_of(splits: TaskSplits, size: int | float | None, seed: int) -> TuningSplit:
+    """The tuning split of the train examples of a task's ``splits``: ``size`` as
+    :func:`split_size` reads it (None: the size of the dev split that chooses)."""
+    task, train = splits.task, splits["train"]
+    dev = len(splits[task.primary_split]) if size is None else 0
     count = split_size(size, len(train), dev)
     labels = [example["label"] for example in train]
     return carve_tuning_split(labels, count, seed, task.is_regression, task.labels)

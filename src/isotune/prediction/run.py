@@ -110,9 +110,12 @@ def check_inputs(
             check_data_file(kept.task, split, glue_dir, "the dev set scored")
         for file in files:
             check_data_file(file.spec, file.spec.test_split, glue_dir, f"read for {file.file_name}")
-    for file in files:  # a task=files test file read as it will be: a missing column stops now
-        if file.spec.source == "files" and not file.spec.dataset:
-            read_own_split(file.spec, file.spec.test_split)
+    files = [  # a task=files test file read (a missing column stops now), and handed on
+        dataclasses.replace(file, examples=tuple(read_own_split(file.spec, file.spec.test_split)))
+        if file.spec.source == "files" and not file.spec.dataset
+        else file
+        for file in files
+    ]
     return kept, files
 
 

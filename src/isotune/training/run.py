@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from isotune.dashboard.loggers import declare_dashboard
 from isotune.data import GLUEDataModule
 from isotune.data.datamodule import FILE_KEYS, module_options
 from isotune.data.glue_format import prediction_files
-from isotune.data.own_data import own_task
+from isotune.data.own_data import OwnData, own_task
 from isotune.data.reading import check_data_unchanged
 from isotune.data.tasks import TaskSpec
 from isotune.data.test_predictions import (
@@ -111,13 +112,13 @@ def _started(cfg: DictConfig, output_dir: Path, rank_zero: bool) -> dict[str, An
             log.warning("%s", unwritten)
         return finished
     record = RunRecord(output_dir, write=rank_zero, **recorded_settings(cfg))
-    resume_from, resumed_at_step = _checked_start(cfg, record)
+    resume_from, resumed_at_step, own_data = _checked_start(cfg, record)
     record.identity.update(primary_metric=cfg.task.primary_metric)  # task=files: its files'
     record.start(str(resume_from) if resume_from else None, resumed_at_step)
     stop = StopRequest()  # SIGTERM, SIGUSR2: stop where the run can continue from
     stop.install()
     try:
-        return _run(cfg, record, stop, resume_from, resumed_at_step or 0)
+        return _run(cfg, record, stop, resume_from, resumed_at_step or 0, own_data)
     finally:
         stop.uninstall()
 
@@ -128,11 +129,15 @@ def _run(
     stop: StopRequest,
     resume_from: Path | None,
     resumed_at_step: int,
+    own_data: OwnData | None,
 ) -> dict[str, Any]:
-    """Data, model, trainer, fit, predictions; the record's end, whatever happens."""
+    """Data, model, trainer, fit, predictions; the record's end, whatever happens.
+    ``own_data``: a ``task=files`` task's files as the start's check read them, handed to the
+    data module (read once), and their warnings."""
     output_dir = Path(cfg.paths.output_dir)
     trainer = model = trivial = None
     margin = cfg.failure.margin
+    data_warnings = own_data.warnings if own_data is not None else []
     try:
         # The global generators: the new layers' initialisation and dropout. The batch order and
         # the subsets drawn from the data have generators of their own, seeded by seed_data.
@@ -151,13 +156,17 @@ def _run(
             load_tokenizer(cfg.model.name_or_path),
             glue_dir=cfg.paths.glue_dir,
             seed=cfg.seed_data,
+            examples=own_data.examples if own_data is not None else None,
             **module_options(cfg.data),
         )
         trivial = trivial_score(task, datamodule.dataset(task.primary_split).labels)
         parameters = parameter_counts(model)
+        for warning in data_warnings:
+            log.warning(warning)
         record.update(
             parameters=parameters,
             data=datamodule.data_record(),
+            warnings=data_warnings,
             **failure_record(trivial, margin, {}),
         )
         log.info(
@@ -221,7 +230,8 @@ def _run(
         if stopped_by is not None:  # Lightning raises SystemExit for Ctrl-C
             raise RunInterrupted(stopped_by, stop.hand_over()) from error
         raise
-    results = record.finish("completed", warnings=_warnings(model), **outcome)
+    warnings = [*data_warnings, *_warnings(model)]
+    results = record.finish("completed", warnings=warnings, **outcome)
     finish_wandb_runs(trainer.loggers, results)
     log.info("%s", summary_line(results))
     if stop.signal is not None:  # the job (a sweep, a scheduler) was asked to stop all the same
@@ -255,21 +265,22 @@ def _warnings(model: GLUEClassifier) -> list[str]:
     return warnings
 
 
-def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None]:
+def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None, OwnData | None]:
     """Check the config and that no link leads out of the run folder, and read the checkpoint to
     continue from (data only) and compare it with the config: the checkpoint's path and contents,
-    or (None, None) for a fresh start.
+    or (None, None) for a fresh start; and a ``task=files`` task's files as they were read to
+    complete it (:func:`complete_own_task`), for the run to take on.
     Raises :class:`IsotuneError` for a refused start. Also run before Hydra rewrites a folder
     that holds a run (:class:`isotune.training.hydra_callbacks.StartCheckInRunFolder`)."""
     check_train_config(cfg)  # before any model loads: bad values fail in seconds
     check_links_stay_inside(cfg.paths.output_dir)
-    complete_own_task(cfg)
+    own_data = complete_own_task(cfg)
     if cfg.write_test_predictions:  # MNLI's three test files, before it trains
         task = TaskSpec.from_config(_plain(cfg.task))
         check_test_files(prediction_files(task), cfg.paths.glue_dir)
     resume_from = checkpoint_to_resume(cfg, recorded_settings(cfg))
     if resume_from is None:
-        return None, None
+        return None, None, own_data
     checkpoint = read_checkpoint(
         resume_from, fix=FIX_CKPT_PATH if cfg.ckpt_path is not None else FIX_OWN_LAST
     )
@@ -277,14 +288,16 @@ def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None]:
     task = TaskSpec.from_config(_plain(cfg.task))
     check_data_unchanged(recorded_data, task, cfg.paths.glue_dir, resume_from)
     check_same_run(checkpoint, resume_from, run_config(cfg))
-    return resume_from, checkpoint
+    return resume_from, checkpoint, own_data
 
 
-def complete_own_task(cfg: DictConfig) -> None:
+def complete_own_task(cfg: DictConfig) -> OwnData | None:
     """A ``task=files`` task completed in ``cfg`` from its files (text columns, labels, metrics:
     :func:`isotune.data.own_data.own_task`), so that the run, its checkpoints and its records
-    see a whole task, and each bad file is refused before anything trains; once per config. A
-    GLUE task with ``data.*_file`` set is refused: it reads GLUE's files, never those."""
+    see a whole task, and each bad file is refused before anything trains; once per config.
+    Returns what reading the files gave (None: no files read, a GLUE task or one completed
+    before). A GLUE task with ``data.*_file`` set is refused: it reads GLUE's files, never
+    those."""
     files = {key: cfg.data.get(key) for key in FILE_KEYS}
     if cfg.task.get("source", "glue") != "files":
         named = [f"data.{key}={value}" for key, value in files.items() if value is not None]
@@ -294,27 +307,31 @@ def complete_own_task(cfg: DictConfig) -> None:
                 f"{cfg.task.name} files. Fix: task=files {' '.join(named)}, or leave them "
                 "unset for GLUE."
             )
-        return
-    if cfg.task.num_labels is None:
-        completed = own_task(_plain(cfg.task), test=bool(cfg.write_test_predictions))
-        with open_dict(cfg):
-            cfg.task = completed
+        return None
+    if cfg.task.num_labels is not None:
+        return None
+    own_data = own_task(_plain(cfg.task), test=bool(cfg.write_test_predictions))
+    with open_dict(cfg):
+        cfg.task = own_data.task
+    return own_data
 
 
-def _checked_start(cfg: DictConfig, record: RunRecord) -> tuple[Path | None, int | None]:
+def _checked_start(
+    cfg: DictConfig, record: RunRecord
+) -> tuple[Path | None, int | None, OwnData | None]:
     """:func:`check_start` before anything heavy happens: the checkpoint and the step it
-    resumes at, or (None, None) for a fresh start.
+    resumes at, or (None, None) for a fresh start; and the ``task=files`` files read.
 
     A refused start is recorded ``failed`` in a new folder; in a folder that already holds a run
     it changes nothing there (a resume typed with other settings must not overwrite its record)."""
     try:
-        resume_from, checkpoint = check_start(cfg)
+        resume_from, checkpoint, own_data = check_start(cfg)
     except IsotuneError as error:
         if not record.has_earlier_attempts:
             record.finish("failed", error)
         raise
     if checkpoint is None:
-        return None, None
+        return None, None, own_data
     if not record.has_earlier_attempts and cfg.ckpt_path is None and RECORD_KEY in checkpoint:
         record.rebuild(checkpoint[RECORD_KEY], str(resume_from))  # results.json lost or cut
     step = int(checkpoint["global_step"])
@@ -325,7 +342,7 @@ def _checked_start(cfg: DictConfig, record: RunRecord) -> tuple[Path | None, int
         len(checkpoint.get("isotune_history", [])),
         "this run's own checkpoint" if cfg.ckpt_path is None else "ckpt_path",
     )
-    return resume_from, step
+    return resume_from, step, own_data
 
 
 def _record_end(
@@ -429,13 +446,20 @@ def write_test_predictions(
 ) -> dict[str, int]:
     """Predict the test set with the best checkpoint and write it as ``predict.py`` does
     (:mod:`isotune.data.test_predictions`): GLUE's submission files (MNLI: MNLI-m, MNLI-mm, AX),
-    or a ``task=files`` task's ``<task.name>.tsv``, each with its sidecar."""
+    or a ``task=files`` task's ``<task.name>.tsv``, each with its sidecar; the task's own test
+    split as the data module holds it (a ``task=files`` file read once)."""
     data = {
         "tokenizer": datamodule.tokenizer,
         "max_length": datamodule.max_length,
         "eval_batch_size": datamodule.eval_batch_size,
     }
-    files = prediction_files(datamodule.task)
+    task = datamodule.task
+    files = [
+        replace(file, examples=tuple(datamodule.splits[task.test_split]))
+        if file.spec == task
+        else file
+        for file in prediction_files(task)
+    ]
     return write_prediction_files(
         trainer,
         model,
