@@ -112,8 +112,23 @@ def check_inputs(
             check_data_file(file.spec, file.spec.test_split, glue_dir, f"read for {file.file_name}")
     for file in files:  # a task=files test file read as it will be: a missing column stops now
         if file.spec.source == "files" and not file.spec.dataset:
-            read_own_split(file.spec, file.spec.test_split)
+            read_own_split(
+                file.spec, file.spec.test_split, text_fix=run_text_columns_fix(file.spec)
+            )
     return kept, files
+
+
+def run_text_columns_fix(task: TaskSpec) -> str:
+    """The fix for a file to predict without the run's text columns: renaming them, since the
+    checkpoint fixes which columns its model reads (training's ``task.text_fields=`` is no
+    setting of predict.py)."""
+    columns = " and ".join(repr(name) for name in task.text_fields)
+    plural = "s" if len(task.text_fields) > 1 else ""
+    return (
+        f"rename the file's text column{plural} to the run's, {columns}: the checkpoint's run "
+        f"was trained on {'those columns' if plural else 'that column'}, and predict.py reads "
+        "the same"
+    )
 
 
 def check_dev_unchanged(kept: KeptModel, glue_dir: str | None) -> None:
