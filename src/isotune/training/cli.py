@@ -1,6 +1,7 @@
 """What the Hydra entry points (train.py, analyze.py) share: the settings of the current folder's
-``.env``, user errors without a traceback, and after Ctrl-C the run folder and the command that
-resumes (or restarts) the run."""
+``.env``, user errors without a traceback, after Ctrl-C the run folder and the command that
+resumes (or restarts) the run, and at the start of that run's command typed again (a new folder)
+the interrupted run's folder and that command."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import logging
 import shlex
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from dotenv import load_dotenv
 from hydra.core.hydra_config import HydraConfig
@@ -18,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from isotune.errors import IsotuneError
-from isotune.record.resume import LAST_CHECKPOINT
+from isotune.record.resume import LAST_CHECKPOINT, interrupted_runs_like
 
 log = logging.getLogger("isotune")
 
@@ -83,23 +85,60 @@ def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
 
 
 def resume_hint(cfg: DictConfig) -> str:
-    """The command that continues the run in its own folder: started there again, a run resumes
-    from the ``checkpoints/last.ckpt`` it saved at its last epoch end (``resume=auto``); without
-    one it starts again from the beginning, in the same folder."""
+    """The command that continues the run in its own folder (:func:`continue_hint`); a job of a
+    sweep alone (``hydra.mode=RUN``)."""
     hydra = HydraConfig.get()
-    output_dir = Path(cfg.paths.output_dir)
-    overrides = [o for o in hydra.overrides.task if not o.startswith("hydra.run.dir=")]
+    overrides = list(hydra.overrides.task)
     if hydra.mode == RunMode.MULTIRUN:
         overrides.append("hydra.mode=RUN")  # this job alone, even from a preset that sweeps
-    if not (output_dir / LAST_CHECKPOINT).is_file():
+    return continue_hint(overrides, Path(cfg.paths.output_dir))
+
+
+def continue_hint(overrides: list[str], folder: Path) -> str:
+    """The command that continues the run of ``overrides`` in its own ``folder``: started there
+    again, a run resumes from the ``checkpoints/last.ckpt`` it saved at its last epoch end
+    (``resume=auto``); without one it starts again from the beginning, in the same folder."""
+    overrides = [o for o in overrides if not o.startswith("hydra.run.dir=")]
+    if not (folder / LAST_CHECKPOINT).is_file():
         return (
             "No checkpoint was saved yet; start it again in its folder: "
-            f"{_command([*overrides, f'hydra.run.dir={output_dir}'])}"
+            f"{_command([*overrides, f'hydra.run.dir={folder}'])}"
         )
     overrides = [o for o in overrides if not o.startswith("ckpt_path=")]
     return (
         f"Resume it in its folder, from its {LAST_CHECKPOINT}: "
-        f"{_command([*overrides, f'hydra.run.dir={output_dir}'])}"
+        f"{_command([*overrides, f'hydra.run.dir={folder}'])}"
+    )
+
+
+def warn_of_interrupted_runs(cfg: DictConfig, settings: Mapping[str, Any]) -> None:
+    """At the start of a new run whose command chose no folder (``python train.py <overrides>``,
+    no ``hydra.run.dir=``, not a sweep), say so when the same command was interrupted before:
+    typed again it starts over in a new folder, so the warning names the interrupted run's folder
+    and the command that continues it there. It continues nothing itself: which one to keep is
+    the researcher's call (``settings``: what this run records in its results.json)."""
+    if not HydraConfig.initialized():
+        return
+    hydra = HydraConfig.get()
+    if hydra.mode != RunMode.RUN or any(
+        o.startswith("hydra.run.dir=") for o in hydra.overrides.hydra
+    ):
+        return
+    output_dir = Path(cfg.paths.output_dir)
+    interrupted = interrupted_runs_like(output_dir, settings)
+    if not interrupted:
+        return
+    latest, earlier = interrupted[-1], interrupted[:-1]
+    others = (
+        f" ({len(earlier)} earlier ones too: {', '.join(map(str, earlier))})" if earlier else ""
+    )
+    log.warning(
+        "A run with these settings was interrupted in %s%s; this one starts over in a new folder, "
+        "%s, and continues nothing. To continue that run instead, stop this one (Ctrl-C). %s",
+        latest,
+        others,
+        output_dir,
+        continue_hint(list(settings["overrides"]), latest),
     )
 
 
