@@ -5,10 +5,12 @@ python train.py model=roberta norm=isobn task=mrpc seed=3
 python train.py -m task=rte,mrpc norm=none,isobn seed=1,2,3
 """
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
-from isotune.training.cli import load_env_file, user_errors_reported
+from isotune.training.cli import check_command_line, load_env_file, user_errors_reported
 from isotune.training.run import train
 
 load_env_file()  # the current folder's .env (see .env.example), not a parent's
@@ -22,4 +24,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    check_command_line(sys.argv[1:])  # what Hydra would refuse without the fix, with it
     main()

@@ -20,6 +20,7 @@ from isotune.data.glue_format import (
     prediction_cell,
     submission_files,
 )
+from isotune.data.own_data import own_task
 from isotune.data.tasks import TaskSpec
 from isotune.data.test_predictions import SIDECAR_SUFFIX
 from isotune.errors import IsotuneError
@@ -225,6 +226,27 @@ def test_a_test_file_for_a_glue_checkpoint_is_refused_naming_glues(run_folder, g
     best = str(run_folder / "checkpoints" / "best.ckpt")
     with pytest.raises(IsotuneError, match=r"GLUE_DIR's RTE/test\.tsv\. Fix: drop test_file="):
         check_inputs(best, None, str(glue_dir), tmp_path / "out", test_file="new.csv")
+
+
+def test_a_test_file_without_the_runs_text_columns_is_refused_naming_them_to_rename(
+    tiny_bert, tmp_path
+):
+    # A task=files run's text columns are its checkpoint's: predict.py has no task.text_fields=
+    # to offer (Hydra refuses the key), so the fix is renaming the file's columns to the run's.
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("sentence1,sentence2,label\na,b,yes\nc,d,no\n", encoding="utf-8")
+    task = own_task({"name": "files", "files": {"train": pairs, "validation": pairs}})
+    best = tiny_checkpoint(task, tmp_path / "run", tiny_bert)
+    new = tmp_path / "new.csv"
+    new.write_text("premise,hypothesis\na,b\n", encoding="utf-8")
+    with pytest.raises(IsotuneError) as raised:
+        check_inputs(str(best), None, None, tmp_path / "out", dev=False, test_file=str(new))
+    message = str(raised.value)
+    assert f"{new.resolve()} has no column 'sentence1'" in message
+    assert "Fix: rename the file's text columns to the run's, 'sentence1' and 'sentence2'" in (
+        message
+    )
+    assert "task.text_fields" not in message
 
 
 def test_a_dev_file_changed_since_the_run_is_refused_naming_both_hashes(

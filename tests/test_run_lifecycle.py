@@ -15,13 +15,23 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, read_write
 
 from isotune.atomic_files import write_text
 from isotune.errors import NoSpaceLeft
 from isotune.model.classifier import GLUEClassifier
+from isotune.record.resume import interrupted_runs_like
 from isotune.training import run as training
-from isotune.training.cli import INTERRUPTED_EXIT_CODE, user_errors_reported
+from isotune.training.cli import (
+    INTERRUPTED_EXIT_CODE,
+    user_errors_reported,
+    warn_of_interrupted_runs,
+)
 from isotune.training.run import train
+from tests.conftest import compose_train_config
+from tests.helpers.fake_runs import write_run
 
 STEPS_PER_EPOCH = 64 // 8  # fixture training examples / data.batch_size of the tiny run
 
@@ -85,6 +95,19 @@ def interrupted_by_the_cli(cfg, caplog, monkeypatch) -> tuple[int, list[str]]:
     return stopped.value.code, messages
 
 
+def plain_run(cfg: DictConfig) -> DictConfig:
+    """``cfg`` as ``python train.py <overrides>`` runs it: Hydra's run mode, its folder chosen
+    by Hydra (no hydra.run.dir typed)."""
+    return in_mode(cfg, RunMode.RUN)
+
+
+def in_mode(cfg: DictConfig, mode: RunMode) -> DictConfig:
+    with read_write(cfg.hydra):
+        cfg.hydra.mode = mode
+    HydraConfig().set_config(cfg)
+    return cfg
+
+
 def ctrl_c() -> None:
     raise KeyboardInterrupt
 
@@ -115,30 +138,44 @@ def test_a_signal_during_fit_is_recorded_and_the_console_says_how_to_resume(
             stop()
 
     monkeypatch.setattr(GLUEClassifier, "on_train_batch_start", stop_in_the_second_epoch)
-    cfg = train_config()
+    runs = tmp_path / "runs"  # as logs/runs/ holds the folders of plain runs
+    run = runs / "2026-12-01_09-00-00-000000"
+    cfg = train_config(output_dir=run)
     exit_code, messages = interrupted_by_the_cli(cfg, caplog, monkeypatch)
 
     assert exit_code == {signal.SIGINT: INTERRUPTED_EXIT_CODE, signal.SIGTERM: 143}[stopped_by]
-    results = read_results(tmp_path)
+    results = read_results(run)
     assert (results["status"], results["interrupted_by"], results["error"]) == (
         "interrupted",
         stopped_by.name,
         None,
     )
     assert epochs(results) == [1] and results["steps"] == STEPS_PER_EPOCH + steps_in_epoch_two
-    checkpoint = tmp_path / "checkpoints" / "last.ckpt"
+    checkpoint = run / "checkpoints" / "last.ckpt"
     saved_at = STEPS_PER_EPOCH + (steps_in_epoch_two if stopped_by == signal.SIGTERM else 0)
     assert torch.load(checkpoint, weights_only=True)["global_step"] == saved_at
-    resume = shlex.join(
-        ["python", "train.py", *cfg.hydra.overrides.task, f"hydra.run.dir={tmp_path}"]
-    )
+    resume = shlex.join(["python", "train.py", *cfg.hydra.overrides.task, f"hydra.run.dir={run}"])
     assert messages == [
-        f"Interrupted ({stopped_by.name}). Output directory: {tmp_path}\n"
+        f"Interrupted ({stopped_by.name}). Output directory: {run}\n"
         f"Resume it in its folder, from its checkpoints/last.ckpt: {resume}"
     ]
 
+    # The same command typed again (no hydra.run.dir) starts over in a new folder beside it:
+    # its start names the interrupted run and that command, and continues nothing (stopped here
+    # while loading, as Ctrl-C would).
+    caplog.clear()
+    again = plain_run(train_config(output_dir=runs / "2026-12-01_10-00-00-000000"))
+    monkeypatch.setattr(training, "load_tokenizer", lambda name_or_path: ctrl_c())
+    _, messages = interrupted_by_the_cli(again, caplog, monkeypatch)
+    assert messages[0] == (
+        f"A run with these settings was interrupted in {run}; this one starts over in a new "
+        f"folder, {again.paths.output_dir}, and continues nothing. To continue that run instead, "
+        f"stop this one (Ctrl-C). Resume it in its folder, from its checkpoints/last.ckpt: {resume}"
+    )
+    assert read_results(Path(again.paths.output_dir))["attempts"][0]["resumed_from"] is None
+
     monkeypatch.undo()  # no more signals: the printed command finishes the run in its folder
-    resumed = train(train_config(output_dir=tmp_path))
+    resumed = train(train_config(output_dir=run))
     assert resumed["status"] == "completed" and epochs(resumed) == [1, 2]
     assert resumed["steps"] == 2 * STEPS_PER_EPOCH
     first, second = resumed["attempts"]
@@ -152,7 +189,53 @@ def test_a_signal_during_fit_is_recorded_and_the_console_says_how_to_resume(
         str(checkpoint),
         saved_at,
     )
-    assert read_results(tmp_path) == resumed
+    assert read_results(run) == resumed
+
+
+def leave_run(folder: Path, record: dict, last_checkpoint: bool = True) -> Path:
+    """A run folder as train.py leaves it, written directly: its results.json (and last.ckpt)."""
+    write_run(folder, record["overrides"], record)
+    if last_checkpoint:
+        (folder / "checkpoints").mkdir()
+        (folder / "checkpoints" / "last.ckpt").write_bytes(b"")
+    return folder
+
+
+def test_only_interrupted_runs_of_the_same_command_that_can_continue_are_found_beside_a_new_run(
+    tmp_path,
+):
+    settings = {"task": "rte", "norm": "isobn", "seed": 1, "overrides": ["norm=isobn", "seed=1"]}
+    runs = tmp_path / "runs"
+    interrupted = {**settings, "status": "interrupted", "steps": 12}
+    same = leave_run(runs / "a", interrupted)
+    reordered = leave_run(runs / "b", {**interrupted, "overrides": ["seed=1", "norm=isobn"]})
+    leave_run(runs / "c", {**interrupted, "status": "completed"})
+    leave_run(runs / "d", interrupted, last_checkpoint=False)  # nothing to continue from
+    leave_run(runs / "e", {**interrupted, "overrides": ["norm=isobn", "seed=1", "logger=none"]})
+    leave_run(runs / "f", {**interrupted, "seed": 2})  # the same command, other config files
+    leave_run(runs / "g", interrupted).joinpath("results.json").write_text('{"interrupted"')
+    new = leave_run(runs / "new", interrupted)  # its own folder is not another run
+    assert interrupted_runs_like(new, settings) == [same, reordered]
+
+
+def test_a_new_run_warns_of_an_interrupted_one_only_where_its_command_chose_no_folder(
+    tmp_path, caplog
+):
+    runs = tmp_path / "runs"
+    overrides = ["norm=isobn", "seed=1"]
+    cfg = plain_run(compose_train_config(overrides, runs / "new"))
+    settings = {"norm": "isobn", "seed": 1, "overrides": overrides}
+    earlier = leave_run(runs / "earlier", {**settings, "status": "interrupted", "steps": 12})
+    with caplog.at_level(logging.WARNING, "isotune"):
+        warn_of_interrupted_runs(cfg, settings)
+        (warning,) = [record.getMessage() for record in caplog.records]
+        assert f"interrupted in {earlier}; this one starts over in a new folder" in warning
+        caplog.clear()
+        typed = compose_train_config([*overrides, f"hydra.run.dir={runs / 'new'}"], runs / "new")
+        warn_of_interrupted_runs(plain_run(typed), settings)  # typed again: the same folder
+        sweep_job = in_mode(compose_train_config(overrides, runs / "new"), RunMode.MULTIRUN)
+        warn_of_interrupted_runs(sweep_job, settings)
+    assert caplog.records == []
 
 
 @pytest.mark.slow

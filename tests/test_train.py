@@ -20,9 +20,10 @@ from isotune.data.test_predictions import SIDECAR_SUFFIX
 from isotune.errors import IsotuneError, NonFiniteLossError
 from isotune.model.classifier import GLUEClassifier
 from isotune.norms.registry import NORMS
+from isotune.training.cli import check_list_settings, list_settings
 from isotune.training.run import train
 from tests.conftest import ROOT, tiny_run_overrides
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_cli, run_script
 from tests.helpers.stops import run_one_epoch
 
 EXPECTED_OUTPUTS = [
@@ -253,6 +254,44 @@ def test_packaged_minilm_on_real_rte(tmp_path):
     )
     assert 0.0 <= results["best"]["accuracy"] <= 1.0
     assert f"Output directory: {tmp_path}/run" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("key", sorted(list_settings()))
+def test_a_list_setting_typed_as_a_sweep_is_refused_with_the_bracketed_list(key):
+    # Unbracketed, Hydra reads it as a sweep of its own settings and stops with "Sweeping over
+    # Hydra's configuration is not supported", without the fix.
+    with pytest.raises(IsotuneError) as raised:
+        check_list_settings(["-m", "seed=1,2", f"{key}=a,b"])
+    message = str(raised.value)
+    assert message.startswith(f"{key}=a,b: a list setting typed without brackets is a sweep")
+    assert message.endswith(f"Fix: type the list in brackets, quoted for the shell: '{key}=[a,b]'.")
+
+
+def test_the_list_settings_are_the_sweepers_and_launchers_lists_each_fixed_as_typed():
+    assert list_settings() >= {
+        "hydra.sweeper.arms",
+        "hydra.sweeper.tasks",
+        "hydra.sweeper.seeds",
+        "hydra.sweeper.report_seeds",
+        "hydra.launcher.gpus",
+    }
+    assert "hydra.sweeper.n_trials" not in list_settings()  # a number: no list to offer
+    with pytest.raises(IsotuneError, match=r"shell: '\+\+hydra\.sweeper\.seeds=\[1,2,3\]'\.$"):
+        check_list_settings(["++hydra.sweeper.seeds=range(1,4)"])
+    check_list_settings(["hydra.sweeper.arms=[none,isobn]", "hydra.sweeper.seeds=[1,2]"])
+    check_list_settings(["norm=none,isobn", "hydra.sweeper.n_trials=10,20"])  # Hydra's to judge
+
+
+@pytest.mark.slow
+def test_train_py_refuses_an_unbracketed_list_setting_before_hydra_with_the_fix(tmp_path):
+    result = run_script(
+        "train.py", "-m", "study=isotropy_cpu", "hydra.sweeper.arms=none,isobn", cwd=tmp_path
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: hydra.sweeper.arms=none,isobn: a list setting")
+    assert "Fix: type the list in brackets, quoted for the shell: " in result.stderr
+    assert "'hydra.sweeper.arms=[none,isobn]'" in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []  # no sweep folder made
 
 
 def test_validate_alone_reports_scores_without_adding_an_epoch(train_config, tmp_path):

@@ -4,6 +4,7 @@ formats and choices rather than scores."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -23,11 +24,12 @@ def task_spec(task: str) -> TaskSpec:
     return TaskSpec.from_config(task_config(task))
 
 
-def tiny_checkpoint(task: str, folder: Path, tiny_bert: Path) -> Path:
-    """A random tiny-BERT model of ``task`` saved as train.py saves one (the sections that build
-    it, the run's data settings): what the format tests need, without training."""
+def tiny_checkpoint(task: str | Mapping, folder: Path, tiny_bert: Path) -> Path:
+    """A random tiny-BERT model of ``task`` (a name under conf/task/, or a task's config: a
+    ``task=files`` run's, completed from its files) saved as train.py saves one (the sections
+    that build it, the run's data settings): what the format tests need, without training."""
     hyperparameters = {
-        "task": task_config(task),
+        "task": task_config(task) if isinstance(task, str) else dict(task),
         "model": {"name": "bert", "name_or_path": str(tiny_bert), "pooling": "cls"},
         "norm": {"name": "none"},
         "optim": {"lr": 1e-3},

@@ -275,15 +275,18 @@ def _default_text_fields(train: Table) -> tuple[str, ...]:
     )
 
 
-def _column_values(table: Table, column: str, role: str) -> Iterator[tuple[int, Any]]:
-    """``(line, value)`` of ``column`` in every row; refused when the file has no such column,
-    or when rows lack a value (counted, and the first rows named)."""
+def _column_values(
+    table: Table, column: str, role: str, fix: str | None = None
+) -> Iterator[tuple[int, Any]]:
+    """``(line, value)`` of ``column`` in every row; refused when the file has no such column
+    (``fix``: the caller's fix for that, None: training's, which names the column in the task's
+    config), or when rows lack a value (counted, and the first rows named)."""
     if column not in table.columns:
         key = "task.label_column" if role == "label" else "task.text_fields"
+        fix = fix or f"{key}=<one of them>, or rename the column in the file"
         raise IsotuneError(
             f"{table.path} has no column {column!r} (the {role} column task=files reads); its "
-            f"columns are {list(table.columns)}. Fix: {key}=<one of them>, or rename the "
-            f"column in the file."
+            f"columns are {list(table.columns)}. Fix: {fix}."
         )
     missing = [line for line, row in table.rows if _blank(row.get(column))]
     if missing:
@@ -364,14 +367,18 @@ def _metrics(regression: bool) -> tuple[str, ...]:
     return REGRESSION_METRICS if regression else CLASSIFICATION_METRICS
 
 
-def read_own_split(task: TaskSpec, split: str, table: Table | None = None) -> list[dict[str, Any]]:
+def read_own_split(
+    task: TaskSpec, split: str, table: Table | None = None, text_fix: str | None = None
+) -> list[dict[str, Any]]:
     """One split of a ``task=files`` task (a :class:`~isotune.data.tasks.TaskSpec`) as
     ``{text fields..., "label", "idx"}`` examples; a test file's labels are not read (-1), and
     its ``idx`` is its own index column's where it has one (:func:`_test_indices`), as GLUE's
-    test files name their examples; else, and in the other splits, the row's position from 0."""
+    test files name their examples; else, and in the other splits, the row's position from 0.
+    ``text_fix``: the fix for a file without a text column where the caller's differs from
+    training's ``task.text_fields=`` (predict.py's text columns are its checkpoint's)."""
     table = table or _split_table(task, split)
     texts = {
-        name: [value for _, value in _column_values(table, name, "text")]
+        name: [value for _, value in _column_values(table, name, "text", text_fix)]
         for name in task.text_fields
     }
     indices = range(len(table.rows))

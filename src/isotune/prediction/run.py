@@ -111,12 +111,32 @@ def check_inputs(
         for file in files:
             check_data_file(file.spec, file.spec.test_split, glue_dir, f"read for {file.file_name}")
     files = [  # a task=files test file read (a missing column stops now), and handed on
-        dataclasses.replace(file, examples=tuple(read_own_split(file.spec, file.spec.test_split)))
+        dataclasses.replace(
+            file,
+            examples=tuple(
+                read_own_split(
+                    file.spec, file.spec.test_split, text_fix=run_text_columns_fix(file.spec)
+                )
+            ),
+        )
         if file.spec.source == "files" and not file.spec.dataset
         else file
         for file in files
     ]
     return kept, files
+
+
+def run_text_columns_fix(task: TaskSpec) -> str:
+    """The fix for a file to predict without the run's text columns: renaming them, since the
+    checkpoint fixes which columns its model reads (training's ``task.text_fields=`` is no
+    setting of predict.py)."""
+    columns = " and ".join(repr(name) for name in task.text_fields)
+    plural = "s" if len(task.text_fields) > 1 else ""
+    return (
+        f"rename the file's text column{plural} to the run's, {columns}: the checkpoint's run "
+        f"was trained on {'those columns' if plural else 'that column'}, and predict.py reads "
+        "the same"
+    )
 
 
 def check_dev_unchanged(kept: KeptModel, glue_dir: str | None) -> None:

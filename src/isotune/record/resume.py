@@ -189,6 +189,33 @@ def completed_record(cfg: DictConfig) -> dict[str, Any] | None:
     return record if record.get("status") == "completed" and record.get("steps") else None
 
 
+def interrupted_runs_like(folder: Path, settings: Mapping[str, Any]) -> list[Path]:
+    """The folders beside ``folder`` (a new run's, whose command chose no folder: each start of
+    it makes another there) holding an interrupted run of the same command that can continue
+    (its ``last.ckpt``): the same overrides, and the same ``settings`` that its results.json
+    records (task, model, norm, seeds, ...); oldest first. One interrupted before its first
+    checkpoint has nothing to continue from. Only results.json files beside a last.ckpt are
+    read, and parsed only where ``interrupted`` is in them: a start among thousands of runs
+    stays quick."""
+    runs = []
+    for record_file in sorted(folder.parent.glob(f"*/{RESULTS_FILE}")):
+        if record_file.parent == folder or not (record_file.parent / LAST_CHECKPOINT).is_file():
+            continue
+        try:
+            if '"interrupted"' not in record_file.read_text(encoding="utf-8"):
+                continue
+            record = read_results(record_file)
+        except (OSError, UnicodeDecodeError, ValueError):  # not a run's record to compare
+            continue
+        if (
+            record.get("status") == "interrupted"
+            and sorted(record.get("overrides") or []) == sorted(settings["overrides"])
+            and not recorded_differences(record, settings)
+        ):
+            runs.append(record_file.parent)
+    return runs
+
+
 def predictions_left_unwritten(cfg: DictConfig, record: Mapping[str, Any]) -> str | None:
     """What to type for the test predictions of a completed run started again with
     ``write_test_predictions=true`` and none written (a run writes them after training, and this

@@ -1,6 +1,8 @@
 """What the Hydra entry points (train.py, analyze.py) share: the settings of the current folder's
-``.env``, user errors without a traceback, and after Ctrl-C the run folder and the command that
-resumes (or restarts) the run."""
+``.env``, train.py's command line checked where Hydra would stop without a fix, user errors
+without a traceback, after Ctrl-C the run folder and the command that resumes (or restarts) the
+run, and at the start of that run's command typed again (a new folder) the interrupted run's
+folder and that command."""
 
 from __future__ import annotations
 
@@ -8,22 +10,30 @@ import logging
 import shlex
 import signal
 import sys
-from collections.abc import Iterator
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from dotenv import load_dotenv
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from isotune.errors import IsotuneError
-from isotune.record.resume import LAST_CHECKPOINT
+from isotune.record.resume import LAST_CHECKPOINT, interrupted_runs_like
+from isotune.training.hydra_callbacks import stop
 
 log = logging.getLogger("isotune")
 
 INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT  # the shell's 130 for Ctrl-C; SIGTERM: 143
 ENV_FILE = ".env"  # GLUE_DIR, HF_HUB_OFFLINE, WANDB_*: see .env.example
+# Where list settings of the sweepers and the launcher are typed (:func:`list_settings`).
+LIST_SETTING_GROUPS = ("hydra.sweeper.", "hydra.launcher.")
 
 
 def load_env_file() -> None:
@@ -35,6 +45,77 @@ def load_env_file() -> None:
     ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, ``WANDB_BASE_URL`` or ``HF_ENDPOINT`` for every run.
     """
     load_dotenv(Path.cwd() / ENV_FILE)
+
+
+def check_command_line(arguments: Sequence[str]) -> None:
+    """Stop with one message and exit status 1, before Hydra reads ``arguments`` (train.py's
+    command line), where Hydra would stop without the fix (:func:`check_list_settings`)."""
+    try:
+        check_list_settings(arguments)
+    except IsotuneError as error:
+        stop(str(error))
+
+
+def check_list_settings(arguments: Sequence[str]) -> None:
+    """Refuse a list setting of the sweepers or the launcher typed as a sweep
+    (``hydra.sweeper.arms=none,isobn``, ``hydra.sweeper.seeds=range(1,4)``): Hydra sweeps none
+    of its own settings, and says only "Sweeping over Hydra's configuration is not supported".
+    The message gives each as the list it meant, bracketed and quoted for the shell."""
+    candidates = [a for a in arguments if a.lstrip("+~").startswith(LIST_SETTING_GROUPS)]
+    if not candidates:  # the plugins' schemas are read only where one of theirs is typed
+        return
+    parser = OverridesParser.create()
+    lists = list_settings()
+    typed, fixes = [], []
+    for argument in candidates:
+        try:
+            (override,) = parser.parse_overrides([argument])
+            items = list(override.sweep_string_iterator())
+        except HydraException:  # not a sweep (a list already), or one Hydra reports itself
+            continue
+        key = override.key_or_group
+        if key in lists:
+            prefix = argument[: argument.index(key)]  # + or ++, kept
+            typed.append(argument)
+            fixes.append(shlex.quote(f"{prefix}{key}=[{','.join(items)}]"))
+    if fixes:
+        raise IsotuneError(
+            f"{', '.join(typed)}: a list setting typed without brackets is a sweep to Hydra, "
+            "which sweeps none of its own settings (it would stop with \"Sweeping over Hydra's "
+            'configuration is not supported"). Fix: type the list in brackets, quoted for the '
+            f"shell: {' '.join(fixes)}."
+        )
+
+
+def list_settings() -> set[str]:
+    """The settings of this project's sweepers and launcher that hold a list
+    (``hydra.sweeper.arms``, ``hydra.sweeper.seeds``, ``hydra.launcher.gpus``, ...), read from
+    their config dataclasses; a config node's Hydra ``defaults`` list is no setting."""
+    from hydra_plugins.isotune_launcher.gpus_launcher import GpusLauncherConf
+    from hydra_plugins.isotune_launcher.optuna_sweeper import OptunaSweeperConf
+    from hydra_plugins.isotune_launcher.study_sweeper import StudySweeperConf
+    from hydra_plugins.isotune_launcher.summarizing_sweeper import SummarizingSweeperConf
+
+    schemas = {
+        "hydra.sweeper": (SummarizingSweeperConf, OptunaSweeperConf, StudySweeperConf),
+        "hydra.launcher": (GpusLauncherConf,),
+    }
+    return {
+        f"{group}.{name}"
+        for group, confs in schemas.items()
+        for conf in confs
+        for name, hint in typing.get_type_hints(conf).items()
+        if name != "defaults" and _holds_a_list(hint)
+    }
+
+
+def _holds_a_list(hint: Any) -> bool:
+    """``list[...]``, or a union with one (``list[str] | None``)."""
+    if typing.get_origin(hint) is list:
+        return True
+    return typing.get_origin(hint) in (typing.Union, types.UnionType) and any(
+        _holds_a_list(arg) for arg in typing.get_args(hint)
+    )
 
 
 @contextmanager
@@ -83,23 +164,60 @@ def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
 
 
 def resume_hint(cfg: DictConfig) -> str:
-    """The command that continues the run in its own folder: started there again, a run resumes
-    from the ``checkpoints/last.ckpt`` it saved at its last epoch end (``resume=auto``); without
-    one it starts again from the beginning, in the same folder."""
+    """The command that continues the run in its own folder (:func:`continue_hint`); a job of a
+    sweep alone (``hydra.mode=RUN``)."""
     hydra = HydraConfig.get()
-    output_dir = Path(cfg.paths.output_dir)
-    overrides = [o for o in hydra.overrides.task if not o.startswith("hydra.run.dir=")]
+    overrides = list(hydra.overrides.task)
     if hydra.mode == RunMode.MULTIRUN:
         overrides.append("hydra.mode=RUN")  # this job alone, even from a preset that sweeps
-    if not (output_dir / LAST_CHECKPOINT).is_file():
+    return continue_hint(overrides, Path(cfg.paths.output_dir))
+
+
+def continue_hint(overrides: list[str], folder: Path) -> str:
+    """The command that continues the run of ``overrides`` in its own ``folder``: started there
+    again, a run resumes from the ``checkpoints/last.ckpt`` it saved at its last epoch end
+    (``resume=auto``); without one it starts again from the beginning, in the same folder."""
+    overrides = [o for o in overrides if not o.startswith("hydra.run.dir=")]
+    if not (folder / LAST_CHECKPOINT).is_file():
         return (
             "No checkpoint was saved yet; start it again in its folder: "
-            f"{_command([*overrides, f'hydra.run.dir={output_dir}'])}"
+            f"{_command([*overrides, f'hydra.run.dir={folder}'])}"
         )
     overrides = [o for o in overrides if not o.startswith("ckpt_path=")]
     return (
         f"Resume it in its folder, from its {LAST_CHECKPOINT}: "
-        f"{_command([*overrides, f'hydra.run.dir={output_dir}'])}"
+        f"{_command([*overrides, f'hydra.run.dir={folder}'])}"
+    )
+
+
+def warn_of_interrupted_runs(cfg: DictConfig, settings: Mapping[str, Any]) -> None:
+    """At the start of a new run whose command chose no folder (``python train.py <overrides>``,
+    no ``hydra.run.dir=``, not a sweep), say so when the same command was interrupted before:
+    typed again it starts over in a new folder, so the warning names the interrupted run's folder
+    and the command that continues it there. It continues nothing itself: which one to keep is
+    the researcher's call (``settings``: what this run records in its results.json)."""
+    if not HydraConfig.initialized():
+        return
+    hydra = HydraConfig.get()
+    if hydra.mode != RunMode.RUN or any(
+        o.startswith("hydra.run.dir=") for o in hydra.overrides.hydra
+    ):
+        return
+    output_dir = Path(cfg.paths.output_dir)
+    interrupted = interrupted_runs_like(output_dir, settings)
+    if not interrupted:
+        return
+    latest, earlier = interrupted[-1], interrupted[:-1]
+    others = (
+        f" ({len(earlier)} earlier ones too: {', '.join(map(str, earlier))})" if earlier else ""
+    )
+    log.warning(
+        "A run with these settings was interrupted in %s%s; this one starts over in a new folder, "
+        "%s, and continues nothing. To continue that run instead, stop this one (Ctrl-C). %s",
+        latest,
+        others,
+        output_dir,
+        continue_hint(list(settings["overrides"]), latest),
     )
 
 

@@ -64,6 +64,7 @@ from isotune.record.resume import (
 from isotune.record.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
 from isotune.tracking.metric_keys import params_key
 from isotune.tracking.wandb_logging import finish_wandb_runs
+from isotune.training.cli import warn_of_interrupted_runs
 from isotune.training.config_checks import check_train_config
 from isotune.training.instantiate import instantiate_all
 from isotune.training.lightning_tips import silence_lightning_tips
@@ -114,6 +115,8 @@ def _started(cfg: DictConfig, output_dir: Path, rank_zero: bool) -> dict[str, An
     record = RunRecord(output_dir, write=rank_zero, **recorded_settings(cfg))
     resume_from, resumed_at_step, own_data = _checked_start(cfg, record)
     record.identity.update(primary_metric=cfg.task.primary_metric)  # task=files: its files'
+    if rank_zero and not record.has_earlier_attempts:  # a new folder: a run typed again?
+        warn_of_interrupted_runs(cfg, record.identity)
     record.start(str(resume_from) if resume_from else None, resumed_at_step)
     stop = StopRequest()  # SIGTERM, SIGUSR2: stop where the run can continue from
     stop.install()
