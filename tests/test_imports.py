@@ -35,6 +35,7 @@ LIBRARY = (
     "isotune.tracking.run_names",
     "isotune.sweeps.statistics",
     "isotune.search.expected_best",
+    "isotune.study.sequential",
 )
 TRAINING_STACK = {"lightning", "pytorch_lightning", "hydra", "omegaconf", "transformers", "peft"}
 OFFLINE_TOOLS = ("isotune.aggregate", "isotune.rerun", "isotune.env", "isotune.sweeps.aggregate")
