@@ -235,7 +235,7 @@ def test_a_test_file_without_the_runs_text_columns_is_refused_naming_them_to_ren
     # to offer (Hydra refuses the key), so the fix is renaming the file's columns to the run's.
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("sentence1,sentence2,label\na,b,yes\nc,d,no\n", encoding="utf-8")
-    task = own_task({"name": "files", "files": {"train": pairs, "validation": pairs}})
+    task = own_task({"name": "files", "files": {"train": pairs, "validation": pairs}}).task
     best = tiny_checkpoint(task, tmp_path / "run", tiny_bert)
     new = tmp_path / "new.csv"
     new.write_text("premise,hypothesis\na,b\n", encoding="utf-8")
