@@ -21,6 +21,7 @@ import pandas as pd
 import yaml
 
 from isotune.errors import IsotuneError
+from isotune.record.debug_runs import debug_description
 from isotune.record.results import RESULTS_FILE
 from isotune.search.outcomes import JobOutcome, read_outcome
 from isotune.search.report import RESULTS_FILE as SEARCH_RESULTS_FILE
@@ -47,6 +48,7 @@ class StudyRun:
     status: str
     geometry: Mapping[str, float] = field(default_factory=dict)
     job_dir: str = ""
+    debug: str | None = None  # a report run's debug_description: what makes it a debug run
 
 
 @dataclass(frozen=True)
@@ -256,9 +258,10 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
     """A held-out run, refused if its overrides do not set the chosen trial's values."""
     seed = int(job_dir.name.removeprefix("seed-"))
     outcome = read_outcome(job_dir, seed)
-    geometry = {}
+    geometry, debug = {}, None
     if (job_dir / RESULTS_FILE).is_file():
         run = Run.read(job_dir / RESULTS_FILE)
+        debug = debug_description(run.result)
         _check_report_overrides(job_dir, run.overrides, best_params)
         best = (run.result.get("isotropy") or {}).get("best") or {}
         for measure in GEOMETRY:
@@ -276,6 +279,7 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
         status=outcome.status,
         geometry=geometry,
         job_dir=str(Path(task, arm, *job_dir.parts[-3:])),  # relative to the study folder
+        debug=debug,
     )
 
 
