@@ -6,17 +6,10 @@ from __future__ import annotations
 import json
 
 from isotune.record.debug_runs import debug_description, debug_line
-from isotune.study.comparison import (
-    across_tasks,
-    arm_table,
-    geometry_correlations,
-    task_comparisons,
-)
-from isotune.study.report import report_text
 from isotune.study.results import read_arm
 from isotune.sweeps import aggregate
 from tests.helpers.fake_runs import completed, write_multirun, write_run
-from tests.helpers.studies import write_search
+from tests.helpers.studies import study_report_text, write_search
 
 LIMITED = {"scored": 128, "of": 277}  # debug=limit on RTE: 2 batches of 64 of dev's 277
 
@@ -57,15 +50,7 @@ def test_a_study_report_of_debug_runs_says_so_under_its_title(tmp_path):
             result = json.loads(results.read_text())
             results.write_text(json.dumps({**result, "dev_examples": LIMITED}))
         outcomes.append(read_arm(folder, "rte", arm, list(report)))
-    text = report_text(
-        outcomes,
-        "none",
-        True,
-        arm_table(outcomes),
-        task_comparisons(outcomes, "none"),
-        across_tasks(outcomes, "none"),
-        geometry_correlations(outcomes),
-    )
+    text = study_report_text(outcomes)
     assert text.splitlines()[4] == (
         "**These runs are debug runs (128 of 277 dev examples scored): not results.**"
     )

@@ -50,7 +50,6 @@ from isotune.study.report import (
     RESULTS_FILE,
     RUNS_FILE,
     held_out_figure,
-    report_text,
     tuning_figure,
     write_study_report,
     write_study_reports,
@@ -66,7 +65,7 @@ from isotune.sweeps.summary import summarize_sweep
 from tests.conftest import CONF_DIR, ROOT, compose_train_config
 from tests.helpers.cli import tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
-from tests.helpers.studies import write_search
+from tests.helpers.studies import study_report_text, write_search
 
 CATALOG = {
     "none": {"overrides": ["intervention=none"]},
@@ -308,15 +307,7 @@ def test_the_across_tasks_summary_says_why_it_tests_nothing_with_any_number_of_t
         for t in range(tasks)
         for arm, scores in RTE.items()
     ]
-    text = report_text(
-        outcomes,
-        "none",
-        True,
-        arm_table(outcomes),
-        task_comparisons(outcomes, "none"),
-        across_tasks(outcomes, "none"),
-        geometry_correlations(outcomes),
-    )
+    text = study_report_text(outcomes)
     assert "They are descriptions, not tests: a test over every (task, seed) pair" in text
     assert ("describe these tasks, not tasks in general" in text) is (tasks < 5)
 
@@ -330,15 +321,7 @@ def test_a_one_task_study_repeats_no_row_across_tasks_and_says_what_four_runs_ca
     ]
     correlations = geometry_correlations(outcomes)
     assert set(correlations["task"]) == {"rte"}  # no ALL_TASKS row
-    text = report_text(
-        outcomes,
-        "none",
-        True,
-        arm_table(outcomes),
-        task_comparisons(outcomes, "none"),
-        across_tasks(outcomes, "none"),
-        correlations,
-    )
+    text = study_report_text(outcomes)
     assert "2 arms on 1 task, each tuned" in text and "(s)" not in text
     assert f"| {ALL_TASKS} |" not in text and "Δ rte" not in text
     assert "One task: nothing to set side by side." in text
