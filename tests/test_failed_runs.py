@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from matplotlib.collections import PathCollection
 
+from isotune.data import GLUEDataModule
 from isotune.data.metrics import build_metrics, compute_scores
+from isotune.model.encoders import load_tokenizer
 from isotune.sweeps import aggregate
 from isotune.sweeps.figures import FAILED_LABEL, scores_data, scores_figure
 from isotune.sweeps.summary import summarize_sweep
-from isotune.training.run import train
+from isotune.training.run import scored_examples, train
 from isotune.training.trivial import TrivialScore, learned, trivial_score
 from tests.conftest import write_glue_dir
 from tests.helpers.config_checks import problems
@@ -226,3 +229,58 @@ def test_a_sweep_ends_saying_how_many_of_its_runs_failed_to_learn(tmp_path):
         "1 of the 2 completed runs failed to learn (not above their dev set's trivial "
         f"predictor); the aggregate sets them apart: python -m isotune.aggregate {tmp_path}"
     ]
+
+
+@pytest.mark.slow
+def test_a_run_validating_on_part_of_dev_is_judged_against_the_majority_of_that_part(
+    train_config, tmp_path
+):
+    """debug=limit scores the 2 longest batches of dev: here its 8 longest examples, all
+    entailment, though dev's majority (16 of 24) is not_entailment. The trivial predictor is of
+    those 8 (accuracy 1: no run is above it), not of all 24 (0.667, which a constant
+    entailment prediction on the 8 would beat and read "learned")."""
+    glue = write_glue_dir(tmp_path / "glue")
+    dev = (glue / "RTE" / "dev.tsv").read_text().splitlines()
+    long = " ".join(["the cat sat on the mat"] * 5)
+    lines = [dev[0]]
+    for row in (line.split("\t") for line in dev[1:]):
+        entailment = int(row[0]) % 3 == 0
+        first = f"{long} {row[1]}" if entailment else row[1]
+        label = "entailment" if entailment else "not_entailment"
+        lines.append("\t".join([row[0], first, row[2], label]))
+    (glue / "RTE" / "dev.tsv").write_text("\n".join(lines) + "\n")
+    cfg = train_config(
+        "debug=limit", "trainer.max_epochs=1", "data.eval_batch_size=4", f"paths.glue_dir={glue}"
+    )
+    results = train(cfg)
+    assert results["trivial"] == {
+        "predictor": "majority class (entailment)",
+        "metric": "accuracy",
+        "score": 1.0,
+    }
+    assert results["learned"] is False
+    assert results["dev_examples"] == {"scored": 8, "of": 24}
+
+
+def test_the_scored_examples_are_the_batches_lightnings_limit_keeps_on_every_process(
+    tiny_bert, glue_dir
+):
+    """Validation's batches are dev sorted by length, 4 examples each here (6 batches); a limit
+    keeps the first of them (an int: that many; a fraction: that share), on each process of its
+    own share (dealt round-robin)."""
+    task = load_task("rte")
+    datamodule = GLUEDataModule(
+        task, load_tokenizer(str(tiny_bert)), glue_dir=str(glue_dir), eval_batch_size=4
+    )
+    lengths = datamodule.dataset(task.primary_split).lengths
+    longest = sorted(range(24), key=lambda i: -lengths[i])  # ties in index order, as validation's
+
+    def scored(limit: int | float, processes: int = 1) -> list[int]:
+        trainer = SimpleNamespace(limit_val_batches=limit, world_size=processes)
+        return scored_examples(datamodule, task.primary_split, trainer)
+
+    assert scored(1.0) == list(range(24))  # the default: all of dev
+    assert scored(2) == sorted(longest[:8])  # debug=limit
+    assert scored(0.5) == sorted(longest[:12])  # 3 of 6 batches
+    assert scored(0.4) == sorted(longest[:8])  # 2.4 batches: 2
+    assert scored(1, processes=2) == sorted(longest[:8])  # each process its first batch

@@ -99,6 +99,18 @@ def test_a_kept_model_scores_the_dev_set_as_its_run_recorded_and_predicts_the_te
     assert not list(out.glob("*.tmp*"))  # written whole
 
 
+def test_the_recorded_scores_are_logged_with_their_epoch_once_as_a_whole_number(
+    run_folder, glue_dir, tmp_path, caplog
+):
+    caplog.set_level("INFO", logger="isotune.prediction.run")
+    best = f"ckpt_path={run_folder}/checkpoints/best.ckpt"
+    predict(predict_config(tmp_path, best, "test=false", glue_dir=glue_dir))
+    epoch = json.loads((run_folder / "results.json").read_text())["best_epoch"]
+    (line,) = [m for m in caplog.messages if m.startswith("recorded for these weights")]
+    assert line.startswith(f"recorded for these weights (epoch {epoch}): accuracy ")
+    assert "epoch" not in line.split(":", 1)[1]  # not again as "epoch 2.000000"
+
+
 def test_inputs_checked_before_the_folder_is_made_are_read_once(
     run_folder, glue_dir, tmp_path, monkeypatch
 ):

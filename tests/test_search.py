@@ -441,7 +441,7 @@ def test_failed_trials_retried_once_their_cause_is_fixed_count_nowhere(tmp_path,
         return None
 
     settings = {**SMALL, "n_trials": 3, "max_failure_rate": 0.0}
-    with pytest.raises(IsotuneError, match="1 trials FAILED"):
+    with pytest.raises(IsotuneError, match="1 trial FAILED"):
         make_search(tmp_path, FakeLauncher(tmp_path, missing_package), **settings).run()
     fixed = FakeLauncher(tmp_path, weight_score)
     with caplog.at_level(logging.INFO):

@@ -23,6 +23,7 @@ from isotune.sweeps.statistics import (
     spearman,
     stratified_spearman,
 )
+from isotune.tracking.reporting import counted
 
 # t_{0.975, 4} from a table of Student's t: the 95% interval of 5 pairs
 T_975_4DF = 2.7764451051977987
@@ -283,6 +284,10 @@ def test_a_count_of_one_reads_in_the_singular():
     )
     assert spearman([0.1, 0.2], [0.3, 0.4]).note == "2 points: a rank correlation needs at least 3."
     assert spearman([0.1], [0.3]).note == "1 point: a rank correlation needs at least 3."
+    assert (counted(1, "search", "searches"), counted(2, "search", "searches")) == (
+        "1 search",
+        "2 searches",
+    )
     one_left = paired_comparison({0: 0.80, 1: 0.82, 2: 0.81}, {0: 0.80, 1: 0.85, 2: 0.79})
     assert "1 zero difference left out of the Wilcoxon test, which uses 2 pairs." in one_left.note
 
@@ -391,3 +396,17 @@ def test_stratified_spearman_leaves_out_single_point_strata_and_degenerate_input
     assert stratified_spearman([1, 2, 3], [1, 2, 3], ["a", "b", "c"]).rho is None
     flat = stratified_spearman([1, 2, 3, 4], [5, 5, 6, 6], ["a", "a", "b", "b"])
     assert flat.rho is None and "centred y constant" in flat.note
+
+
+def test_a_within_strata_rho_from_too_few_orderings_says_its_p_cannot_be_small():
+    """4 runs in 2 arms: 2! x 2! = 4 orderings within arms, so no p goes below 0.5 (each
+    ordering and its mirror are as extreme): a rho of 1 says nothing, and the note says so."""
+    within = stratified_spearman([1, 2, 10, 12], [0.5, 0.6, 0.7, 0.9], ["a", "a", "b", "b"])
+    assert within.rho == pytest.approx(1.0) and within.p == 0.5
+    assert within.note.endswith(
+        "With 4 orderings within strata no p falls below 0.5: too few points to tell any rho "
+        "from chance at 0.05."
+    )
+    x = [m + d for m in (0.0, 10.0, 20.0) for d in (-1.0, 0.0, 1.0)]  # 216 orderings: 2 / 216
+    enough = stratified_spearman(x, x, [arm for arm in "abc" for _ in range(3)])
+    assert enough.note == "centred in each stratum; exact permutation p within strata."

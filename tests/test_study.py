@@ -53,7 +53,6 @@ from isotune.study.report import (
     RESULTS_FILE,
     RUNS_FILE,
     held_out_figure,
-    report_text,
     tuning_figure,
     write_study_report,
     write_study_reports,
@@ -70,7 +69,7 @@ from isotune.sweeps.summary import summarize_sweep
 from tests.conftest import CONF_DIR, ROOT, compose_train_config
 from tests.helpers.cli import tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
-from tests.helpers.studies import write_search
+from tests.helpers.studies import study_report_text, write_search
 
 CATALOG = {
     "none": {"overrides": ["intervention=none"]},
@@ -328,17 +327,26 @@ def test_the_across_tasks_summary_says_why_it_tests_nothing_with_any_number_of_t
         for t in range(tasks)
         for arm, scores in RTE.items()
     ]
-    text = report_text(
-        outcomes,
-        "none",
-        True,
-        arm_table(outcomes),
-        task_comparisons(outcomes, "none"),
-        across_tasks(outcomes, "none"),
-        geometry_correlations(outcomes),
-    )
+    text = study_report_text(outcomes)
     assert "They are descriptions, not tests: a test over every (task, seed) pair" in text
     assert ("describe these tasks, not tasks in general" in text) is (tasks < 5)
+
+
+def test_a_one_task_study_repeats_no_row_across_tasks_and_says_what_four_runs_cannot_show():
+    """One task, two arms, two report seeds each: rows "across tasks" would repeat the task's
+    own, and a within-arm rho of 4 runs has 4 orderings, so no p below 0.5: said beside it."""
+    outcomes = [
+        _outcome("rte", "none", {101: 0.55, 102: 0.57}, 0.6, geometry={101: 0.1, 102: 0.2}),
+        _outcome("rte", "isobn", {101: 0.58, 102: 0.61}, 0.6, geometry={101: 0.5, 102: 0.7}),
+    ]
+    correlations = geometry_correlations(outcomes)
+    assert set(correlations["task"]) == {"rte"}  # no ALL_TASKS row
+    text = study_report_text(outcomes)
+    assert "2 arms on 1 task, each tuned" in text and "(s)" not in text
+    assert f"| {ALL_TASKS} |" not in text and "Δ rte" not in text
+    assert "One task: nothing to set side by side." in text
+    (line,) = [line for line in text.splitlines() if line.startswith("| rte | isoscore | within")]
+    assert "| 4 | 1.00 | 0.5000 |" in line and "no p falls below 0.5: too few points" in line
 
 
 def test_the_optimism_is_how_much_the_tuning_flattered_an_arm_in_either_direction():
@@ -433,7 +441,7 @@ def test_the_study_report_reads_every_search_and_writes_its_tables_and_figures(t
     )
     assert record["expected_best"]["rte/none"] == []  # 3 trials: their values are listed instead
     assert "none: 0.5600, 0.5800, 0.5500" in text
-    assert "## rte" in text and "## Across tasks" in text and "With 1 task(s)" in text
+    assert "## rte" in text and "## Across tasks" in text and "One task: nothing to set" in text
     assert "| isobn | optim.lr=3e-05 | 0.6000 | 0.5725 ± " in text
     # made again from the folder and its record alone (the command line's task=rte replaced the
     # preset's tasks), as `python -m isotune.aggregate <study folder>` makes it

@@ -48,7 +48,7 @@ def sweep_with_models(folder: Path, tiny_bert: Path) -> Path:
     return folder
 
 
-def test_a_sweeps_submission_predicts_each_tasks_chosen_run_and_zips_the_files(
+def test_a_sweeps_submission_predicts_each_tasks_chosen_run_zips_and_records_every_task(
     tmp_path, tiny_bert, glue_dir
 ):
     sweep = sweep_with_models(tmp_path / "sweep", tiny_bert)
@@ -69,8 +69,17 @@ def test_a_sweeps_submission_predicts_each_tasks_chosen_run_and_zips_the_files(
     sidecar = json.loads((out / f"RTE.tsv{SIDECAR_SUFFIX}").read_text())
     assert sidecar["run"] == str((sweep / "2").resolve())
     assert sidecar["checkpoint_sha256"] == file_sha256(sweep / "2" / "checkpoints" / "best.ckpt")
+    predicted = json.loads((out / "predictions.json").read_text())  # each task's, none lost
+    assert sorted(predicted) == ["mrpc", "rte"]
+    assert predicted["rte"]["files"] == {"RTE.tsv": 10}
+    assert predicted["mrpc"]["files"] == {"MRPC.tsv": 10}
+    assert predicted["rte"]["source"]["run"] == str((sweep / "2").resolve())
     text = report_text(record)
-    assert "Lacking (no run predicted them): CoLA, SST-2" in text and "seed 1" in text
+    assert (
+        "Lacking (no run predicted them; GLUE's server wants all 11 files in a submission): "
+        "CoLA, SST-2" in text
+    )
+    assert "seed 1" in text and "debug" not in text
 
 
 def test_a_studys_runs_that_kept_no_model_are_named_with_the_command_that_trains_each_again(
@@ -161,3 +170,18 @@ def test_the_command_prints_the_rule_and_writes_into_logs_submission(tmp_path, t
     assert result.stdout.startswith("Each task's run: the configuration with the best median")
     (folder,) = (tmp_path / "logs" / "submission").iterdir()
     assert (folder / ZIP_FILE).is_file() and (folder / "RTE.tsv").is_file()
+
+
+def test_a_submission_of_debug_runs_says_they_are_not_results(tmp_path, tiny_bert, glue_dir):
+    """A run of debug=limit scored 8 of dev's 24 examples after a few batches: its submission
+    is made (a check of the pipeline), under a line saying it is no result."""
+    sweep = tmp_path / "sweep"
+    write_multirun(sweep, ["task=rte", "debug=limit"])
+    result = completed("bert", "none", "rte", 1, 0.6)
+    result["best_checkpoint"] = str(tiny_checkpoint("rte", sweep / "0", tiny_bert))
+    result["dev_examples"] = {"scored": 8, "of": 24}
+    write_run(sweep / "0", ["task=rte", "debug=limit"], result)
+    record = write_submission(sweep, tmp_path / "out", str(glue_dir), accelerator="cpu")
+    line = "This run is a debug run (debug=limit: 8 of 24 dev examples scored): not results."
+    assert record["debug"] == line
+    assert report_text(record).splitlines()[1] == line

@@ -64,6 +64,7 @@ from isotune.study.stated import stated_test
 from isotune.sweeps.environment import check_continued_in_one_environment
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.slurm_jobs import check_no_live_jobs
+from isotune.tracking.reporting import counted
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +139,9 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
                 STUDY_PLACES,
             )
             log.info(
-                f"{len(plan.searches)} searches ({', '.join(a.name for a in plan.arms)} on "
-                f"{', '.join(plan.tasks)}): a budget of {plan.jobs} runs when none is pruned or "
+                f"{counted(len(plan.searches), 'search', 'searches')} "
+                f"({', '.join(a.name for a in plan.arms)} on {', '.join(plan.tasks)}): a budget "
+                f"of {counted(plan.jobs, 'run')} when none is pruned or "
                 f"fails; {_what_is_kept(config.checkpoint.keep, s['keep_report_models'])}"
             )
             _say_searches_left_out(plan, folder)

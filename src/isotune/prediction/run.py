@@ -58,7 +58,9 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
             "predict a file: test_file=<path> (CSV, TSV or JSONL with the run's text columns).",
             kept.task.name,
         )
-    return predict_run(kept, files, output_dir, cfg.paths.glue_dir, cfg.accelerator, dev=cfg.dev)
+    summary = predict_run(kept, files, output_dir, cfg.paths.glue_dir, cfg.accelerator, cfg.dev)
+    write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+    return summary
 
 
 # What :class:`InputsChecked` found before Hydra made the output folder, handed to the run that
@@ -194,7 +196,9 @@ def predict_run(
     accelerator: str = "auto",
     dev: bool = True,
 ) -> dict[str, Any]:
-    """The dev scores and the test files of one kept model, written into ``output_dir``."""
+    """The test files of one kept model, written into ``output_dir``, and what
+    ``predictions.json`` says of them: the weights' source, the dev scores and each file's rows
+    (written by the caller: a submission's holds every task's)."""
     model = kept.build()
     tokenizer = load_tokenizer(kept.checkpoint["hyper_parameters"]["model"]["name_or_path"])
     trainer = L.Trainer(
@@ -218,7 +222,6 @@ def predict_run(
     summary["files"] = write_prediction_files(
         trainer, model, files, output_dir, glue_dir, data, source
     )
-    write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary
 
 
@@ -257,7 +260,10 @@ def dev_scores(
 
 
 def _shown(values: Mapping[str, float]) -> str:
-    return ", ".join(f"{key} {value:.6f}" for key, value in values.items() if key != "step")
+    """Scores to six decimals; the epoch and step of a recorded entry are said apart."""
+    return ", ".join(
+        f"{key} {value:.6f}" for key, value in values.items() if key not in ("epoch", "step")
+    )
 
 
 class InputsChecked(Callback):

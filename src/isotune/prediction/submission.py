@@ -39,7 +39,8 @@ from isotune.analysis.run import command_keeping_a_model
 from isotune.atomic_files import write_atomically, write_text
 from isotune.data.glue_format import ALL_FILES, FILE_NAMES
 from isotune.errors import IsotuneError
-from isotune.prediction.run import check_inputs, predict_run
+from isotune.prediction.run import SUMMARY_FILE, check_inputs, predict_run
+from isotune.record.debug_runs import debug_description, debug_line
 from isotune.record.results import RESULTS_FILE
 from isotune.study.results import read_study
 from isotune.sweeps.comparisons import Configuration, Configurations, baseline_values
@@ -185,9 +186,11 @@ def write_submission(
         raise IsotuneError(_nothing_to_predict(folder, untrained, skipped))
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}
+    predicted = {}  # predictions.json: each task's, as predict.py writes one
     for chosen, kept, files in predicting:
-        predict_run(kept, files, out, glue_dir, accelerator, dev=False)
+        predicted[chosen.task] = predict_run(kept, files, out, glue_dir, accelerator, dev=False)
         written.update({file.name: chosen.task for file in files})
+    write_text(out / SUMMARY_FILE, json.dumps(predicted, indent=2) + "\n")
     with_files = [name for name in ALL_FILES if name in written]
     write_atomically(out / ZIP_FILE, partial(_zip, out, with_files))
     record = {
@@ -201,6 +204,7 @@ def write_submission(
         "skipped": [{**_described(chosen), "why": _why_skipped(chosen.task)} for chosen in skipped],
         "files": with_files,
         "lacking": [name for name in ALL_FILES if name not in written],
+        "debug": debug_line([debug_description(chosen.result) for chosen in choices]),
         "zip": str(out / ZIP_FILE),
     }
     write_text(out / RECORD_FILE, json.dumps(record, indent=2) + "\n")
@@ -258,6 +262,8 @@ def _nothing_to_predict(
 def report_text(record: dict[str, Any]) -> str:
     """What the command prints: the rule, each task's run, what is lacking, the zip."""
     lines = [f"Each task's run: {record['rule']}."]
+    if record["debug"]:
+        lines.append(record["debug"])
     for chosen in record["chosen"]:
         lines.append(
             f"  {chosen['task']}: {chosen['configuration']} seed {chosen['seed']} (dev "
@@ -273,7 +279,10 @@ def report_text(record: dict[str, Any]) -> str:
     for chosen in record["skipped"]:
         lines.append(f"  {chosen['task']}: skipped, {chosen['why']}")
     if record["lacking"]:
-        lines.append(f"Lacking (no run predicted them): {', '.join(record['lacking'])}.")
+        lines.append(
+            f"Lacking (no run predicted them; GLUE's server wants all {len(ALL_FILES)} files in "
+            f"a submission): {', '.join(record['lacking'])}."
+        )
     lines.append(f"Wrote {', '.join(record['files'])} and {record['zip']}.")
     return "\n".join(lines)
 

@@ -37,6 +37,7 @@ from isotune.record import folder_lock
 from isotune.record.resume import check_links_stay_inside, record_refusal
 from isotune.search.outcomes import JobOutcome, completed_before, failure_reason, read_outcome
 from isotune.search.search import Job, Search
+from isotune.tracking.reporting import counted
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +98,9 @@ class Progress:
         self.done_before, total = self.runs()
         left = total - self.done_before
         if left == 0:
+            done = "its one run is" if total == 1 else f"all {total} runs are"
             log.info(
-                f"Nothing left to run: all {total} runs are done; the report is made again "
-                "from their records."
+                f"Nothing left to run: {done} done; the report is made again from their records."
             )
         else:
             log.info(f"Runs: {self.done_before}/{total} done, {left} left (fewer if pruned).")
@@ -172,8 +173,8 @@ def check_reports_complete(searches: Sequence[Search]) -> None:
         f"  {failure_reason(run)}" for search in lacking for run in search.missing_report_runs
     )
     raise IsotuneError(
-        f"The held-out report lacks {missing} of its {total} runs, so the search did not "
-        f"complete; the report counts them as failed:\n{runs}\nFix what their results.json and "
+        f"The held-out report lacks {missing} of its {counted(total, 'run')}, so the search did "
+        f"not complete; the report counts them as failed:\n{runs}\nFix what their results.json and "
         "train.log say, then type the same command again: the report's runs that did not "
         "complete run again, and the report is made again."
     )

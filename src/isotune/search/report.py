@@ -42,7 +42,7 @@ from isotune.search.expected_best import (
 from isotune.search.outcomes import JobOutcome, failure_reason
 from isotune.sweeps.runs import SEARCH_REPORT_FILE
 from isotune.sweeps.statistics import PairedComparison, paired_comparison, seed_count_caveat
-from isotune.tracking.reporting import markdown_table
+from isotune.tracking.reporting import counted, markdown_table
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class ExpectedBest:
         lines = [
             "## Expected best dev score by trials spent (Dodge et al. 2019)",
             "",
-            f"Over all {n} trials spent: complete ones at their value, "
+            f"Over all {counted(n, 'trial')} spent: complete ones at their value, "
             + (
                 f"{len(pruned)} pruned at the median of the seeds they ran (marked *: a value from "
                 "fewer seeds than the others', where a curve over complete trials only would "
@@ -321,8 +321,9 @@ def report_text(trials: Sequence[TrialRow], held_out: HeldOut, curve: ExpectedBe
     lines = [
         "# Search report",
         "",
-        f"{len(trials)} trials: {states.count('COMPLETE')} complete, {states.count('PRUNED')} "
-        f"pruned, {states.count('FAIL')} failed; {len(runs)} runs, {failed_to_learn} of them "
+        f"{counted(len(trials), 'trial')}: {states.count('COMPLETE')} complete, "
+        f"{states.count('PRUNED')} pruned, {states.count('FAIL')} failed; "
+        f"{counted(len(runs), 'run')}, {failed_to_learn} of them "
         "failed to learn (counted at their score). trials.csv lists every trial and its runs.",
         "",
         "## Held out: the best trial and the baseline on the report seeds",

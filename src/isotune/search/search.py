@@ -53,6 +53,7 @@ from isotune.search.space import SearchSpace
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.slurm_jobs import check_no_live_jobs
 from isotune.sweeps.summary import summarize_sweep
+from isotune.tracking.reporting import counted
 
 log = logging.getLogger(__name__)
 
@@ -327,9 +328,10 @@ class Search:
         reasons = "\n".join(f"  trial {t.number}: {t.user_attrs.get('reason')}" for t in failed)
         needed = math.ceil(len(failed) / budget * 100) / 100
         raise IsotuneError(
-            f"{len(failed)} trials FAILED (a job crashed, went NaN or was refused), more than the "
-            f"{allowed} that hydra.sweeper.max_failure_rate={rate} of hydra.sweeper.n_trials="
-            f"{budget} allows:\n{reasons}\nThe failed trials stay FAIL in the study and count. "
+            f"{counted(len(failed), 'trial')} FAILED (a job crashed, went NaN or was refused), "
+            f"more than the {allowed} that hydra.sweeper.max_failure_rate={rate} of "
+            f"hydra.sweeper.n_trials={budget} allows:\n{reasons}\nThe failed trials stay FAIL in "
+            "the study and count. "
             "Fix: see what their jobs' results.json and train.log say; once the cause is gone (a "
             "full disk, a missing package, a lost node), type the same command with "
             "hydra.sweeper.retry_failed=true to run each failed trial's configuration again as "

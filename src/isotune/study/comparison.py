@@ -21,9 +21,10 @@ the arms across tasks, and the geometry beside the score.
   ranks): descriptions, with no test of their own (see :func:`across_tasks`).
 - Geometry: each arm's median IsoScore and average cosine of the classifier input and its
   median score, all at the last epoch of its held-out runs, per task, and Spearman's rho of each
-  measure against that score over the held-out runs of every arm, per task and over all tasks
-  (each run's measure and score as its difference from its task's median, so that a task's level
-  is no correlation), pooled over the arms and within arms (see :func:`geometry_correlations`).
+  measure against that score over the held-out runs of every arm, per task and, with several
+  tasks, over all tasks (each run's measure and score as its difference from its task's median,
+  so that a task's level is no correlation), pooled over the arms and within arms (see
+  :func:`geometry_correlations`).
 """
 
 from __future__ import annotations
@@ -216,7 +217,8 @@ POOLED, WITHIN_ARMS = "pooled", "within arms"  # the two scopes of a geometry co
 
 def geometry_correlations(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
     """Spearman's rho of each geometry measure against the score over the held-out runs, per
-    task and over all tasks (each value centred on its task's median), in two scopes: pooled
+    task and over all tasks (each value centred on its task's median; with one task, those rows
+    would repeat its own, and are left out), in two scopes: pooled
     over the arms, and within arms (:func:`stratified_spearman`: centred on each (task, arm)'s
     median, p from orderings within each (task, arm)). The pooled rho mixes what sets arms
     apart with run-to-run variation; the within-arm one asks whether, under one arm's settings,
@@ -233,7 +235,7 @@ def geometry_correlations(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
             if points:
                 mx, my = np.median(x), np.median(y)
                 every[measure] += [(px - mx, py - my, (task, arm)) for px, py, arm in points]
-    for measure, points in every.items():
+    for measure, points in every.items() if len(_by_task(outcomes)) > 1 else ():
         x, y = [p[0] for p in points], [p[1] for p in points]
         rows.append(_correlation_row(ALL_TASKS, measure, POOLED, spearman(x, y)))
         within = stratified_spearman(x, y, [p[2] for p in points])

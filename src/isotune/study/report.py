@@ -31,6 +31,7 @@ import pandas as pd
 import yaml
 
 from isotune.atomic_files import save_figure, write_text
+from isotune.record.debug_runs import debug_line
 from isotune.search.expected_best import MIN_TRIALS, expected_best_curve
 from isotune.search.report import data_line
 from isotune.study.comparison import (
@@ -159,11 +160,15 @@ def report_text(
     lines = [
         "# Study report",
         "",
-        f"{len(arms['arm'].unique()) if len(arms) else 0} arms on {len(tasks)} task(s), each "
+        f"{counted(len(arms['arm'].unique()) if len(arms) else 0, 'arm')} on "
+        f"{counted(len(tasks), 'task')}, each "
         f"tuned with the same budget; held-out runs on report seeds shared by every arm of a "
         f"task, compared with the baseline arm `{baseline}` seed by seed. study_runs.csv lists "
         "every run.",
     ]
+    debug = debug_line([run.debug for outcome in outcomes for run in outcome.held_out])
+    if debug:
+        lines += ["", f"**{debug}**"]
     if answer is not None:
         lines += ["", "## The stated test", "", *_stated_lines(answer)]
     unfinished = [f"{o.task}/{o.arm}" for o in outcomes if not o.finished]
@@ -173,7 +178,7 @@ def report_text(
         lines += ["", f"## {task}", "", *_data_lines(task, outcomes)]
         lines += [*_task_lines(task, outcomes, maximize, arms, per_task)]
     lines += ["", "## Across tasks", "", *_across_lines(tasks, across, baseline)]
-    lines += ["", "## Geometry beside the score", "", *_geometry_lines(arms, correlations)]
+    lines += ["", "## Geometry beside the score", "", *_geometry_lines(tasks, arms, correlations)]
     lines += ["", "## Figures", "", *_figure_links(tasks)]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -337,6 +342,12 @@ def _count(value: Any) -> str:
 
 
 def _across_lines(tasks: Sequence[str], across: pd.DataFrame, baseline: str) -> list[str]:
+    if len(tasks) == 1:  # a mean and a rank over one task repeat its own numbers
+        return [
+            f"One task: nothing to set side by side. The arms' paired differences with "
+            f"`{baseline}` are those of its table above; a mean over tasks or an average rank "
+            "would repeat them."
+        ]
     rows = []
     for row in across.to_dict("records"):
         if row["arm"] == baseline:
@@ -359,8 +370,9 @@ def _across_lines(tasks: Sequence[str], across: pd.DataFrame, baseline: str) -> 
         "",
     ]
     few = (
-        f"With {len(tasks)} task(s), the mean of Δ and the average rank rest on {len(tasks)} "
-        "number(s) per arm: they describe these tasks, not tasks in general. "
+        f"With {counted(len(tasks), 'task')}, the mean of Δ and the average rank rest on "
+        f"{counted(len(tasks), 'number')} per arm: they describe these tasks, not tasks in "
+        "general. "
         if len(tasks) < FEW_TASKS
         else ""
     )
@@ -373,7 +385,9 @@ def _across_lines(tasks: Sequence[str], across: pd.DataFrame, baseline: str) -> 
     return lines
 
 
-def _geometry_lines(arms: pd.DataFrame, correlations: pd.DataFrame) -> list[str]:
+def _geometry_lines(
+    tasks: Sequence[str], arms: pd.DataFrame, correlations: pd.DataFrame
+) -> list[str]:
     rows = [
         [row["task"], row["arm"], *(_f(row[m]) for m in GEOMETRY), _f(row["final_median"])]
         for row in arms.to_dict("records")
@@ -389,6 +403,7 @@ def _geometry_lines(arms: pd.DataFrame, correlations: pd.DataFrame) -> list[str]
         ]
         for row in correlations.to_dict("records")
     ]  # fmt: skip
+    every_task = " (all tasks: each value centred on its task's median)" if len(tasks) > 1 else ""
     return [
         "The classifier input and the score at the last epoch, one fixed point for every run "
         "(the best epoch, which the dev score chose, would set each score against geometry it "
@@ -397,8 +412,7 @@ def _geometry_lines(arms: pd.DataFrame, correlations: pd.DataFrame) -> list[str]
         markdown_table(header, rows),
         "",
         "Spearman's rho of each measure against the score, both at the last epoch, over the "
-        "held-out runs of every arm "
-        "(all tasks: each value centred on its task's median). Pooled: over the arms together, "
+        f"held-out runs of every arm{every_task}. Pooled: over the arms together, "
         "which mixes what sets arms apart with run-to-run variation. Within arms: each value "
         "centred on its (task, arm)'s median and the p from orderings of the scores within each "
         f"(task, arm): does a more isotropic run of one arm score better? ({WITHIN_FIGURE}.png "

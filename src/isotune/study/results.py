@@ -26,6 +26,7 @@ import pandas as pd
 import yaml
 
 from isotune.errors import IsotuneError
+from isotune.record.debug_runs import debug_description
 from isotune.record.results import RESULTS_FILE
 from isotune.search.outcomes import JobOutcome, read_outcome
 from isotune.search.report import RESULTS_FILE as SEARCH_RESULTS_FILE
@@ -57,6 +58,7 @@ class StudyRun:
     job_dir: str = ""
     started_at: str | None = None  # its results.json's: when its first attempt started
     final_score: float | None = None
+    debug: str | None = None  # a report run's debug_description: what makes it a debug run
 
 
 @dataclass(frozen=True)
@@ -271,10 +273,11 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
     """A held-out run, refused if its overrides do not set the chosen trial's values."""
     seed = int(job_dir.name.removeprefix("seed-"))
     outcome = read_outcome(job_dir, seed)
-    geometry, started_at, final_score = {}, None, None
+    geometry, started_at, final_score, debug = {}, None, None, None
     if (job_dir / RESULTS_FILE).is_file():
         run = Run.read(job_dir / RESULTS_FILE)
         started_at = run.result.get("started_at")
+        debug = debug_description(run.result)
         _check_report_overrides(job_dir, run.overrides, best_params)
         if outcome.completed:
             final = (run.result.get("isotropy") or {}).get("final") or {}
@@ -298,6 +301,7 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
         job_dir=str(Path(task, arm, *job_dir.parts[-3:])),  # relative to the study folder
         started_at=started_at,
         final_score=final_score,
+        debug=debug,
     )
 
 

@@ -29,6 +29,7 @@ import pandas as pd
 
 from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
+from isotune.record.debug_runs import debug_description, debug_line
 from isotune.record.results import RESULTS_FILE
 from isotune.sweeps import report
 from isotune.sweeps.comparisons import (
@@ -122,10 +123,14 @@ class Aggregate:
         return f"{self.results()}\n{self.environments.markdown()}\n\n{self.status()}"
 
     def results(self) -> str:
+        """The results tables, under a line saying which runs are debug runs if any are."""
+        debug = debug_line([debug_description(run.result) for run in self.runs])
+        above = f"{debug}\n\n" if debug else ""
         if self.summary.empty:
-            return "No completed runs.\n"
+            return f"{above}No completed runs.\n"
         searches = report.searches_markdown(self.sweeps)
-        return results_markdown(self.summary, self.configurations) + (searches and f"\n{searches}")
+        tables = results_markdown(self.summary, self.configurations)
+        return above + tables + (searches and f"\n{searches}")
 
     def status(self) -> str:
         return report.status_markdown(

@@ -460,7 +460,15 @@ def stratified_spearman(
         permuted = np.array([np.concatenate(choice) for choice in itertools.product(*each)])
         rhos = ry[permuted] @ rx / scale
         p = float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))
-        return Correlation(rho, p, n, "centred in each stratum; exact permutation p within strata.")
+        note = "centred in each stratum; exact permutation p within strata."
+        # The smallest p any outcome could have: the share as extreme as the most extreme one.
+        floor = float(np.mean(np.abs(rhos) >= np.abs(rhos).max() - 1e-12))
+        if floor > 1 - CONFIDENCE:
+            note += (
+                f" With {counted(len(permuted), 'ordering')} within strata no p falls below "
+                f"{floor:.3g}: too few points to tell any rho from chance at {1 - CONFIDENCE:.2g}."
+            )
+        return Correlation(rho, p, n, note)
     rng = np.random.default_rng(seed)
     as_extreme = 0
     for _ in range(PERMUTATION_SAMPLES):

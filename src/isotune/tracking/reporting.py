@@ -7,9 +7,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 
-def counted(n: int, noun: str) -> str:
-    """``1 run``, ``2 runs``, ``0 runs``: ``n`` and its noun (a regular one), singular for one."""
-    return f"{n} {noun if n == 1 else noun + 's'}"
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 run``, ``2 runs``, ``0 runs``: ``n`` and its noun, singular for one; ``plural`` for a
+    noun whose plural is not the noun and an s (``search``: ``searches``)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -63,6 +63,7 @@ from isotune.record.resume import (
 )
 from isotune.record.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
 from isotune.tracking.metric_keys import params_key
+from isotune.tracking.reporting import counted
 from isotune.tracking.wandb_logging import finish_wandb_runs
 from isotune.training.cli import warn_of_interrupted_runs
 from isotune.training.config_checks import check_train_config
@@ -162,16 +163,10 @@ def _run(
             examples=own_data.examples if own_data is not None else None,
             **module_options(cfg.data),
         )
-        trivial = trivial_score(task, datamodule.dataset(task.primary_split).labels)
         parameters = parameter_counts(model)
         for warning in data_warnings:
             log.warning(warning)
-        record.update(
-            parameters=parameters,
-            data=datamodule.data_record(),
-            warnings=data_warnings,
-            **failure_record(trivial, margin, {}),
-        )
+        record.update(parameters=parameters, data=datamodule.data_record(), warnings=data_warnings)
         log.info(
             "adapt=%s: %d of %d parameters train (%.3g%%)",
             model.adaptation,
@@ -180,9 +175,10 @@ def _run(
             100 * parameters["trainable_fraction"],
         )
         in_checkpoints = RunConfigInCheckpoints(run_config(cfg), _overrides())
+        every_epoch = RecordEveryEpoch(record, margin)  # judged once the trainer is made
         callbacks = [
             *instantiate_all(cfg.get("callbacks")),
-            RecordEveryEpoch(record, trivial, margin),
+            every_epoch,
             in_checkpoints,
             StopAtSafePoint(stop, output_dir / LAST_CHECKPOINT),  # after BatchRngState
         ]
@@ -194,6 +190,16 @@ def _run(
             callbacks=callbacks,
             logger=instantiate_all(cfg.get("logger")) or False,
             plugins=[*cluster_plugins(), RunCheckpointIO()],
+        )
+        # The trivial predictor of the examples validation scores: under limit_val_batches
+        # (debug=limit) the longest few, whose majority need not be the whole split's.
+        scored = scored_examples(datamodule, task.primary_split, trainer)
+        labels = datamodule.dataset(task.primary_split).labels
+        trivial = trivial_score(task, [labels[i] for i in scored]) if scored else None
+        every_epoch.trivial = trivial
+        record.update(
+            dev_examples={"scored": len(scored), "of": len(labels)},
+            **(failure_record(trivial, margin, {}) if trivial else {}),
         )
         if cfg.get("compile", False):  # before anything runs the encoder
             compile_encoder(model.encoder, trainer.strategy.root_device)
@@ -244,10 +250,12 @@ def _run(
 
 def summary_line(results: dict[str, Any]) -> str:
     """The run's outcome in one line: the best dev score, the trivial predictor's, the verdict."""
-    metric, trivial = results["primary_metric"], results["trivial"]
+    metric, trivial = results["primary_metric"], results.get("trivial")
     best = results["best"].get(metric)
-    verdict = {True: "learned", False: "FAILED TO LEARN", None: "no verdict"}[results["learned"]]
     shown = "none" if best is None else f"{best:.4f} (epoch {results['best_epoch']})"
+    if trivial is None:  # limit_val_batches=0: no dev example scored
+        return f"Best dev {metric}: {shown}; no dev example scored, so no verdict"
+    verdict = {True: "learned", False: "FAILED TO LEARN", None: "no verdict"}[results["learned"]]
     return (
         f"Best dev {metric}: {shown}; {trivial['predictor']}: {trivial['score']:.4f}; "
         f"{verdict} (margin {results['margin']:g})"
@@ -339,10 +347,10 @@ def _checked_start(
         record.rebuild(checkpoint[RECORD_KEY], str(resume_from))  # results.json lost or cut
     step = int(checkpoint["global_step"])
     log.info(
-        "Resuming from %s: step %d, %d epochs done (%s)",
+        "Resuming from %s: step %d, %s done (%s)",
         resume_from,
         step,
-        len(checkpoint.get("isotune_history", [])),
+        counted(len(checkpoint.get("isotune_history", [])), "epoch"),
         "this run's own checkpoint" if cfg.ckpt_path is None else "ckpt_path",
     )
     return resume_from, step, own_data
@@ -399,18 +407,35 @@ def _outcome(
 class RecordEveryEpoch(L.Callback):
     """Rewrites results.json at every epoch end with the results so far, so that a job killed
     without a chance to record its end (SIGKILL) is told from a slow one by ``updated_at``; and
-    keeps it in every checkpoint, so a results.json lost or cut short is rebuilt on resume."""
+    keeps it in every checkpoint, so a results.json lost or cut short is rebuilt on resume. Its
+    ``trivial`` score is set once the trainer says which examples validation scores."""
 
-    def __init__(self, record: RunRecord, trivial: TrivialScore, margin: float) -> None:
+    def __init__(self, record: RunRecord, margin: float) -> None:
         self.record = record
-        self.judge = (trivial, margin)
+        self.trivial: TrivialScore | None = None
+        self.margin = margin
 
     def on_train_epoch_end(self, trainer: L.Trainer, module: GLUEClassifier) -> None:
-        self.record.update(**_outcome(module, trainer, *self.judge))
+        self.record.update(**_outcome(module, trainer, self.trivial, self.margin))
 
     def on_save_checkpoint(self, trainer: L.Trainer, module: GLUEClassifier, checkpoint: dict):
         """The record so far, as JSON data (what results.json holds), to rebuild it from."""
         checkpoint[RECORD_KEY] = json.loads(json.dumps(self.record.results, default=str))
+
+
+def scored_examples(datamodule: GLUEDataModule, split: str, trainer: L.Trainer) -> list[int]:
+    """The examples of ``split`` that validation scores, in index order: on each process, the
+    first batches of its share of the length-sorted batches (:meth:`GLUEDataModule.eval_batches`)
+    that the trainer's ``limit_val_batches`` keeps, by Lightning's rule (an int: that many
+    batches; a fraction: that share, rounded down). All of them by default; under ``debug=limit``
+    (2 batches) the longest 2 x ``data.eval_batch_size``."""
+    limit, processes = trainer.limit_val_batches, trainer.world_size
+    scored = []
+    for rank in range(processes):
+        batches = list(datamodule.eval_batches(split, processes, rank))
+        kept = min(len(batches), limit) if isinstance(limit, int) else int(len(batches) * limit)
+        scored += [index for batch in batches[:kept] for index in batch]
+    return sorted(scored)
 
 
 def _stopping_signal(error: BaseException, trainer: L.Trainer | None) -> signal.Signals | None:
