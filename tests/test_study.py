@@ -50,7 +50,6 @@ from isotune.study.report import (
     RESULTS_FILE,
     RUNS_FILE,
     held_out_figure,
-    report_text,
     tuning_figure,
     write_study_report,
     write_study_reports,
@@ -67,7 +66,7 @@ from isotune.sweeps.summary import summarize_sweep
 from tests.conftest import CONF_DIR, ROOT, compose_train_config
 from tests.helpers.cli import tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
-from tests.helpers.studies import write_search
+from tests.helpers.studies import study_report_text, write_search
 
 CATALOG = {
     "none": {"overrides": ["intervention=none"]},
@@ -273,15 +272,7 @@ def test_differences_without_spread_print_no_plan_in_the_report():
         assert per_task.loc[arm, "std_of_differences"] == 0.0
         assert per_task.loc[arm, "detectable_difference"] is None
         assert per_task.loc[arm, "pairs_needed"] is None
-    text = report_text(
-        outcomes,
-        "none",
-        True,
-        arm_table(outcomes),
-        task_comparisons(outcomes, "none"),
-        across_tasks(outcomes, "none"),
-        geometry_correlations(outcomes),
-    )
+    text = study_report_text(outcomes)
     rows = {}  # each arm's first row: the held-out table's
     for line in text.splitlines():
         rows.setdefault(line.split(" | ")[0], line)
@@ -339,15 +330,7 @@ def test_the_across_tasks_summary_says_why_it_tests_nothing_with_any_number_of_t
         for t in range(tasks)
         for arm, scores in RTE.items()
     ]
-    text = report_text(
-        outcomes,
-        "none",
-        True,
-        arm_table(outcomes),
-        task_comparisons(outcomes, "none"),
-        across_tasks(outcomes, "none"),
-        geometry_correlations(outcomes),
-    )
+    text = study_report_text(outcomes)
     assert "They are descriptions, not tests: a test over every (task, seed) pair" in text
     assert ("describe these tasks, not tasks in general" in text) is (tasks < 5)
 

@@ -4,12 +4,20 @@ with known numbers, not trainings."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from isotune.study.comparison import (
+    across_tasks,
+    arm_table,
+    geometry_correlations,
+    task_comparisons,
+)
+from isotune.study.report import report_text
+from isotune.study.results import ArmOutcome
 from isotune.sweeps.tables import measure_key
 from tests.helpers.fake_runs import completed, write_run
 
@@ -53,3 +61,16 @@ def write_search(
             measure_key("avg_cosine"): 1 - score,
         }
         write_run(job_dir, [*chosen, f"seed={seed}"], result)
+
+
+def study_report_text(outcomes: Sequence[ArmOutcome], baseline: str = "none") -> str:
+    """The text of the study report of ``outcomes`` (a score to maximize), without its files."""
+    return report_text(
+        outcomes,
+        baseline,
+        True,
+        arm_table(outcomes),
+        task_comparisons(outcomes, baseline),
+        across_tasks(outcomes, baseline),
+        geometry_correlations(outcomes),
+    )
