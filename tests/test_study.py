@@ -65,6 +65,7 @@ from isotune.sweeps.report import status_markdown
 from isotune.sweeps.rerun import plan_reruns
 from isotune.sweeps.runs import JOURNAL_FILE, STUDY_SWEEPER, Sweep, load_runs
 from isotune.sweeps.slurm_jobs import SlurmJob
+from isotune.sweeps.statistics import minimum_detectable_difference, pairs_needed
 from isotune.sweeps.summary import summarize_sweep
 from tests.conftest import CONF_DIR, ROOT, compose_train_config
 from tests.helpers.cli import tiny_cli_overrides
@@ -264,17 +265,39 @@ def test_each_arm_against_the_baseline_on_a_task_matches_scipys_paired_tests():
 
 
 def test_power_of_each_comparison_from_the_spread_of_its_differences():
+    # the noncentral t's figures themselves: tests/test_statistics.py, against simulated t-tests
     table = task_comparisons(_study(), "none").set_index(["task", "arm"])
     d = np.subtract(RTE["cosreg"], RTE["none"])
     s = d.std(ddof=1)
     row = table.loc["rte", "cosreg"]
-    quantiles = stats.t.ppf(0.975, 5) + stats.t.ppf(0.8, 5)
-    assert row["detectable_difference"] == pytest.approx(quantiles * s / math.sqrt(6))
+    assert row["std_of_differences"] == pytest.approx(s)
+    assert row["detectable_difference"] == pytest.approx(minimum_detectable_difference(s, 6))
     needed = row["pairs_needed"]
     assert needed > 6  # its mean of -0.0133 is below what 6 pairs detect
-    detectable = [stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.8, n - 1) for n in (needed - 1, needed)]
-    assert detectable[0] * s / math.sqrt(needed - 1) > abs(d.mean())
-    assert detectable[1] * s / math.sqrt(needed) <= abs(d.mean())
+    assert needed == pairs_needed(d.mean(), s)
+
+
+def test_differences_without_spread_print_no_plan_in_the_report():
+    # five pairs all at +1 example of 277, and five equal to the baseline: no estimate of the
+    # spread, so no detectable difference of 0 and no "2 seeds" to detect it
+    correct = dict(zip(SEEDS[:5], [141, 142, 151, 157, 161], strict=True))
+    outcomes = [
+        _outcome(
+            "rte", arm, {seed: float(np.float32((k + gained) / 277)) for seed, k in correct.items()}
+        )
+        for arm, gained in (("none", 0), ("isobn", 1), ("cosreg", 0))
+    ]
+    per_task = task_comparisons(outcomes, "none").set_index("arm")
+    for arm in ("isobn", "cosreg"):
+        assert per_task.loc[arm, "std_of_differences"] == 0.0
+        assert per_task.loc[arm, "detectable_difference"] is None
+        assert per_task.loc[arm, "pairs_needed"] is None
+    text = study_report_text(outcomes)
+    rows = {}  # each arm's first row: the held-out table's
+    for line in text.splitlines():
+        rows.setdefault(line.split(" | ")[0], line)
+    for arm in ("isobn", "cosreg"):
+        assert rows[f"| {arm}"].endswith("| no spread: no estimate | no spread: no estimate |")
 
 
 def test_an_arm_equal_to_the_baseline_counts_in_holms_family_at_p_one():

@@ -5,6 +5,7 @@ evaluating on it and the report runs on dev, each record saying which."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -13,7 +14,13 @@ import pytest
 
 from hydra_plugins.isotune_launcher.hydra_search import check_tuning_split
 from isotune.data import GLUEDataModule, load_split
-from isotune.data.tuning_split import REGRESSION_BINS, carve_tuning_split, split_size
+from isotune.data.tuning_split import (
+    REGRESSION_BINS,
+    RULE_CHANGE,
+    carve_tuning_split,
+    split_size,
+    tuning_split_of,
+)
 from isotune.errors import IsotuneError
 from isotune.model.encoders import load_tokenizer
 from isotune.training.run import train
@@ -23,6 +30,16 @@ from tests.test_search import SMALL, FakeLauncher, make_search, weight_score
 from tests.test_study import SMALL_STUDY, _RecordingLauncher, _refused_study, _study_sweeper
 
 LABELS = [0] * 60 + [1] * 30 + [2] * 10  # unbalanced, so that stratification shows
+SHARED_GLUE = os.environ.get("GLUE_DIR")
+
+
+def split_groups(texts, split) -> list[list[int]]:
+    """The groups of identical ``texts`` that ``split`` puts on both sides."""
+    groups: dict = {}
+    for i, text in enumerate(texts):
+        groups.setdefault(text, []).append(i)
+    held = set(split.held)
+    return [g for g in groups.values() if 0 < sum(i in held for i in g) < len(g)]
 
 
 def test_the_split_is_stratified_disjoint_deterministic_and_its_seed_is_its_own():
@@ -35,6 +52,55 @@ def test_the_split_is_stratified_disjoint_deterministic_and_its_seed_is_its_own(
     other = carve_tuning_split(LABELS, 20, seed=1, regression=False)
     assert other.held != split.held and other.sha256 != split.sha256
     assert split.describe() == f"tuning split of train (n=20, seed 0, sha256 {split.sha256})"
+
+
+def test_identical_examples_stay_on_one_side_of_the_split():
+    # a made-up table of 40: 8 pairs of identical texts (0 and 30, ..., 7 and 37) and a triple
+    # (10, 38, 39) whose labels differ; each seed draws 10 with no group on both sides
+    texts = [f"text {i}" for i in range(40)]
+    for i in range(8):
+        texts[30 + i] = texts[i]
+    texts[38] = texts[39] = texts[10]
+    labels = [i % 2 for i in range(40)]
+    for seed in range(20):
+        split = carve_tuning_split(labels, 10, seed, False, texts=texts)
+        assert split_groups(texts, split) == [], seed
+        assert len(split.held) == 10 and set(split.held).isdisjoint(split.kept)
+    # without duplicates the split is drawn as before groups were kept together
+    distinct = [f"premise {i}" for i in range(100)]
+    assert carve_tuning_split(LABELS, 20, 0, False, texts=distinct) == carve_tuning_split(
+        LABELS, 20, 0, False
+    )
+
+
+@pytest.mark.skipif(not SHARED_GLUE, reason="GLUE_DIR is not set (the real GLUE files)")
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_rtes_duplicates_stay_on_one_side_of_its_tuning_split(seed):
+    # RTE's train holds rows 459 and 2241, and 420 and 526, twice: split apart at seeds 0, 1, 3
+    task = load_task("rte")
+    train = load_split(task, "train", SHARED_GLUE)
+    texts = [tuple(example[field] for field in task.text_fields) for example in train]
+    split = tuning_split_of(task, train, SHARED_GLUE, None, seed)
+    assert split_groups(texts, split) == []
+    assert len(split.held) == 277  # the dev set's size, each duplicate pair on one side
+
+
+def test_a_search_tuned_on_a_split_of_the_older_rule_is_not_continued(tmp_path, glue_dir):
+    job = compose_train_config(["task=rte"])
+    task = load_task("rte")
+    split = tuning_split_of(task, load_split(task, "train", glue_dir), glue_dir, None, 0)
+    run = tmp_path / "trial-0" / "seed-1" / "results.json"
+    run.parent.mkdir(parents=True)
+    older = f"tuning split of train (n={len(split.held)}, seed 0, sha256 {'0' * 64})"
+    for evaluated_on in (split.describe(), "dev", older.replace("seed 0", "seed 7")):
+        run.write_text(json.dumps({"status": "completed", "data": {"evaluated_on": evaluated_on}}))
+        check_tuning_split(job, ["data.tuning_split=true"], glue_dir, tmp_path)  # continues
+    run.write_text(json.dumps({"status": "completed", "data": {"evaluated_on": older}}))
+    with pytest.raises(IsotuneError, match="Fix: start the search anew") as refused:
+        check_tuning_split(job, ["data.tuning_split=true"], glue_dir, tmp_path)
+    message = str(refused.value)
+    assert str(run) in message and "0" * 64 in message and split.sha256 in message
+    assert RULE_CHANGE in message and "git checkout <commit>" in message
 
 
 def test_a_regressions_split_holds_each_quantile_bin_in_proportion():
@@ -102,7 +168,7 @@ def test_a_run_trains_without_the_split_and_evaluates_on_it_whatever_its_seed(gl
 def test_a_split_of_own_data_without_a_train_file_is_refused(tmp_path):
     job = compose_train_config(["task=files", f"data.validation_file={tmp_path / 'dev.csv'}"])
     with pytest.raises(IsotuneError, match=r"data\.train_file, which is not set"):
-        check_tuning_split(job, ["data.tuning_split=true"], None)
+        check_tuning_split(job, ["data.tuning_split=true"], None, tmp_path)
 
 
 class DataRecordingLauncher(FakeLauncher):
@@ -135,7 +201,7 @@ def test_tune_on_names_its_choices_and_a_split_for_every_run_is_refused(tmp_path
         make_search(tmp_path, FakeLauncher(tmp_path, weight_score), tune_on="train_set").run()
     job = compose_train_config(["data.tuning_split=true"])
     with pytest.raises(IsotuneError, match=r"Fix: drop it and type hydra\.sweeper\.tune_on"):
-        check_tuning_split(job, [], None)
+        check_tuning_split(job, [], None, tmp_path)
 
 
 class StudyDataLauncher(_RecordingLauncher):

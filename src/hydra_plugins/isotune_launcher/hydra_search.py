@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from isotune.errors import IsotuneError
 from isotune.search.checks import dry_run, dry_run_jobs, key_name
+from isotune.search.outcomes import evaluated_on_by_run
 from isotune.search.search import Job
 from isotune.search.settings import (
     SEARCH_PLACES,
@@ -271,12 +272,14 @@ def check_search_fits(
 
 
 def check_tuning_split(
-    job: DictConfig, tuning_overrides: Sequence[str], glue_dir: str | None
+    job: DictConfig, tuning_overrides: Sequence[str], glue_dir: str | None, folder: Path
 ) -> None:
     """Refuse, before any job, a tuning split no tuning job could carve from ``job``'s task (a
     search's or a study's composed job, its GLUE files under the sweep's ``glue_dir``;
     ``tuning_overrides``: what its tuning jobs add): too
-    large, a class missing on one side, a ``task=files`` task without a train file. And
+    large, a class missing on one side, a ``task=files`` task without a train file; and one
+    other than the split the runs in ``folder`` (the search's, or a study's for the task)
+    evaluated on (:func:`~isotune.data.tuning_split.check_continued_on_this_split`). And
     ``data.tuning_split`` set for every run: the report runs would report on the split, not
     on dev."""
     if job.data.get("tuning_split"):
@@ -290,14 +293,15 @@ def check_tuning_split(
         return
     from isotune.data.reading import TaskSplits
     from isotune.data.tasks import TaskSpec
-    from isotune.data.tuning_split import tuning_split_of
+    from isotune.data.tuning_split import check_continued_on_this_split, tuning_split_of
     from isotune.training.run import complete_own_task  # imports torch
 
     job = copy.deepcopy(job)
     own_data = complete_own_task(job)  # task=files: its files read, a missing train file refused
     task = TaskSpec.from_config(OmegaConf.to_container(job.task, resolve=True))
     splits = TaskSplits(task, glue_dir, own_data.examples if own_data is not None else None)
-    tuning_split_of(splits, job.data.tuning_split_size, int(job.data.tuning_split_seed))
+    split = tuning_split_of(splits, job.data.tuning_split_size, int(job.data.tuning_split_seed))
+    check_continued_on_this_split(split, evaluated_on_by_run(folder))
 
 
 class HydraLaunch:

@@ -76,7 +76,7 @@ class OptunaSweeper(KeepsItsLauncher, Sweeper):
                 OmegaConf.to_container(baseline_job.task, resolve=True),
                 glue_dir,
             )
-            check_tuning_split(baseline_job, settings.tuning_overrides, glue_dir)
+            check_tuning_split(baseline_job, settings.tuning_overrides, glue_dir, folder)
             n_jobs = self.settings["n_jobs"]
             check_search_fits(config, settings, n_jobs, folder, baseline_job)
             check_continued_in_one_environment(

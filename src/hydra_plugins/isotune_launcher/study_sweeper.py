@@ -122,7 +122,7 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
                 job = composed.get((task, plan.baseline))
                 check_task_offline(task, job and OmegaConf.to_container(job.task), glue_dir)
                 if job is not None:
-                    check_tuning_split(job, settings[0].tuning_overrides, glue_dir)
+                    check_tuning_split(job, settings[0].tuning_overrides, glue_dir, folder / task)
             check_models_available(composed.values())
             for (_, name), job in composed.items():
                 arm = next(arm for arm in plan.arms if arm.name == name)

@@ -8,12 +8,17 @@ regression's by quantile bins of its scores), so that it and the remaining train
 label shares, and drawn with a seed of its own (``data.tuning_split_seed``), not the run's: every
 trial and seed of a search sees the same split. Its size is the dev set's unless
 ``data.tuning_split_size`` gives a count or a fraction of train.
+
+Examples whose text fields are identical are held out or kept together: RTE's train has exact
+duplicates (rows 459 and 2241, 420 and 526), and one drawn onto each side would score the tuning
+runs on an example they trained on. Train without duplicates gets the split it got before this
+rule; RTE's changed (:data:`RULE_CHANGE`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +29,12 @@ from isotune.tracking.reporting import counted
 
 REGRESSION_BINS = 5  # quantile bins that stratify a regression's scores
 OFF = "data.tuning_split=false (choose on dev)"
+# What changed the split a seed draws, for a search continued from a folder tuned before it
+RULE_CHANGE = (
+    "the tuning split keeps train examples with identical text on one side (a duplicate held "
+    "out and trained on scored the tuning runs on an example they had seen), so a train set "
+    "with duplicates (RTE's) is split otherwise than before that rule"
+)
 
 
 @dataclass(frozen=True)
@@ -51,7 +62,27 @@ def tuning_split_of(splits: TaskSplits, size: int | float | None, seed: int) -> 
     dev = len(splits[task.primary_split]) if size is None else 0
     count = split_size(size, len(train), dev)
     labels = [example["label"] for example in train]
-    return carve_tuning_split(labels, count, seed, task.is_regression, task.labels)
+    texts = [tuple(example[field] for field in task.text_fields) for example in train]
+    return carve_tuning_split(labels, count, seed, task.is_regression, task.labels, texts)
+
+
+def check_continued_on_this_split(split: TuningSplit, recorded: Mapping[Path, str]) -> None:
+    """Refuse to continue a search whose runs evaluated on a tuning split of ``split``'s size and
+    seed but of other examples (``recorded``: each run's results.json and its
+    ``data.evaluated_on``): its trials would be chosen on two splits and ranked as one. Runs on
+    dev, or on a split of another size or seed, are not this check's to judge."""
+    same_draw = f"tuning split of train (n={len(split.held)}, seed {split.seed}, sha256 "
+    for path, evaluated_on in recorded.items():
+        if evaluated_on.startswith(same_draw) and evaluated_on != split.describe():
+            raise IsotuneError(
+                f"{path} evaluated on {evaluated_on}, and this version draws sha256 "
+                f"{split.sha256} for the same size and seed: {RULE_CHANGE}. The folder's search "
+                "was tuned before that (or its train file changed since), and continuing it "
+                "would rank trials chosen on the new split against trials chosen on the old. "
+                "Fix: start the search anew in a folder of its own (another "
+                "hydra.sweeper.study_name or hydra.sweep.dir=...), or finish this one at the "
+                "commit its runs name (results.json's provenance: git checkout <commit>)."
+            )
 
 
 def split_size(size: int | float | None, train: int, dev: int) -> int:
@@ -110,24 +141,52 @@ def carve_tuning_split(
     seed: int,
     regression: bool,
     names: Sequence[str] | None = None,
+    texts: Sequence[Hashable] | None = None,
 ) -> TuningSplit:
-    """Hold ``size`` of the examples with ``labels`` out, stratified; refused when a class of
-    train would be missing from the split or from what remains (``names``: the classes' labels,
-    for the message)."""
-    groups = strata(labels, regression)
+    """Hold ``size`` of the examples with ``labels`` out, stratified, examples of equal
+    ``texts`` (their text fields; None: every example's own) on one side; refused when a class
+    of train would be missing from the split or from what remains (``names``: the classes'
+    labels, for the message).
+
+    Each group of identical examples counts in the stratum of its first; within a stratum the
+    groups are drawn in a random order and each is held out while it fits the stratum's quota,
+    so the split holds ``size`` examples unless only groups larger than what is left remain
+    (then a few fewer). Groups of one example are drawn exactly as examples were before groups
+    were kept together: a train set without duplicates gets the same split, bit for bit.
+    """
+    copies = identical_groups(texts if texts is not None else range(len(labels)))
+    first_of = np.empty(len(labels), dtype=int)
+    for group in copies:
+        first_of[group] = group[0]
+    groups = strata(labels, regression)[first_of]
+    index = np.arange(len(labels))
     present = np.unique(groups)
     counts = np.array([(groups == g).sum() for g in present])
     taken = quotas(counts, size)
     if not regression:
         _check_every_class_on_both_sides(present, counts, taken, size, names)
+    members_of = {group[0]: group for group in copies}
     rng = np.random.default_rng(seed)
-    held = []
+    held: list[int] = []
     for group, count in zip(present, taken, strict=True):
-        members = np.flatnonzero(groups == group)
-        held.extend(rng.permutation(members)[:count].tolist())
+        left = int(count)
+        for first in rng.permutation(np.flatnonzero((groups == group) & (first_of == index))):
+            if left == 0:
+                break
+            if len(members_of[first]) <= left:
+                held.extend(members_of[first])
+                left -= len(members_of[first])
     held_set = set(held)
     kept = tuple(i for i in range(len(groups)) if i not in held_set)
     return TuningSplit(held=tuple(sorted(held)), kept=kept, seed=seed)
+
+
+def identical_groups(texts: Sequence[Hashable]) -> list[list[int]]:
+    """The positions of equal ``texts``, each group in order, the groups by their first."""
+    positions: dict[Hashable, list[int]] = {}
+    for i, text in enumerate(texts):
+        positions.setdefault(text, []).append(i)
+    return list(positions.values())
 
 
 def _check_every_class_on_both_sides(

@@ -98,11 +98,21 @@ def evaluated_on(job_dirs: Iterable[Path]) -> str:
     (``data.evaluated_on``: ``dev``, or a tuning split of train), distinct values joined; a run
     that says nothing (recorded before ``data.tuning_split``) evaluated on dev."""
     seen = dict.fromkeys(
-        (Run.read(path).result.get("data") or {}).get("evaluated_on", "dev")
+        _evaluated_on(path)
         for path in (Path(job_dir) / RESULTS_FILE for job_dir in job_dirs)
         if path.is_file()
     )
     return "; ".join(seen) or "dev"
+
+
+def evaluated_on_by_run(folder: Path) -> dict[Path, str]:
+    """Each results.json below ``folder`` and the data its run evaluated on, as
+    :func:`evaluated_on` reads it."""
+    return {path: _evaluated_on(path) for path in sorted(Path(folder).rglob(RESULTS_FILE))}
+
+
+def _evaluated_on(path: Path) -> str:
+    return (Run.read(path).result.get("data") or {}).get("evaluated_on", "dev")
 
 
 def trial_value(outcomes: Sequence[JobOutcome]) -> float:

@@ -9,7 +9,9 @@ the arms across tasks, and the geometry beside the score.
   Wilcoxon and t-test p), Holm-adjusted over every (task, arm) comparison of the study (Holm
   1979: the family is every comparison the report makes, the same family as the folder's
   ``paired_statistics.csv``), with the smallest difference its pairs could detect and the pairs
-  that would detect its observed mean (80% power, two-sided 0.05: a planning figure). The
+  that would detect its observed mean (80% power, two-sided 0.05, the exact noncentral t: a
+  planning figure; none where the differences have no spread, which gives nothing to plan
+  from). The
   optimism is how much choosing its best trial on the tuning seeds flattered an arm: its tuning
   value minus its held-out median (the other way round for a score to minimize), positive when
   the held-out runs fell short of the tuning.
@@ -135,7 +137,6 @@ def task_comparisons(outcomes: Sequence[ArmOutcome], baseline: str) -> pd.DataFr
     rows = []
     for (task, arm), c in compared.items():
         low, high = c.t_interval or (None, None)
-        spread = float(np.std(c.differences, ddof=1)) if c.n > 1 else None
         rows.append(
             {
                 "task": task,
@@ -150,12 +151,13 @@ def task_comparisons(outcomes: Sequence[ArmOutcome], baseline: str) -> pd.DataFr
                 "ttest_p": c.ttest_p,
                 "ttest_p_holm": ttest_holm.get((task, arm)),
                 "holm_family": f"{HOLM_FAMILY} ({m})",
+                "std_of_differences": c.spread,
                 "detectable_difference": None
-                if spread is None
-                else minimum_detectable_difference(spread, c.n),
+                if c.spread is None
+                else minimum_detectable_difference(c.spread, c.n),
                 "pairs_needed": None
-                if spread is None or not c.mean_difference
-                else pairs_needed(c.mean_difference, spread),
+                if c.spread is None or not c.mean_difference
+                else pairs_needed(c.mean_difference, c.spread),
                 "note": c.note,
             }
         )

@@ -57,6 +57,7 @@ HELD_OUT_FIGURE = "held_out"
 WITHIN_FIGURE = "geometry_within_arms"
 FEW_TASKS = 5  # below, an average over tasks rests on too few numbers to generalise
 MISSING = "n/a"  # a value not there: never `none`, which is the name of the baseline arm
+NO_SPREAD = "no spread: no estimate"  # a power figure of differences all equal
 
 
 def write_study_report(
@@ -295,8 +296,8 @@ def _task_lines(
                 else f"{_f(c['mean_difference'])}, {_interval(c['t_low'], c['t_high'])}",
                 "" if c is None else f"{_f(c['wilcoxon_p'])} ({_f(c['wilcoxon_p_holm'])})",
                 "" if c is None else f"{_f(c['ttest_p'])} ({_f(c['ttest_p_holm'])})",
-                "" if c is None else _f(c["detectable_difference"]),
-                "" if c is None else _count(c["pairs_needed"]),
+                "" if c is None else _planned(c, _f(c["detectable_difference"])),
+                "" if c is None else _planned(c, _count(c["pairs_needed"])),
             ]
         )
     header = [
@@ -333,6 +334,12 @@ def _task_lines(
 def _family(per_task: pd.DataFrame) -> str:
     families = per_task["holm_family"].unique() if len(per_task) else []
     return families[0] if len(families) else "no comparison"
+
+
+def _planned(comparison: pd.Series, value: str) -> str:
+    """A power figure's cell: ``value``, or :data:`NO_SPREAD` where the differences are all
+    equal, which gives no spread to plan from (not a difference of 0 that 2 seeds detect)."""
+    return NO_SPREAD if comparison["std_of_differences"] == 0 else value
 
 
 def _count(value: Any) -> str:
