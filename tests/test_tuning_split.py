@@ -14,6 +14,7 @@ import pytest
 
 from hydra_plugins.isotune_launcher.hydra_search import check_tuning_split
 from isotune.data import GLUEDataModule, load_split
+from isotune.data.reading import TaskSplits
 from isotune.data.tuning_split import (
     REGRESSION_BINS,
     RULE_CHANGE,
@@ -78,9 +79,9 @@ def test_identical_examples_stay_on_one_side_of_the_split():
 def test_rtes_duplicates_stay_on_one_side_of_its_tuning_split(seed):
     # RTE's train holds rows 459 and 2241, and 420 and 526, twice: split apart at seeds 0, 1, 3
     task = load_task("rte")
-    train = load_split(task, "train", SHARED_GLUE)
-    texts = [tuple(example[field] for field in task.text_fields) for example in train]
-    split = tuning_split_of(task, train, SHARED_GLUE, None, seed)
+    splits = TaskSplits(task, SHARED_GLUE)
+    texts = [tuple(example[field] for field in task.text_fields) for example in splits["train"]]
+    split = tuning_split_of(splits, None, seed)
     assert split_groups(texts, split) == []
     assert len(split.held) == 277  # the dev set's size, each duplicate pair on one side
 
@@ -88,7 +89,7 @@ def test_rtes_duplicates_stay_on_one_side_of_its_tuning_split(seed):
 def test_a_search_tuned_on_a_split_of_the_older_rule_is_not_continued(tmp_path, glue_dir):
     job = compose_train_config(["task=rte"])
     task = load_task("rte")
-    split = tuning_split_of(task, load_split(task, "train", glue_dir), glue_dir, None, 0)
+    split = tuning_split_of(TaskSplits(task, glue_dir), None, 0)
     run = tmp_path / "trial-0" / "seed-1" / "results.json"
     run.parent.mkdir(parents=True)
     older = f"tuning split of train (n={len(split.held)}, seed 0, sha256 {'0' * 64})"

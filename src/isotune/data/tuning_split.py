@@ -20,12 +20,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from isotune.data.reading import TaskSplits
 from isotune.errors import IsotuneError
-from isotune.tracking.reporting import counted
 
 REGRESSION_BINS = 5  # quantile bins that stratify a regression's scores
 OFF = "data.tuning_split=false (choose on dev)"
@@ -105,8 +105,8 @@ def split_size(size: int | float | None, train: int, dev: int) -> int:
     if count >= train:
         given = "the dev set's size" if size is None else f"data.tuning_split_size={size!r}"
         raise IsotuneError(
-            f"A tuning split of {counted(count, 'example')} ({given}) leaves nothing of the "
-            f"{train} train examples to train on. Fix: a smaller data.tuning_split_size, a count "
+            f"A tuning split of {count} examples ({given}) leaves nothing of the {train} train "
+            "examples to train on. Fix: a smaller data.tuning_split_size, a count "
             f"or a fraction (data.tuning_split_size=0.1), or {OFF}."
         )
     return count
