@@ -276,3 +276,56 @@ def test_every_relative_link_resolves(page):
         elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
             broken.append(f"{target}: no heading #{anchor} in {linked.name}")
     assert broken == []
+
+
+# -- the study of every intervention -----------------------------------------------------------
+
+
+STUDY = "isotropy"  # conf/study/isotropy.yaml: every intervention an arm (docs/study.md)
+
+
+def study_settings(name: str = STUDY) -> dict:
+    return yaml.safe_load((CONF / "study" / f"{name}.yaml").read_text())["hydra"]["sweeper"]
+
+
+def arm_overrides(arm: dict) -> dict[str, str]:
+    return dict(override.split("=", 1) for override in arm["overrides"])
+
+
+def test_every_intervention_is_an_arm_of_the_study_of_every_intervention():
+    """A new intervention preset joins conf/study/isotropy.yaml too: its catalog restates each
+    preset's norm and reg (a regularizer's weight searched there, the presets fixing one each
+    way), and its arm list names every catalog entry."""
+    settings = study_settings()
+    catalog = settings["catalog"]
+    arms = {(o["norm"], o["reg"]): name for name, o in
+            ((name, arm_overrides(arm)) for name, arm in catalog.items())}  # fmt: skip
+    for intervention in options("intervention"):
+        set_by = overrides(intervention)
+        key = (set_by["norm"], set_by["reg"])
+        assert key in arms, (
+            f"intervention={intervention} (norm={key[0]} reg={key[1]}) has no arm in "
+            f"conf/study/{STUDY}.yaml's catalog"
+        )
+        if key[1] != "none":
+            assert "reg.weight" in catalog[arms[key]].get("params", {}), (
+                f"arm {arms[key]} fixes reg={key[1]}: it searches reg.weight"
+            )
+    presets = {(overrides(i)["norm"], overrides(i)["reg"]) for i in options("intervention")}
+    assert set(arms) <= presets, "a catalog arm no intervention preset sets"
+    assert sorted(settings["arms"]) == sorted(catalog), "the study's arms: every catalog entry"
+
+
+def test_the_study_of_every_intervention_states_its_run_count_right():
+    settings = study_settings()
+    per_search = settings["n_trials"] * len(settings["seeds"]) + len(settings["report_seeds"])
+    runs = len(settings["arms"]) * len(settings["tasks"]) * per_search
+    header = (CONF / "study" / f"{STUDY}.yaml").read_text().split("defaults:")[0]
+    stated = [int(n.replace(",", "")) for n in re.findall(r"([\d,]+) runs", header)]
+    assert stated and set(stated) == {runs}, (
+        f"conf/study/{STUDY}.yaml's opening comment says {stated} runs; its arms x tasks x "
+        f"(trials x seeds + report seeds) are {runs}"
+    )
+    rows = [line for line in (DOCS / "study.md").read_text().splitlines()
+            if line.startswith(f"| `{STUDY}` |")]  # fmt: skip
+    assert rows and f"{runs:,}" in rows[0], "docs/study.md's preset table states its runs"
