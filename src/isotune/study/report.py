@@ -325,6 +325,7 @@ def _task_lines(
         ]
     if compared is not None and len(compared):
         lines += ["", *(f"- {arm}: {note}" for arm, note in compared["note"].items() if note)]
+        lines += [f"- {arm}: {itt}" for arm, itt in compared["intention_to_treat"].items() if itt]
         ranked = [int(k) for k in compared["wilcoxon_n"] if k]
         if ranked:
             lines.append(seed_count_caveat(min(ranked)))

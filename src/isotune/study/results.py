@@ -59,6 +59,7 @@ class StudyRun:
     started_at: str | None = None  # its results.json's: when its first attempt started
     final_score: float | None = None
     debug: str | None = None  # a report run's debug_description: what makes it a debug run
+    trivial: float | None = None  # its dev set's trivial predictor's score (intention to treat)
 
 
 @dataclass(frozen=True)
@@ -302,6 +303,7 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
         started_at=started_at,
         final_score=final_score,
         debug=debug,
+        trivial=outcome.trivial,
     )
 
 
