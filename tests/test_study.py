@@ -1311,3 +1311,22 @@ def test_a_failed_report_run_counts_at_its_trivial_score_beside_the_per_task_tes
     )
     # no report run failed: nothing new is said
     assert "Intention to treat" not in study_report_text(_study())
+
+
+def test_the_mean_of_differences_across_tasks_names_the_metric_each_task_is_in():
+    """The mean of Δ averages an accuracy difference on RTE with an F1 one on MRPC: the header
+    names each task's metric (as its report runs record it) and a sentence says so."""
+    outcomes = [
+        replace(o, runs=tuple(replace(r, metric="accuracy" if o.task == "rte" else "f1")
+                              for r in o.runs))
+        for o in _study()
+    ]  # fmt: skip
+    text = study_report_text(outcomes)
+    assert "| arm | Δ rte (accuracy) | Δ mrpc (f1) | mean of Δ | average rank |" in text
+    assert (
+        "The mean of Δ averages accuracy on rte with f1 on mrpc, as GLUE's score averages its "
+        "tasks' metrics." in text
+    )
+    same = [replace(o, runs=tuple(replace(r, metric="accuracy") for r in o.runs)) for o in outcomes]
+    assert "| Δ rte (accuracy) | Δ mrpc (accuracy) |" in (same_text := study_report_text(same))
+    assert "GLUE's score" not in same_text

@@ -20,7 +20,9 @@ the arms across tasks, and the geometry beside the score.
 - An arm's held-out median, spread and rank are over the report seeds every arm of its task has
   a score on, so that arms are compared on the same seeds; its failures are counted over its
   held-out runs, the runs the report is about.
-- Across tasks: the per-task mean differences side by side and their mean, and each arm's
+- Across tasks: the per-task mean differences side by side and their mean (of each task's own
+  metric, accuracy on RTE beside F1 on MRPC, as GLUE's score averages them: the report names
+  them), and each arm's
   average rank of its held-out median over the tasks (1: best; ties share the mean of their
   ranks): descriptions, with no test of their own (see :func:`across_tasks`).
 - Geometry: each arm's median IsoScore and average cosine of the classifier input and its
@@ -201,6 +203,17 @@ def average_ranks(outcomes: Sequence[ArmOutcome], maximize: bool = True) -> dict
         for arm, rank in zip(medians, ranked, strict=True):
             ranks.setdefault(arm, []).append(float(rank))
     return {arm: float(np.mean(r)) for arm, r in ranks.items()}
+
+
+def metrics_by_task(outcomes: Sequence[ArmOutcome]) -> dict[str, str]:
+    """Each task's primary metric as its report runs record it (tasks without one left out):
+    what its Δ is a difference of."""
+    metrics: dict[str, str] = {}
+    for outcome in outcomes:
+        for run in outcome.held_out:
+            if run.metric is not None:
+                metrics.setdefault(outcome.task, run.metric)
+    return metrics
 
 
 def across_tasks(
