@@ -598,3 +598,20 @@ def test_a_search_folder_keeps_tuning_and_report_runs_apart_and_points_to_its_re
     assert str(folder / "search_report.md") in printed
     assert "Δ median vs the baseline" in printed and "search=tuning" in printed
     assert str(folder / "search_report.md") in (folder / "sweep_report.md").read_text()
+
+
+def test_the_averages_over_tasks_name_the_metrics_they_average(tmp_path):
+    """A sweep over RTE (accuracy) and MRPC (F1): the avg column and the mean of medians across
+    tasks average an accuracy with an F1, as GLUE's score does, and the tables say so."""
+    for task, metric in (("rte", "accuracy"), ("mrpc", "f1")):
+        for norm, gain in (("none", 0.0), ("isobn", 0.02)):
+            for seed in (1, 2):
+                result = completed("minilm", norm, task, seed, 0.6 + gain + seed / 100)
+                result["primary_metric"] = metric
+                result["best"] = {metric: result["best"]["accuracy"], "loss": 0.5}
+                overrides = [f"task={task}", f"norm={norm}", f"seed={seed}"]
+                write_run(tmp_path / f"{task}-{norm}-{seed}", overrides, result)
+    result = aggregate.aggregate([tmp_path])
+    said = "averages f1 on mrpc with accuracy on rte, as GLUE's score averages its tasks' metrics."
+    assert f"The avg column {said}" in result.results()
+    assert f"The mean of medians {said}" in result.sweep_report({})

@@ -1470,3 +1470,47 @@ def test_too_few_trials_for_importances_leave_that_figure_out_without_a_warning(
         make_search(tmp_path, FakeLauncher(tmp_path, weight_score), n_trials=1, **SMALL).run()
     assert (tmp_path / "optimization_history.png").is_file()
     assert not (tmp_path / "param_importances.png").exists()
+
+
+def test_a_failed_report_run_counts_at_its_trivial_score_in_the_intention_to_treat_line(
+    tmp_path,
+):
+    """The paired test leaves a report run without a score out, flattering the arm that fails;
+    the line beside it counts a failed run at its recorded trivial score, and leaves a run that
+    has not ended (interrupted, missing) out as before: it is no outcome yet."""
+    from isotune.search.outcomes import read_outcome
+    from isotune.search.report import ExpectedBest, HeldOut, TrialRow, report_text
+
+    trivial = {"predictor": "majority class", "metric": "accuracy", "score": 0.5}
+    scores = {
+        "baseline": {11: 0.58, 12: 0.60, 13: 0.59, 14: 0.57, 15: 0.61},
+        "best": {11: 0.62, 12: 0.64, 13: "failed", 14: "interrupted", 15: "missing"},
+    }
+    runs = {}
+    for arm, by_seed in scores.items():
+        for seed, score in by_seed.items():
+            job_dir = tmp_path / arm / f"seed-{seed}"
+            if isinstance(score, float):
+                write_run(
+                    job_dir, [], {**completed("m", "none", "rte", seed, score), "trivial": trivial}
+                )
+            elif score != "missing":
+                write_run(job_dir, [], {"status": score, "error": "NaN loss", "trivial": trivial})
+            runs.setdefault(arm, []).append(read_outcome(job_dir, seed))
+    trial = TrialRow(0, "COMPLETE", {}, 0.65, runs["best"][:2])
+    held_out = HeldOut(trial, ["optim.lr=0.0001"], [], runs["best"], runs["baseline"])
+    text = report_text([trial], held_out, ExpectedBest.of([trial], True))
+    plain = [0.62 - 0.58, 0.64 - 0.60]
+    assert held_out.comparison.mean_difference == pytest.approx(np.mean(plain))
+    itt = [*plain, 0.5 - 0.59]  # seed 13 at its trivial score; 14 and 15 not counted
+    line = next(line for line in text.splitlines() if line.startswith("Intention to treat"))
+    assert line.startswith(
+        "Intention to treat (failed runs at their trivial score; 1 run in 3 pairs): "
+        f"mean {np.mean(itt):.4f}, 95% t interval ["
+    )
+    assert f"paired t-test p {stats.ttest_1samp(itt, 0).pvalue:.4f}" in line
+    # every report run with a score: nothing new is said
+    complete = HeldOut(trial, [], [], runs["best"][:2], runs["baseline"])
+    assert "Intention to treat" not in report_text(
+        [trial], complete, ExpectedBest.of([trial], True)
+    )

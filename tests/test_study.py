@@ -1282,3 +1282,51 @@ def test_the_geometry_is_set_against_the_score_of_its_own_epoch_the_last():
     row = arm_table([outcome]).iloc[0]
     assert row["final_median"] == pytest.approx(0.575)
     assert row["held_out_median"] == pytest.approx(0.615)
+
+
+def test_a_failed_report_run_counts_at_its_trivial_score_beside_the_per_task_test(tmp_path):
+    """Read from the run folders: an isobn report run that failed after recording its dev set's
+    trivial score counts at it in the intention-to-treat line; one interrupted does not."""
+    for arm, report in (
+        ("none", dict(zip(SEEDS, RTE["none"], strict=True))),
+        ("isobn", {101: 0.56, 102: 0.60, 103: None, 104: 0.585, 105: None, 106: 0.57}),
+    ):
+        write_search(tmp_path / arm, "rte", {0: 0.6}, report, {"optim.lr": 1e-4})
+    trivial = {"predictor": "majority class", "metric": "accuracy", "score": 0.5}
+    for seed, status in ((103, "failed"), (105, "interrupted")):
+        job_dir = tmp_path / "isobn" / "report" / "trial-000" / f"seed-{seed}"
+        write_run(job_dir, ["optim.lr=0.0001"], {"status": status, "trivial": trivial})
+    outcomes = [read_arm(tmp_path / arm, "rte", arm, SEEDS) for arm in ("none", "isobn")]
+    row = task_comparisons(outcomes, "none").set_index("arm").loc["isobn"]
+    plain = [0.56 - 0.55, 0.60 - 0.57, 0.585 - 0.58, 0.57 - 0.53]
+    assert row["n"] == 4 and row["mean_difference"] == pytest.approx(np.mean(plain))
+    itt = [*plain, 0.5 - 0.54]  # seed 103 at its trivial score, 105 left out
+    assert (row["itt_substituted"], row["itt_n"]) == (1, 5)
+    assert row["itt_mean_difference"] == pytest.approx(np.mean(itt))
+    assert row["itt_ttest_p"] == pytest.approx(stats.ttest_1samp(itt, 0).pvalue)
+    text = study_report_text(outcomes)
+    assert (
+        "- isobn: Intention to treat (failed runs at their trivial score; 1 run in 5 pairs): "
+        f"mean {np.mean(itt):.4f}, 95% t interval [" in text
+    )
+    # no report run failed: nothing new is said
+    assert "Intention to treat" not in study_report_text(_study())
+
+
+def test_the_mean_of_differences_across_tasks_names_the_metric_each_task_is_in():
+    """The mean of Δ averages an accuracy difference on RTE with an F1 one on MRPC: the header
+    names each task's metric (as its report runs record it) and a sentence says so."""
+    outcomes = [
+        replace(o, runs=tuple(replace(r, metric="accuracy" if o.task == "rte" else "f1")
+                              for r in o.runs))
+        for o in _study()
+    ]  # fmt: skip
+    text = study_report_text(outcomes)
+    assert "| arm | Δ rte (accuracy) | Δ mrpc (f1) | mean of Δ | average rank |" in text
+    assert (
+        "The mean of Δ averages accuracy on rte with f1 on mrpc, as GLUE's score averages its "
+        "tasks' metrics." in text
+    )
+    same = [replace(o, runs=tuple(replace(r, metric="accuracy") for r in o.runs)) for o in outcomes]
+    assert "| Δ rte (accuracy) | Δ mrpc (accuracy) |" in (same_text := study_report_text(same))
+    assert "GLUE's score" not in same_text

@@ -12,8 +12,11 @@ Files written into the search folder (each atomically):
 - ``optimization_history.png``, ``param_importances.png`` (Optuna's matplotlib figures) and
   ``expected_best.png``.
 The paired statistics are :func:`isotune.sweeps.statistics.paired_comparison` (best - baseline
-over the report seeds), the same as every sweep's. :func:`search_outputs` reads the report and the
-figures back for the sweep's W&B report (``python -m isotune.dashboard report``).
+over the report seeds), the same as every sweep's; where a report run failed or has no score,
+a line beside them gives the same test with it at its trivial score (intention to treat:
+:func:`isotune.search.outcomes.intention_to_treat_comparison`). :func:`search_outputs` reads
+the report and the figures back for the sweep's W&B report (``python -m isotune.dashboard
+report``).
 """
 
 from __future__ import annotations
@@ -39,9 +42,14 @@ from isotune.search.expected_best import (
     BestOfN,
     expected_best_curve,
 )
-from isotune.search.outcomes import JobOutcome, failure_reason
+from isotune.search.outcomes import JobOutcome, failure_reason, intention_to_treat_comparison
 from isotune.sweeps.runs import SEARCH_REPORT_FILE
-from isotune.sweeps.statistics import PairedComparison, paired_comparison, seed_count_caveat
+from isotune.sweeps.statistics import (
+    PairedComparison,
+    intention_to_treat_line,
+    paired_comparison,
+    seed_count_caveat,
+)
 from isotune.tracking.reporting import counted, markdown_table
 
 log = logging.getLogger(__name__)
@@ -403,6 +411,10 @@ def _paired_lines(held_out: HeldOut) -> list[str]:
         lines.append(c.note)
     if c.wilcoxon_n:
         lines.append(seed_count_caveat(c.wilcoxon_n))
+    if sensitivity := intention_to_treat_line(
+        *intention_to_treat_comparison(held_out.baseline_runs, held_out.best_runs)
+    ):
+        lines.append(sensitivity)
     return lines
 
 

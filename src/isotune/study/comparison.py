@@ -11,14 +11,18 @@ the arms across tasks, and the geometry beside the score.
   ``paired_statistics.csv``), with the smallest difference its pairs could detect and the pairs
   that would detect its observed mean (80% power, two-sided 0.05, the exact noncentral t: a
   planning figure; none where the differences have no spread, which gives nothing to plan
-  from). The
+  from). Beside it, where a report run of either arm failed or has no score, the same
+  comparison with that run at its trivial score (intention to treat: a setting that breaks
+  training more often is not flattered by its failures leaving the test). The
   optimism is how much choosing its best trial on the tuning seeds flattered an arm: its tuning
   value minus its held-out median (the other way round for a score to minimize), positive when
   the held-out runs fell short of the tuning.
 - An arm's held-out median, spread and rank are over the report seeds every arm of its task has
   a score on, so that arms are compared on the same seeds; its failures are counted over its
   held-out runs, the runs the report is about.
-- Across tasks: the per-task mean differences side by side and their mean, and each arm's
+- Across tasks: the per-task mean differences side by side and their mean (of each task's own
+  metric, accuracy on RTE beside F1 on MRPC, as GLUE's score averages them: the report names
+  them), and each arm's
   average rank of its held-out median over the tasks (1: best; ties share the mean of their
   ranks): descriptions, with no test of their own (see :func:`across_tasks`).
 - Geometry: each arm's median IsoScore and average cosine of the classifier input and its
@@ -40,12 +44,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from isotune.search.outcomes import intention_to_treat_comparison
 from isotune.study.results import GEOMETRY, ArmOutcome
 from isotune.study.stated import StatedTest
 from isotune.sweeps.statistics import (
     Correlation,
     PairedComparison,
     holm,
+    intention_to_treat_line,
     minimum_detectable_difference,
     paired_comparison,
     pairs_needed,
@@ -124,19 +130,27 @@ def _median(values: Sequence[float | None]) -> float | None:
 def task_comparisons(outcomes: Sequence[ArmOutcome], baseline: str) -> pd.DataFrame:
     """Per task and arm other than ``baseline``: the paired comparison arm - baseline over the
     report seeds both have a score on, Holm-adjusted over every such comparison of the study
-    that has a pair (:data:`HOLM_FAMILY`), and its power (see the module docstring)."""
-    compared = {}
+    that has a pair (:data:`HOLM_FAMILY`), its power (see the module docstring), and its
+    intention-to-treat sensitivity (``itt_*``: failed report runs at their trivial score; none
+    where no run was, ``itt_substituted`` 0)."""
+    compared, sensitivity = {}, {}
     for task, arms in _by_task(outcomes).items():
         reference = arms[baseline].held_out_scores() if baseline in arms else {}
+        reference_runs = arms[baseline].held_out if baseline in arms else ()
         for arm, outcome in arms.items():
             if arm != baseline:
                 compared[task, arm] = paired_comparison(reference, outcome.held_out_scores())
+                sensitivity[task, arm] = intention_to_treat_comparison(
+                    reference_runs, outcome.held_out
+                )
     family = {key: c for key, c in compared.items() if c.n}
     wilcoxon_holm, m = holm({key: c.wilcoxon_p for key, c in family.items()})
     ttest_holm, _ = holm({key: c.ttest_p for key, c in family.items()})
     rows = []
     for (task, arm), c in compared.items():
         low, high = c.t_interval or (None, None)
+        itt, substituted = sensitivity[task, arm]
+        itt_low, itt_high = (itt.t_interval or (None, None)) if substituted else (None, None)
         rows.append(
             {
                 "task": task,
@@ -159,6 +173,14 @@ def task_comparisons(outcomes: Sequence[ArmOutcome], baseline: str) -> pd.DataFr
                 if c.spread is None or not c.mean_difference
                 else pairs_needed(c.mean_difference, c.spread),
                 "note": c.note,
+                "itt_substituted": substituted,
+                "itt_n": itt.n if substituted else None,
+                "itt_mean_difference": itt.mean_difference if substituted else None,
+                "itt_t_low": itt_low,
+                "itt_t_high": itt_high,
+                "itt_ttest_p": itt.ttest_p if substituted else None,
+                "itt_wilcoxon_p": itt.wilcoxon_p if substituted else None,
+                "intention_to_treat": intention_to_treat_line(itt, substituted),
             }
         )
     return pd.DataFrame(rows, dtype=object)
@@ -181,6 +203,17 @@ def average_ranks(outcomes: Sequence[ArmOutcome], maximize: bool = True) -> dict
         for arm, rank in zip(medians, ranked, strict=True):
             ranks.setdefault(arm, []).append(float(rank))
     return {arm: float(np.mean(r)) for arm, r in ranks.items()}
+
+
+def metrics_by_task(outcomes: Sequence[ArmOutcome]) -> dict[str, str]:
+    """Each task's primary metric as its report runs record it (tasks without one left out):
+    what its Δ is a difference of."""
+    metrics: dict[str, str] = {}
+    for outcome in outcomes:
+        for run in outcome.held_out:
+            if run.metric is not None:
+                metrics.setdefault(outcome.task, run.metric)
+    return metrics
 
 
 def across_tasks(

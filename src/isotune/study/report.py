@@ -21,7 +21,7 @@ The statistics are :mod:`isotune.study.comparison`'s.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from isotune.study.comparison import (
     arm_table,
     geometry_correlations,
     geometry_points,
+    metrics_by_task,
     stated_answer,
     task_comparisons,
 )
@@ -48,6 +49,7 @@ from isotune.study.results import GEOMETRY, ArmOutcome, read_study, runs_table
 from isotune.study.stated import StatedTest
 from isotune.sweeps.runs import Sweep
 from isotune.sweeps.statistics import seed_count_caveat
+from isotune.sweeps.tables import averaged_metrics
 from isotune.tracking.reporting import counted, markdown_table
 
 REPORT_FILE = "study_report.md"
@@ -178,7 +180,8 @@ def report_text(
     for task in tasks:
         lines += ["", f"## {task}", "", *_data_lines(task, outcomes)]
         lines += [*_task_lines(task, outcomes, maximize, arms, per_task)]
-    lines += ["", "## Across tasks", "", *_across_lines(tasks, across, baseline)]
+    metrics = metrics_by_task(outcomes)
+    lines += ["", "## Across tasks", "", *_across_lines(tasks, across, baseline, metrics)]
     lines += ["", "## Geometry beside the score", "", *_geometry_lines(tasks, arms, correlations)]
     lines += ["", "## Figures", "", *_figure_links(tasks)]
     return "\n".join(lines).rstrip() + "\n"
@@ -325,6 +328,7 @@ def _task_lines(
         ]
     if compared is not None and len(compared):
         lines += ["", *(f"- {arm}: {note}" for arm, note in compared["note"].items() if note)]
+        lines += [f"- {arm}: {itt}" for arm, itt in compared["intention_to_treat"].items() if itt]
         ranked = [int(k) for k in compared["wilcoxon_n"] if k]
         if ranked:
             lines.append(seed_count_caveat(min(ranked)))
@@ -348,7 +352,9 @@ def _count(value: Any) -> str:
     return str(int(value))
 
 
-def _across_lines(tasks: Sequence[str], across: pd.DataFrame, baseline: str) -> list[str]:
+def _across_lines(
+    tasks: Sequence[str], across: pd.DataFrame, baseline: str, metrics: Mapping[str, str]
+) -> list[str]:
     if len(tasks) == 1:  # a mean and a rank over one task repeat its own numbers
         return [
             f"One task: nothing to set side by side. The arms' paired differences with "
@@ -368,10 +374,13 @@ def _across_lines(tasks: Sequence[str], across: pd.DataFrame, baseline: str) -> 
                 _f(row["average_rank"], 2),
             ]
         )
-    header = ["arm", *(f"Δ {task}" for task in tasks), "mean of Δ", "average rank"]
+    named = [f"Δ {task}" + (f" ({metrics[task]})" if task in metrics else "") for task in tasks]
+    header = ["arm", *named, "mean of Δ", "average rank"]
+    mixed = averaged_metrics("mean of Δ", {t: metrics[t] for t in tasks if t in metrics})
     lines = [
-        f"Δ: the arm's mean paired difference with `{baseline}` on each task. Average rank: of "
-        "the held-out median on each task, 1 the best.",
+        f"Δ: the arm's mean paired difference with `{baseline}` on each task, in the task's "
+        "metric. Average rank: of the held-out median on each task, 1 the best."
+        + (f" {mixed}" if mixed else ""),
         "",
         markdown_table(header, rows),
         "",

@@ -59,6 +59,8 @@ class StudyRun:
     started_at: str | None = None  # its results.json's: when its first attempt started
     final_score: float | None = None
     debug: str | None = None  # a report run's debug_description: what makes it a debug run
+    trivial: float | None = None  # its dev set's trivial predictor's score (intention to treat)
+    metric: str | None = None  # a report run's primary metric, what its score is
 
 
 @dataclass(frozen=True)
@@ -273,9 +275,10 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
     """A held-out run, refused if its overrides do not set the chosen trial's values."""
     seed = int(job_dir.name.removeprefix("seed-"))
     outcome = read_outcome(job_dir, seed)
-    geometry, started_at, final_score, debug = {}, None, None, None
+    geometry, started_at, final_score, debug, metric = {}, None, None, None, None
     if (job_dir / RESULTS_FILE).is_file():
         run = Run.read(job_dir / RESULTS_FILE)
+        metric = run.result.get("primary_metric")
         started_at = run.result.get("started_at")
         debug = debug_description(run.result)
         _check_report_overrides(job_dir, run.overrides, best_params)
@@ -286,7 +289,6 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
                 for measure in GEOMETRY
                 if (value := _number(final.get(measure_key(measure)))) is not None
             }
-            metric = run.result.get("primary_metric")
             final_score = _number((run.result.get("final") or {}).get(metric))
     return StudyRun(
         task=task,
@@ -302,6 +304,8 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
         started_at=started_at,
         final_score=final_score,
         debug=debug,
+        trivial=outcome.trivial,
+        metric=metric,
     )
 
 

@@ -81,6 +81,7 @@ from isotune.sweeps.tables import (
     scores_frame,
     summarize_isotropy,
     summarize_scores,
+    task_metrics,
 )
 from isotune.tracking.metric_keys import POST_NORM
 from isotune.tracking.reporting import counted
@@ -172,7 +173,7 @@ class Aggregate:
             holm_wilcoxon=holm_wilcoxon,
             holm_t=holm_t,
             caveat=caveat(self.paired),
-            across=report.across_markdown(self.across),
+            across=report.across_markdown(self.across, task_metrics(self.summary)),
             isotropy=compact_isotropy_markdown(self.isotropy, self.measures),
             view=POST_NORM,
             outliers=outliers_markdown(self.isotropy),

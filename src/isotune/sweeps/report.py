@@ -19,7 +19,7 @@ import pandas as pd
 from isotune.sweeps.figures import FIGURES
 from isotune.sweeps.runs import REPORT, SEARCH_REPORT_FILE, TUNING, MissingJob, Run, Sweep
 from isotune.sweeps.statistics import BOOTSTRAP_MIN_PAIRS
-from isotune.sweeps.tables import measure_label, number_cell
+from isotune.sweeps.tables import averaged_metrics, measure_label, number_cell
 from isotune.tracking.reporting import markdown_table
 
 
@@ -63,7 +63,9 @@ def bootstrap_sentence(paired: pd.DataFrame) -> str:
     return f"BCa bootstrap interval (seeded) only from {BOOTSTRAP_MIN_PAIRS} pairs ({shown})."
 
 
-def across_markdown(across: pd.DataFrame) -> str:
+def across_markdown(across: pd.DataFrame, metrics: Mapping[str, str]) -> str:
+    """The configurations' means over tasks side by side, and, where the tasks' ``metrics``
+    (task -> metric) differ, the sentence saying that the means average them."""
     if across.empty:
         return "No configuration to compare."
     header = ["configuration", "baseline", "mean of medians", "baseline's", "Δ"]
@@ -73,7 +75,9 @@ def across_markdown(across: pd.DataFrame) -> str:
         row += [number_cell(r.baseline_mean_of_medians), _signed(r.difference)]
         counts = f"{r.tasks_better} / {r.tasks_worse} / {r.tasks_equal} of {r.tasks_compared}"
         body.append([*row, counts])
-    return markdown_table([*header, "better / worse / equal"], body)
+    table = markdown_table([*header, "better / worse / equal"], body)
+    mixed = averaged_metrics("mean of medians", metrics)
+    return f"{table}\n\n{mixed}" if mixed else table
 
 
 def correlations_markdown(correlations: pd.DataFrame) -> str:

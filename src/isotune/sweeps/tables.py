@@ -10,7 +10,7 @@ configurations' order (each axis by its registry) and GLUE's task order.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -250,7 +250,8 @@ def results_markdown(summary: pd.DataFrame, configurations: Configurations) -> s
         notes.append(
             f"{AVERAGE}: mean of the per-task medians, only for rows with all {len(tasks)} tasks."
         )
-    sections = ["## Results", table(_score_cell, rows), "\n".join(notes)]
+        notes.append(averaged_metrics(f"{AVERAGE} column", {t: metric_of[t] for t in tasks}))
+    sections = ["## Results", table(_score_cell, rows), "\n".join(filter(None, notes))]
     if failed:
         sections += [
             "## Results over the runs that learned",
@@ -272,6 +273,26 @@ def results_markdown(summary: pd.DataFrame, configurations: Configurations) -> s
                 table(_learned_delta_cell, compared),
             ]
     return "\n\n".join(sections) + "\n"
+
+
+def task_metrics(summary: pd.DataFrame) -> dict[str, str]:
+    """Each task's primary metric in a summary (:func:`summarize_scores`), in table order."""
+    rows = summary.loc[summary["task"] != AVERAGE]
+    metrics = dict(zip(rows["task"], rows["metric"], strict=True))
+    return {task: metrics[task] for task in ordered(metrics, GLUE_TASKS)}
+
+
+def averaged_metrics(average: str, metrics: Mapping[str, str]) -> str:
+    """The sentence beside an ``average`` over tasks scored by different ``metrics`` (task ->
+    metric): it adds an accuracy difference to an F1 one, as GLUE's own score averages its tasks'
+    metrics, and says so; "" where every task has one metric."""
+    if len(set(metrics.values())) < 2:
+        return ""
+    parts = [f"{metric} on {task}" for task, metric in metrics.items()]
+    return (
+        f"The {average} averages {', '.join(parts[:-1])} with {parts[-1]}, as GLUE's score "
+        "averages its tasks' metrics."
+    )
 
 
 def _score_cell(row: Any, cells: dict) -> str:
