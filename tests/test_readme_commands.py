@@ -88,6 +88,7 @@ STATED_SIZE = {
     "hydra.sweeper.stated.arm": "isobn",
     "hydra.sweeper.stated.seeds": "[2,3]",
 }
+STATED_LOOKS_SIZE = {"hydra.sweeper.stated.looks": "[2]"}
 ANALYZE_SIZE = {
     "data.dev_examples": "32",
     "data.train_examples": "32",
@@ -335,6 +336,8 @@ class Workdir:
             cut.update(STUDY_SIZE)
         if any(arg.startswith(STATED) for arg in args):
             cut.update(STATED_SIZE)
+            if any("looks:" in arg for arg in args):  # a sequential one: its looks within them
+                cut.update(STATED_LOOKS_SIZE)
         return [*sizes_not_given(sizes, args), *(f"{key}={value}" for key, value in cut.items())]
 
     def copy_from_repository(self, arg: str) -> None:

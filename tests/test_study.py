@@ -58,7 +58,9 @@ from isotune.study.report import (
     write_study_reports,
 )
 from isotune.study.results import ArmOutcome, StudyRun, read_arm, read_study, runs_table
+from isotune.study.sequential import SequentialPlan
 from isotune.study.stated import stated_test
+from isotune.study.stated_looks import PLAN_FILE
 from isotune.sweeps import slurm_jobs
 from isotune.sweeps.environment import check_continued_in_one_environment, machine_provenance
 from isotune.sweeps.report import status_markdown
@@ -612,8 +614,9 @@ class _RecordingLauncher:
     training run of this machine's environment leaves it (reg=none scores 0.6, others 0.65, plus
     seed / 1000), and keeping the job folders it launched."""
 
-    def __init__(self, sweep_dir: Path) -> None:
+    def __init__(self, sweep_dir: Path, score=None) -> None:
         self.sweep_dir = sweep_dir
+        self.score = score or (lambda reg, seed: (0.6 if reg == "none" else 0.65) + seed / 1000)
         self.launched: list[str] = []
         self.overrides: dict[str, list[str]] = {}  # each job folder's overrides, as launched
         self.provenance = machine_provenance()
@@ -622,7 +625,7 @@ class _RecordingLauncher:
         for overrides in jobs:
             values = dict(o.split("=", 1) for o in overrides)
             seed = int(values["seed"])
-            score = (0.6 if values.get("reg") == "none" else 0.65) + seed / 1000
+            score = self.score(values.get("reg"), seed)
             result = {**completed("minilm", "none", "rte", seed, score)}
             task_overrides = [o for o in overrides if not o.startswith("hydra.")]
             write_run(
@@ -634,11 +637,12 @@ class _RecordingLauncher:
             self.overrides[values["hydra.sweep.subdir"]] = overrides
 
 
-def _swept_study(tmp_path: Path, glue_dir: Path, typed: list[str]) -> list[str]:
-    """Run the study of :func:`_study_sweeper` to its end on :class:`_RecordingLauncher`; the
-    job folders it launched, relative to the study folder."""
+def _swept_study(tmp_path: Path, glue_dir: Path, typed: list[str], score=None) -> list[str]:
+    """Run the study of :func:`_study_sweeper` to its end on :class:`_RecordingLauncher` (its
+    runs scored by ``score(reg, seed)``, if given); the job folders it launched, relative to the
+    study folder."""
     sweeper, typed = _study_sweeper(tmp_path, glue_dir, typed)
-    sweeper.launcher = _RecordingLauncher(tmp_path / "study" / "isotropy_minilm")
+    sweeper.launcher = _RecordingLauncher(tmp_path / "study" / "isotropy_minilm", score)
     sweeper.sweep([arg for arg in typed if not arg.lstrip("+").startswith("hydra.")])
     return sweeper.launcher.launched
 
@@ -1199,7 +1203,7 @@ def _stated(**changes):
         ({"level": 1.5}, "level=1.5 is not a level between 0 and 1"),
         ({"stated_at": "2026-12-04T22:55"}, "is not a date (2026-12-04) or a time with its UTC"),
         ({"stated_at": None}, "does not say its stated_at"),
-        ({"margin": 1}, "hydra.sweeper.stated has no key margin"),
+        ({"margn": 1}, "hydra.sweeper.stated has no key margn"),
     ],
 )
 def test_a_stated_test_the_study_cannot_answer_is_refused_naming_the_value_and_fix(
@@ -1330,3 +1334,113 @@ def test_the_mean_of_differences_across_tasks_names_the_metric_each_task_is_in()
     same = [replace(o, runs=tuple(replace(r, metric="accuracy") for r in o.runs)) for o in outcomes]
     assert "| Δ rte (accuracy) | Δ mrpc (accuracy) |" in (same_text := study_report_text(same))
     assert "GLUE's score" not in same_text
+
+
+# ---- the sequential stated test (issue 61 items 1, 2 and 5) ----
+LOOKED = {**STATED, "looks": [2, 4]}
+
+
+def test_a_sequential_stated_test_stores_its_margin_in_the_metrics_units():
+    test = _stated(**LOOKED, margin=1.5)
+    assert test.looks == (2, 4) and test.spending == "obf" and test.margin == pytest.approx(0.015)
+    assert _stated(**LOOKED, spending="pocock").spending == "pocock"
+    assert not _stated().sequential
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"looks": [3, 2]}, "looks=[3, 2] are not strictly increasing pair counts of at least 2"),
+        ({"looks": [1, 4]}, "looks=[1, 4] are not strictly increasing pair counts"),
+        ({"looks": "2,4"}, "looks='2,4' is not a list of pair counts"),
+        ({"looks": [2, 5]}, "looks at 5 pairs, beyond the 4 stated seeds the study can run"),
+        ({"margin": 0}, "margin=0 is no equivalence margin"),
+        ({"margin": -1}, "margin=-1 is no equivalence margin"),
+        ({"margin": 150}, "margin=150 points is 1.5 in the metric's units, more than"),
+        ({"spending": "linear"}, "spending=linear is no spending function this code knows"),
+        ({"looks": None, "margin": 1}, "margin=1 belongs to a sequential plan"),
+    ],
+)
+def test_a_sequential_plan_that_cannot_hold_is_refused_naming_the_value_and_fix(changes, message):
+    with pytest.raises(IsotuneError, match=re.escape(message)) as refused:
+        _stated(**{**LOOKED, **changes})
+    assert "Fix:" in str(refused.value)
+
+
+def test_a_sequential_stated_test_reports_its_looks_and_nothing_between_them(tmp_path):
+    """Looks at 2 and 4 of the stated seeds 103-106, with 3 pairs in: the first look is taken
+    (its repeated interval computed by hand), the 3 pairs in give no interval and no p."""
+    plan = SequentialPlan((2, 4), 0.05, "obf", 0.01, (20.0, 3.0), "stated by hand")
+    short = [
+        replace(o, runs=tuple(r for r in o.runs if r.seed != 106)) if o.arm == "none" else o
+        for o in _study()
+    ]
+    text = write_study_report(tmp_path, short, "none", stated=_stated(**LOOKED), plan=plan)
+    d = np.array(RTE["cosreg"][2:4]) - np.array(RTE["none"][2:4])  # seeds 103, 104
+    half = 20.0 * d.std(ddof=1) / math.sqrt(2)
+    interval = f"[{d.mean() - half:.4f}, {d.mean() + half:.4f}]"
+    assert f"| 1 | 2 | 20.000 | {d.mean():.4f} | {interval} | go on | " in text
+    assert "**Go on:** the next look at 4 pairs (3 in)" in text
+    assert "equivalence margin 1 points (0.01)" in text and "Boundaries on the t scale" in text
+    assert "Stated seeds used: 103-104 (2 pairs)" in text and "biased away from 0" not in text
+    assert "t interval" not in text.split("## rte")[0] and "p " not in text.split("## rte")[0]
+    record = yaml.safe_load((tmp_path / RESULTS_FILE).read_text())["stated_test"]
+    assert record["interval"] is None and record["ttest_p"] is None
+    assert record["sequential"]["decision"] == "go on" and record["looks"] == [2, 4]
+    assert record["sequential"]["looks_taken"][0]["interval"] == pytest.approx(
+        [d.mean() - half, d.mean() + half]
+    )
+
+
+SEQUENTIAL = (
+    'hydra.sweeper.stated={task:rte,arm:cosreg,seeds:[2,3,4],looks:[2,3],stated_at:"2026-12-04"}'
+)
+SEQUENTIAL_STUDY = [*SMALL_STUDY, "hydra.sweeper.arms=[none,cosreg]", REPORT_SEEDS + "[2,3,4]"]
+
+
+def _report_runs(launched: list[str]) -> list[str]:
+    return [run.removeprefix("rte/").replace("/report/trial-000", "") for run in launched
+            if "/report/" in run]  # fmt: skip
+
+
+def test_a_decided_look_runs_no_more_stated_seeds_and_a_decided_study_runs_nothing(
+    tmp_path, glue_dir
+):
+    """The fake launcher scores cosreg 0.05 above none on every seed: no spread, the first look
+    (2 pairs) decides "different", so the third stated seed never runs; typed again, the study
+    runs nothing; a changed plan is refused before any job once stated runs exist."""
+    study = tmp_path / "study" / "isotropy_minilm"
+    first = _swept_study(tmp_path, glue_dir, [*SEQUENTIAL_STUDY, SEQUENTIAL])
+    assert sorted(_report_runs(first)) == [
+        "cosreg/seed-2", "cosreg/seed-3", "none/seed-2", "none/seed-3"
+    ]  # fmt: skip
+    stored = SequentialPlan.read(study / PLAN_FILE)
+    assert stored.looks == (2, 3) and stored.spending == "obf" and stored.margin is None
+    text = (study / REPORT_FILE).read_text()
+    assert "| 1 | 2 | " in text and "| different |" in text
+    assert "**Decision at look 1 (2 pairs): different**" in text
+    assert "Stated seeds used: 2-3 (2 pairs)" in text and "biased away from 0" in text
+    assert _swept_study(tmp_path, glue_dir, [*SEQUENTIAL_STUDY, SEQUENTIAL]) == []
+    assert SequentialPlan.read(study / PLAN_FILE) == stored  # read back, never computed again
+
+    changed = SEQUENTIAL.replace("looks:[2,3]", "looks:[2,3],spending:pocock")
+    logged = _refused_study(tmp_path, glue_dir, [*SEQUENTIAL_STUDY, changed], expect_runs=True)
+    assert "spending='pocock', where the plan written before the study's stated runs" in logged
+    assert "has spending='obf'" in logged and "Fix:" in logged
+
+
+def test_an_undecided_look_runs_the_next_looks_seeds_and_the_last_look_bounds(tmp_path, glue_dir):
+    """Differences -0.01, +0.01, -0.01 by seed: the first look (2 pairs) goes on, so the third
+    stated seed runs in the same command, and the last look gives its interval as the bound."""
+
+    def score(reg, seed):
+        return 0.6 + seed / 1000 + (0 if reg == "none" else 0.01 if seed % 2 else -0.01)
+
+    launched = _swept_study(tmp_path, glue_dir, [*SEQUENTIAL_STUDY, SEQUENTIAL], score)
+    runs = _report_runs(launched)  # the third stated seed after the first look's pairs
+    assert sorted(runs[:4]) == ["cosreg/seed-2", "cosreg/seed-3", "none/seed-2", "none/seed-3"]
+    assert runs[4:] == ["none/seed-4", "cosreg/seed-4"]
+    text = (tmp_path / "study" / "isotropy_minilm" / REPORT_FILE).read_text()
+    assert "| go on |" in text and "| 2 | 3 | " in text and "| bounded |" in text
+    assert "**Decision at the last look (3 pairs): undecided**" in text
+    assert "Stated seeds used: 2-4 (3 pairs)" in text and "biased away from 0" not in text

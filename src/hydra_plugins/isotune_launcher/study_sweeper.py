@@ -46,6 +46,7 @@ from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
 from isotune.search.settings import STUDY_PLACES, SearchSettings, refuse_fixed_seeds
 from isotune.search.space import parse_space
+from isotune.study.comparison import stated_answer
 from isotune.study.plan import (
     LR_KEY,
     TASK_KEY,
@@ -59,8 +60,16 @@ from isotune.study.plan import (
     searches_in,
 )
 from isotune.study.report import write_study_report
-from isotune.study.results import read_study
-from isotune.study.stated import stated_test
+from isotune.study.results import read_arm, read_study
+from isotune.study.sequential import SequentialPlan
+from isotune.study.stated import StatedTest, stated_test
+from isotune.study.stated_looks import (
+    PLAN_FILE,
+    Looks,
+    report_seeds_due,
+    stated_plan,
+    stated_runs,
+)
 from isotune.sweeps.environment import check_continued_in_one_environment
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.slurm_jobs import check_no_live_jobs
@@ -88,7 +97,8 @@ class StudySweeperConf(SearchSweeperConf):
     # none: `python -m isotune.submission <study folder>` then submits its winners.
     keep_report_models: bool = False
     # The one comparison stated before the runs, answered first in the report on its own seeds:
-    # {task, arm, baseline (null: baseline_arm), seeds (among report_seeds), level, stated_at}.
+    # {task, arm, baseline (null: baseline_arm), seeds (among report_seeds), level, stated_at},
+    # and for a sequential test looks (pair counts), spending (obf, pocock), margin (points).
     stated: Any = None
     # A plain search's (an hparams_search= preset sets them): here only to be refused by name,
     # not as a composition error without a fix.
@@ -113,7 +123,9 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             tasks, fixed = _tasks_and_fixed(arguments, s["tasks"])
             plan = plan_study(s, tasks)
             arm_names = [arm.name for arm in plan.arms]
-            stated_test(s["stated"], plan.tasks, arm_names, plan.baseline, plan.report_seeds)
+            stated = stated_test(
+                s["stated"], plan.tasks, arm_names, plan.baseline, plan.report_seeds
+            )
             check_report_seeds_kept(plan, folder)
             settings = [self._search_settings(s, t, arm, fixed, folder) for t, arm in plan.searches]
             composed = self._compose_arms(plan, fixed)
@@ -156,15 +168,29 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             check_continued_in_one_environment(
                 folder, "hydra.sweeper.allow_mixed_environment", s["allow_mixed_environment"]
             )
+            sequential = None
+            if stated is not None and stated.sequential:
+                sequential = stated_plan(stated, folder)
+                _say_plan(sequential, folder)
             # The study's record, as every sweep's: what a stopped study's summary reads.
             write_text(folder / SWEEP_FILE, OmegaConf.to_yaml(config))
-            run_searches(searches, HydraLaunch(self.launcher, folder), s["n_jobs"])
+            launch = HydraLaunch(self.launcher, folder)
+            looks = _stated_looks(folder, stated, sequential)
+            while True:  # a sequential stated test: one look's stated seeds at a time
+                searches = _stated_seeds_due(searches, plan, stated, looks)
+                run_searches(searches, launch, s["n_jobs"])
+                if looks is None:
+                    break
+                before, looks = looks, _stated_looks(folder, stated, sequential)
+                assert looks is not None
+                if looks.decided is not None or looks.due == before.due:
+                    break
             # Read back from the folder and its record, as `python -m isotune.aggregate` reads
             # a study: the report made again from a carried folder is this one.
             study = read_study(folder)
             assert study is not None, f"{folder / SWEEP_FILE} is a study's record"
             text = write_study_report(
-                folder, study.outcomes, study.baseline, study.maximize, study.stated
+                folder, study.outcomes, study.baseline, study.maximize, study.stated, study.plan
             )
             log.info(f"\n{text}")
             check_reports_complete(searches)
@@ -246,6 +272,65 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             sized += ([job] * tuning + [report] * reports)[done:]
             completed += done
         check_sweep_fits(folder, sized, at_once, completed)
+
+
+def _say_plan(sequential: SequentialPlan, folder: Path) -> None:
+    log.info(
+        f"The stated test decides in looks at {', '.join(map(str, sequential.looks))} pairs, "
+        f"boundaries {', '.join(f'{b:.3f}' for b in sequential.boundaries)} "
+        f"({sequential.spending}, alpha {sequential.alpha:g}, margin {sequential.margin}): "
+        f"the plan is stored in {folder / PLAN_FILE}, written before any stated run"
+    )
+
+
+def _stated_looks(
+    folder: Path, stated: StatedTest | None, sequential: SequentialPlan | None
+) -> Looks | None:
+    """The looks the ``sequential`` plan of the ``stated`` test has taken on the runs in
+    ``folder``, read from its two searches as the report reads them (None for a study without
+    a sequential stated test). Each look taken is said."""
+    if stated is None or sequential is None:
+        return None
+    outcomes = [
+        read_arm(folder / stated.task / arm, stated.task, arm, stated.seeds)
+        for arm in (stated.baseline, stated.arm)
+        if stated_runs(stated, folder)  # before them, a search's journal may not be opened yet
+    ]
+    looks = stated_answer(stated, outcomes, sequential).looks
+    assert looks is not None
+    for d in looks.taken:
+        low, high = d.interval
+        log.info(
+            f"Stated test, look {d.look} at {d.n} pairs: repeated interval [{low:.4f}, "
+            f"{high:.4f}] (boundary {d.boundary:.3f}): {d.decision}"
+        )
+    if looks.decided is not None:
+        log.info(
+            f"The stated test is decided ({looks.decided.decision}, look {looks.decided.look}): "
+            "no more of its stated seeds run"
+        )
+    else:
+        log.info(
+            f"The stated test goes on: its stated seeds run up to its look at {looks.due} pairs"
+        )
+    return looks
+
+
+def _stated_seeds_due(
+    searches: list[Search], plan: StudyPlan, stated: StatedTest | None, looks: Looks | None
+) -> list[Search]:
+    """The searches as they run now: those on a sequential stated test's task with its stated
+    seeds beyond the pairs it needs left out of their report seeds (:mod:`isotune.study.
+    stated_looks`); the others as they are."""
+    if stated is None or looks is None:
+        return searches
+    due = report_seeds_due(plan.report_seeds, stated, looks)
+    return [
+        Search(replace(search.settings, report_seeds=due), search.folder, search.sweep_record)
+        if task == stated.task
+        else search
+        for search, (task, _) in zip(searches, plan.searches, strict=True)
+    ]
 
 
 def _report_overrides(keep: str, settings: dict[str, Any]) -> tuple[str, ...]:

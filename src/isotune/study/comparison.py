@@ -46,7 +46,9 @@ from scipy import stats
 
 from isotune.search.outcomes import intention_to_treat_comparison
 from isotune.study.results import GEOMETRY, ArmOutcome
+from isotune.study.sequential import SequentialPlan
 from isotune.study.stated import StatedTest
+from isotune.study.stated_looks import Looks, looks_taken
 from isotune.sweeps.statistics import (
     Correlation,
     PairedComparison,
@@ -300,18 +302,21 @@ def _correlation_row(task: str, measure: str, scope: str, correlation: Correlati
 @dataclass(frozen=True)
 class StatedAnswer:
     """The stated test on the study's runs: its comparison on the stated seeds (None until every
-    stated seed has a pair), the stated seeds still without one, and those whose run, of either
-    arm, started before the statement (with the earliest such start)."""
+    stated seed has a pair, and always for a sequential test, which its ``looks`` answer), the
+    stated seeds still without one, and those whose run, of either arm, started before the
+    statement (with the earliest such start)."""
 
     test: StatedTest
     comparison: PairedComparison | None
     without_pair: tuple[int, ...]
     started_before: tuple[tuple[int, str], ...]
+    looks: Looks | None = None
 
     def as_record(self) -> dict[str, Any]:
         c = self.comparison
         return {
             **self.test.as_record(),
+            **({"sequential": _looks_record(self.looks)} if self.looks is not None else {}),
             "pairs": 0 if c is None else c.n,
             "without_pair": list(self.without_pair),
             "started_before": [{"seed": s, "started_at": at} for s, at in self.started_before],
@@ -323,11 +328,15 @@ class StatedAnswer:
         }
 
 
-def stated_answer(test: StatedTest, outcomes: Sequence[ArmOutcome]) -> StatedAnswer:
+def stated_answer(
+    test: StatedTest, outcomes: Sequence[ArmOutcome], plan: SequentialPlan | None = None
+) -> StatedAnswer:
     """The stated ``test`` (:mod:`isotune.study.stated`) on the held-out runs of ``outcomes``:
     the paired comparison of its arm with its baseline on its seeds alone, at its level, given
     only when every stated seed has a pair (a test on part of its seeds would be a look the
-    statement did not plan)."""
+    statement did not plan). A sequential test is answered by its stored ``plan`` instead, at
+    the looks its pairs have reached (:func:`isotune.study.stated_looks.looks_taken`), and by
+    nothing between them."""
     by_arm = {o.arm: o for o in outcomes if o.task == test.task}
     runs = [
         run
@@ -348,9 +357,38 @@ def stated_answer(test: StatedTest, outcomes: Sequence[ArmOutcome]) -> StatedAns
     }
     paired = scores[test.baseline].keys() & scores[test.arm].keys()
     without = tuple(seed for seed in test.seeds if seed not in paired)
+    if test.sequential:
+        if plan is None:
+            raise ValueError("a sequential stated test is answered by its stored plan")
+        looks = looks_taken(plan, test.seeds, scores[test.baseline], scores[test.arm])
+        return StatedAnswer(test, None, without, tuple(sorted(early.items())), looks)
     comparison = (
         None
         if without
         else paired_comparison(scores[test.baseline], scores[test.arm], confidence=1 - test.level)
     )
     return StatedAnswer(test, comparison, without, tuple(sorted(early.items())))
+
+
+def _looks_record(looks: Looks) -> dict[str, Any]:
+    """A sequential test's plan and looks taken, as the study's results.yaml keeps them."""
+    decided = looks.decided
+    return {
+        "plan": looks.plan.to_dict(),
+        "looks_taken": [
+            {
+                "look": d.look,
+                "pairs": d.n,
+                "boundary": d.boundary,
+                "mean_difference": d.mean,
+                "sd": d.sd,
+                "interval": list(d.interval),
+                "decision": d.decision,
+                "alpha_spent": d.alpha_spent,
+            }
+            for d in looks.taken
+        ],
+        "decision": decided.decision if decided is not None else "go on",
+        "pairs_in": looks.pairs,
+        "pairs_due": looks.due,
+    }

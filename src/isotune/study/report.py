@@ -46,7 +46,9 @@ from isotune.study.comparison import (
     task_comparisons,
 )
 from isotune.study.results import GEOMETRY, ArmOutcome, read_study, runs_table
-from isotune.study.stated import StatedTest
+from isotune.study.sequential import BOUNDED, SequentialPlan
+from isotune.study.stated import POINTS, StatedTest
+from isotune.study.stated_looks import PLAN_FILE, Looks
 from isotune.sweeps.runs import Sweep
 from isotune.sweeps.statistics import seed_count_caveat
 from isotune.sweeps.tables import averaged_metrics
@@ -60,6 +62,7 @@ WITHIN_FIGURE = "geometry_within_arms"
 FEW_TASKS = 5  # below, an average over tasks rests on too few numbers to generalise
 MISSING = "n/a"  # a value not there: never `none`, which is the name of the baseline arm
 NO_SPREAD = "no spread: no estimate"  # a power figure of differences all equal
+SPENDING_NAMES = {"obf": "O'Brien-Fleming type", "pocock": "Pocock type"}
 
 
 def write_study_report(
@@ -68,10 +71,12 @@ def write_study_report(
     baseline: str,
     maximize: bool = True,
     stated: StatedTest | None = None,
+    plan: SequentialPlan | None = None,
 ) -> str:
     """Write the files of the module docstring into ``folder``; the report's text. With a
-    ``stated`` test, the report answers it first and calls the rest exploratory."""
-    answer = stated_answer(stated, outcomes) if stated is not None else None
+    ``stated`` test, the report answers it first (a sequential one by its stored ``plan``) and
+    calls the rest exploratory."""
+    answer = stated_answer(stated, outcomes, plan) if stated is not None else None
     arms = arm_table(outcomes, maximize)
     per_task = task_comparisons(outcomes, baseline)
     across = across_tasks(outcomes, baseline, maximize)
@@ -108,7 +113,9 @@ def write_study_reports(sweeps: Sequence[Sweep], out: Path | None) -> list[Path]
         assert study is not None, f"{sweep.dir} holds a study's record"
         folder = sweep.dir if out is None else out if len(studies) == 1 else out / sweep.dir.name
         folder.mkdir(parents=True, exist_ok=True)
-        write_study_report(folder, study.outcomes, study.baseline, study.maximize, study.stated)
+        write_study_report(
+            folder, study.outcomes, study.baseline, study.maximize, study.stated, study.plan
+        )
         paths.append(folder / REPORT_FILE)
     return paths
 
@@ -191,6 +198,8 @@ def _stated_lines(answer: StatedAnswer) -> list[str]:
     """The stated test's statement and its answer, then the line that makes the rest of the
     report exploratory."""
     test, c = answer.test, answer.comparison
+    if answer.looks is not None:
+        return [*_sequential_lines(test, answer.looks), *_exploratory_lines(answer)]
     confidence = f"{1 - test.level:.0%}"
     lines = [
         f"Stated at {test.stated_at.isoformat()}, before its runs: on {test.task}, "
@@ -223,6 +232,13 @@ def _stated_lines(answer: StatedAnswer) -> list[str]:
             f"{_interval(low, high)}; paired t-test p {_f(c.ttest_p)}, Wilcoxon p "
             f"{_f(c.wilcoxon_p)} ({counted(c.wilcoxon_n, 'non-zero pair')}): {verdict}."
         )
+    return [*lines, *_exploratory_lines(answer)]
+
+
+def _exploratory_lines(answer: StatedAnswer) -> list[str]:
+    """The stated seeds run before the statement, then the line that makes the rest of the
+    report exploratory."""
+    lines = []
     if answer.started_before:
         early = ", ".join(f"{seed} ({at})" for seed, at in answer.started_before)
         lines += [
@@ -237,6 +253,78 @@ def _stated_lines(answer: StatedAnswer) -> list[str]:
         "stated ones and any others), every other arm and task, and the geometry were not "
         "stated before the runs.",
     ]
+    return lines
+
+
+def _sequential_lines(test: StatedTest, looks: Looks) -> list[str]:
+    """A sequential stated test: its plan, each look taken (pairs, boundary, repeated interval,
+    decision, alpha spent), the decision or the next look, the seeds used and, at an early
+    stop, the bias of its mean. Between looks nothing is computed."""
+    plan = looks.plan
+    margin = (
+        "no equivalence margin"
+        if plan.margin is None
+        else f"equivalence margin {plan.margin * POINTS:g} points ({plan.margin:g})"
+    )
+    lines = [
+        f"Stated at {test.stated_at.isoformat()}, before its runs: on {test.task}, "
+        f"`{test.arm}` minus `{test.baseline}`, the held-out score on report seeds "
+        f"{seed_ranges(test.seeds)}, decided in planned looks at "
+        f"{', '.join(map(str, plan.looks))} pairs (look k on the first n_k stated seeds), "
+        f"two-sided alpha {plan.alpha:g} spent by the Lan-DeMets "
+        f"{SPENDING_NAMES[plan.spending]} function, {margin}. At each look the repeated "
+        f"{1 - plan.alpha:.0%} interval mean ± boundary × sd / sqrt(n) (Jennison & Turnbull) "
+        "decides: different (it excludes 0), equivalent (it lies inside the margin), or go on; "
+        "the last look gives the interval as the bound. Boundaries on the t scale, stored "
+        f"before the runs ({PLAN_FILE}): {', '.join(f'{b:.3f}' for b in plan.boundaries)} "
+        f"({plan.boundaries_from}).",
+        "",
+    ]
+    if looks.taken:
+        lines += [
+            "| look | pairs | boundary | mean difference | repeated interval | decision | alpha "
+            "spent |",
+            "|---|---|---|---|---|---|---|",
+            *(
+                f"| {d.look} | {d.n} | {d.boundary:.3f} | {_f(d.mean)} | "
+                f"{_interval(*d.interval)} | {d.decision} | {d.alpha_spent:.4f} |"
+                for d in looks.taken
+            ),
+            "",
+            *(f"Look {d.look}: {d.note}" for d in looks.taken if d.note),
+        ]
+    decided = looks.decided
+    used = test.seeds[: looks.taken[-1].n] if looks.taken else ()
+    if decided is None:
+        lines.append(
+            f"**Go on:** the next look at {looks.due} pairs ({looks.pairs} in); nothing is "
+            "computed between looks, since a look the plan did not make spends alpha it did not "
+            "plan."
+        )
+    elif decided.decision == BOUNDED:
+        lines.append(
+            f"**Decision at the last look ({decided.n} pairs): undecided**; the repeated "
+            f"interval {_interval(*decided.interval)} bounds the difference."
+        )
+    else:
+        lines.append(
+            f"**Decision at look {decided.look} ({decided.n} pairs): {decided.decision}** "
+            f"(repeated interval {_interval(*decided.interval)}); the study runs no more of "
+            "its stated seeds."
+        )
+    lines += [
+        "",
+        f"Stated seeds used: {seed_ranges(used) if used else 'none yet'} "
+        f"({counted(len(used), 'pair')}); alpha spent: "
+        f"{looks.taken[-1].alpha_spent if looks.taken else 0:.4f} of {plan.alpha:g}.",
+    ]
+    if decided is not None and decided.look < len(plan.looks):
+        lines += [
+            "",
+            "The study stopped early: a mean at an early stop is biased away from 0 (a study "
+            "stops when its differences happen to be far from 0), so the mean above "
+            "overstates the difference; the repeated interval holds its coverage.",
+        ]
     return lines
 
 

@@ -32,7 +32,9 @@ from isotune.search.outcomes import JobOutcome, read_outcome
 from isotune.search.report import RESULTS_FILE as SEARCH_RESULTS_FILE
 from isotune.search.report import TRIALS_FILE, TrialRow, spent_value
 from isotune.study.plan import TASK_KEY, override_values
+from isotune.study.sequential import SequentialPlan
 from isotune.study.stated import StatedTest, stated_test
+from isotune.study.stated_looks import read_stated_plan
 from isotune.sweeps.runs import JOURNAL_FILE, SWEEP_FILE, Run, Sweep
 from isotune.sweeps.tables import measure_key
 
@@ -95,13 +97,14 @@ class ArmOutcome:
 @dataclass(frozen=True)
 class StudyOutcome:
     """A study's searches as its record (``multirun.yaml``) plans them: each (task, arm)'s
-    outcome, task by task, the baseline arm, whether a higher score is better, and the test it
-    stated before its runs (None: none)."""
+    outcome, task by task, the baseline arm, whether a higher score is better, the test it
+    stated before its runs (None: none) and, for a sequential one, the plan stored for it."""
 
     outcomes: tuple[ArmOutcome, ...]
     baseline: str
     maximize: bool
     stated: StatedTest | None = None
+    plan: SequentialPlan | None = None
 
 
 def read_study(folder: Path) -> StudyOutcome | None:
@@ -123,7 +126,8 @@ def read_study(folder: Path) -> StudyOutcome | None:
         settings.get("stated"), [str(t) for t in tasks], list(settings["arms"]), baseline,
         report_seeds,
     )  # fmt: skip
-    return StudyOutcome(outcomes, baseline, settings["direction"] == "maximize", stated)
+    plan = read_stated_plan(stated, Path(folder)) if stated and stated.sequential else None
+    return StudyOutcome(outcomes, baseline, settings["direction"] == "maximize", stated, plan)
 
 
 def _typed_tasks(overrides: Sequence[str]) -> list[str]:
