@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from hydra_plugins.isotune_launcher.hydra_search import check_tuning_split
 from isotune.data import GLUEDataModule, load_split
@@ -190,9 +191,12 @@ class DataRecordingLauncher(FakeLauncher):
 def test_a_search_tunes_on_the_split_and_reports_on_dev(tmp_path):
     launch = DataRecordingLauncher(tmp_path, weight_score)
     make_search(tmp_path, launch, n_trials=2, tune_on="train_split", **SMALL).run()
+    assert any("report/baseline" in job[-1] for job in launch.jobs)
     for job in launch.jobs:
         report = dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"].startswith("report")
         assert ("data.tuning_split=true" in job) is not report, job
+        # issue 60 item 5: dev only reports, so no report run picks its epoch on it
+        assert ("select_epoch=last" in job) is report, job
     text = (tmp_path / "search_report.md").read_text()
     assert "Trials chosen on: tuning split of train (n=24). Held-out runs report on: dev." in text
 
@@ -234,6 +238,7 @@ def test_a_studys_tuning_jobs_get_the_split_and_its_report_jobs_do_not(tmp_path,
     for folder in sweeper.launcher.launched:
         overrides = json.loads((study / folder / "results.json").read_text())["overrides"]
         assert ("data.tuning_split=true" in overrides) is ("/report/" not in folder), folder
+        assert ("select_epoch=last" in overrides) is ("/report/" in folder), folder
     report = (study / "study_report.md").read_text()
     assert "Trials chosen on: tuning split of train (n=24). Held-out runs report on: dev." in report
 
@@ -251,6 +256,29 @@ def test_a_tiny_run_with_the_split_records_what_it_trained_and_evaluated_on(trai
     recorded = json.loads(Path(tmp_path / "results.json").read_text())["data"]
     assert recorded["trained_on"] == "train without its tuning split (n=48)"
     assert recorded["evaluated_on"].startswith("tuning split of train (n=16, seed 0, sha256 ")
+
+
+def test_a_search_tuned_on_dev_reports_each_runs_best_epoch(tmp_path):
+    """Issue 60 item 5: only a search whose dev set merely reports has its last epochs reported."""
+    launch = FakeLauncher(tmp_path, weight_score)
+    make_search(tmp_path, launch, n_trials=1, **SMALL).run()
+    assert any(o.startswith("hydra.sweep.subdir=report") for job in launch.jobs for o in job)
+    assert not [job for job in launch.jobs if any("select_epoch" in o for o in job)]
+
+
+@pytest.mark.slow
+def test_a_tiny_run_selecting_its_last_epoch_reports_and_keeps_it(train_config, tmp_path):
+    """Issue 60 item 5: select_epoch=last reports the last epoch, trains every epoch (no early
+    stopping) and keeps that epoch's model as best.ckpt."""
+    # early stopping as configured would stop after epoch 2: no score rises by 2 over epoch 1's
+    stopping = ["callbacks.early_stopping.patience=1", "+callbacks.early_stopping.min_delta=2"]
+    cfg = train_config("select_epoch=last", "trainer.max_epochs=3", *stopping)
+    results = train(cfg)
+    assert results["status"] == "completed"
+    assert [entry["epoch"] for entry in results["history"]] == [1, 2, 3]
+    assert results["best_epoch"] == 3 and results["best"] == results["final"]
+    kept = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
+    assert kept["epoch"] == 2  # Lightning counts from 0: the third epoch's model
 
 
 def test_a_search_tuned_on_dev_is_not_continued_on_the_split(tmp_path):

@@ -82,10 +82,12 @@ class GLUEClassifier(L.LightningModule):
         optim: Mapping,
         reg: Mapping | None = None,
         adapt: Mapping | None = None,
+        select_epoch: str = "best",
     ) -> None:
         super().__init__()
         self.save_hyperparameters(logger=False)  # training.run logs the whole config itself
         self.task = TaskSpec.from_config(task)
+        self.select_epoch = select_epoch  # isotune.training.epoch_choice
         pooling = model.get("pooling")
         if pooling is not None and pooling not in POOLINGS:
             raise IsotuneError(
@@ -372,9 +374,12 @@ class GLUEClassifier(L.LightningModule):
         )
 
     def best_epoch(self) -> dict[str, float] | None:
-        """The history entry with the best primary dev metric (the earliest one on ties)."""
+        """The history entry the run reports: the one with the best primary dev metric (the
+        earliest one on ties), or the last one under ``select_epoch=last``."""
         if not self.history:
             return None
+        if self.select_epoch == "last":
+            return self.history[-1]
         return max(self.history, key=lambda entry: entry[self.task.primary_metric])
 
     def predict_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> tuple[Tensor, Tensor]:

@@ -76,6 +76,7 @@ KEYS_ADDED_SINCE = {
     "data.tuning_split": False,  # chosen on dev, as before hydra.sweeper.tune_on=train_split
     "data.tuning_split_size": None,
     "data.tuning_split_seed": 0,
+    "select_epoch": "best",  # the dev metric's epoch, as before the option
 }
 
 # Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,

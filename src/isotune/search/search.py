@@ -375,16 +375,18 @@ class Search:
                 "pruner or more trials (hydra.sweeper.n_trials) may help."
             )
         best = self.study.best_trial
-        best_overrides = [*self.space.overrides(best.params), *self.settings.report_overrides]
+        reporting = self.settings.report_job_overrides
+        best_overrides = [*self.space.overrides(best.params), *reporting]
         seeds = self.settings.report_seeds
         if self.settings.baseline is None:  # a study's search: its baseline is an arm
             baseline_dir, baseline_seeds = "", ()
         else:
             baseline_dir = report_baseline_folder(self.study, self.settings.baseline)
             baseline_seeds = seeds
+        baseline_overrides = [*(self.settings.baseline or ()), *reporting]
         return [
             *(self._job(best_overrides, s, _best_report_folder(best.number)) for s in seeds),
-            *(self._job(list(self.settings.baseline), s, baseline_dir) for s in baseline_seeds),
+            *(self._job(baseline_overrides, s, baseline_dir) for s in baseline_seeds),
         ]
 
     def _report(self, ran: Sequence[tuple[Job, JobOutcome]]) -> None:

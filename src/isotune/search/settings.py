@@ -23,8 +23,10 @@ SEED_KEY = "seed"  # what each job of a trial varies
 SEED_KEYS = (SEED_KEY, "seed_init", "seed_data")
 # hydra.sweeper.tune_on: the data that chooses a trial. train_split: the tuning runs train on
 # train minus a split carved from it and evaluate on that split (data.tuning_split, a run's
-# option: isotune.data.tuning_split); the report runs train on all of train and report on dev.
+# option: isotune.data.tuning_split); the report runs train on all of train and report on dev,
+# their last epoch (select_epoch=last: isotune.training.epoch_choice), so dev chooses nothing.
 TUNE_ON = {"dev": (), "train_split": ("data.tuning_split=true",)}
+REPORTED_ON = {"dev": (), "train_split": ("select_epoch=last",)}  # what its report runs add
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,8 @@ class SearchSettings:
     ``retry_failed``: run each FAILED trial's configuration again as a new trial (the cause of
     its failure since fixed), the failed one left out of the budget, the failure rule and the
     tables. ``tune_on``: the data that chooses (:data:`TUNE_ON`). ``report_overrides``: what
-    only the held-out report's runs add (a study's ``keep_report_models``: ``checkpoint.keep=slim``,
-    so that its winners can be submitted)."""
+    only the held-out report's runs add besides :data:`REPORTED_ON`'s (a study's
+    ``keep_report_models``: ``checkpoint.keep=slim``, so that its winners can be submitted)."""
 
     space: SearchSpace
     seeds: tuple[int, ...]
@@ -66,6 +68,11 @@ class SearchSettings:
     def tuning_overrides(self) -> tuple[str, ...]:
         """What every tuning job adds to its trial's overrides, and no report job."""
         return TUNE_ON[self.tune_on]
+
+    @property
+    def report_job_overrides(self) -> tuple[str, ...]:
+        """What every report job adds to its configuration's overrides, and no tuning job."""
+        return (*REPORTED_ON[self.tune_on], *self.report_overrides)
 
     @property
     def sampler_seed(self) -> int | None:

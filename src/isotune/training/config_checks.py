@@ -29,6 +29,7 @@ from isotune.norms.registry import NORMS
 from isotune.norms.values import finite_number, integer
 from isotune.record.checkpoints import KEEP_MODES
 from isotune.record.resume import RESUME_MODES
+from isotune.training.epoch_choice import SELECT_EPOCHS
 from isotune.training.trivial import margin_problem
 
 _ABSENT = object()
@@ -82,6 +83,7 @@ RULES: Rules = (
     ("seed", valid_seed, SEED_RANGE),
     ("resume", lambda v: v in RESUME_MODES, f"one of {list(RESUME_MODES)}"),
     ("checkpoint.keep", lambda v: v in KEEP_MODES, f"one of {list(KEEP_MODES)}"),
+    ("select_epoch", lambda v: v in SELECT_EPOCHS, f"one of {list(SELECT_EPOCHS)}"),
     ("check_free_space", *SWITCH),
     ("data.max_length", *COUNT),
     ("data.batch_size", *COUNT),

@@ -67,6 +67,7 @@ from isotune.tracking.reporting import counted
 from isotune.tracking.wandb_logging import finish_wandb_runs
 from isotune.training.cli import warn_of_interrupted_runs
 from isotune.training.config_checks import check_train_config
+from isotune.training.epoch_choice import callbacks_selecting
 from isotune.training.instantiate import instantiate_all
 from isotune.training.lightning_tips import silence_lightning_tips
 from isotune.training.run_provenance import run_provenance
@@ -153,6 +154,7 @@ def _run(
             optim=_plain(cfg.optim),
             reg=_plain(cfg.reg),
             adapt=_plain(cfg.adapt),
+            select_epoch=cfg.select_epoch,
         )
         task = model.task  # the run's one TaskSpec
         datamodule = GLUEDataModule(
@@ -177,7 +179,7 @@ def _run(
         in_checkpoints = RunConfigInCheckpoints(run_config(cfg), _overrides())
         every_epoch = RecordEveryEpoch(record, margin)  # judged once the trainer is made
         callbacks = [
-            *instantiate_all(cfg.get("callbacks")),
+            *instantiate_all(callbacks_selecting(cfg.get("callbacks"), cfg.select_epoch)),
             every_epoch,
             in_checkpoints,
             StopAtSafePoint(stop, output_dir / LAST_CHECKPOINT),  # after BatchRngState
