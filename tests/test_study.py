@@ -1381,7 +1381,7 @@ def test_a_sequential_stated_test_reports_its_looks_and_nothing_between_them(tmp
     interval = f"[{d.mean() - half:.4f}, {d.mean() + half:.4f}]"
     assert f"| 1 | 2 | 20.000 | {d.mean():.4f} | {interval} | go on | " in text
     assert "**Go on:** the next look at 4 pairs (3 in)" in text
-    assert "equivalence margin 1 points (0.01)" in text and "Boundaries on the t scale" in text
+    assert "equivalence margin 1 point (0.01)" in text and "Boundaries on the t scale" in text
     assert "Stated seeds used: 103-104 (2 pairs)" in text and "biased away from 0" not in text
     assert "t interval" not in text.split("## rte")[0] and "p " not in text.split("## rte")[0]
     record = yaml.safe_load((tmp_path / RESULTS_FILE).read_text())["stated_test"]

@@ -264,7 +264,8 @@ def _sequential_lines(test: StatedTest, looks: Looks) -> list[str]:
     margin = (
         "no equivalence margin"
         if plan.margin is None
-        else f"equivalence margin {plan.margin * POINTS:g} points ({plan.margin:g})"
+        else f"equivalence margin {plan.margin * POINTS:g} point"
+        f"{'' if plan.margin * POINTS == 1 else 's'} ({plan.margin:g})"
     )
     lines = [
         f"Stated at {test.stated_at.isoformat()}, before its runs: on {test.task}, "
