@@ -14,8 +14,8 @@ pages' training commands left in that directory, README's first; a folder of the
 command names (``docs/results/<study>``, the project's records) is copied there first, so that it
 runs as typed at the repository's root and writes into the copy. Multiruns are cut to two jobs,
 searches (``hparams_search=``) to one trial of one tuning seed and one report seed even where the
-command sizes them, studies (``study=``) to that on RTE with the arms ``none`` and ``isobn`` (a
-stated test's arm and seeds cut with them: ``isobn`` on two report seeds);
+command sizes them, studies (``study=``) to that on RTE with the arms ``none`` and ``isobn`` and
+two report seeds (a stated test's arm and seeds cut with them: ``isobn`` on those two);
 ``experiment=`` presets and SLURM commands are composed into their job lists, not run. A command
 written on several pages, or two that come to the same after the cut and the filling (``-m
 task=rte,mrpc,stsb`` and ``-m task=rte,mrpc``), runs once. The runs' code is this checkout's: from a
@@ -79,15 +79,18 @@ SEARCH_SIZE = {
     "hydra.sweeper.report_seeds": "[2]",
 }
 STUDY = "study="  # arms x tasks of searches (docs/study.md): its folder is logs/study/<study>
-STUDY_SIZE = {**SEARCH_SIZE, "hydra.sweeper.arms": "[none,isobn]", "hydra.sweeper.tasks": "[rte]"}
-# A study's stated test, cut with the study: its arm one of the cut arms, its seeds the cut report
-# seeds (a stated test needs two), its task, level and date as typed.
-STATED = "hydra.sweeper.stated="
-STATED_SIZE = {
+# A study's two report seeds: a stated test needs two, and a study's report seeds only grow, so
+# every study command of the pages, continuing one folder, is cut to the same two.
+STUDY_SIZE = {
+    **SEARCH_SIZE,
     "hydra.sweeper.report_seeds": "[2,3]",
-    "hydra.sweeper.stated.arm": "isobn",
-    "hydra.sweeper.stated.seeds": "[2,3]",
+    "hydra.sweeper.arms": "[none,isobn]",
+    "hydra.sweeper.tasks": "[rte]",
 }
+# A study's stated test, cut with the study: its arm one of the cut arms, its seeds the cut report
+# seeds, its task, level and date as typed.
+STATED = "hydra.sweeper.stated="
+STATED_SIZE = {"hydra.sweeper.stated.arm": "isobn", "hydra.sweeper.stated.seeds": "[2,3]"}
 # A sequential stated test, cut to one look, in a study of its own: the cut maps every stated
 # test onto the same two seeds, and a study holding stated runs of a fixed-size test refuses a
 # plan written after them, as it refuses a user (docs/study.md).
