@@ -38,6 +38,7 @@ LIBRARY = (
     "isotune.study.sequential",
 )
 TRAINING_STACK = {"lightning", "pytorch_lightning", "hydra", "omegaconf", "transformers", "peft"}
+SEARCH_WINGS = ("isotune.search", "isotune.study")  # they import Optuna, SciPy
 OFFLINE_TOOLS = ("isotune.aggregate", "isotune.rerun", "isotune.env", "isotune.sweeps.aggregate")
 
 
@@ -63,6 +64,29 @@ def test_the_search_core_imports_without_hydra():
     sweeper that adapts them to Hydra (hydra_plugins/isotune_launcher) imports Hydra."""
     imported = top_level_modules_after("import isotune.search.loop, isotune.search.search")
     assert "hydra" not in imported and "lightning" not in imported
+
+
+@pytest.mark.slow
+def test_hydras_plugin_scan_imports_neither_the_search_nor_optuna():
+    """Hydra's plugin scan imports every plugin module on every run of train.py, a plain one
+    included (issue 63 item 7): the sweepers hold their settings there, and import the search
+    (:mod:`isotune.search`, :mod:`isotune.study`, Optuna with them) only when a search runs.
+    SciPy is not asked after: Lightning, which the gpus launcher's run record imports, imports
+    it anyway."""
+    code = (
+        "import json, sys\n"
+        "from hydra.core.plugins import Plugins\n"
+        "from hydra.plugins.sweeper import Sweeper\n"
+        "found = sorted(p.__name__ for p in Plugins.instance().discover(Sweeper))\n"
+        "print(json.dumps([found, sorted(sys.modules)]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    found, imported = json.loads(result.stdout.splitlines()[-1])
+    assert {"OptunaSweeper", "StudySweeper"} <= set(found)  # the scan did find them
+    search = [m for m in imported if m.split(".")[0] == "optuna" or m.startswith(SEARCH_WINGS)]
+    assert search == []
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ from hydra.types import HydraContext
 from omegaconf import OmegaConf
 from scipy import stats
 
-from hydra_plugins.isotune_launcher import study_sweeper
+from hydra_plugins.isotune_launcher import _study_search
 from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper
 from isotune.dashboard.cli import study_section
 from isotune.errors import IsotuneError
@@ -864,7 +864,7 @@ def test_a_seed_fixed_by_an_arms_option_is_refused_before_any_job(tmp_path, glue
     """Only the study's own config was checked for seeds that do not follow ``seed``: an arm's
     option that fixed seed_data (an intervention is a global preset, and can) would have run
     every held-out run of that arm in one batch order."""
-    compose = study_sweeper.compose_checked
+    compose = _study_search.compose_checked
 
     def isobn_fixes_seed_data(config, loader, overrides):
         job = compose(config, loader, overrides)
@@ -876,7 +876,7 @@ def test_a_seed_fixed_by_an_arms_option_is_refused_before_any_job(tmp_path, glue
         tmp_path,
         glue_dir,
         [],
-        patch=lambda: monkeypatch.setattr(study_sweeper, "compose_checked", isobn_fixes_seed_data),
+        patch=lambda: monkeypatch.setattr(_study_search, "compose_checked", isobn_fixes_seed_data),
     )
     assert "seed_data=3 (in the config) of arm 'isobn': set by the search" in logged
     assert "Fix:" in logged
@@ -926,7 +926,7 @@ def _stopped_by_ctrl_c(monkeypatch):
     def stopped(*_):
         raise KeyboardInterrupt
 
-    return lambda: monkeypatch.setattr(study_sweeper, "run_searches", stopped)
+    return lambda: monkeypatch.setattr(_study_search, "run_searches", stopped)
 
 
 def _run_made_elsewhere(study: Path) -> Path:
