@@ -41,6 +41,7 @@ from isotune.search.space import parse_space
 from isotune.study.comparison import (
     ALL_TASKS,
     across_tasks,
+    arm_scores,
     arm_table,
     average_ranks,
     geometry_correlations,
@@ -1200,6 +1201,8 @@ def _stated(**changes):
         ({"baseline": "cosreg"}, "compares arm cosreg with itself"),
         ({"seeds": [105, 106, 107]}, "names 107, not among the study's report seeds"),
         ({"seeds": [105]}, "must name at least two different seeds"),
+        # the search's seed check, one for both (review finding): it names the entry
+        ({"seeds": [105, "106"]}, "['106'] not a seed (an integer from 0 to 2**32 - 1"),
         ({"level": 1.5}, "level=1.5 is not a level between 0 and 1"),
         ({"stated_at": "2026-12-04T22:55"}, "is not a date (2026-12-04) or a time with its UTC"),
         ({"stated_at": None}, "does not say its stated_at"),
@@ -1212,6 +1215,15 @@ def test_a_stated_test_the_study_cannot_answer_is_refused_naming_the_value_and_f
     with pytest.raises(IsotuneError, match=re.escape(message)) as refused:
         _stated(**changes)
     assert "Fix:" in str(refused.value)
+
+
+def test_an_arms_held_out_scores_are_one_side_of_the_task_comparisons_and_the_stated_test():
+    """One ``{seed: score}`` for both (review finding): on the stated seeds alone where given,
+    and empty for an arm without an outcome on the task."""
+    arms = {o.arm: o for o in _study() if o.task == "rte"}
+    assert arm_scores(arms, "isobn") == dict(zip(SEEDS, RTE["isobn"], strict=True))
+    assert arm_scores(arms, "isobn", (101, 104)) == {101: 0.56, 104: 0.585}
+    assert arm_scores(arms, "lora") == {}
 
 
 def test_the_stated_test_is_answered_on_its_own_seeds_first_and_the_rest_is_exploratory(

@@ -36,7 +36,7 @@ the arms across tasks, and the geometry beside the score.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,18 @@ def _by_task(outcomes: Sequence[ArmOutcome]) -> dict[str, dict[str, ArmOutcome]]
     for outcome in outcomes:
         tasks.setdefault(outcome.task, {})[outcome.arm] = outcome
     return tasks
+
+
+def arm_scores(
+    arms: Mapping[str, ArmOutcome], arm: str, seeds: Collection[int] | None = None
+) -> dict[int, float]:
+    """``arm``'s held-out ``{seed: score}`` among a task's ``arms`` (by name), on ``seeds`` alone
+    where given: one side of a paired comparison, the task comparisons' and the stated test's
+    alike; empty for an arm without an outcome on the task (its search has not run)."""
+    if arm not in arms:
+        return {}
+    scores = arms[arm].held_out_scores()
+    return {seed: score for seed, score in scores.items() if seeds is None or seed in seeds}
 
 
 def shared_scores(outcomes: Sequence[ArmOutcome]) -> dict[tuple[str, str], dict[int, float]]:
@@ -137,11 +149,11 @@ def task_comparisons(outcomes: Sequence[ArmOutcome], baseline: str) -> pd.DataFr
     where no run was, ``itt_substituted`` 0)."""
     compared, sensitivity = {}, {}
     for task, arms in _by_task(outcomes).items():
-        reference = arms[baseline].held_out_scores() if baseline in arms else {}
+        reference = arm_scores(arms, baseline)
         reference_runs = arms[baseline].held_out if baseline in arms else ()
         for arm, outcome in arms.items():
             if arm != baseline:
-                compared[task, arm] = paired_comparison(reference, outcome.held_out_scores())
+                compared[task, arm] = paired_comparison(reference, arm_scores(arms, arm))
                 sensitivity[task, arm] = intention_to_treat_comparison(
                     reference_runs, outcome.held_out
                 )
@@ -349,12 +361,7 @@ def stated_answer(
     for run in runs:
         if test.started_before(run.started_at):
             early[run.seed] = min(early.get(run.seed, run.started_at), run.started_at)
-    scores = {
-        name: {s: v for s, v in by_arm[name].held_out_scores().items() if s in test.seeds}
-        if name in by_arm
-        else {}
-        for name in (test.baseline, test.arm)
-    }
+    scores = {name: arm_scores(by_arm, name, test.seeds) for name in (test.baseline, test.arm)}
     paired = scores[test.baseline].keys() & scores[test.arm].keys()
     without = tuple(seed for seed in test.seeds if seed not in paired)
     if test.sequential:
