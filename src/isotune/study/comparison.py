@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -45,10 +45,10 @@ import pandas as pd
 from scipy import stats
 
 from isotune.search.outcomes import intention_to_treat_comparison
-from isotune.study.results import GEOMETRY, ArmOutcome
+from isotune.study.results import GEOMETRY, REPORT, ArmOutcome
 from isotune.study.sequential import SequentialPlan
 from isotune.study.stated import StatedTest
-from isotune.study.stated_looks import Looks, looks_taken
+from isotune.study.stated_looks import Looks, looks_taken, seeds_beyond_looks
 from isotune.sweeps.statistics import (
     Correlation,
     PairedComparison,
@@ -316,19 +316,26 @@ class StatedAnswer:
     """The stated test on the study's runs: its comparison on the stated seeds (None until every
     stated seed has a pair, and always for a sequential test, which its ``looks`` answer), the
     stated seeds still without one, and those whose run, of either arm, started before the
-    statement (with the earliest such start)."""
+    statement (with the earliest such start). For a sequential test, ``held_back``: the stated
+    seeds beyond its last look taken that have a report run on its task, which every table
+    leaves out until their look is taken (:func:`exploratory_outcomes`)."""
 
     test: StatedTest
     comparison: PairedComparison | None
     without_pair: tuple[int, ...]
     started_before: tuple[tuple[int, str], ...]
     looks: Looks | None = None
+    held_back: tuple[int, ...] = ()
 
     def as_record(self) -> dict[str, Any]:
         c = self.comparison
         return {
             **self.test.as_record(),
-            **({"sequential": _looks_record(self.looks)} if self.looks is not None else {}),
+            **(
+                {"sequential": {**_looks_record(self.looks), "held_back": list(self.held_back)}}
+                if self.looks is not None
+                else {}
+            ),
             "pairs": 0 if c is None else c.n,
             "without_pair": list(self.without_pair),
             "started_before": [{"seed": s, "started_at": at} for s, at in self.started_before],
@@ -368,13 +375,32 @@ def stated_answer(
         if plan is None:
             raise ValueError("a sequential stated test is answered by its stored plan")
         looks = looks_taken(plan, test.seeds, scores[test.baseline], scores[test.arm])
-        return StatedAnswer(test, None, without, tuple(sorted(early.items())), looks)
+        ran = {run.seed for o in outcomes if o.task == test.task for run in o.held_out}
+        held_back = tuple(s for s in seeds_beyond_looks(test, looks) if s in ran)
+        return StatedAnswer(test, None, without, tuple(sorted(early.items())), looks, held_back)
     comparison = (
         None
         if without
         else paired_comparison(scores[test.baseline], scores[test.arm], confidence=1 - test.level)
     )
     return StatedAnswer(test, comparison, without, tuple(sorted(early.items())))
+
+
+def exploratory_outcomes(
+    outcomes: Sequence[ArmOutcome], answer: StatedAnswer | None
+) -> list[ArmOutcome]:
+    """``outcomes`` as the exploratory tables take them: without the report runs, of every arm
+    of the stated task, on the stated seeds the ``answer`` holds back (the sweeper runs those
+    seeds on every arm of the task together, one look at a time)."""
+    if answer is None or not answer.held_back:
+        return list(outcomes)
+    held_back = set(answer.held_back)
+    return [
+        replace(o, runs=tuple(r for r in o.runs if r.phase != REPORT or r.seed not in held_back))
+        if o.task == answer.test.task
+        else o
+        for o in outcomes
+    ]
 
 
 def _looks_record(looks: Looks) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from isotune.study.comparison import (
     StatedAnswer,
     across_tasks,
     arm_table,
+    exploratory_outcomes,
     geometry_correlations,
     geometry_points,
     metrics_by_task,
@@ -49,6 +50,7 @@ from isotune.study.results import GEOMETRY, ArmOutcome, read_study, runs_table
 from isotune.study.sequential import BOUNDED, SequentialPlan
 from isotune.study.stated import POINTS, StatedTest
 from isotune.study.stated_looks import PLAN_FILE, Looks
+from isotune.sweeps.aggregate import HeldBack
 from isotune.sweeps.runs import Sweep
 from isotune.sweeps.statistics import seed_count_caveat
 from isotune.sweeps.tables import averaged_metrics
@@ -77,13 +79,15 @@ def write_study_report(
     ``stated`` test, the report answers it first (a sequential one by its stored ``plan``) and
     calls the rest exploratory."""
     answer = stated_answer(stated, outcomes, plan) if stated is not None else None
+    every_run = runs_table(outcomes)
+    outcomes = exploratory_outcomes(outcomes, answer)  # without the stated seeds between looks
     arms = arm_table(outcomes, maximize)
     per_task = task_comparisons(outcomes, baseline)
     across = across_tasks(outcomes, baseline, maximize)
     correlations = geometry_correlations(outcomes)
     text = report_text(outcomes, baseline, maximize, arms, per_task, across, correlations, answer)
     write_text(folder / REPORT_FILE, text)
-    write_text(folder / RUNS_FILE, runs_table(outcomes).to_csv(index=False))
+    write_text(folder / RUNS_FILE, every_run.to_csv(index=False))
     record = {
         "baseline_arm": baseline,
         "direction": "maximize" if maximize else "minimize",
@@ -118,6 +122,30 @@ def write_study_reports(sweeps: Sequence[Sweep], out: Path | None) -> list[Path]
         )
         paths.append(folder / REPORT_FILE)
     return paths
+
+
+def stated_runs_held_back(sweeps: Sequence[Sweep]) -> list[HeldBack]:
+    """The report runs each study among ``sweeps`` holds back from every table: those on the
+    stated seeds beyond its sequential test's last look taken (:class:`StatedAnswer`), read from
+    its folder and record as :func:`write_study_reports` reads them, with the sentence saying
+    so (``python -m isotune.aggregate`` leaves them out of the sweep tables)."""
+    held = []
+    for sweep in sweeps:
+        study = read_study(sweep.dir) if sweep.is_study else None
+        if study is None or study.stated is None or not study.stated.sequential:
+            continue
+        answer = stated_answer(study.stated, study.outcomes, study.plan)
+        runs = [
+            sweep.dir / run.job_dir
+            for outcome in study.outcomes
+            if outcome.task == answer.test.task
+            for run in outcome.held_out
+            if run.seed in answer.held_back
+        ]
+        if runs:
+            why = f"Study `{sweep.dir.name}`: {held_back_sentence(answer)}"
+            held.append(HeldBack(frozenset(runs), why))
+    return held
 
 
 def _curve(outcome: ArmOutcome, maximize: bool) -> list[Any]:
@@ -247,6 +275,8 @@ def _exploratory_lines(answer: StatedAnswer) -> list[str]:
             "could have been seen before it was written: the test counts them as stated, and "
             "a reader should know.",
         ]
+    if answer.held_back:
+        lines += ["", held_back_sentence(answer)]
     lines += [
         "",
         "Everything below is exploratory: every comparison over all the report seeds (the "
@@ -327,6 +357,24 @@ def _sequential_lines(test: StatedTest, looks: Looks) -> list[str]:
             "overstates the difference; the repeated interval holds its coverage.",
         ]
     return lines
+
+
+def held_back_sentence(answer: StatedAnswer) -> str:
+    """Which stated seeds every table leaves out, between the looks of a sequential test, and
+    why."""
+    assert answer.looks is not None, "only a sequential stated test holds seeds back"
+    taken, plan = answer.looks.taken, answer.looks.plan
+    last = (
+        f"look {taken[-1].look}, at {counted(taken[-1].n, 'pair')}"
+        if taken
+        else f"none yet: the first is at {counted(plan.looks[0], 'pair')}"
+    )
+    return (
+        f"Left out of the tables: the report runs of every arm of {answer.test.task} on stated "
+        f"seeds {seed_ranges(answer.held_back)}, beyond the stated test's last look taken "
+        f"({last}), since an interval over them would be a look at a size its plan "
+        f"({PLAN_FILE}) does not take. They count once their look is taken."
+    )
 
 
 def seed_ranges(seeds: Sequence[int]) -> str:
