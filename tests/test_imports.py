@@ -106,11 +106,12 @@ def test_an_offline_tool_answers_help_without_torch(module):
 
 
 def may_import(wing: str) -> set[str]:
-    """The wings a wing's ``__init__`` docstring names after ``May import:`` (``no wing``: none)."""
+    """The wings a wing's ``__init__`` docstring names after ``May import:``, up to the full stop
+    (``no wing``: none)."""
     docstring = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text())) or ""
-    found = re.search(r"^May import: (.+)\.$", docstring, re.MULTILINE)
+    found = re.search(r"^May import: ([^.]+)\.$", docstring, re.MULTILINE)  # over lines
     assert found, f"isotune/{wing}/__init__.py names no 'May import: <wings>.' line"
-    return set() if found[1] == "no wing" else set(found[1].split(", "))
+    return set() if found[1] == "no wing" else set(re.split(r",\s+", found[1]))
 
 
 def imported_wings(path: Path) -> set[str]:

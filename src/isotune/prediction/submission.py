@@ -35,12 +35,12 @@ from typing import Any
 
 import yaml
 
-from isotune.analysis.run import command_keeping_a_model
 from isotune.atomic_files import write_atomically, write_text
 from isotune.data.glue_format import ALL_FILES, FILE_NAMES
 from isotune.errors import IsotuneError
 from isotune.prediction.run import SUMMARY_FILE, check_inputs, predict_run
 from isotune.record.debug_runs import debug_description, debug_line
+from isotune.record.kept_checkpoint import command_keeping_a_model
 from isotune.record.results import RESULTS_FILE
 from isotune.study.results import read_study
 from isotune.sweeps.comparisons import Configuration, Configurations, baseline_values

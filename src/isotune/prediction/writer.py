@@ -4,8 +4,8 @@ predicted, written in its format, with a sidecar saying where it came from.
 One writer for both ways a model predicts the test set (``predict.py`` from a kept checkpoint,
 ``train.py write_test_predictions=true`` at the end of a run), so that a run's files and
 ``predict.py``'s are the same files: the same names, labels, clipping and sidecars. It lives in
-the data wing, which both the training and the prediction wings may import; it needs a Lightning
-trainer and module, nothing of either wing.
+the prediction wing, which the training wing may import (prediction imports nothing of
+training); it needs a Lightning trainer and module, and the data wing's formats and readers.
 """
 
 from __future__ import annotations
