@@ -33,7 +33,6 @@ from hydra_plugins.isotune_launcher.hydra_search import (
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
-from isotune.study.plan import check_task_offline
 from isotune.sweeps.environment import check_continued_in_one_environment
 
 log = logging.getLogger(__name__)
@@ -70,6 +69,8 @@ class OptunaSweeper(KeepsItsLauncher, Sweeper):
                 config, settings, lambda o: compose_checked(config, loader, o)
             )
             check_models_available([baseline_job])
+            from isotune.data.reading import check_task_offline  # imports torch
+
             glue_dir = OmegaConf.select(config, "paths.glue_dir")
             check_task_offline(
                 str(baseline_job.task.name),

@@ -54,7 +54,6 @@ from isotune.study.plan import (
     StudyPlan,
     check_arm_keys,
     check_report_seeds_kept,
-    check_task_offline,
     override_values,
     plan_study,
     searches_in,
@@ -129,6 +128,8 @@ class StudySweeper(KeepsItsLauncher, Sweeper):
             check_report_seeds_kept(plan, folder)
             settings = [self._search_settings(s, t, arm, fixed, folder) for t, arm in plan.searches]
             composed = self._compose_arms(plan, fixed)
+            from isotune.data.reading import check_task_offline  # imports torch
+
             glue_dir = OmegaConf.select(config, "paths.glue_dir")
             for task in tasks:
                 job = composed.get((task, plan.baseline))
