@@ -35,6 +35,7 @@ from scipy import stats
 from hydra_plugins.isotune_launcher import _study_search
 from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper
 from isotune.dashboard.cli import study_section
+from isotune.data.reading import check_task_offline
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
 from isotune.search.space import parse_space
@@ -49,7 +50,7 @@ from isotune.study.comparison import (
     stated_answer,
     task_comparisons,
 )
-from isotune.study.plan import check_arm_keys, check_task_offline, plan_study
+from isotune.study.plan import check_arm_keys, plan_study
 from isotune.study.report import (
     REPORT_FILE,
     RESULTS_FILE,

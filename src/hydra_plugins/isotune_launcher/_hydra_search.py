@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.isotune_launcher.search_schema import KeepsItsLauncher
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
+from isotune.data.reading import check_task_offline
 from isotune.errors import IsotuneError
 from isotune.search.checks import dry_run, dry_run_jobs, key_name
 from isotune.search.loop import check_reports_complete, run_searches
@@ -34,7 +35,6 @@ from isotune.search.settings import (
     refuse_fixed_seeds,
 )
 from isotune.search.space import SearchSpace, override_value, parse_space
-from isotune.study.plan import check_task_offline
 from isotune.sweeps.environment import check_continued_in_one_environment
 
 log = logging.getLogger(__name__)

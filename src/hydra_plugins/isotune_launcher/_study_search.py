@@ -27,6 +27,7 @@ from hydra_plugins.isotune_launcher._hydra_search import (
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper, StudySweeperConf
 from isotune.atomic_files import write_text
+from isotune.data.reading import check_task_offline
 from isotune.errors import IsotuneError
 from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
@@ -40,7 +41,6 @@ from isotune.study.plan import (
     StudyPlan,
     check_arm_keys,
     check_report_seeds_kept,
-    check_task_offline,
     override_values,
     plan_study,
     searches_in,

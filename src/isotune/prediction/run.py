@@ -115,7 +115,7 @@ def check_inputs(
                 )
             ),
         )
-        if file.spec.source == "files" and not file.spec.dataset
+        if file.spec.reads_own_files
         else file
         for file in files
     ]
@@ -154,7 +154,7 @@ def check_dev_unchanged(kept: KeptModel, glue_dir: str | None) -> None:
 def with_test_file(task: TaskSpec, test_file: str) -> TaskSpec:
     """``task`` (a ``task=files`` run's) predicting ``test_file``: a researcher's new data
     predicted by a model trained before it existed."""
-    if task.source != "files":
+    if not task.own_data:
         raise IsotuneError(
             f"test_file={test_file}: a file to predict is given to a run of a task=files task, "
             f"and this checkpoint's task {task.name} is GLUE's, whose test set is GLUE_DIR's "
@@ -168,7 +168,7 @@ def with_test_file(task: TaskSpec, test_file: str) -> TaskSpec:
 def files_to_predict(task: TaskSpec) -> list[SubmissionFile]:
     """The files to predict for ``task``: GLUE's submission files, or a ``task=files`` run's own
     test file; none for a ``task=files`` run that had no test file (:func:`predict` says so)."""
-    if task.source == "files" and not task.files.get(task.test_split) and not task.dataset:
+    if not task.has_test_split:
         return []
     return prediction_files(task)
 

@@ -112,7 +112,7 @@ def check_data_file(spec: TaskSpec, split: str, glue_dir: str | None, what: str)
     is predicted or written; a ``task=files`` file is checked as its task is read
     (:mod:`isotune.data.own_data`), a split read from the Hub when it is read."""
     path = split_file(spec, split, glue_dir)
-    if spec.source == "files" or path is None or path.is_file():
+    if spec.own_data or path is None or path.is_file():
         return
     raise IsotuneError(
         f"GLUE_DIR={glue_dir} has no {spec.glue_dir}/{spec.files[split]} (the {split} split of "
@@ -129,6 +129,6 @@ def _test_source(file: SubmissionFile, glue_dir: str | None) -> dict[str, Any]:
     path = split_file(spec, spec.test_split, glue_dir)
     if path is not None:
         return {"path": str(path.resolve()), "sha256": file_sha256(path)}
-    if spec.source == "files":
+    if spec.own_data:
         return {"hub": spec.dataset, "config": spec.dataset_config, "split": spec.test_split}
     return {"hub": f"{HUB_DATASET}/{spec.hub_config}", "split": spec.test_split}

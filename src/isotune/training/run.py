@@ -25,7 +25,7 @@ from isotune.data.datamodule import FILE_KEYS, module_options
 from isotune.data.glue_format import prediction_files
 from isotune.data.own_data import OwnData, own_task
 from isotune.data.reading import check_data_unchanged
-from isotune.data.tasks import TaskSpec
+from isotune.data.tasks import TaskSpec, task_kind
 from isotune.errors import IsotuneError, NoSpaceLeft, RunInterrupted
 from isotune.model.adaptation import parameter_counts
 from isotune.model.classifier import GLUEClassifier
@@ -312,7 +312,7 @@ def complete_own_task(cfg: DictConfig) -> OwnData | None:
     before). A GLUE task with ``data.*_file`` set is refused: it reads GLUE's files, never
     those."""
     files = {key: cfg.data.get(key) for key in FILE_KEYS}
-    if cfg.task.get("source", "glue") != "files":
+    if not task_kind(cfg.task).own_data:
         named = [f"data.{key}={value}" for key, value in files.items() if value is not None]
         if named:
             raise IsotuneError(
