@@ -44,16 +44,18 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from isotune.search.outcomes import intention_to_treat_comparison
 from isotune.study.results import GEOMETRY, ArmOutcome
 from isotune.study.sequential import SequentialPlan
 from isotune.study.stated import StatedTest
 from isotune.study.stated_looks import Looks, looks_taken
+from isotune.sweeps.intention_to_treat import (
+    intention_to_treat_comparison,
+    intention_to_treat_line,
+)
 from isotune.sweeps.statistics import (
     Correlation,
     PairedComparison,
     holm,
-    intention_to_treat_line,
     minimum_detectable_difference,
     paired_comparison,
     pairs_needed,
