@@ -51,6 +51,7 @@ from isotune.study.stated_looks import Looks, looks_taken
 from isotune.sweeps.intention_to_treat import (
     intention_to_treat_comparison,
     intention_to_treat_line,
+    intention_to_treat_score,
 )
 from isotune.sweeps.statistics import (
     Correlation,
@@ -301,18 +302,23 @@ def _correlation_row(task: str, measure: str, scope: str, correlation: Correlati
     }  # fmt: skip
 
 
+STATED_FAILURES = 2  # a stated run failed this often counts at its trivial score
+
+
 @dataclass(frozen=True)
 class StatedAnswer:
     """The stated test on the study's runs: its comparison on the stated seeds (None until every
     stated seed has a pair, and always for a sequential test, which its ``looks`` answer), the
-    stated seeds still without one, and those whose run, of either arm, started before the
-    statement (with the earliest such start)."""
+    stated seeds still without one, those whose run, of either arm, started before the
+    statement (with the earliest such start), and the stated runs counted at their trivial
+    score (``at_trivial``: (arm, seed, folder relative to the study), see :func:`stated_answer`)."""
 
     test: StatedTest
     comparison: PairedComparison | None
     without_pair: tuple[int, ...]
     started_before: tuple[tuple[int, str], ...]
     looks: Looks | None = None
+    at_trivial: tuple[tuple[str, int, str], ...] = ()
 
     def as_record(self) -> dict[str, Any]:
         c = self.comparison
@@ -322,6 +328,9 @@ class StatedAnswer:
             "pairs": 0 if c is None else c.n,
             "without_pair": list(self.without_pair),
             "started_before": [{"seed": s, "started_at": at} for s, at in self.started_before],
+            "at_trivial_score": [
+                {"arm": arm, "seed": seed, "run": run} for arm, seed, run in self.at_trivial
+            ],
             "mean_difference": None if c is None else c.mean_difference,
             "interval": None if c is None or c.t_interval is None else list(c.t_interval),
             "ttest_p": None if c is None else c.ttest_p,
@@ -338,7 +347,13 @@ def stated_answer(
     only when every stated seed has a pair (a test on part of its seeds would be a look the
     statement did not plan). A sequential test is answered by its stored ``plan`` instead, at
     the looks its pairs have reached (:func:`isotune.study.stated_looks.looks_taken`), and by
-    nothing between them."""
+    nothing between them.
+
+    A stated run that failed is run again, as any failed job is, and waits for it; once it has
+    failed :data:`STATED_FAILURES` times it counts at its dev set's trivial score (intention to
+    treat, :mod:`isotune.sweeps.intention_to_treat`): leaving its seed without a pair would
+    keep the test from ever being answered, and leaving the seed out would flatter the arm
+    that fails. The answer names each such run."""
     by_arm = {o.arm: o for o in outcomes if o.task == test.task}
     runs = [
         run
@@ -357,19 +372,29 @@ def stated_answer(
         else {}
         for name in (test.baseline, test.arm)
     }
+    at_trivial = [
+        run
+        for run in runs
+        if run.score is None
+        and run.failures >= STATED_FAILURES
+        and intention_to_treat_score(run) is not None
+    ]
+    for run in at_trivial:
+        scores[run.arm][run.seed] = intention_to_treat_score(run)
+    named = tuple((run.arm, run.seed, run.job_dir) for run in at_trivial)
     paired = scores[test.baseline].keys() & scores[test.arm].keys()
     without = tuple(seed for seed in test.seeds if seed not in paired)
     if test.sequential:
         if plan is None:
             raise ValueError("a sequential stated test is answered by its stored plan")
         looks = looks_taken(plan, test.seeds, scores[test.baseline], scores[test.arm])
-        return StatedAnswer(test, None, without, tuple(sorted(early.items())), looks)
+        return StatedAnswer(test, None, without, tuple(sorted(early.items())), looks, named)
     comparison = (
         None
         if without
         else paired_comparison(scores[test.baseline], scores[test.arm], confidence=1 - test.level)
     )
-    return StatedAnswer(test, comparison, without, tuple(sorted(early.items())))
+    return StatedAnswer(test, comparison, without, tuple(sorted(early.items())), None, named)
 
 
 def _looks_record(looks: Looks) -> dict[str, Any]:
