@@ -1341,6 +1341,60 @@ def test_a_failed_report_run_counts_at_its_trivial_score_beside_the_per_task_tes
     assert "Intention to treat" not in study_report_text(_study())
 
 
+def _stated_arms_with_failures(folder: Path) -> list[ArmOutcome]:
+    """rte's none and cosreg arms read from their run folders, cosreg's report run on seed 104
+    failed twice (run again after its first failure), on 105 once (waiting to run again), on
+    106 interrupted: each recorded its dev set's trivial score, 0.5."""
+    for arm in ("none", "cosreg"):
+        report = dict(zip(SEEDS, RTE[arm], strict=True))
+        write_search(folder / arm, "rte", {0: 0.6}, report, {"optim.lr": 1e-4})
+    trivial = {"predictor": "majority class", "metric": "accuracy", "score": 0.5}
+    for seed, ends in ((104, ["failed", "failed"]), (105, ["failed"]), (106, ["interrupted"])):
+        job_dir = folder / "cosreg" / "report" / "trial-000" / f"seed-{seed}"
+        attempts = [{"status": status} for status in ends]
+        record = {"status": ends[-1], "trivial": trivial, "attempts": attempts}
+        write_run(job_dir, ["optim.lr=0.0001", f"seed={seed}"], record)
+    return [read_arm(folder / arm, "rte", arm, SEEDS) for arm in ("none", "cosreg")]
+
+
+def test_a_stated_run_that_failed_twice_counts_at_its_trivial_score_and_is_named(tmp_path):
+    """Issue 61 item 2: a stated run that fails runs again; failing again it counts at its
+    trivial score in the stated answer (intention to treat), which names it; failed once it
+    waits for its rerun, and an interrupted run is no failure."""
+    outcomes = _stated_arms_with_failures(tmp_path / "searches")
+    answer = stated_answer(_stated(seeds=[103, 104]), outcomes)
+    cosreg, none = np.array([RTE["cosreg"][2], 0.5]), np.array(RTE["none"][2:4])
+    assert answer.comparison.mean_difference == pytest.approx(np.mean(cosreg - none))
+    assert answer.comparison.ttest_p == pytest.approx(stats.ttest_rel(cosreg, none).pvalue)
+    named = "rte/cosreg/report/trial-000/seed-104"
+    assert answer.at_trivial == (("cosreg", 104, named),)
+    assert (
+        "Counted at its dev set's trivial score, having failed 2 times (intention to treat: a "
+        "stated run that failed runs again; failing again, it counts as a run that learned "
+        f"nothing): `cosreg` seed 104 ({named})." in study_report_text(outcomes, answer=answer)
+    )
+    record = answer.as_record()  # study_results.yaml's stated_test
+    assert record["at_trivial_score"] == [{"arm": "cosreg", "seed": 104, "run": named}]
+    for seeds, waiting in (([103, 105], (105,)), ([103, 106], (106,))):
+        answer = stated_answer(_stated(seeds=seeds), outcomes)
+        assert answer.comparison is None and answer.without_pair == waiting
+        assert answer.at_trivial == ()
+
+
+def test_a_sequential_look_counts_the_pair_of_a_stated_run_that_failed_twice(tmp_path):
+    """The look at 2 pairs on stated seeds 103 and 104 is taken with seed 104's cosreg run at its
+    trivial score, and the report names it; the look at 4 waits for seed 105's rerun."""
+    outcomes = _stated_arms_with_failures(tmp_path / "searches")
+    plan = SequentialPlan((2, 4), 0.05, "obf", 0.01, (20.0, 3.0), "stated by hand")
+    looks = stated_answer(_stated(**LOOKED), outcomes, plan).looks
+    d = np.array([RTE["cosreg"][2], 0.5]) - np.array(RTE["none"][2:4])
+    assert looks.pairs == 2 and [look.n for look in looks.taken] == [2]
+    assert looks.taken[0].mean == pytest.approx(d.mean())
+    text = study_report_text(outcomes, answer=stated_answer(_stated(**LOOKED), outcomes, plan))
+    assert "**Go on:** the next look at 4 pairs (2 in)" in text
+    assert "`cosreg` seed 104 (rte/cosreg/report/trial-000/seed-104)." in text
+
+
 def test_the_mean_of_differences_across_tasks_names_the_metric_each_task_is_in():
     """The mean of Δ averages an accuracy difference on RTE with an F1 one on MRPC: the header
     names each task's metric (as its report runs record it) and a sentence says so."""

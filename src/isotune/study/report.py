@@ -35,6 +35,7 @@ from isotune.record.debug_runs import debug_line
 from isotune.search.expected_best import MIN_TRIALS, expected_best_curve
 from isotune.search.report import data_line
 from isotune.study.comparison import (
+    STATED_FAILURES,
     WITHIN_ARMS,
     StatedAnswer,
     across_tasks,
@@ -227,7 +228,8 @@ def _stated_lines(answer: StatedAnswer) -> list[str]:
     report exploratory."""
     test, c = answer.test, answer.comparison
     if answer.looks is not None:
-        return [*_sequential_lines(test, answer.looks), *_exploratory_lines(answer)]
+        lines = [*_sequential_lines(test, answer.looks), *_at_trivial_lines(answer)]
+        return [*lines, *_exploratory_lines(answer)]
     confidence = f"{1 - test.level:.0%}"
     lines = [
         f"Stated at {test.stated_at.isoformat()}, before its runs: on {test.task}, "
@@ -260,7 +262,20 @@ def _stated_lines(answer: StatedAnswer) -> list[str]:
             f"{_interval(low, high)}; paired t-test p {_f(c.ttest_p)}, Wilcoxon p "
             f"{_f(c.wilcoxon_p)} ({counted(c.wilcoxon_n, 'non-zero pair')}): {verdict}."
         )
-    return [*lines, *_exploratory_lines(answer)]
+    return [*lines, *_at_trivial_lines(answer), *_exploratory_lines(answer)]
+
+
+def _at_trivial_lines(answer: StatedAnswer) -> list[str]:
+    """The stated runs counted at their trivial score, by name (none: no line)."""
+    if not answer.at_trivial:
+        return []
+    runs = "; ".join(f"`{arm}` seed {seed} ({run})" for arm, seed, run in answer.at_trivial)
+    return [
+        "",
+        f"Counted at its dev set's trivial score, having failed {STATED_FAILURES} times "
+        f"(intention to treat: a stated run that failed runs again; failing again, it counts "
+        f"as a run that learned nothing): {runs}.",
+    ]
 
 
 def _exploratory_lines(answer: StatedAnswer) -> list[str]:

@@ -20,7 +20,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -54,6 +54,7 @@ from isotune.sweeps.figures import (
     isotropy_vs_score_data,
 )
 from isotune.sweeps.footprint import disk_used, readable
+from isotune.sweeps.intention_to_treat import ended_without_score
 from isotune.sweeps.mixed import Environments
 from isotune.sweeps.runs import (
     SWEEP_FILE,
@@ -82,6 +83,7 @@ from isotune.sweeps.tables import (
     summarize_isotropy,
     summarize_scores,
     task_metrics,
+    without_score_frame,
 )
 from isotune.tracking.metric_keys import POST_NORM
 from isotune.tracking.reporting import counted
@@ -251,10 +253,15 @@ def aggregate(
     configurations = Configurations.of((Configuration.of(run) for run in kept), baseline_axes)
     seeds = SeedAxis.of(kept)
     scores = scores_frame(kept, configurations, seeds)
+    without_score = without_score_frame(
+        ended_without_score(runs, _placed(identity)), configurations, seeds
+    )
     summary = summarize_scores(scores, configurations)
     failures = failure_counts(scores)
     baselines = configurations.baseline_names
-    paired = with_failures(paired_statistics(scores, configurations), failures, baselines, False)
+    paired = with_failures(
+        paired_statistics(scores, configurations, without_score), failures, baselines, False
+    )
     paired_learned = with_failures(
         paired_statistics(not_failed(scores), configurations), failures, baselines, True
     )
@@ -294,6 +301,20 @@ def aggregate(
         checked_at=now or datetime.now().astimezone(),
         held_back=left_out,
     )
+
+
+def _placed(identity: Callable[[Run], Hashable]) -> Callable[[Run], Hashable | None]:
+    """``identity``, or None for a record that does not say the settings it needs (an
+    unreadable file, a start refused before recording them): such a run is listed among the
+    failed runs and counted in no comparison."""
+
+    def placed(run: Run) -> Hashable | None:
+        try:
+            return identity(run)
+        except IsotuneError:
+            return None
+
+    return placed
 
 
 def _check_measures(measures: Sequence[str], isotropy_runs: pd.DataFrame) -> None:
