@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 import isotune
+from tests.conftest import ROOT
 
 PACKAGE = Path(isotune.__file__).parent
+TESTS = ROOT / "tests"
 # every wing may import them; they import no wing
 GROUND = ("errors", "atomic_files", "file_digest")
 # `python -m isotune.<name>`: above every wing
@@ -114,9 +116,11 @@ def may_import(wing: str) -> set[str]:
     return set() if found[1] == "no wing" else set(re.split(r",\s+", found[1]))
 
 
-def imported_wings(path: Path) -> set[str]:
-    """The first names under ``isotune.`` that a module imports (at the top or in a function)."""
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def imported_names(path: Path, root: Path) -> set[str]:
+    """The absolute dotted names a module under ``root`` (the folder its top package is in)
+    imports, at the top or in a function: ``a.b`` for ``import a.b``, ``a.b.c`` for ``from a.b
+    import c``, relative imports resolved."""
+    module = ".".join(path.relative_to(root).with_suffix("").parts)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -127,6 +131,12 @@ def imported_wings(path: Path) -> set[str]:
             if node.level:  # relative: from the module's own package, or one above it
                 source = ".".join([package.rsplit(".", node.level - 1)[0], source]).rstrip(".")
             names.update(f"{source}.{alias.name}" for alias in node.names)
+    return names
+
+
+def imported_wings(path: Path) -> set[str]:
+    """The first names under ``isotune.`` that a module imports (at the top or in a function)."""
+    names = imported_names(path, PACKAGE.parent)
     return {name.split(".")[1] for name in names if name.startswith("isotune.")}
 
 
@@ -148,3 +158,22 @@ def test_each_wing_imports_only_the_wings_its_init_names_and_none_runs_up():
             assert not beyond, f"{path.relative_to(PACKAGE)} imports the wings {sorted(beyond)}"
     for name in GROUND:
         assert imported_wings(PACKAGE / f"{name}.py") <= set(GROUND), name
+
+
+def imported_test_modules(path: Path) -> set[str]:
+    """The test modules (``test_*.py`` under tests/) that a file under tests/ imports, however
+    spelt: ``tests.test_x``, ``from tests import test_x``, relative, or a bare ``test_x`` as a
+    rootdir on ``sys.path`` would find it."""
+    imported = (name.removeprefix("tests.").split(".")[0] for name in imported_names(path, ROOT))
+    return {module for module in imported if module.startswith("test_")}
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in tests/helpers/ (docs/testing.md): a test module that imports
+    another breaks when that one's tests are edited or moved, and pytest collects again any test
+    function it imports."""
+    importing = {
+        str(path.relative_to(ROOT)): sorted(imported_test_modules(path))
+        for path in sorted([*TESTS.glob("*.py"), *TESTS.glob("helpers/*.py")])
+    }
+    assert {path: found for path, found in importing.items() if found} == {}

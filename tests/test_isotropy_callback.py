@@ -16,7 +16,6 @@ from transformers import AutoModel
 from isotune.analysis.geometry import collect_layer_vectors
 from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.data import GLUEDataModule
-from isotune.data.tasks import TaskSpec
 from isotune.isotropy import (
     PROFILE_MEASURES,
     isobn_stats,
@@ -35,7 +34,6 @@ from isotune.isotropy.figures import (
     layer_profile_figure,
     save_geometry_figure,
 )
-from isotune.model.classifier import GLUEClassifier
 from isotune.model.encoders import load_tokenizer
 from isotune.model.sentence_views import collect_views, sentence_views
 from isotune.tracking.metric_keys import (
@@ -47,6 +45,7 @@ from isotune.tracking.metric_keys import (
 )
 from isotune.training.run import train
 from tests.conftest import compose_train_config, tiny_run_overrides
+from tests.helpers.classifiers import tiny_model_and_data
 from tests.helpers.stops import run_one_epoch
 
 TOKEN_VIEWS = ("layer0_tokens", "layer-1_tokens")
@@ -174,18 +173,6 @@ def encode_like_validation(model, datamodule, probe: list[int], token_layers=TOK
         POST_NORM: torch.stack([by_idx[i][POST_NORM] for i in dev_idx]),
         **{view: torch.cat([by_idx[i][view] for i in dev_idx]) for view in token_layers},
     }
-
-
-def tiny_model_and_data(cfg) -> tuple[GLUEClassifier, GLUEDataModule]:
-    """A fresh tiny classifier (in training mode) and its data, as ``cfg`` sets them."""
-    model = GLUEClassifier(task=cfg.task, model=cfg.model, norm=cfg.norm, optim=cfg.optim)
-    datamodule = GLUEDataModule(
-        TaskSpec.from_config(cfg.task),
-        load_tokenizer(cfg.model.name_or_path),
-        glue_dir=cfg.paths.glue_dir,
-        eval_batch_size=cfg.data.eval_batch_size,
-    )
-    return model, datamodule
 
 
 def fit_recording(train_config, *overrides: str, **options):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from isotune.errors import IsotuneError
-from tests.test_isotropy_callback import tiny_model_and_data
+from tests.helpers.classifiers import tiny_model_and_data
 
 
 class GradientNorms(L.Callback):

@@ -25,15 +25,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from hydra._internal.callbacks import Callbacks
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra._internal.utils import create_config_search_path
-from hydra.types import HydraContext
 from omegaconf import OmegaConf
 from scipy import stats
 
 from hydra_plugins.isotune_launcher import _study_search
-from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper
 from isotune.dashboard.cli import study_section
 from isotune.data.reading import check_task_offline
 from isotune.errors import IsotuneError
@@ -75,10 +70,17 @@ from isotune.sweeps.runs import JOURNAL_FILE, STUDY_SWEEPER, Sweep, find_sweeps,
 from isotune.sweeps.slurm_jobs import SlurmJob
 from isotune.sweeps.statistics import minimum_detectable_difference, pairs_needed
 from isotune.sweeps.summary import summarize_sweep
-from tests.conftest import CONF_DIR, ROOT, compose_train_config
+from tests.conftest import ROOT, compose_train_config
 from tests.helpers.cli import tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
-from tests.helpers.studies import study_report_text, write_search
+from tests.helpers.studies import (
+    SMALL_STUDY,
+    RecordingLauncher,
+    refused_study,
+    study_report_text,
+    study_sweeper,
+    write_search,
+)
 
 CATALOG = {
     "none": {"overrides": ["intervention=none"]},
@@ -607,61 +609,17 @@ def test_a_study_prunes_with_the_plain_searchs_default_pruner():
 
 
 # ---- the sweeper's refusals, before any job ----
-def _study_sweeper(
-    tmp_path: Path, glue_dir: Path, typed: list[str], preset=()
-) -> tuple[StudySweeper, list[str]]:
-    """The sweeper of ``python train.py -m study=isotropy task=rte <typed>`` in ``tmp_path``,
-    set up as Hydra sets it up, and the command line typed."""
-    typed = ["study=isotropy", "task=rte", f"paths.log_dir={tmp_path}", *typed]
-    cfg = compose_train_config([*typed, f"paths.glue_dir={glue_dir}", *preset])
-    settings = OmegaConf.to_container(cfg.hydra.sweeper)
-    sweeper = StudySweeper(**{k: v for k, v in settings.items() if not k.startswith("_")})
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
-    context = HydraContext(config_loader=loader, callbacks=Callbacks())
-    sweeper.setup(hydra_context=context, task_function=lambda _: None, config=cfg)
-    return sweeper, typed
-
-
-class _RecordingLauncher:
-    """Hydra's launcher as the study sweeper uses it, writing each job's run as a completed
-    training run of this machine's environment leaves it (reg=none scores 0.6, others 0.65, plus
-    seed / 1000), and keeping the job folders it launched."""
-
-    def __init__(self, sweep_dir: Path, score=None) -> None:
-        self.sweep_dir = sweep_dir
-        self.score = score or (lambda reg, seed: (0.6 if reg == "none" else 0.65) + seed / 1000)
-        self.launched: list[str] = []
-        self.overrides: dict[str, list[str]] = {}  # each job folder's overrides, as launched
-        self.provenance = machine_provenance()
-
-    def launch(self, jobs: list[list[str]], initial_job_idx: int) -> None:
-        for overrides in jobs:
-            values = dict(o.split("=", 1) for o in overrides)
-            seed = int(values["seed"])
-            score = self.score(values.get("reg"), seed)
-            result = {**completed("minilm", "none", "rte", seed, score)}
-            task_overrides = [o for o in overrides if not o.startswith("hydra.")]
-            write_run(
-                self.sweep_dir / values["hydra.sweep.subdir"],
-                task_overrides,
-                {**result, "provenance": self.provenance},
-            )
-            self.launched.append(values["hydra.sweep.subdir"])
-            self.overrides[values["hydra.sweep.subdir"]] = overrides
-
-
 def _swept_study(tmp_path: Path, glue_dir: Path, typed: list[str], score=None) -> list[str]:
-    """Run the study of :func:`_study_sweeper` to its end on :class:`_RecordingLauncher` (its
+    """Run the study of :func:`study_sweeper` to its end on :class:`RecordingLauncher` (its
     runs scored by ``score(reg, seed)``, if given); the job folders it launched, relative to the
     study folder."""
-    sweeper, typed = _study_sweeper(tmp_path, glue_dir, typed)
-    sweeper.launcher = _RecordingLauncher(tmp_path / "study" / "isotropy_minilm", score)
+    sweeper, typed = study_sweeper(tmp_path, glue_dir, typed)
+    sweeper.launcher = RecordingLauncher(tmp_path / "study" / "isotropy_minilm", score)
     sweeper.sweep([arg for arg in typed if not arg.lstrip("+").startswith("hydra.")])
     return sweeper.launcher.launched
 
 
 REPORT_SEEDS = "hydra.sweeper.report_seeds="
-SMALL_STUDY = ["hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=[1]", "hydra.sweeper.n_jobs=1"]
 
 
 def test_a_finished_study_with_more_report_seeds_runs_only_theirs_even_on_some_searches(
@@ -702,7 +660,7 @@ def test_a_finished_study_with_more_report_seeds_runs_only_theirs_even_on_some_s
     assert sorted(runs[runs["phase"] == "report"]["seed"]) == [3, 3, 4, 4, 5, 5, 6, 6]
     assert "| cosreg |" in (study / REPORT_FILE).read_text()
 
-    logged = _refused_study(
+    logged = refused_study(
         tmp_path,
         glue_dir,
         [*SMALL_STUDY, "hydra.sweeper.arms=[none,cosreg]", REPORT_SEEDS + "[3,5]"],
@@ -711,37 +669,6 @@ def test_a_finished_study_with_more_report_seeds_runs_only_theirs_even_on_some_s
     assert "hydra.sweeper.report_seeds=[3, 5] leaves out report seeds 4, 6 that" in logged
     assert "'hydra.sweeper.report_seeds=[3,4,5,6]' (only the new seeds' runs run" in logged
     assert "Fix:" in logged and "Seeds [1] are both" not in logged
-
-
-def _refused_study(
-    tmp_path: Path,
-    glue_dir: Path,
-    typed: list[str],
-    preset=(),
-    code=1,
-    patch=lambda: None,
-    expect_runs=False,
-) -> str:
-    """Sweep ``python train.py -m study=isotropy task=rte <typed>`` (``preset``: values composed
-    into the config as a preset would set them, not typed) and return what it logged as it
-    stopped with exit status ``code`` before any job. ``patch`` runs after the sweeper's setup,
-    whose first scan of Hydra's plugins executes their modules again (undoing a patch made
-    before it)."""
-    sweeper, typed = _study_sweeper(tmp_path, glue_dir, typed, preset)
-    patch()
-    messages = []
-    handler = logging.Handler()
-    handler.emit = lambda record: messages.append(record.getMessage())
-    logger = logging.getLogger("hydra_plugins.isotune_launcher.stopping")
-    logger.addHandler(handler)
-    try:
-        with pytest.raises(SystemExit) as stopped:
-            sweeper.sweep([arg for arg in typed if not arg.lstrip("+").startswith("hydra.")])
-    finally:
-        logger.removeHandler(handler)
-    assert stopped.value.code == code
-    assert expect_runs or not list(tmp_path.rglob("results.json"))  # none but the test's own
-    return "\n".join(messages)
 
 
 @pytest.mark.parametrize(
@@ -762,14 +689,14 @@ def test_a_study_refuses_what_a_plain_search_refuses(tmp_path, glue_dir, typed, 
     """The study built its searches' settings by a copy of the search's builder, without its
     guards: a sampler typed as a value crashed on dict("random"), a preset's seed_data=0 ran,
     and seeds=[] raised IndexError. One builder now, one message each."""
-    logged = _refused_study(tmp_path, glue_dir, typed, preset)
+    logged = refused_study(tmp_path, glue_dir, typed, preset)
     assert message in logged and "Fix:" in logged
 
 
 def test_a_model_no_job_could_load_is_refused_before_any_job(tmp_path, glue_dir):
     """Issue 52: model=smollm2 without its package installed launched every trial, each failing
     at its start, and once installed the same command was refused for those failures."""
-    logged = _refused_study(tmp_path, glue_dir, ["model.name_or_path=pkg://isotune_absent/m.gguf"])
+    logged = refused_study(tmp_path, glue_dir, ["model.name_or_path=pkg://isotune_absent/m.gguf"])
     assert "lives in the Python package 'isotune_absent', which is not installed" in logged
     assert "Fix:" in logged
     assert not (tmp_path / "study").exists() or not list((tmp_path / "study").rglob("*.log"))
@@ -781,7 +708,7 @@ def test_a_misspelt_arm_leaves_no_empty_study_folder_behind(tmp_path, glue_dir):
     study = tmp_path / "study" / "isotropy_minilm"
     folder_lock.hold(study, "sweep")  # as the FolderLock callback does before the sweeper
     try:
-        logged = _refused_study(tmp_path, glue_dir, ["hydra.sweeper.arms=[none,isobm]"])
+        logged = refused_study(tmp_path, glue_dir, ["hydra.sweeper.arms=[none,isobm]"])
     finally:
         folder_lock.release(study)
     assert "Unknown arm(s) ['isobm']" in logged
@@ -818,7 +745,7 @@ def test_a_study_names_fixes_that_work_in_a_study(tmp_path, glue_dir, typed, mes
     named ++hydra.sweeper.lr=0.0001, which left the arms without another knob nothing to search,
     refused as a plain search's "search one ... on the command line, or use an hparams_search="
     preset" (a study refuses both)."""
-    logged = _refused_study(tmp_path, glue_dir, typed)
+    logged = refused_study(tmp_path, glue_dir, typed)
     assert message in logged and "Fix:" in logged
 
 
@@ -868,7 +795,7 @@ def test_each_arm_is_composed_and_its_keys_checked_before_any_job(
     """Only the baseline arm was composed, its error read as "Task 'rte' has no
     conf/task/rte.yaml", and reg.wieght passed as a key under the reg group: another arm's bad
     option failed every retry of its trials. Each (task, arm) is composed once now."""
-    logged = _refused_study(tmp_path, glue_dir, typed)
+    logged = refused_study(tmp_path, glue_dir, typed)
     assert message in logged and "Fix:" in logged
     assert "has no conf/task" not in logged
 
@@ -885,7 +812,7 @@ def test_a_seed_fixed_by_an_arms_option_is_refused_before_any_job(tmp_path, glue
             job.seed_data = 3
         return job
 
-    logged = _refused_study(
+    logged = refused_study(
         tmp_path,
         glue_dir,
         [],
@@ -930,7 +857,7 @@ def test_a_study_whose_slurm_jobs_are_still_queued_is_refused(tmp_path, glue_dir
         "live_jobs",
         lambda sweep_dir: [SlurmJob("41_0", "PENDING")] if Path(sweep_dir) == study else [],
     )
-    logged = _refused_study(tmp_path, glue_dir, [])
+    logged = refused_study(tmp_path, glue_dir, [])
     assert f"Jobs that {study} sent to SLURM are still queued" in logged
     assert "Continuing the study" in logged
 
@@ -961,7 +888,7 @@ def test_a_study_typed_again_from_other_code_is_refused_before_any_job(tmp_path,
     _run_made_elsewhere(study)
     stopped_while_loading = study / "rte" / "isobn" / "trial-000" / "seed-1"  # no environment yet
     write_run(stopped_while_loading, ["seed=1"], {"status": "interrupted", "steps": 0})
-    logged = _refused_study(tmp_path, glue_dir, [], expect_runs=True)
+    logged = refused_study(tmp_path, glue_dir, [], expect_runs=True)
     assert f"The 1 run already in {study} were made with other code or packages" in logged
     assert "code.commit: this machine" in logged and "012345678" in logged
     assert f"python -m isotune.env {study}" in logged
@@ -987,7 +914,7 @@ def test_a_study_allowed_to_mix_environments_says_so_and_goes_on(
     study = tmp_path / "study" / "isotropy_minilm"
     _run_made_elsewhere(study)
     with caplog.at_level(logging.WARNING, logger="isotune.sweeps.environment"):
-        _refused_study(
+        refused_study(
             tmp_path,
             glue_dir,
             ["hydra.sweeper.allow_mixed_environment=true"],
@@ -1007,7 +934,7 @@ def test_a_stopped_study_says_its_summary_and_is_continued_never_rerun_job_by_jo
     study's, not as a search. Its summary said "Rerun them with: python -m isotune.rerun <study>"
     beside "type the same command again", and that rerun would have run its searches' jobs
     outside their searches."""
-    logged = _refused_study(
+    logged = refused_study(
         tmp_path, glue_dir, [], code=128 + signal.SIGINT, patch=_stopped_by_ctrl_c(monkeypatch)
     )
     study = tmp_path / "study" / "isotropy_minilm"
@@ -1175,8 +1102,8 @@ def test_a_study_keeping_its_report_models_asks_it_of_its_report_runs_only(
         "hydra.sweeper.report_seeds=[3,4]",
         "hydra.sweeper.keep_report_models=true",
     ]
-    sweeper, typed = _study_sweeper(tmp_path, glue_dir, typed)
-    sweeper.launcher = _RecordingLauncher(tmp_path / "study" / "isotropy_minilm")
+    sweeper, typed = study_sweeper(tmp_path, glue_dir, typed)
+    sweeper.launcher = RecordingLauncher(tmp_path / "study" / "isotropy_minilm")
     with caplog.at_level(logging.INFO):
         sweeper.sweep([arg for arg in typed if not arg.lstrip("+").startswith("hydra.")])
     kept = {
@@ -1287,7 +1214,7 @@ def test_a_stated_test_waits_for_every_stated_pair_and_takes_its_own_level(tmp_p
 
 
 def test_a_stated_test_naming_an_arm_the_study_lacks_is_refused_before_any_job(tmp_path, glue_dir):
-    logged = _refused_study(
+    logged = refused_study(
         tmp_path,
         glue_dir,
         ["'hydra.sweeper.stated={task:rte,arm:whitening,seeds:[101,102],stated_at:\"2026-12-04\"}'"
@@ -1581,7 +1508,7 @@ def test_a_decided_look_runs_no_more_stated_seeds_and_a_decided_study_runs_nothi
     assert SequentialPlan.read(study / PLAN_FILE) == stored  # read back, never computed again
 
     changed = SEQUENTIAL.replace("looks:[2,3]", "looks:[2,3],spending:pocock")
-    logged = _refused_study(tmp_path, glue_dir, [*SEQUENTIAL_STUDY, changed], expect_runs=True)
+    logged = refused_study(tmp_path, glue_dir, [*SEQUENTIAL_STUDY, changed], expect_runs=True)
     assert "spending='pocock', where the plan written before the study's stated runs" in logged
     assert "has spending='obf'" in logged and "Fix:" in logged
 

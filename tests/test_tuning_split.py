@@ -27,9 +27,9 @@ from isotune.errors import IsotuneError
 from isotune.model.encoders import load_tokenizer
 from isotune.training.run import train
 from tests.conftest import compose_train_config
+from tests.helpers.searches import SMALL, FakeLauncher, make_search, weight_score
+from tests.helpers.studies import SMALL_STUDY, RecordingLauncher, refused_study, study_sweeper
 from tests.helpers.tasks import load_task
-from tests.test_search import SMALL, FakeLauncher, make_search, weight_score
-from tests.test_study import SMALL_STUDY, _RecordingLauncher, _refused_study, _study_sweeper
 
 LABELS = [0] * 60 + [1] * 30 + [2] * 10  # unbalanced, so that stratification shows
 SHARED_GLUE = os.environ.get("GLUE_DIR")
@@ -209,7 +209,7 @@ def test_tune_on_names_its_choices_and_a_split_for_every_run_is_refused(tmp_path
         check_tuning_split(job, [], None, tmp_path)
 
 
-class StudyDataLauncher(_RecordingLauncher):
+class StudyDataLauncher(RecordingLauncher):
     """The study tests' launcher, each run saying what it evaluated on as a training run does."""
 
     def launch(self, jobs: list[list[str]], initial_job_idx: int) -> None:
@@ -230,7 +230,7 @@ def test_a_studys_tuning_jobs_get_the_split_and_its_report_jobs_do_not(tmp_path,
         "hydra.sweeper.report_seeds=[3]",
         "hydra.sweeper.tune_on=train_split",
     ]
-    sweeper, typed = _study_sweeper(tmp_path, glue_dir, typed)
+    sweeper, typed = study_sweeper(tmp_path, glue_dir, typed)
     study = tmp_path / "study" / "isotropy_minilm"
     sweeper.launcher = StudyDataLauncher(study)
     sweeper.sweep([arg for arg in typed if not arg.lstrip("+").startswith("hydra.")])
@@ -245,7 +245,7 @@ def test_a_studys_tuning_jobs_get_the_split_and_its_report_jobs_do_not(tmp_path,
 
 def test_a_studys_split_as_large_as_train_is_refused_before_any_job(tmp_path, glue_dir):
     typed = [*SMALL_STUDY, "hydra.sweeper.tune_on=train_split", "data.tuning_split_size=64"]
-    logged = _refused_study(tmp_path, glue_dir, typed)
+    logged = refused_study(tmp_path, glue_dir, typed)
     assert "A tuning split of 64 examples (data.tuning_split_size=64) leaves nothing" in logged
 
 
