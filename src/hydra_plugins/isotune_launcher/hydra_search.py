@@ -15,8 +15,9 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.isotune_launcher.preview import PreviewConf, say_preview
 from isotune.errors import IsotuneError
-from isotune.search.checks import dry_run, dry_run_jobs, key_name
+from isotune.search.checks import dry_run, dry_run_jobs, key_name, searched_as_typed
 from isotune.search.outcomes import evaluated_on_by_run
 from isotune.search.search import Job
 from isotune.search.settings import (
@@ -28,6 +29,7 @@ from isotune.search.settings import (
     refuse_fixed_seeds,
 )
 from isotune.search.space import SearchSpace, override_value, parse_space
+from isotune.tracking.reporting import counted
 
 
 def default_pruner() -> dict[str, Any]:
@@ -41,7 +43,7 @@ def default_pruner() -> dict[str, Any]:
 
 
 @dataclass
-class SearchSweeperConf:
+class SearchSweeperConf(PreviewConf):
     """The ``hydra.sweeper`` settings of every search, a plain one's (``hydra/sweeper=optuna``)
     and each of a study's (``hydra/sweeper=study``): one schema, which both sweepers' configs
     extend with their own keys, so that a setting of the search is declared, defaulted and
@@ -259,16 +261,47 @@ def check_search_fits(
     every tuning seed, then the report's runs), each job sized as the baseline's run
     (``baseline_job``, as :func:`dry_run_search` composed it), since the searched values are not
     known before they are asked; a search continued, by the runs it has left."""
-    from isotune.training.sweep_space import (  # imports torch
-        check_sweep_fits,
-        completed_runs,
-        jobs_at_once,
-    )
+    from isotune.training.sweep_space import check_sweep_fits  # imports torch
+
+    count, done, at_once = search_runs(config, settings, trials_at_once, folder)
+    check_sweep_fits(folder, [baseline_job] * (count - done), at_once, done)
+
+
+def search_runs(
+    config: DictConfig, settings: SearchSettings, trials_at_once: int, folder: Path
+) -> tuple[int, int, int]:
+    """A search's budget (its runs when none is pruned or fails: every trial on every tuning
+    seed, then the winner and the baseline on every report seed), how many of them completed in
+    ``folder`` (a search continued), and how many run at once on its launcher."""
+    from isotune.training.sweep_space import completed_runs, jobs_at_once  # imports torch
 
     count = settings.n_trials * len(settings.seeds) + 2 * len(settings.report_seeds)
-    done = min(completed_runs(folder), count)
     at_once = jobs_at_once(config.hydra.launcher, trials_at_once * len(settings.seeds))
-    check_sweep_fits(folder, [baseline_job] * (count - done), at_once, done)
+    return count, min(completed_runs(folder), count), at_once
+
+
+def preview_search(
+    config: DictConfig, settings: SearchSettings, trials_at_once: int, folder: Path, job: Any
+) -> None:
+    """Say what the search would run (its preview, :mod:`.preview`): its budget, its searched
+    keys and baseline, the runs completed in ``folder``, and the time of those left, each as
+    long as the baseline's ``job``. Its trials are sampled as it goes, so no trial is named."""
+    count, done, at_once = search_runs(config, settings, trials_at_once, folder)
+    seeds, report_seeds = settings.seeds, settings.report_seeds
+    searched = searched_as_typed(settings.space.distributions())
+    plan = [
+        f"A search ({settings.study_name}) of {counted(settings.n_trials, 'trial')} on "
+        f"{counted(len(seeds), 'tuning seed')} {list(seeds)}, then the winner and the baseline "
+        f"on {counted(len(report_seeds), 'report seed')} {list(report_seeds)}: a budget of "
+        f"{counted(count, 'run')} when none is pruned or fails; {done} completed in the folder, "
+        f"{count - done} to run.",
+        f"  searched: {' '.join(f'{key}={text}' for key, text in searched.items())}",
+        f"  baseline: {' '.join(settings.baseline or ()) or 'the config as it is'}",
+        "  (the trials are sampled as the search goes: the baseline's job is the one composed)",
+    ]
+    say_preview(
+        folder, plan, count - done, at_once, job, "the baseline's job", config.hydra.launcher
+    )
 
 
 def check_tuning_split(

@@ -28,6 +28,7 @@ from hydra_plugins.isotune_launcher.hydra_search import (
     check_tuning_split,
     compose_checked,
     dry_run_search,
+    preview_search,
     search_settings,
 )
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
@@ -65,7 +66,7 @@ class OptunaSweeper(KeepsItsLauncher, Sweeper):
         log.info(f"Search folder: {folder}")
         with stops_with_a_summary(folder, self.launcher, AGAIN):
             settings = search_settings(config, self.settings, arguments, folder)
-            search = Search(settings, folder, OmegaConf.to_yaml(config))
+            settings.check()  # as its Search will, but before the dry run, and writing nothing
             baseline_job = dry_run_search(
                 config, settings, lambda o: compose_checked(config, loader, o)
             )
@@ -84,5 +85,9 @@ class OptunaSweeper(KeepsItsLauncher, Sweeper):
                 "hydra.sweeper.allow_mixed_environment",
                 self.settings["allow_mixed_environment"],
             )
+            if self.settings["preview"]:
+                preview_search(config, settings, n_jobs, folder, baseline_job)
+                return
+            search = Search(settings, folder, OmegaConf.to_yaml(config))
             run_searches([search], HydraLaunch(self.launcher, folder), n_jobs)
             check_reports_complete([search])
