@@ -63,6 +63,8 @@ def test_a_job_sent_to_slurm_or_to_a_gpu_this_machine_lacks_gets_no_estimate_and
     gpu = compose_train_config(["trainer=gpu"])
     said = bound_elsewhere(gpu, gpu.hydra.launcher)
     assert "trainer.accelerator=gpu" in said and "To get one:" in said
+    ddp = compose_train_config(["trainer=ddp"])
+    assert "trainer.devices=-1" in bound_elsewhere(ddp, ddp.hydra.launcher)
     cpu = compose_train_config(["trainer=cpu", "hydra/launcher=gpus"])
     assert bound_elsewhere(cpu, cpu.hydra.launcher) is None
 

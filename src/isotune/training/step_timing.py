@@ -49,6 +49,14 @@ def bound_elsewhere(job: DictConfig, launcher: DictConfig) -> str | None:
             f"on a node of {where} without hydra/launcher=slurm (srun ... python train.py -m "
             "... hydra.sweeper.preview=true), which times a few steps there"
         )
+    devices = job.trainer.get("devices", 1)
+    if str(devices) != "1":
+        return (
+            f"the jobs train on several devices at once (trainer.devices={devices}), which a "
+            "timing here would start as processes of their own. To get one: type the preview "
+            "again once some of its jobs completed in the folder (their wall times give it), or "
+            "with trainer.devices=1 for the time of one device"
+        )
     accelerator = str(job.trainer.get("accelerator", "auto"))
     if accelerator in GPU_ACCELERATORS and not torch.cuda.is_available():
         return (
