@@ -23,14 +23,14 @@ from isotune.analysis.directions import (
     linear_weights,
     new_dominant_directions,
 )
-from isotune.analysis.run import analyze, load_checkpoint
+from isotune.analysis.run import analyze
 from isotune.errors import IsotuneError
 from isotune.model.adaptation import ADAPTATIONS, eval_mode, lora_targets, parameter_counts
 from isotune.model.encoders import load_encoder
 from isotune.training.config_checks import check_train_config
 from isotune.training.run import train
 from tests.conftest import CONF_DIR, compose_config, compose_train_config, tiny_run_overrides
-from tests.helpers.analysis import SMALL
+from tests.helpers.analysis import SMALL, analyzed_model
 from tests.helpers.resume import kill_and_resume, load
 
 ADAPTER = re.compile(r"\.lora_[AB]\.default\.weight$")
@@ -155,7 +155,7 @@ def test_checkpoints_hold_what_trains_and_load_back_with_the_pretrained_weights(
         "encoder.pooler.dense.weight",
         "encoder.pooler.dense.bias",
     }
-    model = load_checkpoint(str(path))  # as analyze.py loads it
+    model = analyzed_model(path)  # as analyze.py loads it
     assert model.adaptation == mode
     loaded = model.encoder.state_dict()
     for name, tensor in load_encoder(str(tiny_bert)).state_dict().items():
@@ -220,7 +220,7 @@ def test_analysis_of_a_lora_checkpoint_finds_changed_directions_only_in_adapted_
 def test_intruders_are_counted_by_default_in_the_matrices_lora_adapts(mode, runs):
     """The released code's set: the LoRA checkpoint's own targets, and for full fine-tuning the
     architecture's default targets, so that both compare on the same matrices."""
-    model = load_checkpoint(str(runs[mode].folder / "checkpoints" / "last.ckpt"))
+    model = analyzed_model(runs[mode].folder / "checkpoints" / "last.ckpt")
     assert sorted(adapted_matrices(model)) == QV
     assert sorted(linear_weights(model.encoder, adapted_matrices(model))) == QV
     assert len(linear_weights(model.encoder)) == 12

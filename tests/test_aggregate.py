@@ -11,14 +11,16 @@ import types
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from scipy import stats
 
 import isotune
 from isotune.sweeps import aggregate, gpu_slots, rerun, runs, tables
 from tests.helpers.cli import ROOT
-from tests.helpers.fake_runs import PRETRAINED_IW, completed, write_run
+from tests.helpers.fake_runs import PRETRAINED_IW, completed, ended_early, write_run
 from tests.helpers.locks import held_by_another_process
 
 # Dev accuracy per (norm, task, seed) of the fake sweep; None: the job failed or never finished.
@@ -615,3 +617,48 @@ def test_the_averages_over_tasks_name_the_metrics_they_average(tmp_path):
     said = "averages f1 on mrpc with accuracy on rte, as GLUE's score averages its tasks' metrics."
     assert f"The avg column {said}" in result.results()
     assert f"The mean of medians {said}" in result.sweep_report({})
+
+
+def test_a_failed_run_counts_at_its_trivial_score_in_a_line_beside_the_paired_test(tmp_path):
+    """Issue 60 item 6: the paired test leaves a run without a score out, flattering the
+    configuration that fails; the line beside it counts a failed run at its recorded trivial
+    score, leaves an interrupted one out (no outcome yet), and a failed run since replaced by a
+    completed one is no failure."""
+    scores = {
+        "none": {1: 0.70, 2: 0.66, 3: 0.71, 4: 0.68, 5: 0.69},
+        "isobn": {1: 0.72, 2: 0.75, 3: "failed", 4: "interrupted", 5: 0.73},
+    }
+    for norm, by_seed in scores.items():
+        for seed, score in by_seed.items():
+            overrides = [f"seed={seed}", "task=rte", f"norm={norm}"]
+            result = (
+                completed("minilm", norm, "rte", seed, score)
+                if isinstance(score, float)
+                else ended_early("minilm", norm, "rte", seed, status=score, trivial=0.5)
+            )
+            write_run(tmp_path / "sweep" / f"{norm}-{seed}", overrides, result)
+    # seed 2 failed once before its rerun completed
+    write_run(tmp_path / "sweep" / "isobn-2-first", [], ended_early("minilm", "isobn", "rte", 2))
+    result = aggregate.aggregate([tmp_path / "sweep"])
+    row = result.tables()["paired_statistics"].iloc[0]  # paired_statistics.csv
+    none, isobn = (np.array([100 * scores[n][s] for s in (1, 2, 5)]) for n in ("none", "isobn"))
+    assert row["n"] == 3 and row["ttest_p"] == pytest.approx(stats.ttest_rel(isobn, none).pvalue)
+    none, isobn = np.append(none, 71.0), np.append(isobn, 50.0)  # seed 3 at its trivial score
+    assert (row["itt_substituted"], row["itt_n"]) == (1, 4)
+    assert row["itt_mean_difference"] == pytest.approx(np.mean(isobn - none))
+    assert row["itt_ttest_p"] == pytest.approx(stats.ttest_rel(isobn, none).pvalue)
+    report = result.sweep_report({})
+    assert (
+        "- norm=isobn vs norm=none on rte: Intention to treat (failed runs at their trivial "
+        f"score; 1 run in 4 pairs): mean {np.mean(isobn - none):.4f}, "
+        "95% t interval [" in report
+    )
+
+
+def test_no_line_beside_the_paired_test_where_no_run_failed_for_good(sweep_dir):
+    """The fixture's failed run recorded no settings nor trivial score, its other one is still
+    running: the paired statistics are the plain ones, with nothing substituted."""
+    result = aggregate.aggregate([sweep_dir], now=CHECKED_AT)
+    assert result.paired["itt_substituted"].tolist() == [0, 0]
+    assert result.paired["intention_to_treat"].isna().all()
+    assert "Intention to treat" not in result.sweep_report({})

@@ -30,11 +30,12 @@ from isotune.analysis.report import (
     intruder_dimensions_markdown,
     new_directions_markdown,
 )
-from isotune.analysis.run import FIX_ANALYZE, analyze
+from isotune.analysis.run import analyze
 from isotune.analysis.verdicts import judge, judge_outliers
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.isotropy import layer_profile, measure_all
+from isotune.record.kept_checkpoint import FIX_KEPT_MODEL
 from isotune.tracking.metric_keys import POST_NORM, PRE_NORM
 from isotune.training.config_checks import SEED_RANGE
 from isotune.training.run import train
@@ -363,6 +364,24 @@ def test_unreadable_checkpoint_is_one_clear_error(tmp_path, glue_dir, make_path,
         analyze(cfg)
 
 
+def test_a_run_folder_with_a_link_leading_out_is_refused_before_its_checkpoint_is_read(
+    tmp_path, glue_dir
+):
+    """analyze.py reads a kept model with predict.py's loader: a checkpoint a link brings into
+    the run folder from elsewhere is another's, refused before it is read."""
+    elsewhere = tmp_path / "someone" / "best.ckpt"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(b"not read")
+    best = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    best.parent.mkdir(parents=True)
+    best.symlink_to(elsewhere)
+    cfg = compose_analyze_config([f"ckpt_path={best}", f"paths.glue_dir={glue_dir}"], tmp_path)
+    with pytest.raises(
+        IsotuneError, match=r"lead out of it: .*What analyze.py reads .*Fix: replace each link"
+    ):
+        analyze(cfg)
+
+
 def test_bad_values_are_listed_in_one_message_before_the_checkpoint_loads(tmp_path):
     """seed=-3 would fail in numpy's generator, local.folds=1 in scikit-learn, after both models
     ran over the dev set; the checkpoint here does not exist, so the check ran before it loaded."""
@@ -407,7 +426,7 @@ def test_a_checkpoint_it_cannot_read_names_a_fix_that_works_for_analyze(
         with pytest.raises(IsotuneError) as refused:
             analyze(cfg)
         messages.append(str(refused.value))
-    assert messages[0].endswith(f"Fix: {FIX_ANALYZE}.") and "resume" not in messages[0]
+    assert messages[0].endswith(f"Fix: {FIX_KEPT_MODEL}.") and "resume" not in messages[0]
     assert messages[1].startswith(f"ckpt_path={run_folder} is a folder, not a checkpoint file.")
     fix = messages[1].split("Fix: ")[1].split(" or ")[0].rstrip(".")  # the first it names
     overrides = [fix, f"paths.glue_dir={glue_dir}", "data.dev_examples=16", *SMALL]

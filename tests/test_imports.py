@@ -38,6 +38,7 @@ LIBRARY = (
     "isotune.study.sequential",
 )
 TRAINING_STACK = {"lightning", "pytorch_lightning", "hydra", "omegaconf", "transformers", "peft"}
+SEARCH_WINGS = ("isotune.search", "isotune.study")  # they import Optuna, SciPy
 OFFLINE_TOOLS = ("isotune.aggregate", "isotune.rerun", "isotune.env", "isotune.sweeps.aggregate")
 
 
@@ -66,6 +67,29 @@ def test_the_search_core_imports_without_hydra():
 
 
 @pytest.mark.slow
+def test_hydras_plugin_scan_imports_neither_the_search_nor_optuna():
+    """Hydra's plugin scan imports every plugin module on every run of train.py, a plain one
+    included (issue 63 item 7): the sweepers hold their settings there, and import the search
+    (:mod:`isotune.search`, :mod:`isotune.study`, Optuna with them) only when a search runs.
+    SciPy is not asked after: Lightning, which the gpus launcher's run record imports, imports
+    it anyway."""
+    code = (
+        "import json, sys\n"
+        "from hydra.core.plugins import Plugins\n"
+        "from hydra.plugins.sweeper import Sweeper\n"
+        "found = sorted(p.__name__ for p in Plugins.instance().discover(Sweeper))\n"
+        "print(json.dumps([found, sorted(sys.modules)]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    found, imported = json.loads(result.stdout.splitlines()[-1])
+    assert {"OptunaSweeper", "StudySweeper"} <= set(found)  # the scan did find them
+    search = [m for m in imported if m.split(".")[0] == "optuna" or m.startswith(SEARCH_WINGS)]
+    assert search == []
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("module", OFFLINE_TOOLS)
 def test_an_offline_tool_answers_help_without_torch(module):
     code = (
@@ -82,11 +106,12 @@ def test_an_offline_tool_answers_help_without_torch(module):
 
 
 def may_import(wing: str) -> set[str]:
-    """The wings a wing's ``__init__`` docstring names after ``May import:`` (``no wing``: none)."""
+    """The wings a wing's ``__init__`` docstring names after ``May import:``, up to the full stop
+    (``no wing``: none)."""
     docstring = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text())) or ""
-    found = re.search(r"^May import: (.+)\.$", docstring, re.MULTILINE)
+    found = re.search(r"^May import: ([^.]+)\.$", docstring, re.MULTILINE)  # over lines
     assert found, f"isotune/{wing}/__init__.py names no 'May import: <wings>.' line"
-    return set() if found[1] == "no wing" else set(found[1].split(", "))
+    return set() if found[1] == "no wing" else set(re.split(r",\s+", found[1]))
 
 
 def imported_wings(path: Path) -> set[str]:

@@ -12,11 +12,12 @@ import pytest
 import torch
 from hydra.types import RunMode
 
-from isotune.analysis.run import load_checkpoint
 from isotune.errors import IsotuneError
+from isotune.record.kept_checkpoint import read_kept_checkpoint
 from isotune.record.resume import KEEP_KEY
 from isotune.training.run import train
 from tests.conftest import compose_train_config
+from tests.helpers.analysis import analyzed_model
 from tests.helpers.config_checks import problems
 from tests.helpers.resume import KILL_AFTER_ONE, Killed, load
 from tests.helpers.untrusted import folder_digest
@@ -56,7 +57,7 @@ def test_a_completed_run_keeps_its_best_model_only_and_every_reader_works_from_i
     )
     for name, tensor in whole["state_dict"].items():  # the same run, the same best model
         assert torch.equal(slim["state_dict"][name], tensor), name
-    model = load_checkpoint(str(best))  # as analyze.py reads it
+    model = analyzed_model(best)  # as analyze.py reads it
     assert model.history == results["history"][: results["best_epoch"]]  # as of the best
     predictions = (slim_dir / "predictions" / f"{cfg.task.glue_dir}.tsv").read_text()
     assert len(predictions.splitlines()) == 11
@@ -111,7 +112,7 @@ def test_keep_none_keeps_no_model_and_a_failed_run_keeps_its_last_checkpoint(
     assert (tmp_path / "none" / "results.json").read_bytes() == record
     for given in ("none/checkpoints/best.ckpt", "none"):  # analyze.py's ckpt_path
         with pytest.raises(IsotuneError, match="kept no model to analyse") as analysed:
-            load_checkpoint(str(tmp_path / given))
+            read_kept_checkpoint(str(tmp_path / given), "analyze.py")
         told = str(analysed.value)
         assert "completed with checkpoint.keep=none" in told and "python train.py " in told
         assert f" resume=never hydra.run.dir={tmp_path / 'none'} " in told
@@ -147,7 +148,7 @@ def test_a_study_job_that_kept_no_model_is_trained_again_as_that_one_job(tmp_pat
     record = {"status": "completed", "best_checkpoint": None, "overrides": recorded}
     (folder / "results.json").write_text(json.dumps(record))
     with pytest.raises(IsotuneError, match="kept no model to analyse") as analysed:
-        load_checkpoint(str(folder / "checkpoints" / "best.ckpt"))
+        read_kept_checkpoint(folder / "checkpoints" / "best.ckpt", "analyze.py")
     command = str(analysed.value).split("Fix: train it again keeping its best model: ")[1]
     arguments = shlex.split(command.split(" (or ")[0])
     assert arguments[:2] == ["python", "train.py"]

@@ -21,11 +21,11 @@ from isotune.data import load_split, own_data
 from isotune.data.glue_format import SubmissionFile, submission_text
 from isotune.data.metrics import build_metrics, compute_scores
 from isotune.data.own_data import own_task, read_own_split
+from isotune.data.reading import check_task_offline
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
 from isotune.prediction.run import check_inputs, files_to_predict, predict
-from isotune.study.plan import check_task_offline
 from isotune.training.run import train
 from tests.conftest import compose_config, compose_train_config, tiny_run_overrides
 from tests.helpers.analysis import SMALL

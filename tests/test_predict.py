@@ -22,13 +22,14 @@ from isotune.data.glue_format import (
 )
 from isotune.data.own_data import own_task
 from isotune.data.tasks import TaskSpec
-from isotune.data.test_predictions import SIDECAR_SUFFIX
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
 from isotune.prediction import run as prediction_run
 from isotune.prediction.kept_model import read_kept_model
-from isotune.prediction.run import InputsChecked, check_inputs, predict, predict_run
+from isotune.prediction.run import check_inputs, predict, predict_run
+from isotune.prediction.writer import SIDECAR_SUFFIX
 from isotune.record.checkpoints import model_only
+from isotune.training.hydra_callbacks import InputsChecked
 from isotune.training.run import train
 from tests.conftest import ROOT, compose_config, compose_train_config, tiny_run_overrides
 from tests.helpers.prediction import task_spec, tiny_checkpoint
@@ -123,11 +124,28 @@ def test_inputs_checked_before_the_folder_is_made_are_read_once(
     best = f"ckpt_path={run_folder}/checkpoints/best.ckpt"
     cfg = predict_config(tmp_path, best, f"hydra.run.dir={tmp_path / 'out'}", glue_dir=glue_dir)
     InputsChecked().on_run_start(config=cfg)  # as predict.py's Hydra callback, before the folder
-    summary = predict(cfg)
+    summary = predict(cfg, InputsChecked.handed_over(cfg))  # as predict.py hands it over
     assert (len(reads), len(hashes)) == (1, 1)
     assert summary["dev"]["largest_difference"] <= TOLERANCE
-    predict(cfg)  # called again: checked again, not handed what the first call was
+    predict(cfg, InputsChecked.handed_over(cfg))  # again: checked again, not handed the first's
     assert (len(reads), len(hashes)) == (2, 2)
+
+
+def test_predict_uses_only_the_check_it_is_handed(run_folder, glue_dir, tmp_path, monkeypatch):
+    """The callback's check reaches predict() as an argument, never through a hidden cache: not
+    handed over, it is not used (the inputs are checked again), and it stays for its taker."""
+    reads = []
+    read = prediction_run.read_kept_model
+    monkeypatch.setattr(prediction_run, "read_kept_model", lambda *a: reads.append(a) or read(*a))
+    best = f"ckpt_path={run_folder}/checkpoints/best.ckpt"
+    out = f"hydra.run.dir={tmp_path / 'out'}"
+    cfg = predict_config(tmp_path, best, out, "dev=false", "test=false", glue_dir=glue_dir)
+    InputsChecked().on_run_start(config=cfg)
+    predict(cfg)
+    assert len(reads) == 2
+    kept, files = InputsChecked.handed_over(cfg)
+    assert kept.file == run_folder / "checkpoints" / "best.ckpt" and files == []
+    assert InputsChecked.handed_over(cfg) is None  # taken once
 
 
 def test_a_run_folder_moved_elsewhere_predicts_the_same_and_is_left_as_it_was(

@@ -1,5 +1,5 @@
 """``train.py write_test_predictions=true`` writes what ``predict.py`` writes (one writer,
-:mod:`isotune.data.test_predictions`): GLUE's server files (MNLI: MNLI-m, MNLI-mm and AX), its
+:mod:`isotune.prediction.writer`): GLUE's server files (MNLI: MNLI-m, MNLI-mm and AX), its
 labels, STS-B's scores in [0, 5] with three decimals, and a sidecar per file naming the run's
 best checkpoint."""
 
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from isotune.data.glue_format import LABELS
-from isotune.data.test_predictions import SIDECAR_SUFFIX
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
 from isotune.model.classifier import GLUEClassifier
+from isotune.prediction.writer import SIDECAR_SUFFIX
 from isotune.training.run import train
 from tests.conftest import compose_train_config, tiny_run_overrides
 

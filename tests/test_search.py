@@ -41,14 +41,15 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from scipy import stats
 
-from hydra_plugins.isotune_launcher import optuna_sweeper
-from hydra_plugins.isotune_launcher.hydra_search import (
+from hydra_plugins.isotune_launcher import _hydra_search
+from hydra_plugins.isotune_launcher._hydra_search import (
+    AGAIN,
     check_search_fits,
     dry_run_search,
     job_overrides,
     search_settings,
 )
-from hydra_plugins.isotune_launcher.optuna_sweeper import AGAIN, OptunaSweeper
+from hydra_plugins.isotune_launcher.optuna_sweeper import OptunaSweeper
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.dashboard import cli as dashboard
 from isotune.errors import IsotuneError
@@ -1252,8 +1253,8 @@ def test_the_sweeper_composes_the_baseline_once_before_any_job(tmp_path, monkeyp
     )
     sized = []
     monkeypatch.setattr(sweep_space, "check_sweep_fits", lambda f, jobs, *_: sized.extend(jobs))
-    monkeypatch.setattr(optuna_sweeper, "run_searches", lambda *_: None)  # no job runs
-    monkeypatch.setattr(optuna_sweeper, "check_reports_complete", lambda _: None)
+    monkeypatch.setattr(_hydra_search, "run_searches", lambda *_: None)  # no job runs
+    monkeypatch.setattr(_hydra_search, "check_reports_complete", lambda _: None)
     sweeper, arguments = _search_sweeper(typed, loader)
     sweeper.sweep(arguments)
     assert composed == [[*typed, "reg=none", "seed=101"]]
@@ -1429,8 +1430,8 @@ def _sweep_search(tmp_path: Path, typed: list[str], monkeypatch) -> list:
         ["hparams_search=istar", f"paths.log_dir={tmp_path}", *typed]
     )
     ran = []
-    monkeypatch.setattr(optuna_sweeper, "run_searches", lambda searches, *_: ran.extend(searches))
-    monkeypatch.setattr(optuna_sweeper, "check_reports_complete", lambda _: None)
+    monkeypatch.setattr(_hydra_search, "run_searches", lambda searches, *_: ran.extend(searches))
+    monkeypatch.setattr(_hydra_search, "check_reports_complete", lambda _: None)
     sweeper.sweep(arguments)
     return ran
 

@@ -32,27 +32,32 @@ from hydra.types import HydraContext
 from omegaconf import OmegaConf
 from scipy import stats
 
-from hydra_plugins.isotune_launcher import study_sweeper
+from hydra_plugins.isotune_launcher import _study_search
 from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper
 from isotune.dashboard.cli import study_section
+from isotune.data.reading import check_task_offline
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
 from isotune.search.space import parse_space
 from isotune.study.comparison import (
     ALL_TASKS,
     across_tasks,
+    arm_scores,
     arm_table,
     average_ranks,
+    exploratory_outcomes,
     geometry_correlations,
     stated_answer,
     task_comparisons,
 )
-from isotune.study.plan import check_arm_keys, check_task_offline, plan_study
+from isotune.study.plan import check_arm_keys, plan_study
 from isotune.study.report import (
     REPORT_FILE,
     RESULTS_FILE,
     RUNS_FILE,
+    held_back_sentence,
     held_out_figure,
+    stated_runs_held_back,
     tuning_figure,
     write_study_report,
     write_study_reports,
@@ -62,10 +67,11 @@ from isotune.study.sequential import SequentialPlan
 from isotune.study.stated import stated_test
 from isotune.study.stated_looks import PLAN_FILE
 from isotune.sweeps import slurm_jobs
+from isotune.sweeps.aggregate import aggregate
 from isotune.sweeps.environment import check_continued_in_one_environment, machine_provenance
 from isotune.sweeps.report import status_markdown
 from isotune.sweeps.rerun import plan_reruns
-from isotune.sweeps.runs import JOURNAL_FILE, STUDY_SWEEPER, Sweep, load_runs
+from isotune.sweeps.runs import JOURNAL_FILE, STUDY_SWEEPER, Sweep, find_sweeps, load_runs
 from isotune.sweeps.slurm_jobs import SlurmJob
 from isotune.sweeps.statistics import minimum_detectable_difference, pairs_needed
 from isotune.sweeps.summary import summarize_sweep
@@ -491,14 +497,21 @@ def test_the_study_report_reads_every_search_and_writes_its_tables_and_figures(t
 
 
 # ---- end to end, as typed ----
-def _study_command(tiny_bert: Path, glue_dir: Path, *more: str) -> list[str]:
-    """``python train.py -m study=isotropy_cpu task=rte`` at a tiny budget: two arms, one trial
-    on one tuning seed, two report seeds, one job at a time: 6 tiny runs."""
+def _study_command(
+    tiny_bert: Path,
+    glue_dir: Path,
+    *more: str,
+    preset: str = "isotropy_cpu",
+    report_seeds: str = "[3,4]",
+) -> list[str]:
+    """``python train.py -m study=<preset> task=rte`` at a tiny budget: two arms, one trial on
+    one tuning seed, the ``report_seeds`` (two: 6 tiny runs), one job at a time."""
     return [
-        sys.executable, str(ROOT / "train.py"), "-m", "study=isotropy_cpu", "task=rte",
+        sys.executable, str(ROOT / "train.py"), "-m", f"study={preset}", "task=rte",
         "hydra.sweeper.arms=[none,cosreg]", "hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=[1]",
-        "hydra.sweeper.report_seeds=[3,4]", "hydra.sweeper.n_jobs=1", "hydra.launcher.n_jobs=1",
-        "trainer=cpu", "logger=none", *tiny_cli_overrides(tiny_bert, glue_dir), *more,
+        f"hydra.sweeper.report_seeds={report_seeds}", "hydra.sweeper.n_jobs=1",
+        "hydra.launcher.n_jobs=1", "trainer=cpu", "logger=none",
+        *tiny_cli_overrides(tiny_bert, glue_dir), *more,
     ]  # fmt: skip
 
 
@@ -864,7 +877,7 @@ def test_a_seed_fixed_by_an_arms_option_is_refused_before_any_job(tmp_path, glue
     """Only the study's own config was checked for seeds that do not follow ``seed``: an arm's
     option that fixed seed_data (an intervention is a global preset, and can) would have run
     every held-out run of that arm in one batch order."""
-    compose = study_sweeper.compose_checked
+    compose = _study_search.compose_checked
 
     def isobn_fixes_seed_data(config, loader, overrides):
         job = compose(config, loader, overrides)
@@ -876,7 +889,7 @@ def test_a_seed_fixed_by_an_arms_option_is_refused_before_any_job(tmp_path, glue
         tmp_path,
         glue_dir,
         [],
-        patch=lambda: monkeypatch.setattr(study_sweeper, "compose_checked", isobn_fixes_seed_data),
+        patch=lambda: monkeypatch.setattr(_study_search, "compose_checked", isobn_fixes_seed_data),
     )
     assert "seed_data=3 (in the config) of arm 'isobn': set by the search" in logged
     assert "Fix:" in logged
@@ -926,7 +939,7 @@ def _stopped_by_ctrl_c(monkeypatch):
     def stopped(*_):
         raise KeyboardInterrupt
 
-    return lambda: monkeypatch.setattr(study_sweeper, "run_searches", stopped)
+    return lambda: monkeypatch.setattr(_study_search, "run_searches", stopped)
 
 
 def _run_made_elsewhere(study: Path) -> Path:
@@ -1200,6 +1213,8 @@ def _stated(**changes):
         ({"baseline": "cosreg"}, "compares arm cosreg with itself"),
         ({"seeds": [105, 106, 107]}, "names 107, not among the study's report seeds"),
         ({"seeds": [105]}, "must name at least two different seeds"),
+        # the search's seed check, one for both (review finding): it names the entry
+        ({"seeds": [105, "106"]}, "['106'] not a seed (an integer from 0 to 2**32 - 1"),
         ({"level": 1.5}, "level=1.5 is not a level between 0 and 1"),
         ({"stated_at": "2026-12-04T22:55"}, "is not a date (2026-12-04) or a time with its UTC"),
         ({"stated_at": None}, "does not say its stated_at"),
@@ -1212,6 +1227,15 @@ def test_a_stated_test_the_study_cannot_answer_is_refused_naming_the_value_and_f
     with pytest.raises(IsotuneError, match=re.escape(message)) as refused:
         _stated(**changes)
     assert "Fix:" in str(refused.value)
+
+
+def test_an_arms_held_out_scores_are_one_side_of_the_task_comparisons_and_the_stated_test():
+    """One ``{seed: score}`` for both (review finding): on the stated seeds alone where given,
+    and empty for an arm without an outcome on the task."""
+    arms = {o.arm: o for o in _study() if o.task == "rte"}
+    assert arm_scores(arms, "isobn") == dict(zip(SEEDS, RTE["isobn"], strict=True))
+    assert arm_scores(arms, "isobn", (101, 104)) == {101: 0.56, 104: 0.585}
+    assert arm_scores(arms, "lora") == {}
 
 
 def test_the_stated_test_is_answered_on_its_own_seeds_first_and_the_rest_is_exploratory(
@@ -1317,6 +1341,60 @@ def test_a_failed_report_run_counts_at_its_trivial_score_beside_the_per_task_tes
     assert "Intention to treat" not in study_report_text(_study())
 
 
+def _stated_arms_with_failures(folder: Path) -> list[ArmOutcome]:
+    """rte's none and cosreg arms read from their run folders, cosreg's report run on seed 104
+    failed twice (run again after its first failure), on 105 once (waiting to run again), on
+    106 interrupted: each recorded its dev set's trivial score, 0.5."""
+    for arm in ("none", "cosreg"):
+        report = dict(zip(SEEDS, RTE[arm], strict=True))
+        write_search(folder / arm, "rte", {0: 0.6}, report, {"optim.lr": 1e-4})
+    trivial = {"predictor": "majority class", "metric": "accuracy", "score": 0.5}
+    for seed, ends in ((104, ["failed", "failed"]), (105, ["failed"]), (106, ["interrupted"])):
+        job_dir = folder / "cosreg" / "report" / "trial-000" / f"seed-{seed}"
+        attempts = [{"status": status} for status in ends]
+        record = {"status": ends[-1], "trivial": trivial, "attempts": attempts}
+        write_run(job_dir, ["optim.lr=0.0001", f"seed={seed}"], record)
+    return [read_arm(folder / arm, "rte", arm, SEEDS) for arm in ("none", "cosreg")]
+
+
+def test_a_stated_run_that_failed_twice_counts_at_its_trivial_score_and_is_named(tmp_path):
+    """Issue 61 item 2: a stated run that fails runs again; failing again it counts at its
+    trivial score in the stated answer (intention to treat), which names it; failed once it
+    waits for its rerun, and an interrupted run is no failure."""
+    outcomes = _stated_arms_with_failures(tmp_path / "searches")
+    answer = stated_answer(_stated(seeds=[103, 104]), outcomes)
+    cosreg, none = np.array([RTE["cosreg"][2], 0.5]), np.array(RTE["none"][2:4])
+    assert answer.comparison.mean_difference == pytest.approx(np.mean(cosreg - none))
+    assert answer.comparison.ttest_p == pytest.approx(stats.ttest_rel(cosreg, none).pvalue)
+    named = "rte/cosreg/report/trial-000/seed-104"
+    assert answer.at_trivial == (("cosreg", 104, named),)
+    assert (
+        "Counted at its dev set's trivial score, having failed 2 times (intention to treat: a "
+        "stated run that failed runs again; failing again, it counts as a run that learned "
+        f"nothing): `cosreg` seed 104 ({named})." in study_report_text(outcomes, answer=answer)
+    )
+    record = answer.as_record()  # study_results.yaml's stated_test
+    assert record["at_trivial_score"] == [{"arm": "cosreg", "seed": 104, "run": named}]
+    for seeds, waiting in (([103, 105], (105,)), ([103, 106], (106,))):
+        answer = stated_answer(_stated(seeds=seeds), outcomes)
+        assert answer.comparison is None and answer.without_pair == waiting
+        assert answer.at_trivial == ()
+
+
+def test_a_sequential_look_counts_the_pair_of_a_stated_run_that_failed_twice(tmp_path):
+    """The look at 2 pairs on stated seeds 103 and 104 is taken with seed 104's cosreg run at its
+    trivial score, and the report names it; the look at 4 waits for seed 105's rerun."""
+    outcomes = _stated_arms_with_failures(tmp_path / "searches")
+    plan = SequentialPlan((2, 4), 0.05, "obf", 0.01, (20.0, 3.0), "stated by hand")
+    looks = stated_answer(_stated(**LOOKED), outcomes, plan).looks
+    d = np.array([RTE["cosreg"][2], 0.5]) - np.array(RTE["none"][2:4])
+    assert looks.pairs == 2 and [look.n for look in looks.taken] == [2]
+    assert looks.taken[0].mean == pytest.approx(d.mean())
+    text = study_report_text(outcomes, answer=stated_answer(_stated(**LOOKED), outcomes, plan))
+    assert "**Go on:** the next look at 4 pairs (2 in)" in text
+    assert "`cosreg` seed 104 (rte/cosreg/report/trial-000/seed-104)." in text
+
+
 def test_the_mean_of_differences_across_tasks_names_the_metric_each_task_is_in():
     """The mean of Δ averages an accuracy difference on RTE with an F1 one on MRPC: the header
     names each task's metric (as its report runs record it) and a sentence says so."""
@@ -1392,6 +1470,85 @@ def test_a_sequential_stated_test_reports_its_looks_and_nothing_between_them(tmp
     )
 
 
+def _between_looks():
+    """The study of :func:`_study` stopped on its way to the second look of stated seeds
+    103-106 (looks at 2 and 4 pairs): look 1 taken on 103-104 (it goes on), 105's pair and
+    106's cosreg run already in; a plan stated by hand."""
+    plan = SequentialPlan((2, 4), 0.05, "obf", 0.01, (20.0, 3.0), "stated by hand")
+    short = [
+        replace(o, runs=tuple(r for r in o.runs if r.seed != 106))
+        if (o.task, o.arm) == ("rte", "none")
+        else o
+        for o in _study()
+    ]
+    return short, plan
+
+
+def test_the_tables_leave_out_the_stated_seeds_beyond_the_last_look_taken(tmp_path):
+    """Issue 61 item 1: the per-task table pooled every report run, so a study stopped between
+    its looks printed an interval of the stated comparison over 105 and 106, a look its plan
+    does not take. Every table of the stated task leaves them out now and says so; study_runs.csv
+    still lists every run, and the other task keeps all its seeds."""
+    short, plan = _between_looks()
+    text = write_study_report(tmp_path, short, "none", stated=_stated(**LOOKED), plan=plan)
+    shown = slice(0, 4)  # 101-102 (not stated) and 103-104 (look 1's)
+    d = np.array(RTE["cosreg"][shown]) - np.array(RTE["none"][shown])
+    low, high = stats.t.interval(0.95, len(d) - 1, d.mean(), stats.sem(d))
+    rte = text.split("## rte")[1].split("## mrpc")[0]
+    assert f"| {d.mean():.4f}, [{low:.4f}, {high:.4f}] |" in rte
+    assert (
+        "Left out of the tables: the report runs of every arm of rte on stated seeds 105-106, "
+        "beyond the stated test's last look taken (look 1, at 2 pairs), since an interval over "
+        f"them would be a look at a size its plan ({PLAN_FILE}) does not take." in text
+    )
+    record = yaml.safe_load((tmp_path / RESULTS_FILE).read_text())
+    pairs = {(row["task"], row["arm"]): row["n"] for row in record["per_task"]}
+    assert pairs["rte", "cosreg"] == pairs["rte", "isobn"] == 4 and pairs["mrpc", "cosreg"] == 6
+    assert {row["held_out_runs"] for row in record["arms"] if row["task"] == "rte"} == {4}
+    assert record["stated_test"]["sequential"]["held_back"] == [105, 106]
+    report_runs = pd.read_csv(tmp_path / RUNS_FILE).query("phase == 'report' and task == 'rte'")
+    assert len(report_runs) == 4 * 6 - 1  # every run, those left out too (none has no 106)
+    # before the first look, every stated seed with a run waits for it
+    one_pair = [replace(o, runs=tuple(r for r in o.runs if r.seed < 104)) for o in short]
+    waiting = stated_answer(_stated(**LOOKED), one_pair, plan)
+    assert waiting.looks.taken == () and waiting.held_back == (103,)
+    assert "(none yet: the first is at 2 pairs)" in held_back_sentence(waiting)
+    shown = exploratory_outcomes(one_pair, waiting)
+    assert {r.seed for o in shown if o.task == "rte" for r in o.held_out} == {101, 102}
+
+
+def test_the_aggregate_of_a_study_between_looks_leaves_out_its_stated_seeds_beyond_them(
+    tmp_path,
+):
+    """Issue 61 item 1: `python -m isotune.aggregate <study folder>` counted the stated seeds
+    beyond the last look in its sweep tables; the study wing now names them, by folder and with
+    the sentence the results tables print above them."""
+    study = tmp_path / "study"
+    for arm, params in (("none", {"optim.lr": 1e-4}), ("cosreg", {"optim.lr": 1e-4, "r": 0.1})):
+        scores = dict(zip(SEEDS[:3], RTE[arm][:3], strict=True))  # 101-103: look 1 and one more
+        write_search(study / "rte" / arm, "rte", {0: 0.6}, scores, params)
+    stated = {**STATED, "seeds": SEEDS[:4], "looks": [2, 4]}
+    record = {"sweeper": {"_target_": STUDY_SWEEPER, "tasks": ["rte"], "arms": ["none", "cosreg"],
+                          "baseline_arm": "none", "direction": "maximize",
+                          "report_seeds": SEEDS[:4], "stated": stated},
+              "overrides": {"task": ["study=isotropy_cpu"]}}  # fmt: skip
+    (study / "multirun.yaml").write_text(yaml.safe_dump({"hydra": record}))
+    SequentialPlan((2, 4), 0.05, "obf", None, (20.0, 3.0), "stated by hand").write(
+        study / PLAN_FILE
+    )
+    (held,) = stated_runs_held_back(find_sweeps(study))
+    assert held.job_dirs == {study / "rte" / arm / "report/trial-000/seed-103" for arm in
+                             ("none", "cosreg")}  # fmt: skip
+    result = aggregate([study], held_back=stated_runs_held_back)
+    assert sorted(result.scores["seed"]) == [101, 101, 102, 102]
+    assert (
+        "Study `study`: Left out of the tables: the report runs of every arm of rte on stated "
+        "seeds 103, beyond the stated test's last look taken (look 1, at 2 pairs)"
+        in result.results()
+    )
+    assert sorted(aggregate([study]).scores["seed"]) == [101, 101, 102, 102, 103, 103]
+
+
 SEQUENTIAL = (
     'hydra.sweeper.stated={task:rte,arm:cosreg,seeds:[2,3,4],looks:[2,3],stated_at:"2026-12-04"}'
 )
@@ -1444,3 +1601,95 @@ def test_an_undecided_look_runs_the_next_looks_seeds_and_the_last_look_bounds(tm
     assert "| go on |" in text and "| 2 | 3 | " in text and "| bounded |" in text
     assert "**Decision at the last look (3 pairs): undecided**" in text
     assert "Stated seeds used: 2-4 (3 pairs)" in text and "biased away from 0" not in text
+
+
+def _look_by_hand(plan: SequentialPlan, differences: list[float]) -> tuple[float, float, str]:
+    """The repeated interval mean ± b_k sd / sqrt(n_k) at the look of ``len(differences)``
+    pairs and its decision, restated from docs/study.md ("different, smaller than the margin"
+    left out: accuracies on the fixture's 24 dev examples differ by multiples of 1/24, whose
+    mean over 2 or 3 pairs is 0 or at least 1/72, beyond a margin of one point)."""
+    d = np.array(differences)
+    k = plan.looks.index(len(d))
+    half = plan.boundaries[k] * d.std(ddof=1) / math.sqrt(len(d))
+    low, high = d.mean() - half, d.mean() + half
+    if low > 0 or high < 0:
+        return low, high, "different"
+    if -plan.margin < low and high < plan.margin:
+        return low, high, "equivalent"
+    return low, high, "go on" if k < len(plan.looks) - 1 else "bounded"
+
+
+@pytest.mark.slow
+def test_a_sequential_study_runs_one_look_at_a_time_end_to_end(tmp_path, tiny_bert, glue_dir):
+    """Issue 61: the tiny study (debug=limit, two arms, one trial on one tuning seed) as
+    study=isotropy_results with a stated sequential test at 2 and 3 pairs of report seeds 2-4.
+    The plan is written before any stated run; look 1 runs seeds 2-3 alone and decides as its
+    runs' results.json decide it by hand; the next look's seed runs only when look 1 goes on;
+    typed again, the study runs nothing and says its decision."""
+    today = datetime.now().astimezone().date().isoformat()
+    stated = (
+        "hydra.sweeper.stated={task:rte,arm:cosreg,seeds:[2,3,4],looks:[2,3],margin:1,"
+        f'level:0.05,stated_at:"{today}"}}'
+    )
+    command = _study_command(
+        tiny_bert, glue_dir, stated, preset="isotropy_results", report_seeds="[2,3,4]"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    first = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-3000:]
+    folder = tmp_path / "logs" / "study" / "isotropy_results_minilm"
+    plan = SequentialPlan.read(folder / PLAN_FILE)
+    assert (plan.looks, plan.alpha, plan.spending, plan.margin) == ((2, 3), 0.05, "obf", 0.01)
+    runs = {
+        (path.parts[-5], int(path.parent.name.removeprefix("seed-"))): json.loads(path.read_text())
+        for path in (folder / "rte").glob("*/report/trial-*/seed-*/results.json")
+    }
+    written = math.floor((folder / PLAN_FILE).stat().st_mtime)  # started_at is to the second
+    assert all(
+        datetime.fromisoformat(r["started_at"]).timestamp() >= written for r in runs.values()
+    )
+
+    def differences(seeds):  # at the metric's resolution: 24 dev examples, stored as float32
+        return [
+            round(runs["cosreg", s]["best"]["accuracy"] - runs["none", s]["best"]["accuracy"], 6)
+            for s in seeds
+        ]
+
+    low, high, decision = _look_by_hand(plan, differences([2, 3]))
+    look_1 = plan.decide(differences([2, 3]))
+    assert look_1.decision == decision and look_1.interval == pytest.approx((low, high))
+    text = (folder / REPORT_FILE).read_text()
+    assert (
+        f"| 1 | 2 | {plan.boundaries[0]:.3f} | {look_1.mean:.4f} | [{low:.4f}, {high:.4f}] | "
+        f"{decision} |" in text
+    )
+    look_1_runs = {("none", 2), ("none", 3), ("cosreg", 2), ("cosreg", 3)}
+    if decision == "go on":  # the next look's seed, run after the first look in the same command
+        assert set(runs) == {*look_1_runs, ("none", 4), ("cosreg", 4)}
+        last = max(runs[arm, s]["finished_at"] for arm, s in look_1_runs)
+        assert min(runs["none", 4]["started_at"], runs["cosreg", 4]["started_at"]) >= last
+        low, high, decision = _look_by_hand(plan, differences([2, 3, 4]))
+        assert f"| 2 | 3 | {plan.boundaries[1]:.3f} | " in text
+        assert f"[{low:.4f}, {high:.4f}] | {decision} |" in text
+        decided = plan.decide(differences([2, 3, 4]))
+    else:  # decided at look 1: seed 4 never runs
+        assert set(runs) == look_1_runs
+        decided = look_1
+    said = (
+        f"**Decision at look {decided.look} ({decided.n} pairs): {decided.decision}**"
+        if decided.decision != "bounded"
+        else "**Decision at the last look (3 pairs): undecided**"
+    )
+    assert said in text and f"Stated seeds used: 2-{1 + decided.n} ({decided.n} pairs)" in text
+
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = list((folder / "rte").glob("*/report/trial-*/seed-*/results.json"))
+    assert len(after) == len(runs) and all(json.loads(p.read_text())["status"] == "completed"
+                                            for p in after)  # fmt: skip
+    assert (
+        f"The stated test is decided ({decided.decision}, look {decided.look}): no more of its "
+        "stated seeds run" in again.stdout + again.stderr
+    )
+    assert "Launching" not in again.stdout + again.stderr  # nothing ran
+    assert SequentialPlan.read(folder / PLAN_FILE) == plan  # read back, never computed again

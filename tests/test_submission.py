@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from isotune.data.test_predictions import SIDECAR_SUFFIX
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
 from isotune.prediction.submission import ZIP_FILE, choose_runs, report_text, write_submission
+from isotune.prediction.writer import SIDECAR_SUFFIX
 from tests.conftest import ROOT
 from tests.helpers.fake_runs import completed, write_multirun, write_run
 from tests.helpers.prediction import tiny_checkpoint

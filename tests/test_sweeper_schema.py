@@ -1,6 +1,6 @@
 """The search's and the study's sweepers share one schema of search settings (issue 63 item 3):
 a setting of every search is declared once, in
-:class:`~hydra_plugins.isotune_launcher.hydra_search.SearchSweeperConf`, and docs/search.md's
+:class:`~hydra_plugins.isotune_launcher.search_schema.SearchSweeperConf`, and docs/search.md's
 settings table names each one."""
 
 import importlib.util
@@ -9,8 +9,8 @@ from dataclasses import fields
 
 import pytest
 
-from hydra_plugins.isotune_launcher.hydra_search import SearchSweeperConf
 from hydra_plugins.isotune_launcher.optuna_sweeper import OptunaSweeperConf
+from hydra_plugins.isotune_launcher.search_schema import SearchSweeperConf
 from hydra_plugins.isotune_launcher.study_sweeper import StudySweeperConf
 from tests.conftest import ROOT
 

@@ -16,10 +16,10 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
 from isotune.data.glue_format import FILE_NAMES
-from isotune.data.test_predictions import SIDECAR_SUFFIX
 from isotune.errors import IsotuneError, NonFiniteLossError
 from isotune.model.classifier import GLUEClassifier
 from isotune.norms.registry import NORMS
+from isotune.prediction.writer import SIDECAR_SUFFIX
 from isotune.training.cli import check_list_settings, list_settings
 from isotune.training.run import train
 from tests.conftest import ROOT, tiny_run_overrides

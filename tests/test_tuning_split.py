@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from hydra_plugins.isotune_launcher.hydra_search import check_tuning_split
+from hydra_plugins.isotune_launcher._hydra_search import check_tuning_split
 from isotune.data import GLUEDataModule, load_split
 from isotune.data.reading import TaskSplits
 from isotune.data.tuning_split import (

@@ -14,11 +14,12 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from isotune.analysis.run import literal, load_checkpoint, run_max_length
+from isotune.analysis.run import literal, run_max_length
 from isotune.atomic_files import links_leaving
 from isotune.dashboard.tensorboard import tensorboard_logger
 from isotune.errors import IsotuneError
 from isotune.record.checkpoints import RunCheckpoint, RunCheckpointIO
+from isotune.record.kept_checkpoint import read_kept_checkpoint
 from isotune.record.resume import UNSAFE_LOAD_VARIABLE, check_links_stay_inside, read_checkpoint
 from isotune.training.hydra_callbacks import StartCheckInRunFolder
 from isotune.training.run import train
@@ -43,7 +44,8 @@ def test_every_in_process_read_refuses_a_code_running_checkpoint(tmp_path, envir
     reads = {
         "read_checkpoint": lambda: read_checkpoint(evil),
         "Lightning's load": lambda: RunCheckpointIO().load_checkpoint(evil),
-        "analyze.py's load": lambda: load_checkpoint(str(evil)),
+        "analyze.py's load": lambda: read_kept_checkpoint(str(evil), "analyze.py"),
+        "predict.py's load": lambda: read_kept_checkpoint(str(evil), "predict.py"),
     }
     for route, read in reads.items():
         with pytest.raises(IsotuneError) as refused:

@@ -39,6 +39,13 @@ class NoSpaceLeft(IsotuneError):
         )
 
 
+class JobsNotEnded(IsotuneError):
+    """A search stopped because jobs of its last batch have not ended; the message names them.
+    Here, not beside the search loop that raises it, so that the sweepers' stop
+    (``hydra_plugins.isotune_launcher.stopping``) catches it without importing the search (and
+    Optuna) at Hydra's plugin scan."""
+
+
 class RunInterrupted(KeyboardInterrupt):
     """A run stopped by Ctrl-C (SIGINT), SIGTERM (``kill``, a cluster's preemption or time
     limit) or SIGUSR2 (a cluster's warning before a time limit) after recording itself

@@ -44,3 +44,20 @@ def completed(model, norm, task, seed, score, finished_at="2026-11-30T09:00:00")
         },
         "finished_at": finished_at,
     }
+
+
+def ended_early(model, norm, task, seed, status="failed", trivial=0.5) -> dict:
+    """A run that ended without a score (``failed``, or ``interrupted``: not ended for good),
+    as training leaves it after validation set up: its settings and its dev set's trivial
+    score (majority class accuracy ``trivial``)."""
+    return {
+        "status": status,
+        "error": "NonFiniteLossError: loss became nan at step 12" if status == "failed" else None,
+        "task": task,
+        "model": model,
+        "norm": norm,
+        "seed": seed,
+        "primary_metric": "accuracy",
+        "trivial": {"predictor": "majority class", "metric": "accuracy", "score": trivial},
+        "updated_at": "2026-11-30T08:00:00+00:00",
+    }

@@ -11,6 +11,7 @@ import pandas as pd
 import yaml
 
 from isotune.study.comparison import (
+    StatedAnswer,
     across_tasks,
     arm_table,
     geometry_correlations,
@@ -63,9 +64,12 @@ def write_search(
         write_run(job_dir, [*chosen, f"seed={seed}"], result)
 
 
-def study_report_text(outcomes: Sequence[ArmOutcome], baseline: str = "none") -> str:
-    """The study report's text of ``outcomes`` (a score to maximize), its tables computed as
-    :func:`isotune.study.report.write_study_report` computes them, no file written."""
+def study_report_text(
+    outcomes: Sequence[ArmOutcome], baseline: str = "none", answer: StatedAnswer | None = None
+) -> str:
+    """The study report's text of ``outcomes`` (a score to maximize) and its stated test's
+    ``answer``, its tables computed as :func:`isotune.study.report.write_study_report` computes
+    them, no file written (nor figure drawn)."""
     return report_text(
         outcomes,
         baseline,
@@ -74,4 +78,5 @@ def study_report_text(outcomes: Sequence[ArmOutcome], baseline: str = "none") ->
         task_comparisons(outcomes, baseline),
         across_tasks(outcomes, baseline),
         geometry_correlations(outcomes),
+        answer,
     )

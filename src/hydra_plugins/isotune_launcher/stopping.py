@@ -4,7 +4,7 @@
   small, jobs still held by SLURM) is its message, exit status 1 (the folder was named as the
   sweep or search started); a folder that holds nothing but its lock (taken as Hydra's multirun
   started, before any check) is removed, so a misspelt arm leaves no empty folder behind.
-- Jobs of a search that have not ended (:class:`~isotune.search.loop.JobsNotEnded`), or a launcher
+- Jobs of a search that have not ended (:class:`~isotune.errors.JobsNotEnded`), or a launcher
   that raised (submitit's raises at the first job SLURM failed, while the array's other jobs still
   run): the summary so far, why it stopped, the jobs that go on without it with the ``scancel`` that
   stops them, exit status 1.
@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from hydra_plugins.isotune_launcher.waiting import sigterm_stops_the_wait
-from isotune.errors import IsotuneError
+from isotune.errors import IsotuneError, JobsNotEnded
 from isotune.record.folder_lock import LOCK_FILE
-from isotune.search.loop import JobsNotEnded
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.slurm_jobs import jobs_going_on
 from isotune.sweeps.summary import summarize_sweep

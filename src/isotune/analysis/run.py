@@ -5,7 +5,8 @@ Embedding Space" (Findings of EMNLP 2021) on one fine-tuned checkpoint; what is 
 each verdict is decided: ``docs/analysis.md``. ``analyze.py`` is only the Hydra entry point;
 :func:`analyze` is one analysis, top to bottom:
 
-1. load the checkpoint and rebuild its pre-trained twin (same task, model and pooling, the encoder
+1. load the checkpoint (:mod:`isotune.record.kept_checkpoint`, as ``predict.py`` reads it) and
+   rebuild its pre-trained twin (same task, model and pooling, the encoder
    as downloaded);
 2. collect, on a seeded subset of the dev split, every layer's token vectors (a fixed sample of
    non-special tokens, the same for both models) and sentence vectors (the model's pooling), and
@@ -25,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -63,21 +63,11 @@ from isotune.atomic_files import write_text
 from isotune.data import Example, TokenizedDataset, check_max_length, load_split
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
-from isotune.model.classifier import GLUEClassifier
+from isotune.model.classifier import GLUEClassifier, model_from_checkpoint
 from isotune.model.encoders import load_tokenizer
-from isotune.record.results import RESULTS_FILE, read_results
-from isotune.record.resume import MODEL_KEYS, read_checkpoint
+from isotune.record.kept_checkpoint import read_kept_checkpoint
 
 log = logging.getLogger(__name__)
-KEEP_OVERRIDE = "checkpoint.keep="  # what a run keeps (docs/training.md#what-a-run-keeps)
-KEEP_A_MODEL = "slim"  # the best epoch's model, what analyze.py reads
-# Config groups that make train.py a sweep (a study, a search): a job of one records them among
-# its overrides, so training that job again needs hydra.mode=RUN.
-SWEEP_GROUPS = ("study=", "hparams_search=")
-# What a refused checkpoint's message tells analyze.py to do: it needs one (it has no resume=).
-FIX_ANALYZE = (
-    "point ckpt_path at checkpoints/best.ckpt (or last.ckpt) of a run folder written by train.py"
-)
 
 
 def analyze(cfg: DictConfig) -> dict[str, Any]:
@@ -93,7 +83,8 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
         clock = time.perf_counter()
 
     check_analyze_config(cfg)  # before the two models load: a bad value fails in seconds
-    finetuned = load_checkpoint(cfg.ckpt_path)
+    kept = read_kept_checkpoint(cfg.ckpt_path, "analyze.py")
+    finetuned = model_from_checkpoint(kept.checkpoint, kept.file)
     matrices = intruder_matrices(finetuned, cfg.directions.matrices)
     hparams = finetuned.hparams
     task = finetuned.task
@@ -231,74 +222,6 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
 
 
 # -- inputs -------------------------------------------------------------------------------------
-def _check_a_model_was_kept(path: Path) -> None:
-    """A ``ckpt_path`` that is no file, in (or naming) the folder of a run that completed without
-    keeping a model (``checkpoint.keep=none``): say so, and how to train it again keeping one.
-    Else the checkpoint reader's own message stands."""
-    for folder in (path, path.parent, path.parent.parent):
-        try:
-            record = read_results(folder / RESULTS_FILE)
-        except (OSError, ValueError):
-            continue
-        if record.get("status") != "completed" or record.get("best_checkpoint") is not None:
-            return
-        again = command_keeping_a_model(record)
-        raise IsotuneError(
-            f"The run in {folder} kept no model to analyse: it completed with "
-            "checkpoint.keep=none (its results.json and metrics.csv hold its results; "
-            "best_checkpoint: null). Fix: train it again keeping its best model: "
-            f"{again} hydra.run.dir={shlex.quote(str(folder))} (or "
-            "without hydra.run.dir and resume=never, in a new folder); then python analyze.py "
-            "ckpt_path=<its folder>/checkpoints/best.ckpt."
-        )
-
-
-def command_keeping_a_model(record: Mapping[str, Any]) -> str:
-    """The ``train.py`` command that trains the run of ``record`` (a results.json) again, with
-    its overrides and seed, keeping its best model (``checkpoint.keep=slim``): a run that kept
-    none has nothing to analyse or predict with. Without ``hydra.run.dir``: in a new folder."""
-    overrides = [o for o in record.get("overrides") or [] if not o.startswith(KEEP_OVERRIDE)]
-    overrides.append(f"{KEEP_OVERRIDE}{KEEP_A_MODEL}")
-    if any(o.lstrip("+").startswith(SWEEP_GROUPS) for o in overrides):
-        overrides.append("hydra.mode=RUN")  # this one job, with the sweep's other settings
-    return shlex.join(["python", "train.py", *overrides, "resume=never"])
-
-
-def load_checkpoint(path: str | None) -> GLUEClassifier:
-    """The fine-tuned model of a ``train.py`` checkpoint, on the CPU, built from the checkpoint
-    read as data only (:func:`isotune.record.resume.read_checkpoint`): its hyperparameters, then its
-    weights and history, as Lightning's ``load_from_checkpoint`` would, without a second read."""
-    if path is None:
-        raise IsotuneError(
-            "No checkpoint to analyse. Fix: python analyze.py "
-            "ckpt_path=logs/runs/<run>/checkpoints/best.ckpt (or last.ckpt) of a train.py run."
-        )
-    file = Path(path).expanduser()
-    if not file.is_file():
-        _check_a_model_was_kept(file)
-    checkpoint = read_checkpoint(file, required=MODEL_KEYS, fix=FIX_ANALYZE)
-    return model_from_checkpoint(checkpoint, file)
-
-
-def model_from_checkpoint(checkpoint: Mapping[str, Any], file: Path) -> GLUEClassifier:
-    """The model a checkpoint read as data (from ``file``) holds: its hyperparameters build it,
-    then its weights and history load, as Lightning's ``load_from_checkpoint`` would."""
-    try:
-        hyperparameters = dict(checkpoint["hyper_parameters"])
-        model = GLUEClassifier(**hyperparameters)
-        model.on_load_checkpoint(checkpoint)
-        model.load_state_dict(checkpoint["state_dict"])
-        return model
-    except IsotuneError:
-        raise  # e.g. the pre-trained encoder it names is not available
-    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as error:
-        reason = str(error).strip().split(". ")[0][:200]  # torch's messages run on for lines
-        raise IsotuneError(
-            f"Cannot read {file} as a checkpoint written by train.py "
-            f"({type(error).__name__}: {reason}). Is it from this project?"
-        ) from error
-
-
 def literal(values: Any) -> Any:
     """``values`` (read from a checkpoint) with every ``${`` escaped, so that merged into the
     Hydra config a saved ``${oc.env:WANDB_API_KEY}`` stays that string: saved settings are data,

@@ -122,7 +122,7 @@ def submission_files(task: TaskSpec) -> list[SubmissionFile]:
 def prediction_files(task: TaskSpec) -> list[SubmissionFile]:
     """The files a model of ``task`` writes for its test set: GLUE's (:func:`submission_files`),
     or for a ``task=files`` task its own ``<task.name>.tsv``."""
-    if task.source == "files":
+    if not task.scored_by_glue_server:
         return [SubmissionFile(task.name, task)]
     return submission_files(task)
 
@@ -131,7 +131,7 @@ def prediction_cell(file: SubmissionFile, predicted: float) -> str:
     """What the server reads for one prediction (a class id, or a score): the task's label
     string, checked against the server's, or a score clipped to [0, 5] with three decimals; for
     a ``task=files`` task, its data's label name or its score with three decimals."""
-    if file.spec.source == "files":
+    if not file.spec.scored_by_glue_server:
         return file.spec.decode_label(predicted)
     labels = LABELS[file.name]
     if labels is None:

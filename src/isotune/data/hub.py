@@ -25,7 +25,7 @@ def load_hub_split(dataset: str, config: str | None, split: str, fix: str) -> An
     try:
         rows = datasets.load_dataset(dataset, config, split=split)
     except Exception as error:
-        offline = [name for name in OFFLINE_VARIABLES if os.environ.get(name, "") not in ("", "0")]
+        offline = offline_settings()
         why = (
             f"{offline[0]}={os.environ[offline[0]]} keeps the Hub away and it is not cached"
             if offline
@@ -38,6 +38,11 @@ def load_hub_split(dataset: str, config: str | None, split: str, fix: str) -> An
         ) from error
     HUB_REVISIONS[(config or dataset, split)] = loaded_revision(rows)
     return rows
+
+
+def offline_settings() -> list[str]:
+    """The variables set to keep the Hub away (``HF_HUB_OFFLINE=1``), in the order read."""
+    return [name for name in OFFLINE_VARIABLES if os.environ.get(name, "") not in ("", "0")]
 
 
 def loaded_revision(rows: object) -> str | None:

@@ -1,17 +1,20 @@
 """Reading a task's split: a GLUE task's official TSVs under ``GLUE_DIR`` (the layout of the GLUE
 download script) or the Hugging Face Hub, a ``task=files`` task's own files
 (:mod:`isotune.data.own_data`), as ``{text fields..., "label", "idx"}`` examples with every label
-checked against the task; and the check that a continued run reads the files it read before."""
+checked against the task; the check that a continued run reads the files it read before, and
+the check before a search or study that its GLUE tasks can be read offline."""
 
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from isotune.data.hub import load_hub_split
+from isotune.data.hub import load_hub_split, offline_settings
 from isotune.data.own_data import read_own_split
-from isotune.data.tasks import TaskSpec
+from isotune.data.tasks import TaskSpec, task_kind
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
 
@@ -101,7 +104,7 @@ def _tsv_rows(path: Path, has_header: bool) -> Iterator[tuple[int, list[str]]]:
 def split_file(task: TaskSpec, split: str, glue_dir: str | Path | None) -> Path | None:
     """The file of one split of ``task`` (which the run reads, and records): a ``task=files``
     task's own, a GLUE task's under ``glue_dir``; None for a split read from the Hub."""
-    if task.source == "files":
+    if task.own_data:
         return Path(task.files[split]) if task.files.get(split) else None  # None: the Hub's
     if glue_dir is None:
         return None
@@ -149,7 +152,7 @@ def check_data_unchanged(
 def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[Example]:
     """One split of ``task``: its own file (``task=files``); a GLUE task's from
     ``<glue_dir>/<TASK>/<file>`` if given, else from the Hub."""
-    if task.source == "files":
+    if task.own_data:
         return read_own_split(task, split)
     if glue_dir is not None:
         path = split_file(task, split, glue_dir)
@@ -208,3 +211,42 @@ def _load_split_from_hub(task: TaskSpec, split: str) -> list[Example]:
         for number, example in enumerate(examples):
             task.check_label(example["label"], f"row {number} of {source}")
     return examples
+
+
+def check_task_offline(
+    task: str, config: Mapping[str, Any] | None, glue_dir: str | Path | None
+) -> None:
+    """Refuse a task without a config (``config`` None) or whose files cannot be read offline,
+    before a search or study launches its jobs (``config``: the task's, as composed; a
+    ``task=files`` task's files are checked by each run, as it completes its task)."""
+    if config is None:
+        raise IsotuneError(
+            f"Task {task!r} has no conf/task/{task}.yaml. Fix: one of the tasks in conf/task/, "
+            "e.g. task=rte,mrpc."
+        )
+    if task_kind(config).own_data:
+        return
+    if glue_dir is None:
+        offline = offline_settings()
+        if offline:
+            raise IsotuneError(
+                f"Task {task} cannot be read offline: GLUE_DIR is not set, and "
+                f"{'='.join((offline[0], os.environ[offline[0]]))} keeps the Hub away. Fix: "
+                "export GLUE_DIR=<a folder in the official GLUE layout>, e.g. "
+                "GLUE_DIR=../shared/data/glue."
+            )
+        return
+    # What a study's runs read: the training split and the task's own dev splits (mnli's are
+    # validation_matched and validation_mismatched), no test predictions.
+    files = [
+        Path(glue_dir) / str(config["glue_dir"]) / str(config["files"][split])
+        for split in ("train", *config["eval_splits"])
+    ]
+    missing = [path for path in files if not path.is_file()]
+    if missing:
+        raise IsotuneError(
+            f"Task {task} is not available offline: {', '.join(map(str, missing))} missing "
+            f"under GLUE_DIR={glue_dir}. Fix: put the official GLUE files of {task} there "
+            f"({', '.join(path.name for path in files)} in <GLUE_DIR>/{config['glue_dir']}/), or "
+            f"leave {task} out of task=."
+        )

@@ -5,12 +5,21 @@ columns, labels and metrics it used; :class:`TaskSpec` validates one entry and a
 about it. A GLUE task names its files under ``GLUE_DIR`` (or its Hub config); a task of one's own
 files (``task=files``, :mod:`isotune.data.own_data`) is completed from the files before a run
 builds its spec, so every spec is whole.
+
+Each kind of task is a subclass that answers what differs between the kinds (whether a run
+completes it from its own data, whether its splits are files of its own, whether it has a test
+split to predict, whether GLUE's server scores its predictions): :class:`GlueTask`,
+:class:`OwnFilesTask`, :class:`HubDatasetTask`, chosen from the config by :func:`task_kind`. The
+config's ``source`` is read here only, so a caller asks the task, never compares its source, and
+a new kind is one subclass here (``docs/extending.md``).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 from isotune.data.metrics import METRICS
 from isotune.errors import IsotuneError
@@ -19,10 +28,35 @@ from isotune.norms.values import finite_number, integer
 SOURCES = ("glue", "files")  # GLUE's official files (or its Hub copy); files named by path
 
 
+def task_kind(config: Mapping) -> type[TaskSpec]:
+    """The kind of task ``config`` describes (a whole task, or a ``task=files`` one before its
+    files complete it): by its ``source``, and for ``task=files`` by whether it names a Hugging
+    Face data set (``dataset``) in place of files."""
+    source = config.get("source", "glue")
+    if source not in SOURCES:
+        raise IsotuneError(
+            f"Task {config.get('name')}: source={source!r} is not one of {list(SOURCES)}. Fix: "
+            "glue for a GLUE task (conf/task/<name>.yaml), files for task=files."
+        )
+    if source == "glue":
+        return GlueTask
+    return HubDatasetTask if config.get("dataset") else OwnFilesTask
+
+
 @dataclass(frozen=True, kw_only=True)
-class TaskSpec:
+class TaskSpec(ABC):
     """One task, as configured in ``conf/task/<name>.yaml`` (``task=files``: as completed from
-    its files by :func:`isotune.data.own_data.own_task`)."""
+    its files by :func:`isotune.data.own_data.own_task`); built by :meth:`from_config` as the
+    subclass of its kind, which answers the questions whose answers differ by kind."""
+
+    # completed from its own data before a run (task=files: isotune.data.own_data.own_task), and
+    # read by isotune.data.own_data; else GLUE's files, read by isotune.data.reading
+    own_data: ClassVar[bool]
+    # its splits are files of its own, named by path (a file to predict is read as they are)
+    reads_own_files: ClassVar[bool]
+    # its test predictions are GLUE's submission files (isotune.data.glue_format), labelled as
+    # GLUE's server reads them; else one file of its own, in its data's label names
+    scored_by_glue_server: ClassVar[bool]
 
     name: str
     source: str = "glue"
@@ -51,7 +85,8 @@ class TaskSpec:
 
     @classmethod
     def from_config(cls, config: Mapping) -> TaskSpec:
-        """Build and check a spec from a task config (a dict or an OmegaConf node)."""
+        """Build and check a spec from a task config (a dict or an OmegaConf node), as the
+        subclass of its kind (:func:`task_kind`)."""
         known = {f.name for f in fields(cls)}
         unknown = set(config) - known
         if unknown:
@@ -59,7 +94,8 @@ class TaskSpec:
                 f"Task config has unknown keys {sorted(unknown)}; known: {sorted(known)}."
             )
         values = dict(config)
-        if values.get("source") == "files" and values.get("num_labels") is None:
+        kind = task_kind(values)
+        if kind.own_data and values.get("num_labels") is None:
             raise IsotuneError(
                 f"Task {values.get('name')} (task=files) has no labels, metrics or text columns "
                 "of its own yet: they are read from its files. Fix: complete it with "
@@ -74,16 +110,17 @@ class TaskSpec:
             values["label_range"] = tuple(bounds)  # anything else stays as given: _check says
         for key in ("files", "columns", "test_columns"):
             values[key] = dict(values.get(key) or {})
-        spec = cls(**values)
+        spec = kind(**values)
         spec._check()
         return spec
 
+    @property
+    @abstractmethod
+    def has_test_split(self) -> bool:
+        """Whether the task names a test split to predict (GLUE's test files, a ``task=files``
+        task's ``data.test_file`` or its data set's test split)."""
+
     def _check(self) -> None:
-        if self.source not in SOURCES:
-            raise IsotuneError(
-                f"Task {self.name}: source={self.source!r} is not one of {list(SOURCES)}. Fix: "
-                "glue for a GLUE task (conf/task/<name>.yaml), files for task=files."
-            )
         expected_labels = 1 if self.labels is None else len(self.labels)
         if self.num_labels != expected_labels:
             raise IsotuneError(
@@ -191,3 +228,45 @@ class TaskSpec:
         if self.is_regression:
             return f"{float(class_id):.3f}"
         return self.labels[int(class_id)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GlueTask(TaskSpec):
+    """A task of GLUE's (``conf/task/<name>.yaml``): its official TSVs under ``GLUE_DIR``, or
+    ``nyu-mll/glue`` on the Hub; its test predictions are for GLUE's server."""
+
+    own_data: ClassVar[bool] = False
+    reads_own_files: ClassVar[bool] = False
+    scored_by_glue_server: ClassVar[bool] = True
+
+    @property
+    def has_test_split(self) -> bool:
+        return True  # every GLUE task has a test set (the server scores it)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnFilesTask(TaskSpec):
+    """``task=files`` with files of one's own (``data.train_file=...``): a test split only where
+    ``data.test_file`` names one."""
+
+    own_data: ClassVar[bool] = True
+    reads_own_files: ClassVar[bool] = True
+    scored_by_glue_server: ClassVar[bool] = False
+
+    @property
+    def has_test_split(self) -> bool:
+        return bool(self.files.get(self.test_split))
+
+
+@dataclass(frozen=True, kw_only=True)
+class HubDatasetTask(TaskSpec):
+    """``task=files`` with a Hugging Face data set by name (``data.dataset_name=...``) in place
+    of files: its splits are the data set's, the test split included."""
+
+    own_data: ClassVar[bool] = True
+    reads_own_files: ClassVar[bool] = False
+    scored_by_glue_server: ClassVar[bool] = False
+
+    @property
+    def has_test_split(self) -> bool:
+        return True  # the data set's test split, read when predicted

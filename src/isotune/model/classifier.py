@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
@@ -411,3 +412,24 @@ class GLUEClassifier(L.LightningModule):
                 "such a checkpoint cannot be rebuilt now. Fix: train it again, with "
                 "'adapt.target_modules=[query,key,value]' to repeat the old setting."
             )
+
+
+def model_from_checkpoint(checkpoint: Mapping[str, Any], file: Path) -> GLUEClassifier:
+    """The model a checkpoint read as data (from ``file``, by
+    :func:`isotune.record.kept_checkpoint.read_kept_checkpoint`) holds, on the CPU: its
+    hyperparameters build it, then its weights and history load, as Lightning's
+    ``load_from_checkpoint`` would, without a second read of the file."""
+    try:
+        hyperparameters = dict(checkpoint["hyper_parameters"])
+        model = GLUEClassifier(**hyperparameters)
+        model.on_load_checkpoint(checkpoint)
+        model.load_state_dict(checkpoint["state_dict"])
+        return model
+    except IsotuneError:
+        raise  # e.g. the pre-trained encoder it names is not available
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as error:
+        reason = str(error).strip().split(". ")[0][:200]  # torch's messages run on for lines
+        raise IsotuneError(
+            f"Cannot read {file} as a checkpoint written by train.py "
+            f"({type(error).__name__}: {reason}). Is it from this project?"
+        ) from error

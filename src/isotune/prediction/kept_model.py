@@ -6,7 +6,8 @@ Everything comes from the checkpoint: train.py writes the model's hyperparameter
 resolved config into every checkpoint, so a run folder moved or copied elsewhere predicts as it
 did where it trained. A checkpoint older than that saved config takes ``data`` from its run
 folder's ``.hydra/config.yaml``, read as YAML data (nothing in it is resolved or instantiated).
-A run folder with a link leading out of it is refused (the checkpoint read would be another's).
+The checkpoint is read, and a run folder with a link leading out of it or a run that kept no
+model refused, by the loader ``analyze.py`` shares (:mod:`isotune.record.kept_checkpoint`).
 """
 
 from __future__ import annotations
@@ -18,18 +19,13 @@ from typing import Any
 
 import yaml
 
-from isotune.analysis.run import command_keeping_a_model, model_from_checkpoint
-from isotune.atomic_files import links_leaving
 from isotune.data.tasks import TaskSpec
-from isotune.data.test_predictions import prediction_source
 from isotune.errors import IsotuneError
-from isotune.model.classifier import GLUEClassifier
-from isotune.record.results import RESULTS_FILE, read_results
-from isotune.record.resume import CONFIG_KEY, MODEL_KEYS, PROVENANCE_KEY, read_checkpoint
+from isotune.model.classifier import GLUEClassifier, model_from_checkpoint
+from isotune.prediction.writer import prediction_source
+from isotune.record.kept_checkpoint import FIX_KEPT_MODEL, read_kept_checkpoint
+from isotune.record.resume import CONFIG_KEY, PROVENANCE_KEY
 
-FIX_PREDICT = (
-    "point ckpt_path at checkpoints/best.ckpt (or last.ckpt) of a run folder written by train.py"
-)
 MODEL_SECTIONS = ("task", "model", "norm", "optim")  # the hyperparameters that rebuild the model
 # Lightning's precision settings a run may have trained with; anything else read from a
 # checkpoint is not one of this project's runs'.
@@ -72,26 +68,13 @@ class KeptModel:
         )
 
 
-def run_folder_of(file: Path) -> Path:
-    """The run folder of ``<run>/checkpoints/<name>.ckpt`` (else the file's own folder)."""
-    return file.parent.parent if file.parent.name == "checkpoints" else file.parent
-
-
 def read_kept_model(ckpt_path: str | Path | None, task: str | None = None) -> KeptModel:
-    """``ckpt_path`` read as data and checked: its run folder has no link leading out, the
-    file is a train.py checkpoint of the project, of ``task`` when one is typed, with settings
-    prediction can use. Each refusal is one :class:`IsotuneError` naming the fix."""
-    if ckpt_path is None:
-        raise IsotuneError(
-            "ckpt_path is not set. Fix: python predict.py "
-            "ckpt_path=logs/runs/<run>/checkpoints/best.ckpt (or last.ckpt) of a train.py run."
-        )
-    file = Path(ckpt_path).expanduser()
-    folder = run_folder_of(file)
-    check_no_link_leaves(folder)
-    if not file.is_file():
-        check_a_model_was_kept(folder)
-    checkpoint = read_checkpoint(file, required=MODEL_KEYS, fix=FIX_PREDICT)
+    """``ckpt_path`` read as data and checked: read by the loader ``analyze.py`` shares (its run
+    folder has no link leading out, its run kept a model, the file is a train.py checkpoint), of
+    the project, of ``task`` when one is typed, with settings prediction can use. Each refusal
+    is one :class:`IsotuneError` naming the fix."""
+    read = read_kept_checkpoint(ckpt_path, "predict.py")
+    file, folder, checkpoint = read.file, read.run_folder, read.checkpoint
     hyperparameters = checkpoint["hyper_parameters"]
     sections = isinstance(hyperparameters, Mapping) and all(
         isinstance(hyperparameters.get(key), Mapping) for key in MODEL_SECTIONS
@@ -100,7 +83,7 @@ def read_kept_model(ckpt_path: str | Path | None, task: str | None = None) -> Ke
         raise IsotuneError(
             f"{file} is not a checkpoint of this project: its hyper_parameters lack the "
             f"sections {', '.join(MODEL_SECTIONS)} that train.py saves to rebuild its model. "
-            f"Fix: {FIX_PREDICT}."
+            f"Fix: {FIX_KEPT_MODEL}."
         )
     spec = TaskSpec.from_config(hyperparameters["task"])
     if task is not None and spec.name != task:
@@ -119,37 +102,6 @@ def read_kept_model(ckpt_path: str | Path | None, task: str | None = None) -> Ke
         eval_batch_size=_positive(data, "eval_batch_size", file),
         precision=_precision(checkpoint, file),
     )
-
-
-def check_no_link_leaves(folder: Path) -> None:
-    """A run folder whose links all stay inside it (a ``checkpoints -> ~someone/`` link would
-    have prediction read another's model as this run's)."""
-    leaving = links_leaving(folder) if folder.is_dir() else []
-    if leaving:
-        links = "; ".join(f"{link} -> {target}" for link, target in leaving[:3])
-        more = f" (and {len(leaving) - 3} more)" if len(leaving) > 3 else ""
-        raise IsotuneError(
-            f"The run folder {folder} holds symbolic links that lead out of it: {links}{more}, "
-            "so what prediction reads there would not be the run's own. Fix: replace each link "
-            "by a copy of what it points at (cp --remove-destination), then predict again."
-        )
-
-
-def check_a_model_was_kept(folder: Path) -> None:
-    """A run folder whose run completed keeping no model (``checkpoint.keep=none``): say so and
-    name the command that trains exactly that run again keeping one. Else the checkpoint
-    reader's own message stands."""
-    try:
-        record = read_results(folder / RESULTS_FILE)
-    except (OSError, ValueError):
-        return
-    if record.get("status") == "completed" and record.get("best_checkpoint") is None:
-        raise IsotuneError(
-            f"The run in {folder} kept no model to predict with: it completed with "
-            "checkpoint.keep=none (best_checkpoint: null in its results.json). Fix: train that "
-            f"run again keeping its best model: {command_keeping_a_model(record)}; then python "
-            "predict.py ckpt_path=<its folder>/checkpoints/best.ckpt."
-        )
 
 
 def _run_data_settings(checkpoint: Mapping[str, Any], folder: Path, file: Path) -> Mapping:
@@ -177,7 +129,7 @@ def _positive(data: Mapping, key: str, file: Path) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise IsotuneError(
             f"The run config of {file} gives data.{key}={value!r}, not a positive integer, so "
-            f"it is not a run of this project's train.py. Fix: {FIX_PREDICT}."
+            f"it is not a run of this project's train.py. Fix: {FIX_KEPT_MODEL}."
         )
     return value
 
@@ -193,6 +145,6 @@ def _precision(checkpoint: Mapping[str, Any], file: Path) -> str:
         raise IsotuneError(
             f"The run config of {file} gives trainer.precision={value!r}, which is none of "
             f"Lightning's {', '.join(PRECISIONS)}, so it is not a run of this project's train.py. "
-            f"Fix: {FIX_PREDICT}."
+            f"Fix: {FIX_KEPT_MODEL}."
         )
     return value

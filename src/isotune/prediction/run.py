@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from isotune.atomic_files import write_text
@@ -30,28 +29,29 @@ from isotune.data.glue_format import SubmissionFile, prediction_files
 from isotune.data.own_data import read_own_split
 from isotune.data.reading import changed_splits
 from isotune.data.tasks import TaskSpec
-from isotune.data.test_predictions import (
-    check_data_file,
-    write_prediction_files,
-)
 from isotune.errors import IsotuneError
 from isotune.model.encoders import load_tokenizer
 from isotune.prediction.kept_model import KeptModel, read_kept_model
+from isotune.prediction.writer import (
+    check_data_file,
+    write_prediction_files,
+)
 from isotune.record.resume import PROVENANCE_KEY
-from isotune.training.hydra_callbacks import stop
 
 log = logging.getLogger(__name__)
 SUMMARY_FILE = "predictions.json"
 
 
-def predict(cfg: DictConfig) -> dict[str, Any]:
+def predict(
+    cfg: DictConfig, checked: tuple[KeptModel, list[SubmissionFile]] | None = None
+) -> dict[str, Any]:
     """Score the dev set and write the test predictions as ``cfg`` (``conf/predict.yaml``) says;
-    return (and write) ``predictions.json``."""
+    return (and write) ``predictions.json``. ``checked``: what :func:`check_inputs` found for
+    ``cfg``'s inputs before the output folder was made (predict.py's Hydra callback
+    :class:`isotune.training.hydra_callbacks.InputsChecked` hands it over), so that the
+    checkpoint is read and the data files hashed once; None: they are checked here."""
     output_dir = Path(cfg.paths.output_dir)
-    inputs = inputs_of(cfg, output_dir)
-    checked = _checked_before_start.pop(inputs, None)
-    _checked_before_start.clear()  # a check of other inputs is stale: not held on to
-    kept, files = checked if checked is not None else check_inputs(*inputs)
+    kept, files = checked if checked is not None else check_inputs(*inputs_of(cfg, output_dir))
     if cfg.test and not files:
         log.info(
             "Task %s (task=files) had no test file (data.test_file): the dev set only. To "
@@ -61,12 +61,6 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     summary = predict_run(kept, files, output_dir, cfg.paths.glue_dir, cfg.accelerator, cfg.dev)
     write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary
-
-
-# What :class:`InputsChecked` found before Hydra made the output folder, handed to the run that
-# follows in the same process, which takes it once: the checkpoint is read and the data files
-# hashed once, not twice. Keyed by every input of :func:`check_inputs`.
-_checked_before_start: dict[tuple, tuple[KeptModel, list[SubmissionFile]]] = {}
 
 
 def inputs_of(cfg: DictConfig, output_dir: Path) -> tuple:
@@ -121,7 +115,7 @@ def check_inputs(
                 )
             ),
         )
-        if file.spec.source == "files" and not file.spec.dataset
+        if file.spec.reads_own_files
         else file
         for file in files
     ]
@@ -160,7 +154,7 @@ def check_dev_unchanged(kept: KeptModel, glue_dir: str | None) -> None:
 def with_test_file(task: TaskSpec, test_file: str) -> TaskSpec:
     """``task`` (a ``task=files`` run's) predicting ``test_file``: a researcher's new data
     predicted by a model trained before it existed."""
-    if task.source != "files":
+    if not task.own_data:
         raise IsotuneError(
             f"test_file={test_file}: a file to predict is given to a run of a task=files task, "
             f"and this checkpoint's task {task.name} is GLUE's, whose test set is GLUE_DIR's "
@@ -174,7 +168,7 @@ def with_test_file(task: TaskSpec, test_file: str) -> TaskSpec:
 def files_to_predict(task: TaskSpec) -> list[SubmissionFile]:
     """The files to predict for ``task``: GLUE's submission files, or a ``task=files`` run's own
     test file; none for a ``task=files`` run that had no test file (:func:`predict` says so)."""
-    if task.source == "files" and not task.files.get(task.test_split) and not task.dataset:
+    if not task.has_test_split:
         return []
     return prediction_files(task)
 
@@ -264,15 +258,3 @@ def _shown(values: Mapping[str, float]) -> str:
     return ", ".join(
         f"{key} {value:.6f}" for key, value in values.items() if key not in ("epoch", "step")
     )
-
-
-class InputsChecked(Callback):
-    """``predict.py``'s inputs checked before Hydra makes the output folder: a refused
-    checkpoint, task or data file is one message, and nothing is written anywhere."""
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        inputs = inputs_of(config, Path(str(config.hydra.run.dir)))
-        try:
-            _checked_before_start[inputs] = check_inputs(*inputs)
-        except IsotuneError as error:
-            stop(str(error))

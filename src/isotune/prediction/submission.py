@@ -35,12 +35,13 @@ from typing import Any
 
 import yaml
 
-from isotune.analysis.run import command_keeping_a_model
 from isotune.atomic_files import write_atomically, write_text
 from isotune.data.glue_format import ALL_FILES, FILE_NAMES
+from isotune.data.tasks import task_kind
 from isotune.errors import IsotuneError
 from isotune.prediction.run import SUMMARY_FILE, check_inputs, predict_run
 from isotune.record.debug_runs import debug_description, debug_line
+from isotune.record.kept_checkpoint import command_keeping_a_model
 from isotune.record.results import RESULTS_FILE
 from isotune.study.results import read_study
 from isotune.sweeps.comparisons import Configuration, Configurations, baseline_values
@@ -87,7 +88,7 @@ class Chosen:
         config = self.job_dir / ".hydra" / "config.yaml"
         if config.is_file():
             task = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("task") or {}
-            return task.get("source") == "files"
+            return task_kind(task).own_data
         return "task=files" in (self.result.get("overrides") or ()) or self.task not in FILE_NAMES
 
 

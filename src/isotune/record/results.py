@@ -44,6 +44,15 @@ def read_results(path: str | Path) -> dict[str, Any]:
     return results
 
 
+def kept_model_file(folder: str | Path, record: dict[str, Any]) -> Path | None:
+    """The checkpoint a run's ``record`` (its results.json) names as its kept model, in its
+    ``folder`` (where the run is now, moved or copied); None where it kept none
+    (``checkpoint.keep=none``: ``best_checkpoint`` is null). Whether the file is still there is
+    the reader's to check."""
+    best = record.get("best_checkpoint")
+    return Path(folder) / "checkpoints" / Path(best).name if best else None
+
+
 def timestamp() -> str:
     """Now, with the UTC offset, so that a job's age reads right on a machine in another zone."""
     return datetime.now().astimezone().isoformat(timespec="seconds")

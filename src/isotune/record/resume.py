@@ -17,7 +17,7 @@ import os
 import pickle
 import re
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from isotune.atomic_files import links_leaving
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
-from isotune.record.results import RESULTS_FILE, RunRecord, read_results
+from isotune.record.results import RESULTS_FILE, RunRecord, kept_model_file, read_results
 
 RESUME_MODES = ("auto", "never")
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
@@ -225,8 +225,7 @@ def predictions_left_unwritten(cfg: DictConfig, record: Mapping[str, Any]) -> st
     folder = Path(cfg.paths.output_dir)
     if not cfg.write_test_predictions or any((folder / PREDICTIONS_FOLDER).glob("*.tsv")):
         return None
-    best = record.get("best_checkpoint")
-    best_file = folder / "checkpoints" / Path(best).name if best else None
+    best_file = kept_model_file(folder, record)
     said = (
         f"write_test_predictions=true writes nothing here: the run in {folder} completed without "
         "them, and a completed run trains no more."
@@ -250,8 +249,7 @@ def check_same_completed_run(
     (``checkpoint.keep=none``) by what its results.json records (``settings``: task, model, norm,
     seeds, ..., and the overrides that change a result). With other settings it is refused:
     starting afresh would train it again over its results."""
-    best = record.get("best_checkpoint")
-    best_file = folder / "checkpoints" / Path(best).name if best else None
+    best_file = kept_model_file(folder, record)
     if best_file is not None and best_file.is_file():
         check_same_run(read_checkpoint(best_file, required=MODEL_KEYS), best_file, current)
         return
@@ -298,20 +296,33 @@ def check_links_stay_inside(folder: str | Path, folder_key: str = "hydra.run.dir
     (``logs/debug-core.log -> ~/.cache/wandb/...``), makes a new run folder for every attempt
     and replaces its own links rather than write through them. ``wandb`` itself may not be a link.
     """
+    check_no_link_leaves(
+        folder,
+        "The run would write through them, outside its folder. Fix: replace each link by a copy "
+        f"of what it points at, or run in a new folder (leave {folder_key} unset); to keep runs "
+        "on other storage, set paths.log_dir there.",
+        ignore=_below_wandb_folder,
+    )
+
+
+def check_no_link_leaves(
+    folder: str | Path, consequence: str, ignore: Callable[[Path], bool] | None = None
+) -> None:
+    """Refuse a run folder holding a symbolic link that leads out of it (a folder that does not
+    exist holds none), in one message naming the links, then ``consequence``: what the command
+    would do through them, and the fix. ``ignore``: links (relative to the folder) that may."""
     folder = Path(folder)
     leaving = [
         (link, target)
         for link, target in (links_leaving(folder) if folder.is_dir() else [])
-        if not _below_wandb_folder(link.relative_to(folder))
+        if ignore is None or not ignore(link.relative_to(folder))
     ]
     if leaving:
         links = "; ".join(f"{link} -> {target}" for link, target in leaving[:3])
         more = f" (and {len(leaving) - 3} more)" if len(leaving) > 3 else ""
         raise IsotuneError(
             f"The run folder {folder} holds symbolic links that lead out of it: {links}{more}. "
-            "The run would write through them, outside its folder. Fix: replace each link by "
-            f"a copy of what it points at, or run in a new folder (leave {folder_key} unset); "
-            "to keep runs on other storage, set paths.log_dir there."
+            f"{consequence}"
         )
 
 

@@ -60,24 +60,14 @@ def key_name(key: str) -> str:
 
 # ---- before the first job ----
 def check_seeds(seeds: Any, report_seeds: Any) -> None:
-    """Tuning and report seeds: non-empty lists of different integers in numpy's range, none of
-    them in both. Each fix named leaves the other list as typed, and overlaps it in no seed."""
+    """Tuning and report seeds: non-empty lists of different seeds (:func:`check_seed_list`),
+    none of them in both. Each fix named leaves the other list as typed, and overlaps it in no
+    seed."""
     lists = {"seeds": seeds, "report_seeds": report_seeds}
     for name, values in lists.items():
         other = lists["report_seeds" if name == "seeds" else "seeds"]
         fix = f"Fix: e.g. 'hydra.sweeper.{name}={_free_seeds(name, other)}'."
-        if not isinstance(values, list) or not values or len(set(map(str, values))) != len(values):
-            raise IsotuneError(
-                f"hydra.sweeper.{name}={values} must name one or more different seeds. {fix}"
-            )
-        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int)]
-        bad += [v for v in values if v not in bad and not 0 <= v < SEEDS]
-        if bad:
-            raise IsotuneError(
-                f"hydra.sweeper.{name}={values}: {bad} not a seed (an integer from 0 to "
-                f"2**32 - 1 = {SEEDS - 1}, the seeds numpy takes); each job of the search would be "
-                f"refused. {fix}"
-            )
+        check_seed_list(values, f"hydra.sweeper.{name}", fix, "each job of the search")
     overlap = sorted(set(seeds) & set(report_seeds))
     if overlap:
         raise IsotuneError(
@@ -86,6 +76,32 @@ def check_seeds(seeds: Any, report_seeds: Any) -> None:
             "winner on seeds it was chosen on. Fix: report seeds that are not tuning seeds, e.g. "
             f"'hydra.sweeper.report_seeds={_free_seeds('report_seeds', seeds)}'."
         )
+
+
+def check_seed_list(
+    values: Any, setting: str, fix: str, refused: str, paired: bool = False
+) -> tuple[int, ...]:
+    """``values``, typed as ``setting``, as sorted seeds: a list of different integers in
+    numpy's range, one or more (two or more where they are ``paired``: a paired test needs two
+    pairs to have a spread); else refused, saying that ``refused`` would be, with ``fix``. The
+    one check of a list of seeds, the search's and a study's stated test's alike."""
+    enough = 2 if paired else 1
+    if (
+        not isinstance(values, list)
+        or len(set(map(str, values))) != len(values)
+        or (len(values) < enough)
+    ):
+        count = "at least two" if paired else "one or more"
+        why = ": a paired test needs two pairs to have a spread" if paired else ""
+        raise IsotuneError(f"{setting}={values} must name {count} different seeds{why}. {fix}")
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int)]
+    bad += [v for v in values if v not in bad and not 0 <= v < SEEDS]
+    if bad:
+        raise IsotuneError(
+            f"{setting}={values}: {bad} not a seed (an integer from 0 to 2**32 - 1 = "
+            f"{SEEDS - 1}, the seeds numpy takes); {refused} would be refused. {fix}"
+        )
+    return tuple(sorted(values))
 
 
 def _free_seeds(name: str, taken: Any) -> str:

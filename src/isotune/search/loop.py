@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from isotune.errors import IsotuneError
+from isotune.errors import IsotuneError, JobsNotEnded
 from isotune.record import folder_lock
 from isotune.record.resume import check_links_stay_inside, record_refusal
 from isotune.search.outcomes import JobOutcome, completed_before, failure_reason, read_outcome
@@ -43,10 +43,6 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 30  # how often the jobs of a running batch are counted
 Launch = Callable[[Sequence[Job]], None]  # runs the jobs as one batch; may raise
-
-
-class JobsNotEnded(IsotuneError):
-    """A search stopped because jobs of its last batch have not ended; the message names them."""
 
 
 def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int) -> None:

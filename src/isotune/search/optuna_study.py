@@ -32,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import optuna
+from optuna.samplers import QMCSampler
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
 
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
@@ -77,13 +81,8 @@ def check_storage(settings: SearchSettings, folder: Path) -> None:
 def open_study(settings: SearchSettings, folder: Path) -> Any:
     """The study (made, or loaded to be continued), its settings checked against this
     command's (:func:`check_same_settings`)."""
-    import optuna
-
     storage: Any = settings.storage
     if storage is None or "://" not in str(storage):
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
         storage = JournalStorage(JournalFileBackend(str(storage_file(settings, folder))))
     study = optuna.create_study(
         study_name=settings.study_name,
@@ -137,8 +136,6 @@ def trial_sampler(settings: SearchSettings, trial_number: int, current: Any = No
 
 
 def _keeps_a_sequence(sampler: Any) -> bool:
-    from optuna.samplers import QMCSampler
-
     return isinstance(sampler, QMCSampler)
 
 

@@ -10,7 +10,7 @@ trial waits for it.
 
 A report's paired test counts only the runs with a score, so an arm that fails more often is
 flattered there; its sensitivity line counts a failed report run at the score of its dev set's
-trivial predictor instead (:func:`intention_to_treat_score`), never a trial's value.
+trivial predictor instead (:mod:`isotune.sweeps.intention_to_treat`), never a trial's value.
 """
 
 from __future__ import annotations
@@ -21,16 +21,14 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from isotune.errors import IsotuneError
 from isotune.record.results import RESULTS_FILE
 from isotune.search.checks import changes_a_run
 from isotune.sweeps.failures import learned_of
+from isotune.sweeps.intention_to_treat import UNENDED, trivial_of
 from isotune.sweeps.runs import Run
-from isotune.sweeps.statistics import PairedComparison, paired_comparison
-
-UNENDED = ("running", "interrupted", "missing")  # a job's statuses that are not its end
 
 
 @dataclass(frozen=True)
@@ -79,51 +77,6 @@ def read_outcome(job_dir: Path, seed: int) -> JobOutcome:
         error = f"best dev {metric} is {score!r} in {path}"
         return JobOutcome(job_dir, seed, None, None, "no score", error, trivial)
     return JobOutcome(job_dir, seed, float(score), learned_of(run), "completed", None, trivial)
-
-
-def trivial_of(run: Run) -> float | None:
-    """The score of the run's dev set's trivial predictor as its results.json records it
-    (``trivial.score``: the majority class, the mean predictor of a regression); None where it
-    records none (a run that ended before validation said which examples it scores)."""
-    score = (run.result.get("trivial") or {}).get("score")
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-        return None
-    return float(score)
-
-
-class ReportRun(Protocol):
-    """A report run as the intention-to-treat line reads it (a :class:`JobOutcome`, a study's
-    :class:`~isotune.study.results.StudyRun`)."""
-
-    seed: int
-    score: float | None
-    trivial: float | None
-    status: str
-
-
-def intention_to_treat_score(run: ReportRun) -> float | None:
-    """A report run's score as the intention-to-treat line counts it: its score; where it ended
-    without one (failed, refused, no finite score), its trivial score, what a run that learned
-    nothing scores; None for a run that has not ended (missing, interrupted, running), which is
-    no outcome of its setting yet, and for a failed run that recorded no trivial score."""
-    if run.score is not None:
-        return run.score
-    return None if run.status in UNENDED else run.trivial
-
-
-def intention_to_treat_comparison(
-    baseline: Iterable[ReportRun], other: Iterable[ReportRun]
-) -> tuple[PairedComparison, int]:
-    """``other`` - ``baseline`` paired over the report seeds where both have an
-    intention-to-treat score, and how many of the runs paired there count at their trivial
-    score (0: the comparison is the plain one)."""
-    scores, trivial_seeds = [], []
-    for runs in (baseline, other):
-        counted = {run.seed: run for run in runs if intention_to_treat_score(run) is not None}
-        scores.append({seed: intention_to_treat_score(run) for seed, run in counted.items()})
-        trivial_seeds.append({seed for seed, run in counted.items() if run.score is None})
-    comparison = paired_comparison(*scores)
-    return comparison, sum(len(seeds & set(comparison.seeds)) for seeds in trivial_seeds)
 
 
 def completed_before(job_dir: Path, seed: int, overrides: Sequence[str]) -> JobOutcome | None:

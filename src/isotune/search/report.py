@@ -14,9 +14,8 @@ Files written into the search folder (each atomically):
 The paired statistics are :func:`isotune.sweeps.statistics.paired_comparison` (best - baseline
 over the report seeds), the same as every sweep's; where a report run failed or has no score,
 a line beside them gives the same test with it at its trivial score (intention to treat:
-:func:`isotune.search.outcomes.intention_to_treat_comparison`). :func:`search_outputs` reads
-the report and the figures back for the sweep's W&B report (``python -m isotune.dashboard
-report``).
+:mod:`isotune.sweeps.intention_to_treat`). :func:`search_outputs` reads the report and the
+figures back for the sweep's W&B report (``python -m isotune.dashboard report``).
 """
 
 from __future__ import annotations
@@ -42,11 +41,14 @@ from isotune.search.expected_best import (
     BestOfN,
     expected_best_curve,
 )
-from isotune.search.outcomes import JobOutcome, failure_reason, intention_to_treat_comparison
+from isotune.search.outcomes import JobOutcome, failure_reason
+from isotune.sweeps.intention_to_treat import (
+    intention_to_treat_comparison,
+    intention_to_treat_line,
+)
 from isotune.sweeps.runs import SEARCH_REPORT_FILE
 from isotune.sweeps.statistics import (
     PairedComparison,
-    intention_to_treat_line,
     paired_comparison,
     seed_count_caveat,
 )

@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optuna.pruners import NopPruner
+from optuna.trial import Trial, TrialState
+
 from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
 from isotune.search.optuna_study import (
@@ -114,8 +117,6 @@ class Search:
 
     @property
     def pruning(self) -> bool:
-        from optuna.pruners import NopPruner
-
         return not isinstance(self.study.pruner, NopPruner)
 
     @property
@@ -138,16 +139,14 @@ class Search:
     def open(self) -> None:
         """The checks before any job runs (the study's settings, jobs still held by SLURM), then
         the folder's record, and the trials a stopped search left running, to continue."""
-        import optuna
-
         self.folder.mkdir(parents=True, exist_ok=True)
         self.study = open_study(self.settings, self.folder)  # before multirun.yaml is written
         check_no_live_jobs(self.folder, "Continuing the search")
         write_text(self.folder / SWEEP_FILE, self.sweep_record)
-        running = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         for frozen in running:
             if self.owns_its_storage or owner_stopped(frozen, self.folder):
-                trial = optuna.trial.Trial(self.study, frozen._trial_id)
+                trial = Trial(self.study, frozen._trial_id)
                 self._run(trial, frozen.user_attrs, len(frozen.intermediate_values))
                 continue
             others = frozen.user_attrs[OWNER_ATTR]
@@ -191,8 +190,6 @@ class Search:
     def _report_runs_done(self) -> int:
         """The report's runs already done: all of them once reported; before, those that
         completed in an earlier command (a finished search typed with more report seeds)."""
-        from optuna.trial import TrialState
-
         if self.finished:
             return self.report_runs
         trials = self._finished_trials()
@@ -214,15 +211,11 @@ class Search:
         return True
 
     def _run(self, trial: Any, attrs: dict[str, Any], rounds_reported: int = 0) -> None:
-        """Run ``trial`` (its user attributes ``attrs``) here: in flight, owned by this search,
-        its jobs in its home folder. A trial a stopped search left goes on in the round after
-        the ``rounds_reported`` it reported, with the outcomes its ``jobs`` recorded for them:
-        asked again from its first round, it was asked whether to prune again against today's
-        best, and its rounds fell out of step with the other trials in flight, so the continued
-        search did not end as an uninterrupted one. With a storage in the folder every trial is
-        this folder's, wherever it lies now (carried to another path or machine, its trials went
-        on at the old path); with a storage shared by several searches, a trial goes on in the
-        folder of the search that started it."""
+        """Put ``trial`` (its user attributes ``attrs``) in flight here, owned by this search, its
+        jobs in its home folder (:meth:`_home`). A trial a stopped search left goes on from the
+        round after the ``rounds_reported`` it reported, with the outcomes its ``jobs`` recorded
+        for them, so that a continued search asks the pruner and keeps its rounds in step with
+        the other trials as an uninterrupted one would, and ends as it would have."""
         trial.set_user_attr(OWNER_ATTR, owner(self.folder))
         live = _Trial(trial, self._home(attrs))
         reported = {seed for seeds in self._rounds()[:rounds_reported] for seed in seeds}
@@ -279,8 +272,6 @@ class Search:
         goes on. A failed job makes the trial FAIL; each score is reported with its seed's place
         in the seed list as the step, and while seeds remain the pruner may stop it (PRUNED);
         after the last seed its value is the median of its scores (COMPLETE)."""
-        from optuna.trial import TrialState
-
         trial, number = live.trial, live.trial.number
         seeds = list(self.settings.seeds)
         rounds = self._rounds()
@@ -315,8 +306,6 @@ class Search:
         ``max_failure_rate`` of ``n_trials`` allows, a count known before it starts, so that one
         early failure does not stop it. The failed trials stay FAIL and count, so the same
         command stops again before any job, until the rate allows them."""
-        from optuna.trial import TrialState
-
         retried = self.retried
         failed = [
             t for t in self.study.trials if t.state == TrialState.FAIL and t.number not in retried
@@ -346,8 +335,6 @@ class Search:
         the next trial asked takes its values), and record the failed one as retried: it then
         counts in neither the budget, nor the failure rule, nor the tables, so a trial that failed
         for a cause since fixed does not stand in the search as a failure of its values."""
-        from optuna.trial import TrialState
-
         retried = self.retried
         again = [
             t for t in self.study.trials if t.state == TrialState.FAIL and t.number not in retried
@@ -364,8 +351,6 @@ class Search:
 
     # ---- the held-out report ----
     def _report_jobs(self) -> list[Job]:
-        from optuna.trial import TrialState
-
         if not any(t.state == TrialState.COMPLETE for t in self.study.trials):
             rows = self._rows()
             write_text(self.folder / TRIALS_FILE, trials_table(rows).to_csv(index=False))
@@ -441,8 +426,9 @@ class Search:
 
     def _home(self, attrs: dict[str, Any]) -> Path:
         """Where the jobs of a trial (its user attributes ``attrs``) run: this folder, wherever
-        it lies now, when the study's file is in it; else the folder of the search that started
-        the trial (see :meth:`_run`)."""
+        it lies now, when the study's file is in it (a folder carried to another path or machine
+        goes on there, not at the path its journal recorded); with a storage several searches
+        share, the folder of the search that started the trial."""
         return self.folder if self.owns_its_storage else Path(attrs.get(HOME_ATTR, self.folder))
 
     def _job(

@@ -36,24 +36,27 @@ the arms across tasks, and the geometry beside the score.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from isotune.search.outcomes import intention_to_treat_comparison
-from isotune.study.results import GEOMETRY, ArmOutcome
+from isotune.study.results import GEOMETRY, REPORT, ArmOutcome
 from isotune.study.sequential import SequentialPlan
 from isotune.study.stated import StatedTest
-from isotune.study.stated_looks import Looks, looks_taken
+from isotune.study.stated_looks import Looks, looks_taken, seeds_beyond_looks
+from isotune.sweeps.intention_to_treat import (
+    intention_to_treat_comparison,
+    intention_to_treat_line,
+    intention_to_treat_score,
+)
 from isotune.sweeps.statistics import (
     Correlation,
     PairedComparison,
     holm,
-    intention_to_treat_line,
     minimum_detectable_difference,
     paired_comparison,
     pairs_needed,
@@ -71,6 +74,18 @@ def _by_task(outcomes: Sequence[ArmOutcome]) -> dict[str, dict[str, ArmOutcome]]
     for outcome in outcomes:
         tasks.setdefault(outcome.task, {})[outcome.arm] = outcome
     return tasks
+
+
+def arm_scores(
+    arms: Mapping[str, ArmOutcome], arm: str, seeds: Collection[int] | None = None
+) -> dict[int, float]:
+    """``arm``'s held-out ``{seed: score}`` among a task's ``arms`` (by name), on ``seeds`` alone
+    where given: one side of a paired comparison, the task comparisons' and the stated test's
+    alike; empty for an arm without an outcome on the task (its search has not run)."""
+    if arm not in arms:
+        return {}
+    scores = arms[arm].held_out_scores()
+    return {seed: score for seed, score in scores.items() if seeds is None or seed in seeds}
 
 
 def shared_scores(outcomes: Sequence[ArmOutcome]) -> dict[tuple[str, str], dict[int, float]]:
@@ -137,11 +152,11 @@ def task_comparisons(outcomes: Sequence[ArmOutcome], baseline: str) -> pd.DataFr
     where no run was, ``itt_substituted`` 0)."""
     compared, sensitivity = {}, {}
     for task, arms in _by_task(outcomes).items():
-        reference = arms[baseline].held_out_scores() if baseline in arms else {}
+        reference = arm_scores(arms, baseline)
         reference_runs = arms[baseline].held_out if baseline in arms else ()
         for arm, outcome in arms.items():
             if arm != baseline:
-                compared[task, arm] = paired_comparison(reference, outcome.held_out_scores())
+                compared[task, arm] = paired_comparison(reference, arm_scores(arms, arm))
                 sensitivity[task, arm] = intention_to_treat_comparison(
                     reference_runs, outcome.held_out
                 )
@@ -299,27 +314,43 @@ def _correlation_row(task: str, measure: str, scope: str, correlation: Correlati
     }  # fmt: skip
 
 
+STATED_FAILURES = 2  # a stated run failed this often counts at its trivial score
+
+
 @dataclass(frozen=True)
 class StatedAnswer:
     """The stated test on the study's runs: its comparison on the stated seeds (None until every
     stated seed has a pair, and always for a sequential test, which its ``looks`` answer), the
-    stated seeds still without one, and those whose run, of either arm, started before the
-    statement (with the earliest such start)."""
+    stated seeds still without one, those whose run, of either arm, started before the
+    statement (with the earliest such start), and the stated runs counted at their trivial
+    score (``at_trivial``: (arm, seed, folder relative to the study), see :func:`stated_answer`).
+    For a sequential test, ``held_back``: the stated seeds beyond its last look taken that have
+    a report run on its task, which every table leaves out until their look is taken
+    (:func:`exploratory_outcomes`)."""
 
     test: StatedTest
     comparison: PairedComparison | None
     without_pair: tuple[int, ...]
     started_before: tuple[tuple[int, str], ...]
     looks: Looks | None = None
+    held_back: tuple[int, ...] = ()
+    at_trivial: tuple[tuple[str, int, str], ...] = ()
 
     def as_record(self) -> dict[str, Any]:
         c = self.comparison
         return {
             **self.test.as_record(),
-            **({"sequential": _looks_record(self.looks)} if self.looks is not None else {}),
+            **(
+                {"sequential": {**_looks_record(self.looks), "held_back": list(self.held_back)}}
+                if self.looks is not None
+                else {}
+            ),
             "pairs": 0 if c is None else c.n,
             "without_pair": list(self.without_pair),
             "started_before": [{"seed": s, "started_at": at} for s, at in self.started_before],
+            "at_trivial_score": [
+                {"arm": arm, "seed": seed, "run": run} for arm, seed, run in self.at_trivial
+            ],
             "mean_difference": None if c is None else c.mean_difference,
             "interval": None if c is None or c.t_interval is None else list(c.t_interval),
             "ttest_p": None if c is None else c.ttest_p,
@@ -336,7 +367,13 @@ def stated_answer(
     only when every stated seed has a pair (a test on part of its seeds would be a look the
     statement did not plan). A sequential test is answered by its stored ``plan`` instead, at
     the looks its pairs have reached (:func:`isotune.study.stated_looks.looks_taken`), and by
-    nothing between them."""
+    nothing between them.
+
+    A stated run that failed is run again, as any failed job is, and waits for it; once it has
+    failed :data:`STATED_FAILURES` times it counts at its dev set's trivial score (intention to
+    treat, :mod:`isotune.sweeps.intention_to_treat`): leaving its seed without a pair would
+    keep the test from ever being answered, and leaving the seed out would flatter the arm
+    that fails. The answer names each such run."""
     by_arm = {o.arm: o for o in outcomes if o.task == test.task}
     runs = [
         run
@@ -349,25 +386,51 @@ def stated_answer(
     for run in runs:
         if test.started_before(run.started_at):
             early[run.seed] = min(early.get(run.seed, run.started_at), run.started_at)
-    scores = {
-        name: {s: v for s, v in by_arm[name].held_out_scores().items() if s in test.seeds}
-        if name in by_arm
-        else {}
-        for name in (test.baseline, test.arm)
-    }
+    scores = {name: arm_scores(by_arm, name, test.seeds) for name in (test.baseline, test.arm)}
+    at_trivial = [
+        run
+        for run in runs
+        if run.score is None
+        and run.failures >= STATED_FAILURES
+        and intention_to_treat_score(run) is not None
+    ]
+    for run in at_trivial:
+        scores[run.arm][run.seed] = intention_to_treat_score(run)
+    named = tuple((run.arm, run.seed, run.job_dir) for run in at_trivial)
     paired = scores[test.baseline].keys() & scores[test.arm].keys()
     without = tuple(seed for seed in test.seeds if seed not in paired)
     if test.sequential:
         if plan is None:
             raise ValueError("a sequential stated test is answered by its stored plan")
         looks = looks_taken(plan, test.seeds, scores[test.baseline], scores[test.arm])
-        return StatedAnswer(test, None, without, tuple(sorted(early.items())), looks)
+        ran = {run.seed for o in outcomes if o.task == test.task for run in o.held_out}
+        held_back = tuple(s for s in seeds_beyond_looks(test, looks) if s in ran)
+        return StatedAnswer(
+            test, None, without, tuple(sorted(early.items())), looks, held_back, named
+        )
     comparison = (
         None
         if without
         else paired_comparison(scores[test.baseline], scores[test.arm], confidence=1 - test.level)
     )
-    return StatedAnswer(test, comparison, without, tuple(sorted(early.items())))
+    return StatedAnswer(test, comparison, without, tuple(sorted(early.items())), at_trivial=named)
+
+
+def exploratory_outcomes(
+    outcomes: Sequence[ArmOutcome], answer: StatedAnswer | None
+) -> list[ArmOutcome]:
+    """``outcomes`` as the exploratory tables take them: without the report runs, of every arm
+    of the stated task, on the stated seeds the ``answer`` holds back (the sweeper runs those
+    seeds on every arm of the task together, one look at a time)."""
+    if answer is None or not answer.held_back:
+        return list(outcomes)
+    held_back = set(answer.held_back)
+    return [
+        replace(o, runs=tuple(r for r in o.runs if r.phase != REPORT or r.seed not in held_back))
+        if o.task == answer.test.task
+        else o
+        for o in outcomes
+    ]
 
 
 def _looks_record(looks: Looks) -> dict[str, Any]:

@@ -11,12 +11,12 @@ The settings are plain values (a study preset's ``hydra.sweeper`` node, resolved
 arms (``catalog``: name -> ``overrides``, ``params``), the ``arms`` chosen from it, the
 ``baseline_arm``, the learning rate's range (``lr``), ``n_trials``, ``seeds``, ``report_seeds``.
 What this module cannot know alone is given by its caller once it has composed each (task, arm):
-whether a key is in that config, and each task's config (its GLUE files).
+whether a key is in that config. Whether each task's files can be read offline is the data's
+check (:func:`isotune.data.reading.check_task_offline`), which asks the task's kind.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +31,6 @@ LR_KEY = "optim.lr"  # searched by every arm
 TASK_KEY = "task"  # a study's axis: typed on its command line, it names the study's tasks
 BUDGET_KEYS = ("n_trials", "seeds")  # an arm that sets its own is refused: budgets are equal
 ARM_KEYS = ("overrides", "params", *BUDGET_KEYS)  # what an arm's catalog entry may hold
-HUB_OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,7 @@ def plan_study(settings: Mapping[str, Any], tasks: Sequence[str]) -> StudyPlan:
     """The plan of ``settings`` on ``tasks``, or one message for the first thing that would
     break it: an unknown arm, unequal budgets, no task, tuning and report seeds that overlap.
     What needs each (task, arm) composed is checked once it is: :func:`check_arm_keys`,
-    :func:`check_task_offline`."""
+    :func:`isotune.data.reading.check_task_offline`."""
     catalog = settings.get("catalog") or {}
     names = list(settings.get("arms") or [])
     unknown = [name for name in names if name not in catalog]
@@ -230,40 +229,3 @@ def _budget(
     seeds, report_seeds = study["seeds"], list(settings.get("report_seeds") or [])
     check_seeds(seeds, report_seeds)  # a plain search's check: one message for both
     return n_trials, tuple(int(s) for s in seeds), tuple(int(s) for s in report_seeds)
-
-
-def check_task_offline(
-    task: str, config: Mapping[str, Any] | None, glue_dir: str | Path | None
-) -> None:
-    """Refuse a task without a config (``config`` None) or whose files cannot be read offline."""
-    if config is None:
-        raise IsotuneError(
-            f"Task {task!r} has no conf/task/{task}.yaml. Fix: one of the tasks in conf/task/, "
-            "e.g. task=rte,mrpc."
-        )
-    if config.get("source") == "files":  # its own files, named by data.*: each run checks them
-        return
-    if glue_dir is None:
-        offline = [name for name in HUB_OFFLINE if os.environ.get(name, "") not in ("", "0")]
-        if offline:
-            raise IsotuneError(
-                f"Task {task} cannot be read offline: GLUE_DIR is not set, and "
-                f"{'='.join((offline[0], os.environ[offline[0]]))} keeps the Hub away. Fix: "
-                "export GLUE_DIR=<a folder in the official GLUE layout>, e.g. "
-                "GLUE_DIR=../shared/data/glue."
-            )
-        return
-    # What a study's runs read: the training split and the task's own dev splits (mnli's are
-    # validation_matched and validation_mismatched), no test predictions.
-    files = [
-        Path(glue_dir) / str(config["glue_dir"]) / str(config["files"][split])
-        for split in ("train", *config["eval_splits"])
-    ]
-    missing = [path for path in files if not path.is_file()]
-    if missing:
-        raise IsotuneError(
-            f"Task {task} is not available offline: {', '.join(map(str, missing))} missing "
-            f"under GLUE_DIR={glue_dir}. Fix: put the official GLUE files of {task} there "
-            f"({', '.join(path.name for path in files)} in <GLUE_DIR>/{config['glue_dir']}/), or "
-            f"leave {task} out of task=."
-        )

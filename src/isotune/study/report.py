@@ -35,10 +35,12 @@ from isotune.record.debug_runs import debug_line
 from isotune.search.expected_best import MIN_TRIALS, expected_best_curve
 from isotune.search.report import data_line
 from isotune.study.comparison import (
+    STATED_FAILURES,
     WITHIN_ARMS,
     StatedAnswer,
     across_tasks,
     arm_table,
+    exploratory_outcomes,
     geometry_correlations,
     geometry_points,
     metrics_by_task,
@@ -49,6 +51,7 @@ from isotune.study.results import GEOMETRY, ArmOutcome, read_study, runs_table
 from isotune.study.sequential import BOUNDED, SequentialPlan
 from isotune.study.stated import POINTS, StatedTest
 from isotune.study.stated_looks import PLAN_FILE, Looks
+from isotune.sweeps.aggregate import HeldBack
 from isotune.sweeps.runs import Sweep
 from isotune.sweeps.statistics import seed_count_caveat
 from isotune.sweeps.tables import averaged_metrics
@@ -77,13 +80,15 @@ def write_study_report(
     ``stated`` test, the report answers it first (a sequential one by its stored ``plan``) and
     calls the rest exploratory."""
     answer = stated_answer(stated, outcomes, plan) if stated is not None else None
+    every_run = runs_table(outcomes)
+    outcomes = exploratory_outcomes(outcomes, answer)  # without the stated seeds between looks
     arms = arm_table(outcomes, maximize)
     per_task = task_comparisons(outcomes, baseline)
     across = across_tasks(outcomes, baseline, maximize)
     correlations = geometry_correlations(outcomes)
     text = report_text(outcomes, baseline, maximize, arms, per_task, across, correlations, answer)
     write_text(folder / REPORT_FILE, text)
-    write_text(folder / RUNS_FILE, runs_table(outcomes).to_csv(index=False))
+    write_text(folder / RUNS_FILE, every_run.to_csv(index=False))
     record = {
         "baseline_arm": baseline,
         "direction": "maximize" if maximize else "minimize",
@@ -118,6 +123,30 @@ def write_study_reports(sweeps: Sequence[Sweep], out: Path | None) -> list[Path]
         )
         paths.append(folder / REPORT_FILE)
     return paths
+
+
+def stated_runs_held_back(sweeps: Sequence[Sweep]) -> list[HeldBack]:
+    """The report runs each study among ``sweeps`` holds back from every table: those on the
+    stated seeds beyond its sequential test's last look taken (:class:`StatedAnswer`), read from
+    its folder and record as :func:`write_study_reports` reads them, with the sentence saying
+    so (``python -m isotune.aggregate`` leaves them out of the sweep tables)."""
+    held = []
+    for sweep in sweeps:
+        study = read_study(sweep.dir) if sweep.is_study else None
+        if study is None or study.stated is None or not study.stated.sequential:
+            continue
+        answer = stated_answer(study.stated, study.outcomes, study.plan)
+        runs = [
+            sweep.dir / run.job_dir
+            for outcome in study.outcomes
+            if outcome.task == answer.test.task
+            for run in outcome.held_out
+            if run.seed in answer.held_back
+        ]
+        if runs:
+            why = f"Study `{sweep.dir.name}`: {held_back_sentence(answer)}"
+            held.append(HeldBack(frozenset(runs), why))
+    return held
 
 
 def _curve(outcome: ArmOutcome, maximize: bool) -> list[Any]:
@@ -199,7 +228,8 @@ def _stated_lines(answer: StatedAnswer) -> list[str]:
     report exploratory."""
     test, c = answer.test, answer.comparison
     if answer.looks is not None:
-        return [*_sequential_lines(test, answer.looks), *_exploratory_lines(answer)]
+        lines = [*_sequential_lines(test, answer.looks), *_at_trivial_lines(answer)]
+        return [*lines, *_exploratory_lines(answer)]
     confidence = f"{1 - test.level:.0%}"
     lines = [
         f"Stated at {test.stated_at.isoformat()}, before its runs: on {test.task}, "
@@ -232,7 +262,20 @@ def _stated_lines(answer: StatedAnswer) -> list[str]:
             f"{_interval(low, high)}; paired t-test p {_f(c.ttest_p)}, Wilcoxon p "
             f"{_f(c.wilcoxon_p)} ({counted(c.wilcoxon_n, 'non-zero pair')}): {verdict}."
         )
-    return [*lines, *_exploratory_lines(answer)]
+    return [*lines, *_at_trivial_lines(answer), *_exploratory_lines(answer)]
+
+
+def _at_trivial_lines(answer: StatedAnswer) -> list[str]:
+    """The stated runs counted at their trivial score, by name (none: no line)."""
+    if not answer.at_trivial:
+        return []
+    runs = "; ".join(f"`{arm}` seed {seed} ({run})" for arm, seed, run in answer.at_trivial)
+    return [
+        "",
+        f"Counted at its dev set's trivial score, having failed {STATED_FAILURES} times "
+        f"(intention to treat: a stated run that failed runs again; failing again, it counts "
+        f"as a run that learned nothing): {runs}.",
+    ]
 
 
 def _exploratory_lines(answer: StatedAnswer) -> list[str]:
@@ -247,6 +290,8 @@ def _exploratory_lines(answer: StatedAnswer) -> list[str]:
             "could have been seen before it was written: the test counts them as stated, and "
             "a reader should know.",
         ]
+    if answer.held_back:
+        lines += ["", held_back_sentence(answer)]
     lines += [
         "",
         "Everything below is exploratory: every comparison over all the report seeds (the "
@@ -327,6 +372,24 @@ def _sequential_lines(test: StatedTest, looks: Looks) -> list[str]:
             "overstates the difference; the repeated interval holds its coverage.",
         ]
     return lines
+
+
+def held_back_sentence(answer: StatedAnswer) -> str:
+    """Which stated seeds every table leaves out, between the looks of a sequential test, and
+    why."""
+    assert answer.looks is not None, "only a sequential stated test holds seeds back"
+    taken, plan = answer.looks.taken, answer.looks.plan
+    last = (
+        f"look {taken[-1].look}, at {counted(taken[-1].n, 'pair')}"
+        if taken
+        else f"none yet: the first is at {counted(plan.looks[0], 'pair')}"
+    )
+    return (
+        f"Left out of the tables: the report runs of every arm of {answer.test.task} on stated "
+        f"seeds {seed_ranges(answer.held_back)}, beyond the stated test's last look taken "
+        f"({last}), since an interval over them would be a look at a size its plan "
+        f"({PLAN_FILE}) does not take. They count once their look is taken."
+    )
 
 
 def seed_ranges(seeds: Sequence[int]) -> str:

@@ -63,6 +63,7 @@ class StudyRun:
     debug: str | None = None  # a report run's debug_description: what makes it a debug run
     trivial: float | None = None  # its dev set's trivial predictor's score (intention to treat)
     metric: str | None = None  # a report run's primary metric, what its score is
+    failures: int = 0  # a report run's attempts that ended failed (:attr:`Run.failures`)
 
 
 @dataclass(frozen=True)
@@ -279,10 +280,10 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
     """A held-out run, refused if its overrides do not set the chosen trial's values."""
     seed = int(job_dir.name.removeprefix("seed-"))
     outcome = read_outcome(job_dir, seed)
-    geometry, started_at, final_score, debug, metric = {}, None, None, None, None
+    geometry, started_at, final_score, debug, metric, failures = {}, None, None, None, None, 0
     if (job_dir / RESULTS_FILE).is_file():
         run = Run.read(job_dir / RESULTS_FILE)
-        metric = run.result.get("primary_metric")
+        metric, failures = run.result.get("primary_metric"), run.failures
         started_at = run.result.get("started_at")
         debug = debug_description(run.result)
         _check_report_overrides(job_dir, run.overrides, best_params)
@@ -310,6 +311,7 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
         debug=debug,
         trivial=outcome.trivial,
         metric=metric,
+        failures=failures,
     )
 
 

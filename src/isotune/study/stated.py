@@ -25,6 +25,7 @@ from datetime import date, datetime
 from typing import Any
 
 from isotune.errors import IsotuneError
+from isotune.search.checks import check_seed_list
 from isotune.study.sequential import SPENDING
 
 SETTING = "hydra.sweeper.stated"
@@ -129,7 +130,13 @@ def stated_test(
             f"{SETTING} compares arm {arm} with itself. Fix: state another arm, or another "
             f"baseline ({SETTING}.baseline, by default hydra.sweeper.baseline_arm)."
         )
-    seeds = _seeds(settings["seeds"])
+    seeds = check_seed_list(
+        settings["seeds"],
+        f"{SETTING}.seeds",
+        "Fix: name each stated seed once, e.g. seeds:[106,107,108].",
+        "the stated test",
+        paired=True,
+    )
     outside = [seed for seed in seeds if seed not in report_seeds]
     if outside:
         raise IsotuneError(
@@ -209,23 +216,6 @@ def _margin(points: Any) -> float | None:
             "in points, e.g. margin:1 for a difference of 0.01."
         )
     return points / POINTS
-
-
-def _seeds(value: Any) -> tuple[int, ...]:
-    if (
-        not isinstance(value, Sequence)
-        or isinstance(value, str)
-        or not all(isinstance(s, int) and not isinstance(s, bool) for s in value)
-    ):
-        raise IsotuneError(
-            f"{SETTING}.seeds={value!r} is not a list of seeds. Fix: e.g. seeds:[106,107,108]."
-        )
-    if len(set(value)) != len(value) or len(value) < 2:
-        raise IsotuneError(
-            f"{SETTING}.seeds={list(value)} must name at least two different seeds: a paired "
-            "test needs two pairs to have a spread. Fix: name each stated seed once."
-        )
-    return tuple(sorted(value))
 
 
 def _when(value: Any) -> date | datetime:

@@ -9,7 +9,8 @@ it again, and refuses a changed plan once a stated run exists (a plan changed af
 is a plan the data chose). Look k is on the first n_k stated seeds (in order), and is taken only
 when each of them has its pair: between looks nothing is computed, since a look the plan did
 not make spends alpha it did not plan. The stated seeds beyond the look the study waits for do
-not run; a decided study runs no more of them.
+not run; a decided study runs no more of them. Those already run, by a study stopped on its way
+to its next look, wait for it outside every table (:func:`seeds_beyond_looks`).
 """
 
 from __future__ import annotations
@@ -150,3 +151,10 @@ def report_seeds_due(
     seeds beyond the pairs the test needs (:attr:`Looks.due`)."""
     later = set(test.seeds[looks.due :])
     return tuple(seed for seed in report_seeds if seed not in later)
+
+
+def seeds_beyond_looks(test: StatedTest, looks: Looks) -> tuple[int, ...]:
+    """The stated seeds beyond the last look taken (every stated seed before the first look):
+    a study stopped on its way to its next look holds some of their runs, and an interval over
+    them would be a look at a size the plan does not take."""
+    return test.seeds[looks.taken[-1].n if looks.taken else 0 :]

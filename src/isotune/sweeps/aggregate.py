@@ -20,7 +20,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -54,6 +54,7 @@ from isotune.sweeps.figures import (
     isotropy_vs_score_data,
 )
 from isotune.sweeps.footprint import disk_used, readable
+from isotune.sweeps.intention_to_treat import ended_without_score
 from isotune.sweeps.mixed import Environments
 from isotune.sweeps.runs import (
     SWEEP_FILE,
@@ -82,12 +83,23 @@ from isotune.sweeps.tables import (
     summarize_isotropy,
     summarize_scores,
     task_metrics,
+    without_score_frame,
 )
 from isotune.tracking.metric_keys import POST_NORM
 from isotune.tracking.reporting import counted
 from isotune.tracking.wandb_status import wandb_online
 
 RESULTS_MD, ISOTROPY_MD, REPORT_MD = "results_table.md", "isotropy_table.md", "sweep_report.md"
+
+
+@dataclass(frozen=True)
+class HeldBack:
+    """Runs a wing above this one leaves out of the tables (a study's stated seeds between the
+    looks of its sequential test, :mod:`isotune.study.report`), by their job folders, and why:
+    one sentence, which the results tables print above them."""
+
+    job_dirs: frozenset[Path]
+    why: str
 
 
 @dataclass
@@ -117,6 +129,7 @@ class Aggregate:
     duplicates: list[tuple[str, list[Run]]]  # (configuration, task and seeds; its runs)
     environments: Environments  # of the counted runs: one, or a mix
     checked_at: datetime  # the age of running runs is counted to this time
+    held_back: list[HeldBack]  # runs left out of the tables, and why
 
     def report(self) -> str:
         """The results tables, whether their runs came from one environment, and the
@@ -127,6 +140,7 @@ class Aggregate:
         """The results tables, under a line saying which runs are debug runs if any are."""
         debug = debug_line([debug_description(run.result) for run in self.runs])
         above = f"{debug}\n\n" if debug else ""
+        above += "".join(f"{held.why}\n\n" for held in self.held_back)
         if self.summary.empty:
             return f"{above}No completed runs.\n"
         searches = report.searches_markdown(self.sweeps)
@@ -191,12 +205,14 @@ def aggregate(
     now: datetime | None = None,
     strict: bool = False,
     allow_unknown_code: bool = False,
+    held_back: Callable[[Sequence[Sweep]], Sequence[HeldBack]] | None = None,
 ) -> Aggregate:
     """Read every run below ``directories`` (and their sweeps' multirun.yaml); ``baseline``:
     ``AXIS=VALUE`` choices over the default baseline; ``now`` (default: the current time, with
     its UTC offset) dates the age of running runs; ``strict`` refuses counted runs that do not
     all come from one known environment, runs of unknown or uncommitted code among them unless
-    ``allow_unknown_code``."""
+    ``allow_unknown_code``; ``held_back(sweeps)`` names the runs a wing above leaves out of the
+    tables (they stay in the runs' status)."""
     directories = [Path(directory) for directory in directories]
     for directory in directories:
         if not directory.is_dir():
@@ -219,7 +235,10 @@ def aggregate(
     def identity(run: Run) -> tuple[Configuration, str, int, int]:
         return Configuration.of(run), run.field("task"), *run_seeds(run)
 
-    kept, duplicate_groups = latest_completed_runs(runs, key=identity)
+    left_out = list(held_back(sweeps)) if held_back is not None else []
+    held = {job_dir.resolve() for group in left_out for job_dir in group.job_dirs}
+    counted_runs = [run for run in runs if run.job_dir.resolve() not in held]
+    kept, duplicate_groups = latest_completed_runs(counted_runs, key=identity)
     environments = Environments.of(kept)
     refused = environments.check_strict(allow_unknown_code) if strict else None
     if refused:
@@ -234,10 +253,15 @@ def aggregate(
     configurations = Configurations.of((Configuration.of(run) for run in kept), baseline_axes)
     seeds = SeedAxis.of(kept)
     scores = scores_frame(kept, configurations, seeds)
+    without_score = without_score_frame(
+        ended_without_score(runs, _placed(identity)), configurations, seeds
+    )
     summary = summarize_scores(scores, configurations)
     failures = failure_counts(scores)
     baselines = configurations.baseline_names
-    paired = with_failures(paired_statistics(scores, configurations), failures, baselines, False)
+    paired = with_failures(
+        paired_statistics(scores, configurations, without_score), failures, baselines, False
+    )
     paired_learned = with_failures(
         paired_statistics(not_failed(scores), configurations), failures, baselines, True
     )
@@ -275,7 +299,22 @@ def aggregate(
         duplicates=duplicates,
         environments=environments,
         checked_at=now or datetime.now().astimezone(),
+        held_back=left_out,
     )
+
+
+def _placed(identity: Callable[[Run], Hashable]) -> Callable[[Run], Hashable | None]:
+    """``identity``, or None for a record that does not say the settings it needs (an
+    unreadable file, a start refused before recording them): such a run is listed among the
+    failed runs and counted in no comparison."""
+
+    def placed(run: Run) -> Hashable | None:
+        try:
+            return identity(run)
+        except IsotuneError:
+            return None
+
+    return placed
 
 
 def _check_measures(measures: Sequence[str], isotropy_runs: pd.DataFrame) -> None:
@@ -326,10 +365,13 @@ def _write_unless_only_checked(path: Path, text: str) -> Path:
 def main(
     argv: Sequence[str] | None = None,
     study_reports: Callable[[Sequence[Sweep], Path | None], Sequence[Path]] | None = None,
+    held_back: Callable[[Sequence[Sweep]], Sequence[HeldBack]] | None = None,
 ) -> int:
     """The command; ``study_reports(sweeps, --out)`` makes the reports of the study folders among
-    the sweeps and gives their paths (the study wing's, above this one: ``python -m
-    isotune.aggregate`` passes :func:`isotune.study.report.write_study_reports`)."""
+    the sweeps and gives their paths, and ``held_back(sweeps)`` names the runs the tables leave
+    out (the study wing's, above this one: ``python -m isotune.aggregate`` passes
+    :func:`isotune.study.report.write_study_reports` and
+    :func:`isotune.study.report.stated_runs_held_back`)."""
     parser = argparse.ArgumentParser(
         prog="python -m isotune.aggregate",
         description="Tables over seeds, paired statistics against a baseline, figures and "
@@ -378,6 +420,7 @@ def main(
             args.measures,
             strict=args.strict,
             allow_unknown_code=args.allow_unknown_code,
+            held_back=held_back,
         )
     except IsotuneError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -24,8 +24,18 @@ from typing import Any
 import pandas as pd
 
 from isotune.errors import IsotuneError
+from isotune.sweeps.intention_to_treat import (
+    TableRun,
+    intention_to_treat_comparison,
+    intention_to_treat_line,
+)
 from isotune.sweeps.runs import TUNING, Run
-from isotune.sweeps.statistics import holm, paired_comparison, seed_count_caveat
+from isotune.sweeps.statistics import (
+    PairedComparison,
+    holm,
+    paired_comparison,
+    seed_count_caveat,
+)
 from isotune.tracking.run_names import NOT_IN_GROUP
 
 
@@ -191,23 +201,49 @@ class Configurations:
         return {self.name(c): self.name(b) for c, b in self.baselines.items()}
 
 
-def paired_statistics(scores: pd.DataFrame, configurations: Configurations) -> pd.DataFrame:
+def paired_statistics(
+    scores: pd.DataFrame,
+    configurations: Configurations,
+    without_score: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Per compared configuration and task: the paired comparison with its baseline over seeds
     (``scores``: one row per run, as :func:`isotune.sweeps.tables.scores_frame` makes it, whose
     row order this keeps), and Holm-adjusted p over every comparison with a pair
     (:data:`HOLM_FAMILY`, named in the ``holm_family`` column: in a study folder, the same
-    comparisons as study_report.md's, every arm against the baseline arm on every task)."""
+    comparisons as study_report.md's, every arm against the baseline arm on every task).
+
+    With ``without_score`` (the runs that ended without a score, as
+    :func:`isotune.sweeps.tables.without_score_frame` makes it), also its intention-to-treat
+    sensitivity (:data:`ITT_COLUMNS`: those runs at their trivial score,
+    :mod:`isotune.sweeps.intention_to_treat`; ``itt_substituted`` 0 where none was paired), and
+    a row for a configuration and task whose runs all ended without one."""
     by_cell = {
         key: dict(zip(group["seed"], group["score"], strict=True))
         for key, group in scores.groupby(["configuration", "task"], sort=False)
     }
-    cells, comparisons = [], []
+    ended: dict[tuple[str, str], list[TableRun]] = {}
+    for r in () if without_score is None else without_score.itertuples(index=False):
+        ended.setdefault((r.configuration, r.task), []).append(
+            TableRun(r.seed, None, r.trivial, r.status)
+        )
+
+    def runs(cell: tuple[str, str]) -> list[TableRun]:
+        counted = [TableRun(s, v, None, "completed") for s, v in by_cell.get(cell, {}).items()]
+        return [*counted, *ended.get(cell, [])]
+
+    cells, comparisons, sensitivities = [], [], []
     for config, baseline in configurations.baselines.items():
         name, baseline_name = configurations.name(config), configurations.name(baseline)
-        for (cell_name, task), other in by_cell.items():
+        for cell_name, task in dict.fromkeys([*by_cell, *ended]):
             if cell_name == name:
                 reference = by_cell.get((baseline_name, task), {})
-                comparisons.append(paired_comparison(reference, other))
+                comparisons.append(paired_comparison(reference, by_cell.get((name, task), {})))
+                sides = (baseline_name, task), (name, task)
+                sensitivities.append(
+                    intention_to_treat_comparison(*map(runs, sides))
+                    if any(side in ended for side in sides)
+                    else None
+                )
                 absent = "" if reference else f"No run of the baseline on {task}. "
                 cells.append((name, baseline_name, task, absent))
     family = [i for i, c in enumerate(comparisons) if c.n]
@@ -238,9 +274,33 @@ def paired_statistics(scores: pd.DataFrame, configurations: Configurations) -> p
                 "holm_family": f"{HOLM_FAMILY} ({m})",
                 "unpaired_seeds": " ".join(map(str, c.unpaired_seeds)),
                 "note": (absent + c.note).strip(),
+                **_intention_to_treat_row(sensitivities[i]),
             }
         )
-    return pd.DataFrame(rows, columns=PAIRED_COLUMNS, dtype=object)  # None stays None
+    columns = PAIRED_COLUMNS if without_score is None else [*PAIRED_COLUMNS, *ITT_COLUMNS]
+    return pd.DataFrame(rows, columns=columns, dtype=object)  # None stays None
+
+
+def _intention_to_treat_row(
+    sensitivity: tuple[PairedComparison, int] | None,
+) -> dict[str, object]:
+    """The :data:`ITT_COLUMNS` of a comparison's sensitivity (None: no run of either side ended
+    without a score): none but the count where no run was substituted, the comparison then
+    being the plain one."""
+    if sensitivity is None:
+        return {"itt_substituted": 0}
+    itt, substituted = sensitivity
+    low, high = itt.t_interval or (None, None)
+    shown = {
+        "itt_n": itt.n,
+        "itt_mean_difference": itt.mean_difference,
+        "itt_t_low": low,
+        "itt_t_high": high,
+        "itt_wilcoxon_p": itt.wilcoxon_p,
+        "itt_ttest_p": itt.ttest_p,
+        "intention_to_treat": intention_to_treat_line(itt, substituted),
+    }
+    return {"itt_substituted": substituted, **(shown if substituted else {})}
 
 
 PAIRED_COLUMNS = [
@@ -248,6 +308,10 @@ PAIRED_COLUMNS = [
     "t_low", "t_high", "bootstrap_low", "bootstrap_high", "excludes_zero",
     "wilcoxon_p", "wilcoxon_n", "wilcoxon_p_holm", "ttest_p", "ttest_p_holm", "holm_family",
     "unpaired_seeds", "note",
+]  # fmt: skip
+ITT_COLUMNS = [
+    "itt_substituted", "itt_n", "itt_mean_difference", "itt_t_low", "itt_t_high",
+    "itt_wilcoxon_p", "itt_ttest_p", "intention_to_treat",
 ]  # fmt: skip
 HOLM_FAMILY = "every configuration against its baseline on every task of the folder"
 

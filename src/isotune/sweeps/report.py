@@ -47,7 +47,20 @@ def paired_markdown(paired: pd.DataFrame) -> str:
             row.append(_interval(r.bootstrap_low, r.bootstrap_high))
         row += [_p(r.wilcoxon_p), _p(r.ttest_p), f"{_p(r.wilcoxon_p_holm)} / {_p(r.ttest_p_holm)}"]
         body.append([*row, r.note])
-    return markdown_table(header, body)
+    return markdown_table(header, body) + _intention_to_treat_markdown(paired)
+
+
+def _intention_to_treat_markdown(paired: pd.DataFrame) -> str:
+    """Under the table, for each comparison where a run of either side ended without a score:
+    the same test with it at its trivial score; "" where none did."""
+    if "intention_to_treat" not in paired:
+        return ""
+    lines = [
+        f"- {r.configuration} vs {r.baseline} on {r.task}: {r.intention_to_treat}"
+        for r in paired.itertuples(index=False)
+        if isinstance(r.intention_to_treat, str) and r.intention_to_treat
+    ]
+    return "\n\n" + "\n".join(lines) if lines else ""
 
 
 def paired_learned_markdown(paired: pd.DataFrame) -> str:

@@ -69,6 +69,15 @@ class Run:
         """How many times the run started in its folder (records older than attempts: one)."""
         return len(self.result.get("attempts") or [None])
 
+    @property
+    def failures(self) -> int:
+        """How many of its attempts ended ``failed`` (a record older than attempts: one if it
+        failed): a run failed, run again and failed again has two."""
+        attempts = self.result.get("attempts")
+        if not isinstance(attempts, list) or not attempts:
+            return int(self.status == "failed")
+        return sum(isinstance(a, dict) and a.get("status") == "failed" for a in attempts)
+
     def describe(self, now: datetime) -> str:
         """How an unfinished run stands; a ``running`` one with the age of its last update."""
         if self.status == "running":

@@ -30,7 +30,6 @@ __all__ = [
     "Correlation",
     "PairedComparison",
     "holm",
-    "intention_to_treat_line",
     "minimum_detectable_difference",
     "paired_comparison",
     "paired_t_power",
@@ -326,29 +325,6 @@ def seed_count_caveat(nonzero_pairs: int) -> str:
     return (
         f"With {pairs} the smallest two-sided Wilcoxon p is {floor:.4g}; with few "
         f"seeds 'not significant' is still not 'no effect'."
-    )
-
-
-INTENTION_TO_TREAT = "Intention to treat (failed runs at their trivial score"
-
-
-def intention_to_treat_line(comparison: PairedComparison, substituted: int) -> str:
-    """The sensitivity line beside a paired test whose failed runs had no score: the same test
-    with ``substituted`` of its runs counted at their trivial score (see
-    :func:`isotune.search.outcomes.intention_to_treat_comparison`); "" where none was, which
-    leaves the report as it was."""
-    if not substituted:
-        return ""
-    c = comparison
-
-    def number(value: float | None) -> str:
-        return "none" if value is None else f"{value:.4f}"
-
-    interval = "none" if c.t_interval is None else "[{}, {}]".format(*map(number, c.t_interval))
-    return (
-        f"{INTENTION_TO_TREAT}; {counted(substituted, 'run')} in {counted(c.n, 'pair')}): "
-        f"mean {number(c.mean_difference)}, 95% t interval {interval}, "
-        f"paired t-test p {number(c.ttest_p)}, Wilcoxon p {number(c.wilcoxon_p)}."
     )
 
 

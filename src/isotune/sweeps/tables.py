@@ -18,6 +18,7 @@ import pandas as pd
 from isotune.errors import IsotuneError
 from isotune.sweeps.comparisons import AXES, Configuration, Configurations
 from isotune.sweeps.failures import failure_counts, learned_of, not_failed
+from isotune.sweeps.intention_to_treat import trivial_of
 from isotune.sweeps.runs import Run
 from isotune.sweeps.seeds import SeedAxis
 from isotune.tracking.metric_keys import POST_NORM, PRE_NORM, iso_key
@@ -88,6 +89,27 @@ def scores_frame(
     columns = [*configuration_columns(), "task", "seed", "metric", "score", "learned"]
     frame = pd.DataFrame(rows, columns=columns).astype({"learned": object})
     return _sorted(frame, configurations, extra=["seed"])
+
+
+def without_score_frame(
+    runs: Sequence[Run], configurations: Configurations, seeds: SeedAxis
+) -> pd.DataFrame:
+    """One row per run that ended without a score
+    (:func:`isotune.sweeps.intention_to_treat.ended_without_score`): its configuration, task,
+    pairing seed, status, and its dev set's trivial score in percent, as the scores are: what
+    the intention-to-treat line counts it at."""
+    rows = [
+        [
+            configurations.name(Configuration.of(run)),
+            run.field("task"),
+            seeds.key(run),
+            run.status,
+            100.0 * trivial,
+        ]
+        for run in runs
+        if (trivial := trivial_of(run)) is not None
+    ]
+    return pd.DataFrame(rows, columns=["configuration", "task", "seed", "status", "trivial"])
 
 
 def summarize_scores(scores: pd.DataFrame, configurations: Configurations) -> pd.DataFrame:

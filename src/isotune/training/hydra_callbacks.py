@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
@@ -153,3 +153,38 @@ class StartCheckInRunFolder(Callback):
             check_start(job)
         except IsotuneError as error:
             stop(str(error))
+
+
+class InputsChecked(Callback):
+    """``predict.py``'s inputs checked before Hydra makes the output folder
+    (:func:`isotune.prediction.run.check_inputs`): a refused checkpoint, task or data file is one
+    message, and nothing is written anywhere.
+
+    What the check found is handed to the run that follows, ``predict(cfg,
+    InputsChecked.handed_over(cfg))`` in predict.py, so that the checkpoint is read and the data
+    files hashed once. Hydra gives a callback and the task function it starts nothing to share
+    but the process, so the hand-off is one slot: taken once, and only by the inputs it checked.
+    """
+
+    _found: ClassVar[tuple[tuple, Any] | None] = None  # (the inputs, what their check found)
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from isotune.prediction.run import check_inputs, inputs_of  # predict.py's stack only
+
+        inputs = inputs_of(config, Path(str(config.hydra.run.dir)))
+        InputsChecked._found = None
+        try:
+            InputsChecked._found = (inputs, check_inputs(*inputs))
+        except IsotuneError as error:
+            stop(str(error))
+
+    @classmethod
+    def handed_over(cls, cfg: DictConfig) -> Any:
+        """What :meth:`on_run_start` found for ``cfg``'s inputs, taken: None after the first
+        take, or where it checked other inputs (then :func:`isotune.prediction.run.predict`
+        checks them itself)."""
+        from isotune.prediction.run import inputs_of
+
+        found, cls._found = cls._found, None
+        inputs = inputs_of(cfg, Path(cfg.paths.output_dir))
+        return found[1] if found is not None and found[0] == inputs else None

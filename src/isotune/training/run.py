@@ -25,18 +25,18 @@ from isotune.data.datamodule import FILE_KEYS, module_options
 from isotune.data.glue_format import prediction_files
 from isotune.data.own_data import OwnData, own_task
 from isotune.data.reading import check_data_unchanged
-from isotune.data.tasks import TaskSpec
-from isotune.data.test_predictions import (
-    check_test_files,
-    prediction_source,
-    write_prediction_files,
-)
+from isotune.data.tasks import TaskSpec, task_kind
 from isotune.errors import IsotuneError, NoSpaceLeft, RunInterrupted
 from isotune.model.adaptation import parameter_counts
 from isotune.model.classifier import GLUEClassifier
 from isotune.model.compiling import compile_encoder
 from isotune.model.encoders import load_tokenizer
 from isotune.norms.registry import statistics_never_updated
+from isotune.prediction.writer import (
+    check_test_files,
+    prediction_source,
+    write_prediction_files,
+)
 from isotune.record import folder_lock
 from isotune.record.checkpoints import (
     RunCheckpointIO,
@@ -322,7 +322,7 @@ def complete_own_task(cfg: DictConfig) -> OwnData | None:
     before). A GLUE task with ``data.*_file`` set is refused: it reads GLUE's files, never
     those."""
     files = {key: cfg.data.get(key) for key in FILE_KEYS}
-    if cfg.task.get("source", "glue") != "files":
+    if not task_kind(cfg.task).own_data:
         named = [f"data.{key}={value}" for key, value in files.items() if value is not None]
         if named:
             raise IsotuneError(
@@ -485,7 +485,7 @@ def write_test_predictions(
     source: dict[str, Any],
 ) -> dict[str, int]:
     """Predict the test set with the best checkpoint and write it as ``predict.py`` does
-    (:mod:`isotune.data.test_predictions`): GLUE's submission files (MNLI: MNLI-m, MNLI-mm, AX),
+    (:mod:`isotune.prediction.writer`): GLUE's submission files (MNLI: MNLI-m, MNLI-mm, AX),
     or a ``task=files`` task's ``<task.name>.tsv``, each with its sidecar; the task's own test
     split as the data module holds it (a ``task=files`` file read once)."""
     data = {

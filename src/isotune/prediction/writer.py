@@ -4,8 +4,8 @@ predicted, written in its format, with a sidecar saying where it came from.
 One writer for both ways a model predicts the test set (``predict.py`` from a kept checkpoint,
 ``train.py write_test_predictions=true`` at the end of a run), so that a run's files and
 ``predict.py``'s are the same files: the same names, labels, clipping and sidecars. It lives in
-the data wing, which both the training and the prediction wings may import; it needs a Lightning
-trainer and module, nothing of either wing.
+the prediction wing, which the training wing may import (prediction imports nothing of
+training); it needs a Lightning trainer and module, and the data wing's formats and readers.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def check_data_file(spec: TaskSpec, split: str, glue_dir: str | None, what: str)
     is predicted or written; a ``task=files`` file is checked as its task is read
     (:mod:`isotune.data.own_data`), a split read from the Hub when it is read."""
     path = split_file(spec, split, glue_dir)
-    if spec.source == "files" or path is None or path.is_file():
+    if spec.own_data or path is None or path.is_file():
         return
     raise IsotuneError(
         f"GLUE_DIR={glue_dir} has no {spec.glue_dir}/{spec.files[split]} (the {split} split of "
@@ -129,6 +129,6 @@ def _test_source(file: SubmissionFile, glue_dir: str | None) -> dict[str, Any]:
     path = split_file(spec, spec.test_split, glue_dir)
     if path is not None:
         return {"path": str(path.resolve()), "sha256": file_sha256(path)}
-    if spec.source == "files":
+    if spec.own_data:
         return {"hub": spec.dataset, "config": spec.dataset_config, "split": spec.test_split}
     return {"hub": f"{HUB_DATASET}/{spec.hub_config}", "split": spec.test_split}

@@ -1,25 +1,32 @@
 """A search as Hydra gives it: ``hydra.sweeper``'s settings and the composed config read into
-:class:`~isotune.search.settings.SearchSettings`, the jobs handed to Hydra's launcher, and the
-disk check every plain sweep gets. The search itself is :mod:`isotune.search`, without Hydra.
+:class:`~isotune.search.settings.SearchSettings`, the checks before any job, the jobs handed to
+Hydra's launcher, and the plain search ``hydra/sweeper=optuna`` run (:func:`run_search`). The
+search itself is :mod:`isotune.search`, without Hydra.
+
+Its name's underscore keeps it out of Hydra's plugin scan, which imports every other module here
+on every run of train.py: the sweepers import it, and the search and Optuna with it, only when a
+search or a study runs.
 """
 
 import copy
+import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydra.core.plugins import Plugins
-from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.isotune_launcher.preview import PreviewConf, say_preview
+from hydra_plugins.isotune_launcher.preview import say_preview
+from hydra_plugins.isotune_launcher.search_schema import KeepsItsLauncher
+from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
+from isotune.data.reading import check_task_offline
 from isotune.errors import IsotuneError
 from isotune.search.checks import dry_run, dry_run_jobs, key_name, searched_as_typed
+from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.outcomes import evaluated_on_by_run
-from isotune.search.search import Job
+from isotune.search.search import Job, Search
 from isotune.search.settings import (
     SEARCH_PLACES,
     SEED_KEYS,
@@ -29,62 +36,12 @@ from isotune.search.settings import (
     refuse_fixed_seeds,
 )
 from isotune.search.space import SearchSpace, override_value, parse_space
+from isotune.sweeps.environment import check_continued_in_one_environment
 from isotune.tracking.reporting import counted
 
+log = logging.getLogger(__name__)
 
-def default_pruner() -> dict[str, Any]:
-    """The pruner over seeds of every search, plain or a study's (``hydra.sweeper.pruner``; null:
-    no pruning, every seed of a batch at once): one default, so that a study's searches prune as
-    a plain search does."""
-    return {
-        "_target_": "isotune.search.pruning.NoiseGapPruner",
-        "gap_sd": 3.0,  # set by simulation: ~2% of equal trials pruned, most 3 SD worse ones
-    }
-
-
-@dataclass
-class SearchSweeperConf(PreviewConf):
-    """The ``hydra.sweeper`` settings of every search, a plain one's (``hydra/sweeper=optuna``)
-    and each of a study's (``hydra/sweeper=study``): one schema, which both sweepers' configs
-    extend with their own keys, so that a setting of the search is declared, defaulted and
-    documented once (docs/search.md's settings table) and :func:`settings_of` reads it for
-    both."""
-
-    _recursive_: bool = False  # the sampler and pruner stay configs: the sampler is made per trial
-    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}])
-    sampler: Any = None  # conf/hydra/sweeper/sampler/ (random: i.i.d.), or any by _target_
-    pruner: Any = field(default_factory=default_pruner)  # over seeds; null: no pruning
-    direction: str = "maximize"  # the best dev primary metric
-    study_name: str | None = None  # null: the search's (or the study's) folder's name
-    n_trials: int = 20  # per search: a study's (task, arm)
-    n_jobs: int = 1  # trials asked and launched at once (a study: over all its searches)
-    max_failure_rate: float = 0.25  # share of n_trials that may FAIL: one more stops the search
-    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # tuning seeds
-    report_seeds: list[int] = field(default_factory=lambda: [101, 102, 103, 104, 105])
-    allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
-    retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
-    tune_on: str = "dev"  # train_split: tuning runs choose on a split of train (data.tuning_split)
-
-
-class KeepsItsLauncher:
-    """What the search's and the study's sweepers share before they sweep: their settings as
-    Hydra gives them, the composed config, and the launcher their jobs go to. A mixin, not a
-    ``Sweeper``, so that Hydra's plugin scan registers only the two sweepers themselves."""
-
-    def __init__(self, **settings: Any) -> None:
-        self.settings = settings
-        self.config: DictConfig | None = None
-        self.hydra_context: HydraContext | None = None
-        self.launcher: Any = None
-
-    def setup(
-        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
-    ) -> None:
-        self.config = config
-        self.hydra_context = hydra_context
-        self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config
-        )
+AGAIN = "Type the same command again to continue the search (docs/search.md)."
 
 
 def search_settings(
@@ -357,3 +314,41 @@ def job_overrides(jobs: Sequence[Job], sweep_dir: Path) -> list[list[str]]:
         [*job.overrides, f"hydra.sweep.subdir={os.path.relpath(job.folder, sweep_dir)}"]
         for job in jobs
     ]
+
+
+def run_search(sweeper: KeepsItsLauncher, arguments: list[str]) -> None:
+    """The plain search ``hydra/sweeper=optuna`` runs (:class:`~.optuna_sweeper.OptunaSweeper`,
+    set up by Hydra), its command line's sweep ``arguments`` searched: its settings and every
+    check before any job, then its trials and its held-out report. It stops as every sweep stops
+    (:mod:`.stopping`), and checks its disk and its jobs' folders as every sweep does."""
+    assert sweeper.config is not None and sweeper.hydra_context is not None
+    config, loader = sweeper.config, sweeper.hydra_context.config_loader
+    folder = Path(str(config.hydra.sweep.dir)).resolve()
+    log.info(f"Search folder: {folder}")
+    with stops_with_a_summary(folder, sweeper.launcher, AGAIN):
+        settings = search_settings(config, sweeper.settings, arguments, folder)
+        settings.check()  # as its Search will, but before the dry run, and writing nothing
+        baseline_job = dry_run_search(
+            config, settings, lambda o: compose_checked(config, loader, o)
+        )
+        check_models_available([baseline_job])
+        glue_dir = OmegaConf.select(config, "paths.glue_dir")
+        check_task_offline(
+            str(baseline_job.task.name),
+            OmegaConf.to_container(baseline_job.task, resolve=True),
+            glue_dir,
+        )
+        check_tuning_split(baseline_job, settings.tuning_overrides, glue_dir, folder)
+        n_jobs = sweeper.settings["n_jobs"]
+        check_search_fits(config, settings, n_jobs, folder, baseline_job)
+        check_continued_in_one_environment(
+            folder,
+            "hydra.sweeper.allow_mixed_environment",
+            sweeper.settings["allow_mixed_environment"],
+        )
+        if sweeper.settings["preview"]:
+            preview_search(config, settings, n_jobs, folder, baseline_job)
+            return
+        search = Search(settings, folder, OmegaConf.to_yaml(config))
+        run_searches([search], HydraLaunch(sweeper.launcher, folder), n_jobs)
+        check_reports_complete([search])

@@ -1,0 +1,453 @@
+"""The study ``hydra/sweeper=study`` runs (:mod:`.study_sweeper` holds its settings): its plan and
+checks, its searches sharing the launcher's slots, its stated test's looks and its report.
+
+Its name's underscore keeps it out of Hydra's plugin scan, which imports every other module here
+on every run of train.py: :class:`~.study_sweeper.StudySweeper` imports it, and the search,
+Optuna and the study's statistics with it, only when a study runs.
+"""
+
+import logging
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+
+from hydra_plugins.isotune_launcher._hydra_search import (
+    HydraLaunch,
+    check_models_available,
+    check_tuning_split,
+    compose_checked,
+    plain_values,
+    seeds_fixed_in,
+    settings_of,
+)
+from hydra_plugins.isotune_launcher.preview import say_preview
+from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
+from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper, StudySweeperConf
+from isotune.atomic_files import write_text
+from isotune.data.reading import check_task_offline
+from isotune.errors import IsotuneError
+from isotune.search.loop import check_reports_complete, run_searches
+from isotune.search.search import Search
+from isotune.search.settings import STUDY_PLACES, SearchSettings, refuse_fixed_seeds
+from isotune.search.space import parse_space
+from isotune.study.comparison import stated_answer
+from isotune.study.plan import (
+    LR_KEY,
+    TASK_KEY,
+    Arm,
+    StudyPlan,
+    check_arm_keys,
+    check_report_seeds_kept,
+    override_values,
+    plan_study,
+    searches_in,
+)
+from isotune.study.report import write_study_report
+from isotune.study.results import read_arm, read_study
+from isotune.study.sequential import SequentialPlan
+from isotune.study.stated import StatedTest, stated_test
+from isotune.study.stated_looks import (
+    PLAN_FILE,
+    Looks,
+    report_seeds_due,
+    stated_plan,
+    stated_runs,
+)
+from isotune.sweeps.environment import check_continued_in_one_environment
+from isotune.sweeps.runs import SWEEP_FILE
+from isotune.sweeps.slurm_jobs import check_no_live_jobs
+from isotune.tracking.reporting import counted
+
+log = logging.getLogger(__name__)
+
+AGAIN = "Type the same command again to continue the study (docs/study.md)."
+PLAIN_SEARCH_KEYS = ("params", "baseline")  # hydra.sweeper keys of a plain search, not a study's
+REPORT_MODELS_KEPT = "checkpoint.keep=slim"  # hydra.sweeper.keep_report_models: report runs only
+
+
+def run_study(sweeper: StudySweeper, arguments: list[str]) -> None:
+    """The study ``hydra/sweeper=study`` runs (:class:`~.study_sweeper.StudySweeper`, set up by
+    Hydra), the command line's ``arguments`` its tasks and plain overrides: its plan and every
+    check before any job, then its searches, then the study report."""
+    assert sweeper.config is not None and sweeper.hydra_context is not None
+    config = sweeper.config
+    folder = Path(str(config.hydra.sweep.dir)).resolve()
+    log.info(f"Study folder: {folder}")
+    with stops_with_a_summary(folder, sweeper.launcher, AGAIN):
+        s = plain_values(sweeper.settings)
+        _refuse_unknown_keys(s, config.hydra.runtime.choices.get("hparams_search"))
+        tasks, fixed = _tasks_and_fixed(arguments, s["tasks"])
+        plan = plan_study(s, tasks)
+        arm_names = [arm.name for arm in plan.arms]
+        stated = stated_test(s["stated"], plan.tasks, arm_names, plan.baseline, plan.report_seeds)
+        check_report_seeds_kept(plan, folder)
+        settings = [_search_settings(sweeper, s, t, arm, fixed, folder) for t, arm in plan.searches]
+        composed = _compose_arms(sweeper, plan, fixed)
+        glue_dir = OmegaConf.select(config, "paths.glue_dir")
+        for task in tasks:
+            job = composed.get((task, plan.baseline))
+            check_task_offline(task, job and OmegaConf.to_container(job.task), glue_dir)
+            if job is not None:
+                check_tuning_split(job, settings[0].tuning_overrides, glue_dir, folder / task)
+        check_models_available(composed.values())
+        for (_, name), job in composed.items():
+            arm = next(arm for arm in plan.arms if arm.name == name)
+            check_arm_keys(arm, lambda key, job=job: _in_config(job, key))
+        # An arm's option (an intervention is a global preset) can fix a seed too
+        refuse_fixed_seeds(
+            sorted(
+                {
+                    f"{text} of arm {name!r}"
+                    for (_, name), job in composed.items()
+                    for text in seeds_fixed_in(job, [])
+                }
+            ),
+            STUDY_PLACES,
+        )
+        log.info(
+            f"{counted(len(plan.searches), 'search', 'searches')} "
+            f"({', '.join(a.name for a in plan.arms)} on {', '.join(plan.tasks)}): a budget "
+            f"of {counted(plan.jobs, 'run')} when none is pruned or "
+            f"fails; {_what_is_kept(config.checkpoint.keep, s['keep_report_models'])}"
+        )
+        _say_searches_left_out(plan, folder)
+        for search in settings:
+            search.check()  # as its Search will, but writing nothing (a preview)
+        at_once = _check_fits(sweeper, plan, composed, folder)
+        # The launcher sends every search's jobs from the study folder: submitit's files, and
+        # so the jobs SLURM still holds for a stopped study, are there, not in a search's.
+        check_no_live_jobs(folder, "Continuing the study")
+        check_continued_in_one_environment(
+            folder, "hydra.sweeper.allow_mixed_environment", s["allow_mixed_environment"]
+        )
+        if s["preview"]:
+            job = composed[plan.tasks[0], plan.baseline]
+            what = f"the baseline arm's job on {plan.tasks[0]}"
+            left, lines = _plan_lines(plan, folder)
+            say_preview(folder, lines, left, at_once, job, what, config.hydra.launcher)
+            return
+        searches = [
+            Search(search, folder / task / arm.name, OmegaConf.to_yaml(config))
+            for search, (task, arm) in zip(settings, plan.searches, strict=True)
+        ]
+        sequential = None
+        if stated is not None and stated.sequential:
+            sequential = stated_plan(stated, folder)
+            _say_plan(sequential, folder)
+        # The study's record, as every sweep's: what a stopped study's summary reads.
+        write_text(folder / SWEEP_FILE, OmegaConf.to_yaml(config))
+        launch = HydraLaunch(sweeper.launcher, folder)
+        looks = _stated_looks(folder, stated, sequential)
+        while True:  # a sequential stated test: one look's stated seeds at a time
+            searches = _stated_seeds_due(searches, plan, stated, looks)
+            run_searches(searches, launch, s["n_jobs"])
+            if looks is None:
+                break
+            before, looks = looks, _stated_looks(folder, stated, sequential)
+            assert looks is not None
+            if looks.decided is not None or looks.due == before.due:
+                break
+        # Read back from the folder and its record, as `python -m isotune.aggregate` reads
+        # a study: the report made again from a carried folder is this one.
+        study = read_study(folder)
+        assert study is not None, f"{folder / SWEEP_FILE} is a study's record"
+        text = write_study_report(
+            folder, study.outcomes, study.baseline, study.maximize, study.stated, study.plan
+        )
+        log.info(f"\n{text}")
+        check_reports_complete(searches)
+
+
+def _search_settings(
+    sweeper: StudySweeper, s: dict[str, Any], task: str, arm: Arm, fixed: list[str], folder: Path
+) -> SearchSettings:
+    """The search of ``arm`` on ``task``, built as a plain search's settings are
+    (:func:`~hydra_plugins.isotune_launcher._hydra_search.settings_of`), with no baseline of
+    its own (the baseline is an arm of the study), its W&B runs grouped by study, task and
+    arm."""
+    assert sweeper.config is not None
+    space = parse_space(
+        dict(arm.params),
+        [*fixed, f"{TASK_KEY}={task}", *arm.overrides],
+        lambda key: "hydra.sweeper.lr" if key == LR_KEY else f"{arm.where}.params.{key}",
+    )
+    if not space.searched:
+        raise IsotuneError(
+            f"Arm {arm.name!r} searches nothing: hydra.sweeper.lr={s['lr']} fixes the "
+            "learning rate, its only searched key, and a study tunes every arm (the baseline "
+            "arm too) over the learning rate's range. Fix: give it a range, e.g. "
+            "'++hydra.sweeper.lr=\"tag(log, interval(1e-5, 2e-4))\"'."
+        )
+    study = s["study_name"] or folder.name
+    settings = settings_of(sweeper.config, s, space, None, f"{study}_{task}_{arm.name}")
+    return replace(
+        settings,
+        wandb_group=f"{study}-{task}-{arm.name}",
+        report_overrides=_report_overrides(sweeper.config.checkpoint.keep, s),
+    )
+
+
+def _compose_arms(
+    sweeper: StudySweeper, plan: StudyPlan, fixed: list[str]
+) -> dict[tuple[str, str], DictConfig]:
+    """Each (task, arm)'s job, composed once and its values checked as train.py checks them,
+    as a plain search's dry run composes its jobs: an arm's option that does not exist or a
+    value out of range stops the study here, not after every retry of its trials. A task
+    without a config leaves its jobs out (the caller refuses it by name)."""
+    assert sweeper.config is not None and sweeper.hydra_context is not None
+    loader = sweeper.hydra_context.config_loader
+    jobs = {}
+    for task in plan.tasks:
+        for arm in plan.arms:
+            overrides = [*fixed, f"{TASK_KEY}={task}", *arm.overrides]
+            try:
+                jobs[task, arm.name] = compose_checked(sweeper.config, loader, overrides)
+            except MissingConfigException as error:
+                if error.missing_cfg_file == f"{TASK_KEY}/{task}":
+                    break
+                raise _arm_cannot_run(arm, task, overrides, error) from None
+            except Exception as error:  # Hydra's composition errors, the config check's
+                raise _arm_cannot_run(arm, task, overrides, error) from None
+    return jobs
+
+
+def _check_fits(
+    sweeper: StudySweeper, plan: StudyPlan, jobs: dict[tuple[str, str], DictConfig], folder: Path
+) -> int:
+    """Refuse a study that cannot fit on its disk, before any job: every run of every
+    search, each sized as the baseline arm's run on its task (a report run with the model
+    it keeps, ``keep_report_models``); a study continued is sized by the runs each task has
+    left, the tuning runs counted done first (a report run keeps as much or more). How many
+    of its runs go at once."""
+    from isotune.training.sweep_space import (  # imports torch
+        check_sweep_fits,
+        completed_runs,
+        jobs_at_once,
+    )
+
+    assert sweeper.config is not None
+    tuning = len(plan.arms) * plan.n_trials * len(plan.seeds)
+    reports = len(plan.arms) * len(plan.report_seeds)
+    kept = _report_overrides(sweeper.config.checkpoint.keep, plain_values(sweeper.settings))
+    at_once = jobs_at_once(
+        sweeper.config.hydra.launcher, sweeper.settings["n_jobs"] * len(plan.seeds)
+    )
+    sized, completed = [], 0
+    for task in plan.tasks:
+        job = jobs[task, plan.baseline]
+        report = OmegaConf.merge(job, OmegaConf.from_dotlist(list(kept)))
+        done = completed_runs(folder / task)
+        sized += ([job] * tuning + [report] * reports)[done:]
+        completed += done
+    check_sweep_fits(folder, sized, at_once, completed)
+    return at_once
+
+
+def _plan_lines(plan: StudyPlan, folder: Path) -> tuple[int, list[str]]:
+    """The runs the study has left and what its preview says of them: its budget, then each
+    (task, arm)'s search and the runs completed in its folder."""
+    from isotune.training.sweep_space import completed_runs  # imports torch
+
+    per_search = plan.jobs // len(plan.searches)
+    done = {
+        (task, arm.name): min(completed_runs(folder / task / arm.name), per_search)
+        for task, arm in plan.searches
+    }
+    left = plan.jobs - sum(done.values())
+    lines = [
+        f"A study of {counted(len(plan.searches), 'search', 'searches')}, each "
+        f"{counted(plan.n_trials, 'trial')} on {counted(len(plan.seeds), 'tuning seed')} "
+        f"{list(plan.seeds)} then its best trial on "
+        f"{counted(len(plan.report_seeds), 'report seed')} {list(plan.report_seeds)}: a budget of "
+        f"{counted(plan.jobs, 'run')} when none is pruned or fails; "
+        f"{plan.jobs - left} completed in the folder, {left} to run.",
+        *(f"  {task}/{arm}: {per_search} runs, {n} completed" for (task, arm), n in done.items()),
+        "  (the trials are sampled as each search goes: one job per (task, arm) is composed)",
+    ]
+    return left, lines
+
+
+def _say_plan(sequential: SequentialPlan, folder: Path) -> None:
+    log.info(
+        f"The stated test decides in looks at {', '.join(map(str, sequential.looks))} pairs, "
+        f"boundaries {', '.join(f'{b:.3f}' for b in sequential.boundaries)} "
+        f"({sequential.spending}, alpha {sequential.alpha:g}, margin {sequential.margin}): "
+        f"the plan is stored in {folder / PLAN_FILE}, written before any stated run"
+    )
+
+
+def _stated_looks(
+    folder: Path, stated: StatedTest | None, sequential: SequentialPlan | None
+) -> Looks | None:
+    """The looks the ``sequential`` plan of the ``stated`` test has taken on the runs in
+    ``folder``, read from its two searches as the report reads them (None for a study without
+    a sequential stated test). Each look taken is said."""
+    if stated is None or sequential is None:
+        return None
+    outcomes = [
+        read_arm(folder / stated.task / arm, stated.task, arm, stated.seeds)
+        for arm in (stated.baseline, stated.arm)
+        if stated_runs(stated, folder)  # before them, a search's journal may not be opened yet
+    ]
+    looks = stated_answer(stated, outcomes, sequential).looks
+    assert looks is not None
+    for d in looks.taken:
+        low, high = d.interval
+        log.info(
+            f"Stated test, look {d.look} at {d.n} pairs: repeated interval [{low:.4f}, "
+            f"{high:.4f}] (boundary {d.boundary:.3f}): {d.decision}"
+        )
+    if looks.decided is not None:
+        log.info(
+            f"The stated test is decided ({looks.decided.decision}, look {looks.decided.look}): "
+            "no more of its stated seeds run"
+        )
+    else:
+        log.info(
+            f"The stated test goes on: its stated seeds run up to its look at {looks.due} pairs"
+        )
+    return looks
+
+
+def _stated_seeds_due(
+    searches: list[Search], plan: StudyPlan, stated: StatedTest | None, looks: Looks | None
+) -> list[Search]:
+    """The searches as they run now: those on a sequential stated test's task with its stated
+    seeds beyond the pairs it needs left out of their report seeds (:mod:`isotune.study.
+    stated_looks`); the others as they are."""
+    if stated is None or looks is None:
+        return searches
+    due = report_seeds_due(plan.report_seeds, stated, looks)
+    return [
+        Search(replace(search.settings, report_seeds=due), search.folder, search.sweep_record)
+        if task == stated.task
+        else search
+        for search, (task, _) in zip(searches, plan.searches, strict=True)
+    ]
+
+
+def _report_overrides(keep: str, settings: dict[str, Any]) -> tuple[str, ...]:
+    """What the report runs add: ``checkpoint.keep=slim`` when ``keep_report_models`` asks for
+    their models and the study's runs keep none (``slim`` or ``full`` keep one already)."""
+    wanted = settings["keep_report_models"] and keep == "none"
+    return (REPORT_MODELS_KEPT,) if wanted else ()
+
+
+def _what_is_kept(keep: str, keep_report_models: bool) -> str:
+    """The start message's word on what the runs keep, and so what a submission can use."""
+    if keep != "none":
+        return f"checkpoint.keep={keep} (every run keeps its best model)"
+    if keep_report_models:
+        return (
+            "checkpoint.keep=none for the tuning runs (their records, not their models); the "
+            f"report runs keep their best model ({REPORT_MODELS_KEPT}, "
+            "hydra.sweeper.keep_report_models=true): python -m isotune.submission <study "
+            "folder> submits the winners"
+        )
+    return (
+        "checkpoint.keep=none (the runs' records are kept, not their models; "
+        "hydra.sweeper.keep_report_models=true keeps the report runs' models for a submission)"
+    )
+
+
+def _say_searches_left_out(plan: StudyPlan, folder: Path) -> None:
+    """Say so when the command continues some of the searches in the study folder (``task=rte
+    hydra.sweeper.arms=[none,cosreg]`` on a study of more): the others' folders stay as they
+    are, and the study's record and report are now those of the searches typed."""
+    typed = {f"{task}/{arm.name}" for task, arm in plan.searches}
+    others = [search for search in searches_in(folder) if search not in typed]
+    if others:
+        log.info(
+            f"The study folder holds {len(others)} other searches ({', '.join(others)}), left "
+            "as they are: this command's record and study report cover the searches typed "
+            f"({', '.join(sorted(typed))}); type their tasks and arms to report them again "
+            "(docs/study.md)."
+        )
+
+
+def _refuse_unknown_keys(settings: dict[str, Any], search_preset: str | None) -> None:
+    """Refuse a ``hydra.sweeper`` key the study has not (``++hydra.sweeper.params.optim.lr=...``
+    adds one that nothing would read, as does an ``hparams_search=`` preset beside the study):
+    the study would run without it."""
+    plain_search = {key for key in PLAIN_SEARCH_KEYS if settings.get(key) is not None}
+    known = {f.name for f in fields(StudySweeperConf) if not f.name.startswith("_")}
+    known -= set(PLAIN_SEARCH_KEYS)
+    unknown = sorted(
+        key
+        for key in settings
+        if (key not in known and key not in PLAIN_SEARCH_KEYS and not key.startswith("_"))
+        or key in plain_search
+    )
+    if unknown and search_preset is not None:
+        catalog = settings.get("catalog") or {}
+        arm = (
+            f"choose its arm, e.g. 'hydra.sweeper.arms=[none,{search_preset}]'"
+            if search_preset in catalog
+            else f"choose among the catalog's arms ({', '.join(catalog)}), each of which "
+            "searches the learning rate (hydra.sweeper.lr) beside its own knob"
+        )
+        raise IsotuneError(
+            f"hparams_search={search_preset} and a study= preset are both on the command line: "
+            "the study's sweeper runs, and the search preset's "
+            f"hydra.sweeper.{unknown[0]} would change nothing (a study tunes each arm over its "
+            "catalog's params and hydra.sweeper.lr). Fix: drop hparams_search="
+            f"{search_preset}; to compare its knob, {arm} (docs/study.md); or run the search "
+            f"alone: python train.py -m hparams_search={search_preset}."
+        )
+    if unknown:
+        raise IsotuneError(
+            f"hydra.sweeper.{unknown[0]} is not a setting of a study (hydra/sweeper=study), so "
+            "it would change nothing: its settings are "
+            f"{', '.join(sorted(known - {'defaults'}))}. "
+            "Fix: drop it; an arm's searched keys are hydra.sweeper.catalog.<arm>.params, the "
+            "learning rate's range is hydra.sweeper.lr (docs/study.md)."
+        )
+
+
+def _tasks_and_fixed(arguments: list[str], tasks: list[str]) -> tuple[list[str], list[str]]:
+    """The command line's ``task`` (a sweep: the study's tasks; else the preset's ``tasks``) and
+    its plain overrides, for every job; another sweep is refused, and so is a fixed learning
+    rate (an arm without another knob would search nothing)."""
+    fixed = []
+    for override in OverridesParser.create().parse_overrides(arguments):
+        key = override.get_key_element()
+        if key == LR_KEY and not override.is_sweep_override():
+            raise IsotuneError(
+                f"{override.input_line} fixes the learning rate, which a study searches for every "
+                "arm over one range (hydra.sweeper.lr), so that the baseline arm is tuned as much "
+                "as the others. Fix: drop it; to narrow the range, type e.g. "
+                "'++hydra.sweeper.lr=\"tag(log, interval(1e-5, 1e-4))\"' instead."
+            )
+        if key == TASK_KEY:
+            tasks = override_values(override)
+        elif override.is_sweep_override():
+            raise IsotuneError(
+                f"{override.input_line} sweeps a key on a study's command line: a study searches "
+                "only its arms' keys (hydra.sweeper.catalog) and grids only task. Fix: give "
+                f"{key} one value, or search it in an arm's params."
+            )
+        else:
+            fixed.append(override.input_line)
+    return tasks, fixed
+
+
+def _in_config(job: DictConfig, key: str) -> bool:
+    """Whether ``key`` is a config group of ``job`` (an arm's composed job) or a key of it
+    (``reg.weight`` where the arm's regularizer has a weight; ``reg.wieght`` nowhere)."""
+    if key in job.hydra.runtime.choices:
+        return True
+    missing = object()
+    return OmegaConf.select(job, key, default=missing, throw_on_missing=False) is not missing
+
+
+def _arm_cannot_run(arm: Arm, task: str, overrides: list[str], error: Exception) -> IsotuneError:
+    first = str(error).split("\nConfig search path:")[0].strip()
+    return IsotuneError(
+        f"Arm {arm.name!r} cannot run on task {task} ({' '.join(overrides)}): "
+        f"{type(error).__name__}: {first}\nFix: correct its overrides "
+        f"({arm.where}.overrides) or the command line; nothing has run yet."
+    )
