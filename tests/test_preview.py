@@ -90,8 +90,11 @@ def test_every_sweeper_takes_the_one_preview_setting():
     from hydra_plugins.isotune_launcher.optuna_sweeper import OptunaSweeperConf
     from hydra_plugins.isotune_launcher.study_sweeper import StudySweeperConf
 
+    # Hydra's plugin scan executes the plugin modules again, so a class is known by its name
+    preview = (PreviewConf.__module__, PreviewConf.__qualname__)
     for conf in (SummarizingSweeperConf, OptunaSweeperConf, StudySweeperConf):
-        assert issubclass(conf, PreviewConf) and conf().preview is False, conf.__name__
+        bases = {(base.__module__, base.__qualname__) for base in conf.__mro__}
+        assert preview in bases and conf().preview is False, conf.__name__
         assert "preview" not in vars(conf).get("__annotations__", {}), conf.__name__
 
 
