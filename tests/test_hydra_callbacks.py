@@ -7,7 +7,11 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from isotune.training.hydra_callbacks import OutputFolderCheck, RequiredBeforeStart
+from isotune.training.hydra_callbacks import (
+    OutputFolderCheck,
+    PreviewOfASweep,
+    RequiredBeforeStart,
+)
 
 
 def config(run_dir, sweep_dir=None, **values):
@@ -48,3 +52,13 @@ def test_a_missing_required_key_stops_before_any_folder(tmp_path, capsys):
         "Error: ckpt_path is not set. Fix: python analyze.py ckpt_path=<checkpoint>"
     )
     check.on_run_start(config(tmp_path / "run", ckpt_path="best.ckpt"))  # set: passes
+
+
+def test_a_preview_of_a_single_run_is_refused_before_it_trains(tmp_path, capsys):
+    preview = {"hydra": {"sweeper": {"preview": True}, "run": {"dir": str(tmp_path / "run")}}}
+    with pytest.raises(SystemExit) as stopped:
+        PreviewOfASweep().on_run_start(OmegaConf.create(preview))
+    assert stopped.value.code == 1
+    assert "Fix: add -m to preview its one job" in capsys.readouterr().err
+    PreviewOfASweep().on_run_start(config(tmp_path / "run"))  # no preview: passes
+    assert list(tmp_path.iterdir()) == []

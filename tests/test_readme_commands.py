@@ -78,6 +78,7 @@ SEARCH_SIZE = {
     "hydra.sweeper.seeds": "[1]",
     "hydra.sweeper.report_seeds": "[2]",
 }
+PREVIEW = "hydra.sweeper.preview=true"  # any sweep's preview (docs/sweeps.md): runs nothing
 STUDY = "study="  # arms x tasks of searches (docs/study.md): its folder is logs/study/<study>
 # A study's two report seeds: a stated test needs two, and a study's report seeds only grow, so
 # every study command of the pages, continuing one folder, is cut to the same two.
@@ -407,6 +408,11 @@ def read_status(run_dir: Path) -> str:
 
 
 def check_train(outcome: Outcome) -> None:
+    if PREVIEW in outcome.args:  # docs/sweeps.md#preview: the plan, and nothing written
+        output = outcome.process.stdout + outcome.process.stderr
+        assert f"Preview ({PREVIEW})" in output, outcome.report("no preview")
+        assert not outcome.created, outcome.report(f"the preview created {outcome.created}")
+        return
     if outcome.command.search:
         report = outcome.created_under("search") / "search_report.md"
         assert report.is_file(), outcome.report(f"no {report}")

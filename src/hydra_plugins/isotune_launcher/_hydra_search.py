@@ -18,11 +18,12 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.isotune_launcher.preview import say_preview
 from hydra_plugins.isotune_launcher.search_schema import KeepsItsLauncher
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.data.reading import check_task_offline
 from isotune.errors import IsotuneError
-from isotune.search.checks import dry_run, dry_run_jobs, key_name
+from isotune.search.checks import dry_run, dry_run_jobs, key_name, searched_as_typed
 from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.outcomes import evaluated_on_by_run
 from isotune.search.search import Job, Search
@@ -36,6 +37,7 @@ from isotune.search.settings import (
 )
 from isotune.search.space import SearchSpace, override_value, parse_space
 from isotune.sweeps.environment import check_continued_in_one_environment
+from isotune.tracking.reporting import counted
 
 log = logging.getLogger(__name__)
 
@@ -216,16 +218,47 @@ def check_search_fits(
     every tuning seed, then the report's runs), each job sized as the baseline's run
     (``baseline_job``, as :func:`dry_run_search` composed it), since the searched values are not
     known before they are asked; a search continued, by the runs it has left."""
-    from isotune.training.sweep_space import (  # imports torch
-        check_sweep_fits,
-        completed_runs,
-        jobs_at_once,
-    )
+    from isotune.training.sweep_space import check_sweep_fits  # imports torch
+
+    count, done, at_once = search_runs(config, settings, trials_at_once, folder)
+    check_sweep_fits(folder, [baseline_job] * (count - done), at_once, done)
+
+
+def search_runs(
+    config: DictConfig, settings: SearchSettings, trials_at_once: int, folder: Path
+) -> tuple[int, int, int]:
+    """A search's budget (its runs when none is pruned or fails: every trial on every tuning
+    seed, then the winner and the baseline on every report seed), how many of them completed in
+    ``folder`` (a search continued), and how many run at once on its launcher."""
+    from isotune.training.sweep_space import completed_runs, jobs_at_once  # imports torch
 
     count = settings.n_trials * len(settings.seeds) + 2 * len(settings.report_seeds)
-    done = min(completed_runs(folder), count)
     at_once = jobs_at_once(config.hydra.launcher, trials_at_once * len(settings.seeds))
-    check_sweep_fits(folder, [baseline_job] * (count - done), at_once, done)
+    return count, min(completed_runs(folder), count), at_once
+
+
+def preview_search(
+    config: DictConfig, settings: SearchSettings, trials_at_once: int, folder: Path, job: Any
+) -> None:
+    """Say what the search would run (its preview, :mod:`.preview`): its budget, its searched
+    keys and baseline, the runs completed in ``folder``, and the time of those left, each as
+    long as the baseline's ``job``. Its trials are sampled as it goes, so no trial is named."""
+    count, done, at_once = search_runs(config, settings, trials_at_once, folder)
+    seeds, report_seeds = settings.seeds, settings.report_seeds
+    searched = searched_as_typed(settings.space.distributions())
+    plan = [
+        f"A search ({settings.study_name}) of {counted(settings.n_trials, 'trial')} on "
+        f"{counted(len(seeds), 'tuning seed')} {list(seeds)}, then the winner and the baseline "
+        f"on {counted(len(report_seeds), 'report seed')} {list(report_seeds)}: a budget of "
+        f"{counted(count, 'run')} when none is pruned or fails; {done} completed in the folder, "
+        f"{count - done} to run.",
+        f"  searched: {' '.join(f'{key}={text}' for key, text in searched.items())}",
+        f"  baseline: {' '.join(settings.baseline or ()) or 'the config as it is'}",
+        "  (the trials are sampled as the search goes: the baseline's job is the one composed)",
+    ]
+    say_preview(
+        folder, plan, count - done, at_once, job, "the baseline's job", config.hydra.launcher
+    )
 
 
 def check_tuning_split(
@@ -294,7 +327,7 @@ def run_search(sweeper: KeepsItsLauncher, arguments: list[str]) -> None:
     log.info(f"Search folder: {folder}")
     with stops_with_a_summary(folder, sweeper.launcher, AGAIN):
         settings = search_settings(config, sweeper.settings, arguments, folder)
-        search = Search(settings, folder, OmegaConf.to_yaml(config))
+        settings.check()  # as its Search will, but before the dry run, and writing nothing
         baseline_job = dry_run_search(
             config, settings, lambda o: compose_checked(config, loader, o)
         )
@@ -313,5 +346,9 @@ def run_search(sweeper: KeepsItsLauncher, arguments: list[str]) -> None:
             "hydra.sweeper.allow_mixed_environment",
             sweeper.settings["allow_mixed_environment"],
         )
+        if sweeper.settings["preview"]:
+            preview_search(config, settings, n_jobs, folder, baseline_job)
+            return
+        search = Search(settings, folder, OmegaConf.to_yaml(config))
         run_searches([search], HydraLaunch(sweeper.launcher, folder), n_jobs)
         check_reports_complete([search])

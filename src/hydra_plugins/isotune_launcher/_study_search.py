@@ -24,6 +24,7 @@ from hydra_plugins.isotune_launcher._hydra_search import (
     seeds_fixed_in,
     settings_of,
 )
+from hydra_plugins.isotune_launcher.preview import say_preview
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper, StudySweeperConf
 from isotune.atomic_files import write_text
@@ -114,17 +115,25 @@ def run_study(sweeper: StudySweeper, arguments: list[str]) -> None:
             f"fails; {_what_is_kept(config.checkpoint.keep, s['keep_report_models'])}"
         )
         _say_searches_left_out(plan, folder)
-        searches = [
-            Search(search, folder / task / arm.name, OmegaConf.to_yaml(config))
-            for search, (task, arm) in zip(settings, plan.searches, strict=True)
-        ]
-        _check_fits(sweeper, plan, composed, folder)
+        for search in settings:
+            search.check()  # as its Search will, but writing nothing (a preview)
+        at_once = _check_fits(sweeper, plan, composed, folder)
         # The launcher sends every search's jobs from the study folder: submitit's files, and
         # so the jobs SLURM still holds for a stopped study, are there, not in a search's.
         check_no_live_jobs(folder, "Continuing the study")
         check_continued_in_one_environment(
             folder, "hydra.sweeper.allow_mixed_environment", s["allow_mixed_environment"]
         )
+        if s["preview"]:
+            job = composed[plan.tasks[0], plan.baseline]
+            what = f"the baseline arm's job on {plan.tasks[0]}"
+            left, lines = _plan_lines(plan, folder)
+            say_preview(folder, lines, left, at_once, job, what, config.hydra.launcher)
+            return
+        searches = [
+            Search(search, folder / task / arm.name, OmegaConf.to_yaml(config))
+            for search, (task, arm) in zip(settings, plan.searches, strict=True)
+        ]
         sequential = None
         if stated is not None and stated.sequential:
             sequential = stated_plan(stated, folder)
@@ -157,7 +166,7 @@ def _search_settings(
     sweeper: StudySweeper, s: dict[str, Any], task: str, arm: Arm, fixed: list[str], folder: Path
 ) -> SearchSettings:
     """The search of ``arm`` on ``task``, built as a plain search's settings are
-    (:func:`~hydra_plugins.isotune_launcher.hydra_search.settings_of`), with no baseline of
+    (:func:`~hydra_plugins.isotune_launcher._hydra_search.settings_of`), with no baseline of
     its own (the baseline is an arm of the study), its W&B runs grouped by study, task and
     arm."""
     assert sweeper.config is not None
@@ -208,11 +217,12 @@ def _compose_arms(
 
 def _check_fits(
     sweeper: StudySweeper, plan: StudyPlan, jobs: dict[tuple[str, str], DictConfig], folder: Path
-) -> None:
+) -> int:
     """Refuse a study that cannot fit on its disk, before any job: every run of every
     search, each sized as the baseline arm's run on its task (a report run with the model
     it keeps, ``keep_report_models``); a study continued is sized by the runs each task has
-    left, the tuning runs counted done first (a report run keeps as much or more)."""
+    left, the tuning runs counted done first (a report run keeps as much or more). How many
+    of its runs go at once."""
     from isotune.training.sweep_space import (  # imports torch
         check_sweep_fits,
         completed_runs,
@@ -234,6 +244,31 @@ def _check_fits(
         sized += ([job] * tuning + [report] * reports)[done:]
         completed += done
     check_sweep_fits(folder, sized, at_once, completed)
+    return at_once
+
+
+def _plan_lines(plan: StudyPlan, folder: Path) -> tuple[int, list[str]]:
+    """The runs the study has left and what its preview says of them: its budget, then each
+    (task, arm)'s search and the runs completed in its folder."""
+    from isotune.training.sweep_space import completed_runs  # imports torch
+
+    per_search = plan.jobs // len(plan.searches)
+    done = {
+        (task, arm.name): min(completed_runs(folder / task / arm.name), per_search)
+        for task, arm in plan.searches
+    }
+    left = plan.jobs - sum(done.values())
+    lines = [
+        f"A study of {counted(len(plan.searches), 'search', 'searches')}, each "
+        f"{counted(plan.n_trials, 'trial')} on {counted(len(plan.seeds), 'tuning seed')} "
+        f"{list(plan.seeds)} then its best trial on "
+        f"{counted(len(plan.report_seeds), 'report seed')} {list(plan.report_seeds)}: a budget of "
+        f"{counted(plan.jobs, 'run')} when none is pruned or fails; "
+        f"{plan.jobs - left} completed in the folder, {left} to run.",
+        *(f"  {task}/{arm}: {per_search} runs, {n} completed" for (task, arm), n in done.items()),
+        "  (the trials are sampled as each search goes: one job per (task, arm) is composed)",
+    ]
+    return left, lines
 
 
 def _say_plan(sequential: SequentialPlan, folder: Path) -> None:

@@ -11,6 +11,8 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
+from hydra_plugins.isotune_launcher.preview import PreviewConf
+
 
 def default_pruner() -> dict[str, Any]:
     """The pruner over seeds of every search, plain or a study's (``hydra.sweeper.pruner``; null:
@@ -23,7 +25,7 @@ def default_pruner() -> dict[str, Any]:
 
 
 @dataclass
-class SearchSweeperConf:
+class SearchSweeperConf(PreviewConf):
     """The ``hydra.sweeper`` settings of every search, a plain one's (``hydra/sweeper=optuna``)
     and each of a study's (``hydra/sweeper=study``): one schema, which both sweepers' configs
     extend with their own keys, so that a setting of the search is declared, defaulted and

@@ -47,7 +47,7 @@ def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) 
         sys.exit(1)
     except IsotuneError as error:
         log.error(str(error))
-        _remove_if_only_locked(folder)
+        remove_if_only_locked(folder)
         sys.exit(1)
     except SystemExit:  # a job's own exit, or the gpus launcher's on a signal
         _stop(folder, None, again, log.warning)
@@ -68,7 +68,7 @@ def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) 
         sys.exit(1)
 
 
-def _remove_if_only_locked(folder: Path) -> None:
+def remove_if_only_locked(folder: Path) -> None:
     """Remove ``folder`` if its lock file is all it holds: the folder lock made it for a sweep
     refused before anything was written. Another process that took the lock meanwhile made the
     folder hold its own file again, and it stays."""

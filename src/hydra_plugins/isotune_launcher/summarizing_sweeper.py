@@ -42,6 +42,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict, read_write
 
+from hydra_plugins.isotune_launcher.preview import PreviewConf, say_preview
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.errors import IsotuneError
 from isotune.record.results import RESULTS_FILE
@@ -49,12 +50,13 @@ from isotune.record.resume import check_links_stay_inside, record_refusal
 from isotune.sweeps.runs import Run
 from isotune.sweeps.slurm_jobs import check_no_live_jobs
 from isotune.sweeps.summary import summarize_sweep
+from isotune.tracking.reporting import counted
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class SummarizingSweeperConf(BasicSweeperConf):
+class SummarizingSweeperConf(BasicSweeperConf, PreviewConf):
     _target_: str = "hydra_plugins.isotune_launcher.summarizing_sweeper.SummarizingSweeper"
 
 
@@ -143,6 +145,10 @@ def _job_folder(config: DictConfig, number: int) -> str:
 
 
 class SummarizingSweeper(BasicSweeper):
+    def __init__(self, preview: bool = False, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.preview = preview
+
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
@@ -158,14 +164,26 @@ class SummarizingSweeper(BasicSweeper):
         with stops_with_a_summary(sweep_dir, self.launcher.launcher):
             check_no_live_jobs(sweep_dir, "Typing the sweep again")
             self.launcher.composed = self._job_configs(arguments)
-            left = [
-                config
-                for (number, _), config in self.launcher.composed.items()
-                if not _completed(_job_folder(config, number))
-            ]
+            done = {
+                job: _completed(_job_folder(config, job[0]))
+                for job, config in self.launcher.composed.items()
+            }
+            left = [config for job, config in self.launcher.composed.items() if not done[job]]
             fits_at_once = jobs_at_once(self.config.hydra.launcher, len(left))
             completed = len(self.launcher.composed) - len(left)
             check_sweep_fits(sweep_dir, left, fits_at_once, completed)
+            if self.preview:
+                timed = next((job for job in done if not done[job]), next(iter(done)))
+                say_preview(
+                    sweep_dir,
+                    _plan([(overrides, completed) for (_, overrides), completed in done.items()]),
+                    len(left),
+                    fits_at_once,
+                    self.launcher.composed[timed],
+                    f"job #{timed[0]}",
+                    self.config.hydra.launcher,
+                )
+                return []
             super().sweep(arguments)
         returns = [job for batch in self.launcher.returns for job in batch]
         summary = summarize_sweep(sweep_dir)
@@ -191,6 +209,29 @@ class SummarizingSweeper(BasicSweeper):
             (number, job): loader.load_sweep_config(self.config, list(job))
             for number, job in enumerate(jobs)
         }
+
+
+def _plan(jobs: list[tuple[tuple[str, ...], bool]]) -> list[str]:
+    """A multirun's jobs (each its overrides, and whether it completed before) as its preview
+    says them: by the keys that differ between them (the swept ones), job by job."""
+    values: dict[str, list[str]] = {}
+    for overrides, _ in jobs:
+        for override in filter_overrides(list(overrides)):
+            key, _, value = override.partition("=")
+            values.setdefault(key, [])
+            if value not in values[key]:
+                values[key].append(value)
+    swept = [key for key, seen in values.items() if len(seen) > 1]
+    done = sum(completed for _, completed in jobs)
+    sweeps = "; ".join(f"{key}={','.join(values[key])}" for key in swept) or "no key swept"
+    lines = [
+        f"A multirun of {counted(len(jobs), 'job')} ({sweeps}): {done} completed in the "
+        f"folder, {len(jobs) - done} to run."
+    ]
+    for number, (overrides, completed) in enumerate(jobs):
+        shown = [o for o in filter_overrides(list(overrides)) if o.partition("=")[0] in swept]
+        lines.append(f"  #{number} {' '.join(shown)}{' (completed)' if completed else ''}")
+    return lines
 
 
 def _completed(folder: str) -> bool:

@@ -82,6 +82,21 @@ class RequiredBeforeStart(Callback):
         self.on_run_start(config)
 
 
+class PreviewOfASweep(Callback):
+    """``hydra.sweeper.preview=true`` on a single run (no ``-m``) is refused before any folder is
+    made: no sweeper sees a single run, so it would train, the opposite of a preview
+    (docs/sweeps.md#preview)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if OmegaConf.select(config, "hydra.sweeper.preview", default=False):
+            stop(
+                "hydra.sweeper.preview=true previews a sweep, but this command is a single run "
+                "(no -m), which no sweeper sees: it would train. Fix: add -m to preview its one "
+                "job (python train.py -m ... hydra.sweeper.preview=true), or drop "
+                "hydra.sweeper.preview=true to run it."
+            )
+
+
 class FolderLock(Callback):
     """The run's (or the sweep's) folder is this process's alone
     (:mod:`isotune.record.folder_lock`),

@@ -144,27 +144,8 @@ def _run(
     margin = cfg.failure.margin
     data_warnings = own_data.warnings if own_data is not None else []
     try:
-        # The global generators: the new layers' initialisation and dropout. The batch order and
-        # the subsets drawn from the data have generators of their own, seeded by seed_data.
-        L.seed_everything(cfg.seed_init, workers=True)
-        model = GLUEClassifier(
-            task=_plain(cfg.task),
-            model=_plain(cfg.model),
-            norm=_plain(cfg.norm),
-            optim=_plain(cfg.optim),
-            reg=_plain(cfg.reg),
-            adapt=_plain(cfg.adapt),
-            select_epoch=cfg.select_epoch,
-        )
+        model, datamodule = model_and_data(cfg, own_data)
         task = model.task  # the run's one TaskSpec
-        datamodule = GLUEDataModule(
-            task,
-            load_tokenizer(cfg.model.name_or_path),
-            glue_dir=cfg.paths.glue_dir,
-            seed=cfg.seed_data,
-            examples=own_data.examples if own_data is not None else None,
-            **module_options(cfg.data),
-        )
         parameters = parameter_counts(model)
         for warning in data_warnings:
             log.warning(warning)
@@ -248,6 +229,35 @@ def _run(
     if stop.signal is not None:  # the job (a sweep, a scheduler) was asked to stop all the same
         raise RunInterrupted(stop.signal, stop.hand_over(), completed=True)
     return results
+
+
+def model_and_data(
+    cfg: DictConfig, own_data: OwnData | None
+) -> tuple[GLUEClassifier, GLUEDataModule]:
+    """The run's model and data module as ``cfg`` names them (``own_data``: a ``task=files``
+    task's files as read, or None): a run's, and those a preview times a few steps of
+    (:mod:`isotune.training.step_timing`)."""
+    # The global generators: the new layers' initialisation and dropout. The batch order and
+    # the subsets drawn from the data have generators of their own, seeded by seed_data.
+    L.seed_everything(cfg.seed_init, workers=True)
+    model = GLUEClassifier(
+        task=_plain(cfg.task),
+        model=_plain(cfg.model),
+        norm=_plain(cfg.norm),
+        optim=_plain(cfg.optim),
+        reg=_plain(cfg.reg),
+        adapt=_plain(cfg.adapt),
+        select_epoch=cfg.select_epoch,
+    )
+    datamodule = GLUEDataModule(
+        model.task,
+        load_tokenizer(cfg.model.name_or_path),
+        glue_dir=cfg.paths.glue_dir,
+        seed=cfg.seed_data,
+        examples=own_data.examples if own_data is not None else None,
+        **module_options(cfg.data),
+    )
+    return model, datamodule
 
 
 def summary_line(results: dict[str, Any]) -> str:

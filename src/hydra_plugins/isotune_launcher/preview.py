@@ -1,0 +1,67 @@
+"""``hydra.sweeper.preview=true``: what a plain multirun, a search or a study would run, then exit
+0 having launched and written nothing (docs/sweeps.md#preview).
+
+One setting of the three sweepers (:class:`PreviewConf`, in the schema of each). Each runs every
+check it runs before its first job, so a refused setting is the one message it is without the
+preview (and no plan), composes its jobs (a plain multirun every job; a search, whose trials are
+sampled as it goes, its dry run's; a study one job per (task, arm)) and says its disk against the
+free space (the disk check every sweep has). Then, instead of launching, :func:`say_preview` says
+what would run and the time it would take (:mod:`isotune.sweeps.time_estimate`), and removes the
+sweep folder the folder lock made for it where it holds only that lock.
+"""
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from hydra_plugins.isotune_launcher.stopping import remove_if_only_locked
+from isotune.sweeps.time_estimate import completed_runs_time, sweep_time
+
+log = logging.getLogger(__name__)
+
+PREVIEW_KEY = "hydra.sweeper.preview"
+
+
+@dataclass
+class PreviewConf:
+    """The setting every sweeper of the project takes (its schema extends this one)."""
+
+    preview: bool = False  # say what would run, its disk and its time, and exit: nothing launched
+
+
+def say_preview(
+    folder: Path,
+    plan: list[str],
+    jobs_left: int,
+    at_once: int,
+    job: DictConfig,
+    what: str,
+    launcher: DictConfig,
+) -> None:
+    """Say the ``plan`` (its lines: the jobs, the budget, the jobs completed in ``folder``) and
+    the time of the ``jobs_left``, ``at_once`` at a time on ``launcher``, each as long as
+    ``job`` (a composed job of the sweep, named ``what``) or as the runs completed in
+    ``folder``; then leave no folder made for the preview behind."""
+    from isotune.training.step_timing import bound_elsewhere, time_training_steps  # torch
+
+    if not jobs_left:
+        time = "nothing left to run: every job completed in the folder"
+    elif (measured := completed_runs_time(folder)) is not None:
+        time = sweep_time(measured, jobs_left, at_once)
+    elif (elsewhere := bound_elsewhere(job, launcher)) is not None:
+        time = f"no estimate: {elsewhere}"
+    else:
+        time = sweep_time(time_training_steps(job, what), jobs_left, at_once)
+    log.info(
+        "\n".join(
+            [
+                f"Preview ({PREVIEW_KEY}=true): nothing launched, nothing written.",
+                *plan,
+                f"Time: {time}.",
+                f"To run it: the same command without {PREVIEW_KEY}=true.",
+            ]
+        )
+    )
+    remove_if_only_locked(folder)

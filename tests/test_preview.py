@@ -1,0 +1,189 @@
+"""hydra.sweeper.preview=true (issue 64 item 1, docs/sweeps.md#preview): a plain multirun, a search
+and a study say what would run, the disk it needs against the disk free and the time it would
+take, from something measured, then exit 0 having launched and written nothing; a preview whose
+settings are refused shows the refusal, not a plan. The slow tests run `python train.py -m` on
+the tiny model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from hydra_plugins.isotune_launcher.preview import PreviewConf
+from hydra_plugins.isotune_launcher.summarizing_sweeper import SummarizingSweeperConf
+from isotune.sweeps.time_estimate import completed_runs_time, duration, sweep_time
+from isotune.training.step_timing import bound_elsewhere, time_training_steps
+from tests.conftest import compose_train_config
+from tests.helpers.cli import run_script, tiny_cli_overrides
+from tests.helpers.fake_runs import completed, write_run
+
+PREVIEW = "hydra.sweeper.preview=true"
+
+
+# ---- the time, from something measured ----
+def test_a_sweeps_time_comes_from_the_wall_times_of_the_runs_completed_in_its_folder(tmp_path):
+    for number, wall in enumerate([60.0, 90.0, 300.0]):
+        write_run(
+            tmp_path / str(number),
+            [],
+            {**completed("m", "none", "rte", 1, 0.6), "wall_time_s": wall},
+        )
+    write_run(tmp_path / "3", [], {"status": "failed", "wall_time_s": 5.0})  # not a job's time
+    job = completed_runs_time(tmp_path)
+    assert (job.typical, job.low, job.high) == (90.0, 60.0, 300.0)
+    assert "3 runs completed in" in job.source
+    # 5 jobs, 2 at once: 3 waves of a job each
+    assert sweep_time(job, 5, 2).startswith(
+        "about 4.5 min (from 3 min to 15 min) for 5 jobs, 2 at once"
+    )
+
+
+def test_a_folder_without_a_completed_run_gives_no_time(tmp_path):
+    assert completed_runs_time(tmp_path / "not made") is None
+    write_run(tmp_path / "0", [], {"status": "running", "wall_time_s": 50.0})
+    assert completed_runs_time(tmp_path) is None
+
+
+def test_durations_read_in_their_unit():
+    assert [duration(s) for s in (42, 210, 7560, 129600, 259200)] == [
+        "42 s", "3.5 min", "2.1 h", "36 h", "3 days",
+    ]  # fmt: skip
+
+
+def test_a_job_sent_to_slurm_or_to_a_gpu_this_machine_lacks_gets_no_estimate_and_how_to_get_one(
+    monkeypatch,
+):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    slurm = compose_train_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"])
+    said = bound_elsewhere(slurm, slurm.hydra.launcher)
+    assert said.startswith("the jobs run on SLURM (partition gpu)") and "To get one:" in said
+    gpu = compose_train_config(["trainer=gpu"])
+    said = bound_elsewhere(gpu, gpu.hydra.launcher)
+    assert "trainer.accelerator=gpu" in said and "To get one:" in said
+    ddp = compose_train_config(["trainer=ddp"])
+    assert "trainer.devices=-1" in bound_elsewhere(ddp, ddp.hydra.launcher)
+    cpu = compose_train_config(["trainer=cpu", "hydra/launcher=gpus"])
+    assert bound_elsewhere(cpu, cpu.hydra.launcher) is None
+
+
+@pytest.mark.slow  # a model and a trainer built: seconds on a busy machine
+def test_a_few_training_batches_of_a_job_are_timed_here_writing_nothing(
+    tmp_path, tiny_bert, glue_dir, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    job = compose_train_config(
+        [*tiny_cli_overrides(tiny_bert, glue_dir), "trainer=cpu", "trainer.max_epochs=3"],
+        output_dir=tmp_path / "run",
+    )
+    timed = time_training_steps(job, "job #0", steps=3)
+    # debug=limit: 4 batches an epoch, 3 epochs; the first batch timed is not counted
+    assert "2 training batches of job #0 timed here on CPU" in timed.source
+    assert "x 12 batches" in timed.source
+    assert 0 < timed.low <= timed.typical <= timed.high
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_sweeper_takes_the_one_preview_setting():
+    from hydra_plugins.isotune_launcher.optuna_sweeper import OptunaSweeperConf
+    from hydra_plugins.isotune_launcher.study_sweeper import StudySweeperConf
+
+    # Hydra's plugin scan executes the plugin modules again, so a class is known by its name
+    preview = (PreviewConf.__module__, PreviewConf.__qualname__)
+    for conf in (SummarizingSweeperConf, OptunaSweeperConf, StudySweeperConf):
+        bases = {(base.__module__, base.__qualname__) for base in conf.__mro__}
+        assert preview in bases and conf().preview is False, conf.__name__
+        assert "preview" not in vars(conf).get("__annotations__", {}), conf.__name__
+
+
+# ---- a preview, as typed ----
+def _preview(cwd: Path, *args: str):
+    done = run_script("train.py", "-m", *args, PREVIEW, cwd=cwd, timeout=300)
+    return done, done.stdout + done.stderr
+
+
+def _nothing_written(cwd: Path) -> list[Path]:
+    """Every file below ``cwd``'s logs/ (the folders the folder lock's parents leave are empty)."""
+    return [Path(p, f) for p, _, files in os.walk(cwd / "logs") for f in files]
+
+
+@pytest.mark.slow
+def test_a_plain_multiruns_preview_lists_its_jobs_and_times_one_writing_nothing(
+    tmp_path, tiny_bert, glue_dir
+):
+    tiny = tiny_cli_overrides(tiny_bert, glue_dir, "trainer=cpu", "logger=none")
+    sweep = tmp_path / "sweep"
+    done, out = _preview(tmp_path, "seed=1,2,3", "task=rte,mrpc", f"hydra.sweep.dir={sweep}", *tiny)
+    assert done.returncode == 0, out[-3000:]
+    assert (
+        "A multirun of 6 jobs (seed=1,2,3; task=rte,mrpc): 0 completed in the folder, 6 to run"
+        in out
+    )
+    assert "  #5 seed=3 task=mrpc\n" in out
+    assert "The sweep needs about" in out and "free in" in out  # the disk against the disk free
+    assert "Time: about" in out and "training batches of job #0 timed here on CPU" in out
+    assert not sweep.exists() and _nothing_written(tmp_path) == []
+
+    ran = run_script("train.py", "-m", "seed=1,2", f"hydra.sweep.dir={sweep}", *tiny, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    written = {path: path.read_bytes() for path in sweep.rglob("*") if path.is_file()}
+    done, out = _preview(tmp_path, "seed=1,2,3", f"hydra.sweep.dir={sweep}", *tiny)
+    assert done.returncode == 0, out[-3000:]
+    assert "A multirun of 3 jobs (seed=1,2,3): 2 completed in the folder, 1 to run" in out
+    assert "  #1 seed=2 (completed)\n  #2 seed=3\n" in out
+    assert "measured from the wall times of the 2 runs completed in" in out
+    assert {path: path.read_bytes() for path in sweep.rglob("*") if path.is_file()} == written
+
+
+@pytest.mark.slow
+def test_a_searchs_preview_counts_its_budget_writing_nothing(tmp_path, tiny_bert, glue_dir):
+    done, out = _preview(
+        tmp_path, "hparams_search=istar", "hydra.sweeper.n_trials=3", "hydra.sweeper.seeds=[1,2]",
+        "hydra.sweeper.report_seeds=[3]", "trainer=cpu", *tiny_cli_overrides(tiny_bert, glue_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, out[-3000:]
+    assert (
+        "A search (istar_rte_minilm) of 3 trials on 2 tuning seeds [1, 2], then the winner and "
+        "the baseline on 1 report seed [3]: a budget of 8 runs when none is pruned or fails; 0 "
+        "completed in the folder, 8 to run."
+    ) in out
+    assert "searched: reg.weight=tag(log, signed, interval(0.01, 1))" in out
+    assert "training batches of the baseline's job timed here on CPU" in out
+    assert not (tmp_path / "logs" / "search" / "istar_rte_minilm").exists()
+    assert _nothing_written(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_studys_preview_names_each_task_and_arm_and_a_slurm_one_has_no_estimate(
+    tmp_path, tiny_bert, glue_dir
+):
+    done, out = _preview(
+        tmp_path, "study=isotropy", "hydra.sweeper.arms=[none,isobn]", "task=rte,mrpc",
+        "hydra.sweeper.n_trials=2", "hydra.sweeper.seeds=[1]", "hydra.sweeper.report_seeds=[2,3]",
+        "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
+        *tiny_cli_overrides(tiny_bert, glue_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, out[-3000:]
+    assert (
+        "A study of 4 searches, each 2 trials on 1 tuning seed [1] then its best trial on 2 "
+        "report seeds [2, 3]: a budget of 16 runs when none is pruned or fails; 0 completed in "
+        "the folder, 16 to run."
+    ) in out
+    for search in ("rte/none", "rte/isobn", "mrpc/none", "mrpc/isobn"):
+        assert f"  {search}: 4 runs, 0 completed\n" in out
+    assert "Time: no estimate: the jobs run on SLURM (partition gpu)" in out
+    assert _nothing_written(tmp_path) == [] and list((tmp_path / "logs" / "study").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_preview_of_refused_settings_shows_the_refusal_not_a_plan(tmp_path, tiny_bert, glue_dir):
+    done, out = _preview(
+        tmp_path, "hparams_search=istar", "hydra.sweeper.seeds=[1,2]",
+        "hydra.sweeper.report_seeds=[2,3]", *tiny_cli_overrides(tiny_bert, glue_dir),
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert out.count("Seeds [2] are both tuning seeds") == 1
+    assert "Preview" not in out and "A search" not in out and "Traceback" not in out
+    assert _nothing_written(tmp_path) == []
