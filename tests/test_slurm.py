@@ -156,6 +156,69 @@ def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly
         assert torch.equal(actual["state_dict"][name], tensor), name
 
 
+def test_a_packed_sweep_runs_its_jobs_in_fewer_allocations_each_continued_past_its_time_limit(
+    tiny_bert, glue_dir, tmp_path
+):
+    """Three jobs packed into two allocations (jobs_per_gpu=2; on this CPU node one job at a
+    time each): every job is claimed once, by one allocation; a job warned of its allocation's
+    time limit stops and the requeued allocation continues it where it stopped; every record is
+    that of an uninterrupted in-process run of the same job."""
+    # Time limits as in the test above, shorter: with 1-minute allocations and a 5 s delay the
+    # warning comes 25 to 55 s after an allocation starts (SLURM's 30 s tick); each job trains
+    # about 40 s alone, and two allocations share this machine's cores, so the first
+    # allocations' jobs are warned mid-job.
+    run = [
+        *tiny_cli_overrides(
+            tiny_bert, glue_dir, "callbacks.early_stopping=null", "data.batch_size=2"
+        ),
+        "trainer.limit_train_batches=1.0",
+    ]
+    run.append(f"trainer.max_epochs={_epochs_lasting(40, run, tmp_path / 'probe')}")
+    packed = (
+        "hydra.launcher.jobs_per_gpu=2",
+        "hydra.launcher.jobs_per_allocation=1",
+        "hydra.launcher.allocations=2",
+        "hydra.launcher.timeout_min=1",
+        "hydra.launcher.signal_delay_s=5",
+        "hydra.launcher.max_num_timeout=10",
+    )
+    sweep_process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), "-m", *ON_THIS_NODE, *packed, "seed=1,2,3", *run],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    # The same jobs in this process meanwhile, uninterrupted: what the sweep's records must equal.
+    uninterrupted = {
+        seed: train(compose_train_config([*run, f"seed={seed}"], tmp_path / f"alone-{seed}"))
+        for seed in (1, 2, 3)
+    }
+    output, _ = sweep_process.communicate(timeout=900)
+    assert sweep_process.returncode == 0, output[-3000:]
+    sweep = the_sweep(tmp_path)
+    assert f"Sweep {sweep}: 3 of 3 jobs completed." in output
+    assert "Packing 3 jobs into 2 allocations" in output
+
+    (claims,) = (sweep / ".claims").iterdir()
+    owners = {job: (claims / f"{job}.claim.0").read_text() for job in range(3)}
+    (array,) = {owner.split("_")[0] for owner in owners.values()}
+    assert set(owners.values()) == {f"{array}_0", f"{array}_1"}  # both allocations ran jobs
+    assert sorted(p.name for p in claims.glob("*.claim.*")) == [f"{j}.claim.0" for j in range(3)]
+
+    done = records(sweep)
+    attempts = [done[str(job)]["attempts"] for job in range(3)]
+    assert any(len(tries) >= 2 for tries in attempts), attempts  # a time limit came mid-job
+    for tries in attempts:
+        assert all(a["ended_by"] == "SIGUSR2" for a in tries[:-1]), tries
+        assert [a["resumed_at_step"] for a in tries[1:]] == [a["steps"] for a in tries[:-1]]
+    for job, seed in enumerate((1, 2, 3)):
+        record = done[str(job)]
+        assert record["status"] == "completed"
+        assert record["history"] == uninterrupted[seed]["history"], job
+        assert record["steps"] == uninterrupted[seed]["steps"]
+
+
 def _long_job(tiny_bert: Path, glue_dir: Path, cwd: Path) -> subprocess.Popen:
     run = tiny_cli_overrides(
         tiny_bert, glue_dir, "callbacks.early_stopping=null", "trainer.max_epochs=30"
