@@ -190,25 +190,17 @@ def _return_of(claims: JobClaims, index: int, job_num: int, overrides: list[str]
     return job_return
 
 
+@dataclass
 class Allocation:
     """What one array task of a packed sweep runs: a worker pool over the jobs it claims.
     Pickled by submitit; called in the allocation, again after each requeue."""
 
-    def __init__(
-        self,
-        context: bytes,
-        jobs: list[tuple[int, list[str]]],
-        claims_folder: str,
-        sweep_dir: str,
-        jobs_per_gpu: int,
-        jobs_at_once: int,
-    ) -> None:
-        self.context = context
-        self.jobs = jobs
-        self.claims_folder = claims_folder
-        self.sweep_dir = sweep_dir
-        self.jobs_per_gpu = jobs_per_gpu
-        self.jobs_at_once = jobs_at_once
+    context: bytes  # gpus_launcher.job_context
+    jobs: list[tuple[int, list[str]]]  # (job number, overrides), by position in the launch
+    claims_folder: str
+    sweep_dir: str
+    jobs_per_gpu: int
+    jobs_at_once: int
 
     def __call__(self, task: int) -> list[int]:
         """Run jobs until none is left to claim; the job numbers this attempt finished."""

@@ -56,7 +56,7 @@ class JobClaims:
         self.n_jobs = n_jobs
         self.owner = owner
         self.live_owners = live_owners
-        self.own_unfinished = [job for job in range(n_jobs) if self._unfinished_claim(job, owner)]
+        self.own_unfinished = self._unfinished_of(owner)
         if self.own_unfinished:
             log.info(f"Allocation {owner} continues its unfinished jobs {self.own_unfinished}")
 
@@ -65,18 +65,19 @@ class JobClaims:
         claimed by an allocation that SLURM still holds, or finished."""
         if self.own_unfinished:
             return self.own_unfinished.pop(0)
+        claims, finished = self._read()
         for job in range(self.n_jobs):
-            if self._claim(job) is None and self._create(job, 0):
+            if job not in claims and self._create(job, 0):
                 return job
-        abandoned = [job for job in range(self.n_jobs) if self._unfinished_claim(job)]
+        abandoned = [job for job in claims if job not in finished]
         if not abandoned:
             return None
         live = self.live_owners()
         if live is None:  # unknown: every claim stands
             return None
-        for job in abandoned:
-            generation, owner = self._claim(job)
-            if owner not in live and self._create(job, generation + 1):
+        for job in sorted(abandoned):
+            owner = self._owner(job, claims[job])
+            if owner not in live and self._create(job, claims[job] + 1):
                 log.warning(f"Job {job} was claimed by allocation {owner}, which SLURM no longer "
                             "holds: this allocation takes it over")  # fmt: skip
                 return job
@@ -84,7 +85,7 @@ class JobClaims:
 
     def left(self) -> int:
         """The jobs no allocation has claimed yet."""
-        return sum(self._claim(job) is None for job in range(self.n_jobs))
+        return self.n_jobs - len(self._read()[0])
 
     def finish(self, job: int, job_return: bytes) -> None:
         """Job ``job`` ended (not stopped by a signal): its return, which also says no
@@ -99,27 +100,31 @@ class JobClaims:
             return None
 
     def owner_of(self, job: int) -> str | None:
-        claim = self._claim(job)
-        return None if claim is None else claim[1]
+        generation = self._read()[0].get(job)
+        return None if generation is None else self._owner(job, generation)
 
-    def _unfinished_claim(self, job: int, owner: str | None = None) -> bool:
-        claim = self._claim(job)
-        if claim is None or (self.folder / f"{job}{RETURN}").exists():
-            return False
-        return owner is None or claim[1] == owner
-
-    def _claim(self, job: int) -> tuple[int, str] | None:
-        """The job's current claim: its generation and owner; None where it has none."""
-        prefix = f"{job}{CLAIM}"
-        generations = [
-            int(name.removeprefix(prefix))
-            for name in os.listdir(self.folder)
-            if name.startswith(prefix) and name.removeprefix(prefix).isdigit()
+    def _unfinished_of(self, owner: str) -> list[int]:
+        claims, finished = self._read()
+        return [
+            job
+            for job, generation in sorted(claims.items())
+            if job not in finished and self._owner(job, generation) == owner
         ]
-        if not generations:
-            return None
-        generation = max(generations)
-        return generation, (self.folder / f"{prefix}{generation}").read_text()
+
+    def _read(self) -> tuple[dict[int, int], set[int]]:
+        """The claims' current generation by job, and the finished jobs: one listing."""
+        claims: dict[int, int] = {}
+        finished: set[int] = set()
+        for name in os.listdir(self.folder):
+            job, claim, generation = name.partition(CLAIM)
+            if claim and job.isdigit() and generation.isdigit():
+                claims[int(job)] = max(claims.get(int(job), 0), int(generation))
+            elif name.endswith(RETURN) and name.removesuffix(RETURN).isdigit():
+                finished.add(int(name.removesuffix(RETURN)))
+        return claims, finished
+
+    def _owner(self, job: int, generation: int) -> str:
+        return (self.folder / f"{job}{CLAIM}{generation}").read_text()
 
     def _create(self, job: int, generation: int) -> bool:
         """Claim ``job`` as ``generation`` for this allocation; False where another allocation
