@@ -4,6 +4,7 @@ tests/test_slurm.py::test_a_packed_sweep_runs_its_jobs_in_fewer_allocations_each
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from hydra.utils import instantiate
 
 from isotune.errors import IsotuneError
+from isotune.sweeps.gpu_slots import cpu_share
 from isotune.sweeps.job_claims import JobClaims, new_claims_folder
 from tests.conftest import compose_train_config
 
@@ -125,3 +127,13 @@ def test_packing_sends_as_many_allocations_as_the_jobs_fill_unless_fewer_are_ask
         tmp_path, "hydra.launcher.jobs_per_gpu=2", "hydra.launcher.allocations=2"
     )
     assert fewer.plan(jobs) == (2, 2)
+
+
+def test_an_allocations_jobs_share_the_cores_slurm_gave_it_not_every_core(monkeypatch):
+    """A cluster that does not pin a job to its cores leaves them all in its affinity: the
+    allocation's jobs split the cores SLURM counted out (SLURM_CPUS_PER_TASK)."""
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    assert cpu_share(1) == 1 and cpu_share(2) == 1
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK")
+    assert cpu_share(1) == cores

@@ -153,7 +153,12 @@ class IsotuneSlurmLauncher(SlurmLauncher):
             try:
                 job.results()
             except Exception as error:  # cancelled, or died: its jobs' claims tell the rest
-                log.error(f"Allocation {job.job_id} ended without finishing: {error}")
+                lines = str(error).splitlines()  # submitit's: the allocation's whole traceback
+                why = next((line for line in reversed(lines) if "Error: " in line), lines[0])
+                log.error(
+                    f"Allocation {job.job_id} ended before its jobs did ({why.strip()}); its log: "
+                    f"{job.paths.stdout}"
+                )
         ended = JobClaims(claims, len(jobs), owner="", live_owners=lambda: None)
         return [_return_of(ended, index, *job) for index, job in enumerate(jobs)]
 
