@@ -10,7 +10,9 @@ its parts in this order, each planned a share of the time (``Settings.plan``):
   its end (the full check: 6 real RTE jobs of 3 whole epochs at the defaults; --quick: 8 jobs of
   one epoch of 20 batches): wall time, jobs per hour, peak GPU memory per job; and from the
   one-worker sweep's logs, a warm worker's start-up (a job composed by Hydra, to its first log
-  line) and a warm job;
+  line) and a warm job; where a SLURM answers (``bash scripts/local_slurm.sh start``), the
+  largest jobs_per_gpu's sweep again, packed into one SLURM allocation (docs/sweeps.md), in what
+  time the sweeps before left;
 - **first use**: every batch shape of RTE through the model, the first pass and a warm one,
   padded to each batch's longest and to buckets of 32 (``data.pad_buckets``), with cuDNN
   attention on and off: four variants, their first passes in turn, then their warm passes
@@ -67,7 +69,7 @@ from gpu_measures import (
     save_random_encoder,
     throughput,
 )
-from gpu_sweep import run_sweep, sweep_command
+from gpu_sweep import packed_on_slurm, run_sweep, sweep_command
 
 from isotune.errors import IsotuneError
 from isotune.model.compiling import check_compile_runs
@@ -362,12 +364,42 @@ def check_sweeps(
         if sweep["returncode"]:
             print(sweep["output"].read_text()[-4000:], file=sys.stderr)
     rows = sweep_rows(sweeps, settings.sweep_jobs, settings.sweep_epochs, settings.sweep_batches)
+    rows += packed_sweep_rows(settings, model_dir, glue, device, work, clock)
     one_worker = sweeps.get(1)
     if one_worker is not None:
         completed = one_worker["completed"]
         warm, start_up = read_jobs(work / "sweep-1", completed) if completed >= 2 else ([], [])
         rows += warm_worker_rows(warm, start_up)
     return rows
+
+
+def packed_sweep_rows(
+    settings: Settings, model_dir: str, glue: Path, device, work: Path, clock: Clock
+) -> list[tuple]:
+    """The largest jobs_per_gpu's sweep again, packed into one SLURM allocation (a worker pool
+    in a SLURM job), where a SLURM answers; a row saying why not otherwise."""
+    jobs_per_gpu = max(settings.jobs_per_gpu)
+    launcher = packed_on_slurm()
+    if launcher is None:
+        return [("sweep", "packed on SLURM", "not run: no SLURM answers here (sinfo); as root, "
+                 "bash scripts/local_slurm.sh start")]  # fmt: skip
+    timeout = clock.allowance(sweep_part(jobs_per_gpu))
+    if timeout < 30:
+        return [("sweep", "packed on SLURM", "not run: the time budget was spent")]
+    progress(f"sweep packed on SLURM, jobs_per_gpu={jobs_per_gpu} (stopped after {timeout:.0f} s)")
+    sweep_dir = work / f"sweep-packed-{jobs_per_gpu}"
+    command = sweep_command(
+        jobs_per_gpu, settings.sweep_jobs, settings.sweep_batches, Path(model_dir), glue,
+        sweep_dir, trainer="gpu" if device.type == "cuda" else "cpu",
+        epochs=settings.sweep_epochs, launcher=launcher,
+    )  # fmt: skip
+    sweep = run_sweep(command, sweep_dir, timeout)
+    if sweep["returncode"]:
+        print(sweep["output"].read_text()[-4000:], file=sys.stderr)
+    rows = sweep_rows(
+        {jobs_per_gpu: sweep}, settings.sweep_jobs, settings.sweep_epochs, settings.sweep_batches
+    )
+    return [(check, f"{what}, packed into one SLURM allocation", got) for check, what, got in rows]
 
 
 def in_process_parts(

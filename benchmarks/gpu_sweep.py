@@ -12,10 +12,12 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import lightning as L
@@ -57,14 +59,15 @@ def sweep_command(
     sweep_dir: Path,
     trainer: str = "gpu",
     epochs: int = 1,
+    launcher: Sequence[str] = ("hydra/launcher=gpus",),
 ) -> list[str]:
-    """``python train.py -m`` on the gpus launcher: ``jobs`` jobs (seeds 1, 2, ...) of ``epochs``
-    epochs of ``train_batches`` (trainer.limit_train_batches; 1.0: all of RTE) with the default
-    callbacks, each writing its peak GPU memory."""
+    """``python train.py -m`` on the gpus launcher (or ``launcher``'s overrides): ``jobs`` jobs
+    (seeds 1, 2, ...) of ``epochs`` epochs of ``train_batches`` (trainer.limit_train_batches; 1.0:
+    all of RTE) with the default callbacks, each writing its peak GPU memory."""
     seeds = ",".join(str(seed) for seed in range(1, jobs + 1))
     return [
         sys.executable, str(ROOT / "train.py"), "-m",
-        "hydra/launcher=gpus", f"hydra.launcher.jobs_per_gpu={jobs_per_gpu}",
+        *launcher, f"hydra.launcher.jobs_per_gpu={jobs_per_gpu}",
         f"hydra.sweep.dir={sweep_dir}", f"seed={seeds}",
         f"model.name_or_path={model_dir}", f"paths.glue_dir={glue_dir}",
         f"trainer={trainer}", f"trainer.max_epochs={epochs}",
@@ -72,6 +75,25 @@ def sweep_command(
         "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
         f"+callbacks.gpu_memory._target_={Path(__file__).stem}.{PeakGpuMemory.__name__}",
     ]  # fmt: skip
+
+
+def packed_on_slurm() -> tuple[str, ...] | None:
+    """The overrides that send a sweep packed into one allocation of the SLURM that answers here
+    (``bash scripts/local_slurm.sh start``, whose node has no GPU resource: the allocation asks
+    for none and its worker pool finds this machine's GPUs); None where no SLURM answers."""
+    if shutil.which("sbatch") is None:
+        return None
+    try:
+        nodes = subprocess.run(["sinfo", "--noheader"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if nodes.returncode != 0 or not nodes.stdout.strip():
+        return None
+    return (
+        "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=0", "hydra.launcher.allocations=1",
+        f"hydra.launcher.cpus_per_task={os.cpu_count() or 1}", "hydra.launcher.mem_gb=16",
+        "hydra.launcher.timeout_min=60",
+    )  # fmt: skip
 
 
 def run_sweep(command: list[str], sweep_dir: Path, timeout: float) -> dict:

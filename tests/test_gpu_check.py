@@ -330,6 +330,26 @@ def test_the_sweep_command_composes_for_each_jobs_per_gpu(tmp_path, jobs_per_gpu
     assert cfg.callbacks.isotropy is not None and cfg.callbacks.model_checkpoint is not None
 
 
+def test_the_packed_sweep_goes_to_one_allocation_of_the_slurm_that_answers(tmp_path):
+    launcher = gpu_sweep.packed_on_slurm()
+    if launcher is None:
+        pytest.skip("no SLURM answers here (bash scripts/local_slurm.sh start)")
+    command = gpu_sweep.sweep_command(
+        4, 8, 20, tmp_path / "model", tmp_path / "glue", tmp_path / "sweep", launcher=launcher
+    )
+    cfg = compose_config("train", [o for o in command[3:] if not o.startswith("seed=")])
+    assert cfg.hydra.launcher._target_.endswith("IsotuneSlurmLauncher")
+    assert (cfg.hydra.launcher.jobs_per_gpu, cfg.hydra.launcher.allocations) == (4, 1)
+    assert cfg.hydra.launcher.gpus_per_node == 0  # the local node has no GPU resource
+
+
+def test_without_slurm_the_packed_sweep_is_a_row_saying_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch
+    rows = gpu_check.packed_sweep_rows(gpu_check.DRY, "model", tmp_path, CPU, tmp_path, None)
+    assert rows == [("sweep", "packed on SLURM", "not run: no SLURM answers here (sinfo); as "
+                     "root, bash scripts/local_slurm.sh start")]  # fmt: skip
+
+
 def test_each_job_writes_its_peak_memory_and_the_sweep_reads_the_largest(tmp_path, monkeypatch):
     peaks = iter([3 * 2**30, 5 * 2**30])  # jobs 0 and 1, as torch would count them on a GPU
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: next(peaks))

@@ -118,23 +118,26 @@ def _epochs_lasting(seconds: float, run: list[str], folder: Path) -> int:
 def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly(
     tiny_bert, glue_dir, tmp_path
 ):
-    # SLURM checks time limits on a 30 s tick and sends the warning once the time left is within
-    # signal_delay_s + 30 s: in an allocation of 2 minutes with a delay of 20 s, between 70 and
-    # 100 s after the start, whatever the tick's phase. Less start-up (~11 s), each allocation
-    # trains 59-89 s, so a job of ~150 s of training times out at least once and completes in
-    # two or three allocations. (With 1-minute allocations the window is 10-40 s, and a requeued
-    # job restarting in step with the tick was warned 12 s after each start, before a step.)
+    # SLURM checks time limits on a 30 s tick (fixed in slurmctld, no slurm.conf setting) and
+    # sends the warning once the time left is within signal_delay_s + 30 s: in an allocation of
+    # 1 minute with a delay of 5 s, between 25 and 55 s after the start, whatever the tick's
+    # phase, and the time limit itself ends it 60 to 90 s after: 35 s or more to stop. Less
+    # start-up (~11 s), each allocation trains 14-44 s, so a job of ~80 s of training (a machine
+    # that speeds up 1.8-fold after the probe still times out) times out at least once and
+    # completes in two to six allocations. (With a delay of 20 s the window was
+    # 10-40 s, and a requeued job restarting in step with the tick was warned 12 s after each
+    # start, before a step; so the test took 2-minute allocations and 150 s of training.)
     run = [
         *tiny_cli_overrides(
             tiny_bert, glue_dir, "callbacks.early_stopping=null", "data.batch_size=2"
         ),
         "trainer.limit_train_batches=1.0",
     ]
-    epochs = _epochs_lasting(150, run, tmp_path / "probe")
+    epochs = _epochs_lasting(80, run, tmp_path / "probe")
     run.append(f"trainer.max_epochs={epochs}")
     limit = (
-        "hydra.launcher.timeout_min=2",
-        "hydra.launcher.signal_delay_s=20",
+        "hydra.launcher.timeout_min=1",
+        "hydra.launcher.signal_delay_s=5",
         "hydra.launcher.max_num_timeout=10",
     )
     result = run_script("train.py", "-m", *ON_THIS_NODE, *limit, *run, cwd=tmp_path, timeout=900)
@@ -154,6 +157,78 @@ def test_a_job_longer_than_its_time_limit_is_requeued_until_it_completes_exactly
     actual = torch.load(job / "checkpoints/best.ckpt", weights_only=True)
     for name, tensor in expected["state_dict"].items():
         assert torch.equal(actual["state_dict"][name], tensor), name
+
+
+def test_a_packed_sweep_runs_its_jobs_in_fewer_allocations_each_continued_past_its_time_limit(
+    tiny_bert, glue_dir, tmp_path
+):
+    """Three jobs packed into two allocations (jobs_per_gpu=2; on this CPU node one job at a
+    time each): every job is claimed once, by one allocation; a job warned of its allocation's
+    time limit stops and the requeued allocation continues it where it stopped; every record is
+    that of an uninterrupted in-process run of the same job."""
+    # Time limits as in the test above: the warning comes 25 to 55 s after an allocation starts.
+    # Each job trains about 30 s alone on this process's threads, and in the sweep on one
+    # (cpus_per_task=1) beside the other allocation and the uninterrupted runs: the first
+    # allocations' jobs are warned mid-job.
+    run = [
+        *tiny_cli_overrides(
+            tiny_bert, glue_dir, "callbacks.early_stopping=null", "data.batch_size=2"
+        ),
+        "trainer.limit_train_batches=1.0",
+    ]
+    run.append(f"trainer.max_epochs={_epochs_lasting(30, run, tmp_path / 'probe')}")
+    packed = (
+        "hydra.launcher.jobs_per_gpu=2",
+        "hydra.launcher.jobs_per_allocation=1",
+        "hydra.launcher.allocations=2",
+        "hydra.launcher.timeout_min=1",
+        "hydra.launcher.signal_delay_s=5",
+        "hydra.launcher.max_num_timeout=30",  # a loaded machine gets little done per minute
+    )
+    sweep_process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), "-m", *ON_THIS_NODE, *packed, "seed=1,2,3", *run],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    # The same jobs in this process meanwhile, uninterrupted, on one thread as each job of the
+    # sweep: what the sweep's records must equal.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        uninterrupted = {
+            seed: train(compose_train_config([*run, f"seed={seed}"], tmp_path / f"alone-{seed}"))
+            for seed in (1, 2, 3)
+        }
+    finally:
+        torch.set_num_threads(threads)
+    output, _ = sweep_process.communicate(timeout=1800)
+    assert sweep_process.returncode == 0, output[-3000:]
+    sweep = the_sweep(tmp_path)
+    assert f"Sweep {sweep}: 3 of 3 jobs completed." in output
+    assert "Packing 3 jobs into 2 allocations" in output
+
+    (claims,) = (sweep / ".claims").iterdir()
+    owners = {job: (claims / f"{job}.claim.0").read_text() for job in range(3)}
+    (array,) = {owner.split("_")[0] for owner in owners.values()}
+    assert set(owners.values()) == {f"{array}_0", f"{array}_1"}  # both allocations ran jobs
+    assert sorted(p.name for p in claims.glob("*.claim.*")) == [f"{j}.claim.0" for j in range(3)]
+
+    done = records(sweep)
+    attempts = [done[str(job)]["attempts"] for job in range(3)]
+    # A time limit came mid-job: the requeued allocation continued that job at its step.
+    assert any(len(tries) >= 2 and tries[0]["steps"] > 0 for tries in attempts), attempts
+    for tries in attempts:
+        assert all(a["ended_by"] == "SIGUSR2" for a in tries[:-1]), tries
+        # A job its allocation took just before the warning may stop before its first step: it
+        # has nothing to continue from, and starts again.
+        assert [a["resumed_at_step"] for a in tries[1:]] == [a["steps"] or None for a in tries[:-1]]
+    for job, seed in enumerate((1, 2, 3)):
+        record = done[str(job)]
+        assert record["status"] == "completed"
+        assert record["history"] == uninterrupted[seed]["history"], job
+        assert record["steps"] == uninterrupted[seed]["steps"]
 
 
 def _long_job(tiny_bert: Path, glue_dir: Path, cwd: Path) -> subprocess.Popen:

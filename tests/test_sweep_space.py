@@ -46,6 +46,10 @@ def test_jobs_at_once_follow_the_launcher():
     assert jobs_at_once(basic, 160) == 1
     assert jobs_at_once(slurm, 160) == slurm.array_parallelism
     assert jobs_at_once(gpus, 160) == 3 and jobs_at_once(gpus, 2) == 2
+    packed = compose_train_config(
+        ["hydra/launcher=slurm", "hydra.launcher.jobs_per_gpu=3", "hydra.launcher.allocations=4"]
+    ).hydra.launcher  # four allocations of one GPU, three jobs on it
+    assert jobs_at_once(packed, 160) == 12 and jobs_at_once(packed, 5) == 5
 
 
 def test_a_sweep_that_does_not_fit_can_be_started_knowingly(tmp_path):

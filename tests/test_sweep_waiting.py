@@ -12,12 +12,14 @@ import pytest
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
+from hydra_plugins.isotune_launcher.slurm_launcher import IsotuneSlurmLauncher
 from hydra_plugins.isotune_launcher.waiting import sigterm_stops_the_wait
 from isotune.sweeps.slurm_jobs import jobs_going_on
 
 
-def test_sigterm_stops_the_wait_on_slurm_jobs_and_the_earlier_handler_comes_back():
-    waiting_on_slurm = SlurmLauncher.__new__(SlurmLauncher)  # its type is what counts
+@pytest.mark.parametrize("launcher", [SlurmLauncher, IsotuneSlurmLauncher])  # submitit's, ours
+def test_sigterm_stops_the_wait_on_slurm_jobs_and_the_earlier_handler_comes_back(launcher):
+    waiting_on_slurm = launcher.__new__(launcher)  # its type is what counts
     before = signal.getsignal(signal.SIGTERM)
     # What the sweepers catch for Ctrl-C. (Not matched by class: Hydra's plugin scan, run by
     # other tests, executes the plugin modules again, so the class raised may be a newer one.)

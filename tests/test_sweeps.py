@@ -81,11 +81,9 @@ def test_isobn_glue_experiment_is_the_papers_protocol(tmp_path):
 def test_slurm_launcher_composes_with_one_gpu_per_job(tmp_path):
     cfg = compose_train_config(["hydra/launcher=slurm", "trainer=gpu"], tmp_path)
     launcher = cfg.hydra.launcher
-    assert (
-        launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
-    )
+    assert launcher._target_ == "hydra_plugins.isotune_launcher.slurm_launcher.IsotuneSlurmLauncher"
     assert (launcher.gpus_per_node, launcher.tasks_per_node, cfg.trainer.devices) == (1, 1, 1)
-    assert launcher.array_parallelism > 1
+    assert launcher.array_parallelism > 1 and launcher.jobs_per_gpu == 1  # an array task per job
 
 
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -95,7 +95,7 @@ STOPPED_EXIT_CODES = {128 + stop: stop for stop in (signal.SIGINT, *STOP_SIGNALS
 
 
 @dataclass
-class _JobContext:
+class JobContext:
     """What every worker needs to run any job of the sweep; sent once, at worker start."""
 
     hydra_context: HydraContext
@@ -108,6 +108,21 @@ class _JobContext:
         code = getattr(self.task_function, "__code__", None)
         if code is not None and self.task_source_file is not None:
             self.task_function.__code__ = code.replace(co_filename=self.task_source_file)
+
+
+def job_context(
+    hydra_context: HydraContext, config: DictConfig, task_function: TaskFunction
+) -> bytes:
+    """What a worker needs to run any job of the sweep, pickled as it travels to workers."""
+    code = getattr(task_function, "__code__", None)
+    context = JobContext(
+        hydra_context,
+        config,
+        task_function,
+        Singleton.get_state(),
+        task_source_file=None if code is None else code.co_filename,
+    )
+    return cloudpickle.dumps(context)
 
 
 @dataclass
@@ -169,17 +184,11 @@ class GpusLauncher(Launcher):
         for index, overrides in enumerate(job_overrides):
             log.info(f"\t#{initial_job_idx + index} : {' '.join(filter_overrides(overrides))}")
 
-        code = getattr(self.task_function, "__code__", None)
-        context = _JobContext(
-            self.hydra_context,
-            self.config,
-            self.task_function,
-            Singleton.get_state(),
-            task_source_file=None if code is None else code.co_filename,
-        )
-        pool = _SlotPool(cloudpickle.dumps(context), slot_dir, slots, threads)
+        context = job_context(self.hydra_context, self.config, self.task_function)
+        pool = SlotPool(context, slot_dir, slots, threads)
         jobs = [(initial_job_idx + index, list(o)) for index, o in enumerate(job_overrides)]
-        return pool.run(jobs, n_workers=n_workers)
+        returns = pool.run(jobs, n_workers, InOrder(len(jobs)))
+        return [returns[index] for index in range(len(jobs))]
 
     def plan(self) -> tuple[list[gpu_slots.Slot], int]:
         """The slots and how many jobs run at once: ``n_jobs``, by default one per slot. Without
@@ -208,7 +217,35 @@ class GpusLauncher(Launcher):
         return slots, n_jobs
 
 
-class _SlotPool:
+class JobQueue:
+    """Which job a free worker runs next (a position in the batch), or None: no job left."""
+
+    def take(self) -> int | None:
+        raise NotImplementedError
+
+    def left(self) -> int:
+        """How many jobs wait to be taken (for the log)."""
+        raise NotImplementedError
+
+    def finished(self, index: int, job_return: JobReturn) -> None:
+        """Job ``index`` returned ``job_return`` (or its worker died: a crashed or stopped
+        return)."""
+
+
+class InOrder(JobQueue):
+    """Every job of the batch once, in order: one launcher holds the whole sweep."""
+
+    def __init__(self, n_jobs: int) -> None:
+        self.pending = deque(range(n_jobs))
+
+    def take(self) -> int | None:
+        return self.pending.popleft() if self.pending else None
+
+    def left(self) -> int:
+        return len(self.pending)
+
+
+class SlotPool:
     """Worker processes that each hold one slot; a dead worker fails its job and is replaced."""
 
     def __init__(
@@ -220,15 +257,19 @@ class _SlotPool:
         self.threads = threads
         self.spawn: SpawnContext = multiprocessing.get_context("spawn")
 
-    def run(self, jobs: list[tuple[int, list[str]]], n_workers: int) -> list[JobReturn]:
-        pending = deque(range(len(jobs)))
-        returns: list[JobReturn] = [JobReturn()] * len(jobs)
-        busy = [self._start_worker(jobs, pending.popleft()) for _ in range(n_workers)]
+    def run(
+        self, jobs: list[tuple[int, list[str]]], n_workers: int, queue: JobQueue
+    ) -> dict[int, JobReturn]:
+        """Run the jobs ``queue`` hands out (positions in ``jobs``) on up to ``n_workers``
+        workers; the returns of the jobs it ran, by position."""
+        returns: dict[int, JobReturn] = {}
+        busy: list[_Worker] = []
         stop = _ForwardedStop(lambda: busy)
         try:
+            while len(busy) < n_workers and (index := queue.take()) is not None:
+                busy.append(self._start_worker(jobs, index))
             while busy:
-                if stop.signal is not None:
-                    pending.clear()  # no new job after a stop signal
+                if stop.signal is not None:  # no new job after a stop signal
                     stop.kill_stragglers()
                 waiting = [w.conn for w in busy] + [w.process.sentinel for w in busy]
                 ready = set(wait(waiting, timeout=None if stop.signal is None else 1.0))
@@ -239,20 +280,22 @@ class _SlotPool:
                         worker.process.join()
                         job_return = _crashed_return(job_num, overrides, worker.process)
                     returns[worker.job_index] = job_return
-                    outcome, queued = job_return._return_value, counted(len(pending), "job")
+                    queue.finished(worker.job_index, job_return)
+                    outcome, queued = job_return._return_value, counted(queue.left(), "job")
                     if isinstance(outcome, WorkerCrashedError):
                         log.error(str(outcome))
                     if isinstance(outcome, JobStopped):  # one line, no FAILED after it
                         log.warning(f"{outcome}; {queued} queued")
                     else:
                         log.info(f"#{job_num} {job_return.status.name}; {queued} queued")
+                    following = queue.take() if stop.signal is None else None
                     if not worker.process.is_alive():
                         busy.remove(worker)
-                        if pending and stop.signal is None:
-                            busy.append(self._start_worker(jobs, pending.popleft()))
-                    elif pending and stop.signal is None:
-                        worker.job_index = pending.popleft()
-                        worker.conn.send(jobs[worker.job_index])
+                        if following is not None:
+                            busy.append(self._start_worker(jobs, following))
+                    elif following is not None:
+                        worker.job_index = following
+                        worker.conn.send(jobs[following])
                     else:
                         worker.conn.send(None)
                         worker.process.join()
@@ -265,13 +308,14 @@ class _SlotPool:
         if stop.signal is not None:  # every job stopped and recorded itself: the sweep stops
             raise RunInterrupted(stop.signal)
         failed = [
-            (num, o)
-            for (num, o), r in zip(jobs, returns, strict=True)
-            if r.status != JobStatus.COMPLETED
+            f"#{jobs[index][0]} {' '.join(jobs[index][1])}"
+            for index, job_return in sorted(returns.items())
+            if job_return.status != JobStatus.COMPLETED
         ]
         if failed:
-            listed = "; ".join(f"#{num} {' '.join(o)}" for num, o in failed)
-            log.error(f"{len(failed)} of {counted(len(jobs), 'job')} failed: {listed}")
+            log.error(
+                f"{len(failed)} of {counted(len(returns), 'job')} failed: {'; '.join(failed)}"
+            )
         return returns
 
     def _start_worker(self, jobs: list[tuple[int, list[str]]], job_index: int) -> _Worker:
@@ -371,7 +415,7 @@ def _serve_jobs(
     import torch  # after the claim; importing torch does not initialise CUDA
 
     torch.set_num_threads(threads)
-    context: _JobContext = cloudpickle.loads(context_payload)
+    context: JobContext = cloudpickle.loads(context_payload)
     context.restore_task_source_file()
     try:
         while (job := conn.recv()) is not None:
@@ -385,7 +429,7 @@ def _serve_jobs(
         return
 
 
-def _execute_job(context: _JobContext, job_num: int, overrides: list[str]) -> JobReturn:
+def _execute_job(context: JobContext, job_num: int, overrides: list[str]) -> JobReturn:
     setup_globals()
     Singleton.set_state(context.singleton_state)
     sweep_config = context.hydra_context.config_loader.load_sweep_config(context.config, overrides)

@@ -40,8 +40,11 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 @contextmanager
 def sigterm_stops_the_wait(launcher: Any) -> Iterator[None]:
     """While the block runs, SIGTERM raises :class:`SweepStopped` if ``launcher`` is
-    submitit's (it waits on jobs running elsewhere); any other launcher is left as it is."""
-    waits_elsewhere = type(launcher).__module__.startswith(SUBMITIT_PLUGIN)
+    submitit's, or built on it (it waits on jobs running elsewhere); any other launcher is left
+    as it is."""
+    waits_elsewhere = any(
+        cls.__module__.startswith(SUBMITIT_PLUGIN) for cls in type(launcher).__mro__
+    )
     if not waits_elsewhere or threading.current_thread() is not threading.main_thread():
         yield
         return

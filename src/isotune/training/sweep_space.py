@@ -107,9 +107,15 @@ def _existing(folder: Path) -> Path:
 
 def jobs_at_once(launcher: DictConfig, jobs: int) -> int:
     """How many of ``jobs`` the launcher runs at once: one for Hydra's basic launcher, its
-    ``array_parallelism`` (SLURM) or ``n_jobs`` (gpus) where set, else every job."""
+    ``array_parallelism`` (SLURM) or ``n_jobs`` (gpus) where set, else every job. A packed SLURM
+    sweep (``jobs_per_gpu`` above 1) runs each allocation's jobs at once in every allocation
+    running at once."""
     if str(launcher.get("_target_", "")).endswith("BasicLauncher"):
         return 1
+    if "array_parallelism" in launcher and launcher.get("jobs_per_gpu", 1) > 1:
+        slots = max(launcher.get("gpus_per_node") or 1, 1) * launcher.jobs_per_gpu
+        allocations = min(launcher.get("allocations") or jobs, launcher.array_parallelism)
+        return min(jobs, (launcher.get("jobs_per_allocation") or slots) * allocations)
     for key in ("array_parallelism", "n_jobs"):
         value = launcher.get(key)
         if isinstance(value, int) and value > 0:
