@@ -70,7 +70,7 @@ def jobs_per_hour(command: list[str], jobs: int, cwd: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--per-allocation", type=int, default=2, help="packed: jobs per allocation")

@@ -34,7 +34,7 @@ def test_a_sweeps_time_comes_from_the_wall_times_of_the_runs_completed_in_its_fo
     write_run(tmp_path / "3", [], {"status": "failed", "wall_time_s": 5.0})  # not a job's time
     job = completed_runs_time(tmp_path)
     assert (job.typical, job.low, job.high) == (90.0, 60.0, 300.0)
-    assert "3 runs completed in" in job.source
+    assert "3 runs completed in" in job.measured_from
     # 5 jobs, 2 at once: 3 waves of a job each
     assert sweep_time(job, 5, 2).startswith(
         "about 4.5 min (from 3 min to 15 min) for 5 jobs, 2 at once"
@@ -80,8 +80,8 @@ def test_a_few_training_batches_of_a_job_are_timed_here_writing_nothing(
     )
     timed = time_training_steps(job, "job #0", steps=3)
     # debug=limit: 4 batches an epoch, 3 epochs; the first batch timed is not counted
-    assert "2 training batches of job #0 timed here on CPU" in timed.source
-    assert "x 12 batches" in timed.source
+    assert "2 training batches of job #0 timed here on CPU" in timed.measured_from
+    assert "x 12 batches" in timed.measured_from
     assert 0 < timed.low <= timed.typical <= timed.high
     assert list(tmp_path.iterdir()) == []
 

@@ -22,12 +22,12 @@ from isotune.tracking.reporting import counted
 @dataclass(frozen=True)
 class JobTime:
     """One job's wall time in seconds: its typical value, the range it may fall in, and what it
-    was measured on (``source``, said with the estimate)."""
+    was measured on (``measured_from``, said with the estimate)."""
 
     typical: float
     low: float
     high: float
-    source: str
+    measured_from: str
 
 
 def completed_runs_time(folder: Path) -> JobTime | None:
@@ -56,7 +56,7 @@ def sweep_time(job: JobTime, jobs: int, at_once: int) -> str:
     return (
         f"about {duration(waves * job.typical)} (from {duration(waves * job.low)} to "
         f"{duration(waves * job.high)}) for {counted(jobs, 'job')}, {at_once} at once, each about "
-        f"{duration(job.typical)}; measured from {job.source}"
+        f"{duration(job.typical)}; measured from {job.measured_from}"
     )
 
 

@@ -40,7 +40,7 @@ GPU_ACCELERATORS = ("gpu", "cuda")
 def bound_elsewhere(job: DictConfig, launcher: DictConfig) -> str | None:
     """Why ``job`` (a composed job of the sweep, sent to ``launcher``) cannot be timed here, and
     how to get its estimate; None where it trains on this machine."""
-    if "submitit" in str(launcher.get("_target_", "")).lower():
+    if "slurm" in str(launcher.get("_target_", "")).lower():
         partition = launcher.get("partition")
         where = f"partition {partition}" if partition else "the cluster's default partition"
         return (
@@ -69,8 +69,8 @@ def bound_elsewhere(job: DictConfig, launcher: DictConfig) -> str | None:
 
 
 def time_training_steps(job: DictConfig, what: str, steps: int = TIMED_STEPS) -> JobTime:
-    """``job``'s time (the config of one job, named ``what`` in the estimate's source) from
-    ``steps`` of its training batches run here; nothing is written."""
+    """``job``'s time (the config of one job, named ``what`` in the estimate's
+    ``measured_from``) from ``steps`` of its training batches run here; nothing is written."""
     from isotune.training.run import complete_own_task, model_and_data  # the training stack
 
     job = copy.deepcopy(job)
