@@ -77,6 +77,7 @@ def main() -> None:
     args = parser.parse_args()
     glue_dir = os.environ.get("GLUE_DIR", str(ROOT / "data" / "glue"))
     cores = os.cpu_count() or 1
+    (ROOT / "logs").mkdir(exist_ok=True)  # the jobs' folders where SLURM's nodes see them
     with tempfile.TemporaryDirectory(dir=ROOT / "logs") as scratch:
         scratch = Path(scratch)
         model_dir = save_random_encoder(scratch / "tiny", make_tokenizer(), TINY)
