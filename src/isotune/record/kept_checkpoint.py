@@ -66,9 +66,13 @@ def read_kept_checkpoint(ckpt_path: str | Path | None, command: str) -> KeptChec
     return KeptCheckpoint(file=file, run_folder=folder, checkpoint=checkpoint)
 
 
-def run_folder_of(file: Path) -> Path:
-    """The run folder of ``<run>/checkpoints/<name>.ckpt`` (else the file's own folder)."""
-    return file.parent.parent if file.parent.name == "checkpoints" else file.parent
+def run_folder_of(path: Path) -> Path:
+    """The run folder ``path`` names: ``<run>/checkpoints/<name>.ckpt``, ``<run>/checkpoints``
+    or ``<run>`` itself (a ``ckpt_path`` typed as a folder: its links are checked, not those of
+    the folder above it); else a file's own folder."""
+    if path.is_dir():
+        return path.parent if path.name == "checkpoints" else path
+    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
 
 
 def check_a_model_was_kept(path: Path, command: str) -> None:
