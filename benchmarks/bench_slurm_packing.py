@@ -75,7 +75,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--per-allocation", type=int, default=2, help="packed: jobs per allocation")
     args = parser.parse_args()
-    glue_dir = os.environ.get("GLUE_DIR", str(ROOT / "data" / "glue"))
+    # Absolute: the jobs run in folders of their own, where ../shared/data/glue names nothing.
+    glue_dir = str(Path(os.environ.get("GLUE_DIR", ROOT / "data" / "glue")).resolve())
     cores = os.cpu_count() or 1
     (ROOT / "logs").mkdir(exist_ok=True)  # the jobs' folders where SLURM's nodes see them
     with tempfile.TemporaryDirectory(dir=ROOT / "logs") as scratch:
