@@ -34,7 +34,6 @@ from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
 from isotune.search.settings import STUDY_PLACES, SearchSettings, refuse_fixed_seeds
 from isotune.search.space import parse_space
-from isotune.study.comparison import stated_answer
 from isotune.study.plan import (
     LR_KEY,
     TASK_KEY,
@@ -46,16 +45,18 @@ from isotune.study.plan import (
     plan_study,
     searches_in,
 )
+from isotune.study.preregistration import PLAN_FILE, Preregistration
 from isotune.study.report import write_study_report
 from isotune.study.results import read_arm, read_study
-from isotune.study.sequential import SequentialPlan
 from isotune.study.stated import StatedTest, stated_test
 from isotune.study.stated_looks import (
-    PLAN_FILE,
     Looks,
+    locked_plan,
+    looks_in,
     report_seeds_due,
-    stated_plan,
     stated_runs,
+    take_looks,
+    verified_plan,
 )
 from isotune.sweeps.environment import check_continued_in_one_environment
 from isotune.sweeps.runs import SWEEP_FILE
@@ -84,6 +85,9 @@ def run_study(sweeper: StudySweeper, arguments: list[str]) -> None:
         plan = plan_study(s, tasks)
         arm_names = [arm.name for arm in plan.arms]
         stated = stated_test(s["stated"], plan.tasks, arm_names, plan.baseline, plan.report_seeds)
+        if stated is not None and stated.sequential and config.select_epoch != stated.select_epoch:
+            # the statistic the plan states: every run of the study scores at that epoch
+            fixed = [*fixed, f"select_epoch={stated.select_epoch}"]
         check_report_seeds_kept(plan, folder)
         settings = [_search_settings(sweeper, s, t, arm, fixed, folder) for t, arm in plan.searches]
         composed = _compose_arms(sweeper, plan, fixed)
@@ -124,6 +128,11 @@ def run_study(sweeper: StudySweeper, arguments: list[str]) -> None:
         check_continued_in_one_environment(
             folder, "hydra.sweeper.allow_mixed_environment", s["allow_mixed_environment"]
         )
+        metric = None
+        if stated is not None and stated.sequential:
+            metric = str(composed[stated.task, plan.baseline].task.primary_metric)
+            if (folder / PLAN_FILE).is_file():  # verified before anything, the preview too
+                verified_plan(stated, folder, metric)
         if s["preview"]:
             job = composed[plan.tasks[0], plan.baseline]
             what = f"the baseline arm's job on {plan.tasks[0]}"
@@ -134,20 +143,21 @@ def run_study(sweeper: StudySweeper, arguments: list[str]) -> None:
             Search(search, folder / task / arm.name, OmegaConf.to_yaml(config))
             for search, (task, arm) in zip(settings, plan.searches, strict=True)
         ]
-        sequential = None
+        registration = None
         if stated is not None and stated.sequential:
-            sequential = stated_plan(stated, folder)
-            _say_plan(sequential, folder)
+            assert metric is not None
+            registration = locked_plan(stated, folder, metric)
+            _say_plan(registration, folder)
         # The study's record, as every sweep's: what a stopped study's summary reads.
         write_text(folder / SWEEP_FILE, OmegaConf.to_yaml(config))
         launch = HydraLaunch(sweeper.launcher, folder)
-        looks = _stated_looks(folder, stated, sequential)
+        looks = _stated_looks(folder, stated, registration)
         while True:  # a sequential stated test: one look's stated seeds at a time
             searches = _stated_seeds_due(searches, plan, stated, looks)
             run_searches(searches, launch, s["n_jobs"])
             if looks is None:
                 break
-            before, looks = looks, _stated_looks(folder, stated, sequential)
+            before, looks = looks, _stated_looks(folder, stated, registration)
             assert looks is not None
             if looks.decided is not None or looks.due == before.due:
                 break
@@ -155,8 +165,9 @@ def run_study(sweeper: StudySweeper, arguments: list[str]) -> None:
         # a study: the report made again from a carried folder is this one.
         study = read_study(folder)
         assert study is not None, f"{folder / SWEEP_FILE} is a study's record"
+        final = _stated_looks(folder, stated, registration, say=False)
         text = write_study_report(
-            folder, study.outcomes, study.baseline, study.maximize, study.stated, study.plan
+            folder, study.outcomes, study.baseline, study.maximize, study.stated, final
         )
         log.info(f"\n{text}")
         check_reports_complete(searches)
@@ -271,36 +282,46 @@ def _plan_lines(plan: StudyPlan, folder: Path) -> tuple[int, list[str]]:
     return left, lines
 
 
-def _say_plan(sequential: SequentialPlan, folder: Path) -> None:
+def _say_plan(registration: Preregistration, folder: Path) -> None:
+    plan = registration.plan
     log.info(
-        f"The stated test decides in looks at {', '.join(map(str, sequential.looks))} pairs, "
-        f"boundaries {', '.join(f'{b:.3f}' for b in sequential.boundaries)} "
-        f"({sequential.spending}, alpha {sequential.alpha:g}, margin {sequential.margin}): "
-        f"the plan is stored in {folder / PLAN_FILE}, written before any stated run"
+        f"The stated test decides in looks at {', '.join(map(str, plan.looks))} pairs, "
+        f"boundaries {', '.join(f'{b:.3f}' for b in plan.boundaries)} "
+        f"({plan.spending}, alpha {plan.alpha:g}, margin {plan.margin}), on "
+        f"{registration.statistic.describe()}: the plan is locked in {folder / PLAN_FILE} "
+        f"({registration.digest}), written before any stated run"
     )
 
 
 def _stated_looks(
-    folder: Path, stated: StatedTest | None, sequential: SequentialPlan | None
+    folder: Path,
+    stated: StatedTest | None,
+    registration: Preregistration | None,
+    say: bool = True,
 ) -> Looks | None:
-    """The looks the ``sequential`` plan of the ``stated`` test has taken on the runs in
-    ``folder``, read from its two searches as the report reads them (None for a study without
-    a sequential stated test). Each look taken is said."""
-    if stated is None or sequential is None:
+    """The looks of the ``stated`` test's locked plan (``registration``) on the runs in
+    ``folder``, read from its two searches as the report reads them, each look whose pairs are
+    now in taken and frozen first (None for a study without a sequential stated test). Each
+    look is said, and what the next one waits for."""
+    if stated is None or registration is None:
         return None
     outcomes = [
         read_arm(folder / stated.task / arm, stated.task, arm, stated.seeds)
         for arm in (stated.baseline, stated.arm)
         if stated_runs(stated, folder)  # before them, a search's journal may not be opened yet
     ]
-    looks = stated_answer(stated, outcomes, sequential).looks
-    assert looks is not None
+    take_looks(folder, registration, stated, outcomes)
+    looks = looks_in(folder, registration, stated, outcomes)
+    if not say:
+        return looks
     for d in looks.taken:
         low, high = d.interval
         log.info(
-            f"Stated test, look {d.look} at {d.n} pairs: repeated interval [{low:.4f}, "
-            f"{high:.4f}] (boundary {d.boundary:.3f}): {d.decision}"
+            f"Stated test, look {d.look} at {d.n} pairs (frozen): repeated interval [{low:.4f}, "
+            f"{high:.4f}] (boundary {d.boundary:.3f}), exact p {d.exact_p}: {d.decision}"
         )
+    for run in looks.changed:
+        log.warning(f"{run} changed since its look was taken: the frozen decision stands")
     if looks.decided is not None:
         log.info(
             f"The stated test is decided ({looks.decided.decision}, look {looks.decided.look}): "

@@ -45,13 +45,11 @@ import pandas as pd
 from scipy import stats
 
 from isotune.study.results import GEOMETRY, REPORT, ArmOutcome
-from isotune.study.sequential import SequentialPlan
 from isotune.study.stated import StatedTest
-from isotune.study.stated_looks import Looks, looks_taken, seeds_beyond_looks
+from isotune.study.stated_looks import Looks, seeds_held_back, stated_scores
 from isotune.sweeps.intention_to_treat import (
     intention_to_treat_comparison,
     intention_to_treat_line,
-    intention_to_treat_score,
 )
 from isotune.sweeps.statistics import (
     Correlation,
@@ -314,19 +312,15 @@ def _correlation_row(task: str, measure: str, scope: str, correlation: Correlati
     }  # fmt: skip
 
 
-STATED_FAILURES = 2  # a stated run failed this often counts at its trivial score
-
-
 @dataclass(frozen=True)
 class StatedAnswer:
     """The stated test on the study's runs: its comparison on the stated seeds (None until every
-    stated seed has a pair, and always for a sequential test, which its ``looks`` answer), the
-    stated seeds still without one, those whose run, of either arm, started before the
-    statement (with the earliest such start), and the stated runs counted at their trivial
+    stated seed has a pair, and always for a sequential test, which its frozen ``looks``
+    answer), the stated seeds still without one, those whose run, of either arm, started before
+    the statement (with the earliest such start), and the stated runs counted at their trivial
     score (``at_trivial``: (arm, seed, folder relative to the study), see :func:`stated_answer`).
-    For a sequential test, ``held_back``: the stated seeds beyond its last look taken that have
-    a report run on its task, which every table leaves out until their look is taken
-    (:func:`exploratory_outcomes`)."""
+    For a sequential test, ``held_back``: the stated seeds with a report run on its task that
+    every exploratory output leaves out (:func:`isotune.study.stated_looks.seeds_held_back`)."""
 
     test: StatedTest
     comparison: PairedComparison | None
@@ -360,58 +354,36 @@ class StatedAnswer:
 
 
 def stated_answer(
-    test: StatedTest, outcomes: Sequence[ArmOutcome], plan: SequentialPlan | None = None
+    test: StatedTest, outcomes: Sequence[ArmOutcome], looks: Looks | None = None
 ) -> StatedAnswer:
     """The stated ``test`` (:mod:`isotune.study.stated`) on the held-out runs of ``outcomes``:
-    the paired comparison of its arm with its baseline on its seeds alone, at its level, given
+    the paired comparison of its arm with its baseline on its seeds alone, at its alpha, given
     only when every stated seed has a pair (a test on part of its seeds would be a look the
-    statement did not plan). A sequential test is answered by its stored ``plan`` instead, at
-    the looks its pairs have reached (:func:`isotune.study.stated_looks.looks_taken`), and by
-    nothing between them.
-
-    A stated run that failed is run again, as any failed job is, and waits for it; once it has
-    failed :data:`STATED_FAILURES` times it counts at its dev set's trivial score (intention to
-    treat, :mod:`isotune.sweeps.intention_to_treat`): leaving its seed without a pair would
-    keep the test from ever being answered, and leaving the seed out would flatter the arm
-    that fails. The answer names each such run."""
-    by_arm = {o.arm: o for o in outcomes if o.task == test.task}
-    runs = [
-        run
-        for name in (test.baseline, test.arm)
-        if name in by_arm
-        for run in by_arm[name].held_out
-        if run.seed in test.seeds
-    ]
+    statement did not plan). A sequential test is answered by its frozen ``looks`` instead
+    (:func:`isotune.study.stated_looks.looks_in`), and by nothing between them. A stated run
+    that failed twice counts at its trivial score
+    (:func:`isotune.study.stated_looks.stated_scores`), and the answer names it."""
+    stated = stated_scores(test, outcomes)
     early: dict[int, str] = {}
-    for run in runs:
+    for run in stated.runs.values():
         if test.started_before(run.started_at):
             early[run.seed] = min(early.get(run.seed, run.started_at), run.started_at)
-    scores = {name: arm_scores(by_arm, name, test.seeds) for name in (test.baseline, test.arm)}
-    at_trivial = [
-        run
-        for run in runs
-        if run.score is None
-        and run.failures >= STATED_FAILURES
-        and intention_to_treat_score(run) is not None
-    ]
-    for run in at_trivial:
-        scores[run.arm][run.seed] = intention_to_treat_score(run)
-    named = tuple((run.arm, run.seed, run.job_dir) for run in at_trivial)
+    named = tuple((run.arm, run.seed, run.job_dir) for run in stated.at_trivial)
+    scores = stated.scores
     paired = scores[test.baseline].keys() & scores[test.arm].keys()
     without = tuple(seed for seed in test.seeds if seed not in paired)
     if test.sequential:
-        if plan is None:
-            raise ValueError("a sequential stated test is answered by its stored plan")
-        looks = looks_taken(plan, test.seeds, scores[test.baseline], scores[test.arm])
+        if looks is None:
+            raise ValueError("a sequential stated test is answered by its frozen looks")
         ran = {run.seed for o in outcomes if o.task == test.task for run in o.held_out}
-        held_back = tuple(s for s in seeds_beyond_looks(test, looks) if s in ran)
+        held_back = tuple(s for s in seeds_held_back(test, looks) if s in ran)
         return StatedAnswer(
             test, None, without, tuple(sorted(early.items())), looks, held_back, named
         )
     comparison = (
         None
         if without
-        else paired_comparison(scores[test.baseline], scores[test.arm], confidence=1 - test.level)
+        else paired_comparison(scores[test.baseline], scores[test.arm], confidence=1 - test.alpha)
     )
     return StatedAnswer(test, comparison, without, tuple(sorted(early.items())), at_trivial=named)
 
@@ -434,10 +406,13 @@ def exploratory_outcomes(
 
 
 def _looks_record(looks: Looks) -> dict[str, Any]:
-    """A sequential test's plan and looks taken, as the study's results.yaml keeps them."""
+    """A sequential test's locked plan and frozen looks, as the study's results.yaml keeps them
+    (the pairs' scores stay in the journal: a stated score is shown at its look)."""
     decided = looks.decided
+    registration = looks.registration
     return {
-        "plan": looks.plan.to_dict(),
+        "plan": {**registration.fields(), "digest": registration.digest},
+        "statistic": registration.statistic.describe(),
         "looks_taken": [
             {
                 "look": d.look,
@@ -448,10 +423,16 @@ def _looks_record(looks: Looks) -> dict[str, Any]:
                 "interval": list(d.interval),
                 "decision": d.decision,
                 "alpha_spent": d.alpha_spent,
+                "exact_p": d.exact_p,
+                "nominal_level": d.nominal,
+                "taken_at": frozen.taken_at,
+                "recorded": frozen.recorded,
             }
-            for d in looks.taken
+            for d, frozen in zip(looks.taken, looks.frozen, strict=True)
         ],
         "decision": decided.decision if decided is not None else "go on",
         "pairs_in": looks.pairs,
         "pairs_due": looks.due,
+        "waiting_for": list(looks.waiting),
+        "changed_since_their_look": list(looks.changed),
     }

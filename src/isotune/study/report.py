@@ -35,7 +35,6 @@ from isotune.record.debug_runs import debug_line
 from isotune.search.expected_best import MIN_TRIALS, expected_best_curve
 from isotune.search.report import data_line
 from isotune.study.comparison import (
-    STATED_FAILURES,
     WITHIN_ARMS,
     StatedAnswer,
     across_tasks,
@@ -48,9 +47,15 @@ from isotune.study.comparison import (
     task_comparisons,
 )
 from isotune.study.results import GEOMETRY, ArmOutcome, read_study, runs_table
-from isotune.study.sequential import BOUNDED, SequentialPlan
-from isotune.study.stated import POINTS, StatedTest
-from isotune.study.stated_looks import PLAN_FILE, Looks
+from isotune.study.stated import StatedTest
+from isotune.study.stated_looks import Looks, study_looks
+from isotune.study.stated_report import (
+    MISSING,
+    held_back_sentence,
+    interval_text,
+    number,
+    stated_lines,
+)
 from isotune.sweeps.aggregate import HeldBack
 from isotune.sweeps.runs import Sweep
 from isotune.sweeps.statistics import seed_count_caveat
@@ -63,9 +68,7 @@ RUNS_FILE = "study_runs.csv"
 HELD_OUT_FIGURE = "held_out"
 WITHIN_FIGURE = "geometry_within_arms"
 FEW_TASKS = 5  # below, an average over tasks rests on too few numbers to generalise
-MISSING = "n/a"  # a value not there: never `none`, which is the name of the baseline arm
 NO_SPREAD = "no spread: no estimate"  # a power figure of differences all equal
-SPENDING_NAMES = {"obf": "O'Brien-Fleming type", "pocock": "Pocock type"}
 
 
 def write_study_report(
@@ -74,14 +77,14 @@ def write_study_report(
     baseline: str,
     maximize: bool = True,
     stated: StatedTest | None = None,
-    plan: SequentialPlan | None = None,
+    looks: Looks | None = None,
 ) -> str:
     """Write the files of the module docstring into ``folder``; the report's text. With a
-    ``stated`` test, the report answers it first (a sequential one by its stored ``plan``) and
-    calls the rest exploratory."""
-    answer = stated_answer(stated, outcomes, plan) if stated is not None else None
+    ``stated`` test, the report answers it first (a sequential one by its frozen ``looks``)
+    and calls the rest exploratory, without the stated seeds it holds back."""
+    answer = stated_answer(stated, outcomes, looks) if stated is not None else None
+    outcomes = exploratory_outcomes(outcomes, answer)  # without the stated seeds held back
     every_run = runs_table(outcomes)
-    outcomes = exploratory_outcomes(outcomes, answer)  # without the stated seeds between looks
     arms = arm_table(outcomes, maximize)
     per_task = task_comparisons(outcomes, baseline)
     across = across_tasks(outcomes, baseline, maximize)
@@ -118,8 +121,9 @@ def write_study_reports(sweeps: Sequence[Sweep], out: Path | None) -> list[Path]
         assert study is not None, f"{sweep.dir} holds a study's record"
         folder = sweep.dir if out is None else out if len(studies) == 1 else out / sweep.dir.name
         folder.mkdir(parents=True, exist_ok=True)
+        looks = study_looks(sweep.dir, study.stated, study.outcomes)
         write_study_report(
-            folder, study.outcomes, study.baseline, study.maximize, study.stated, study.plan
+            folder, study.outcomes, study.baseline, study.maximize, study.stated, looks
         )
         paths.append(folder / REPORT_FILE)
     return paths
@@ -127,15 +131,16 @@ def write_study_reports(sweeps: Sequence[Sweep], out: Path | None) -> list[Path]
 
 def stated_runs_held_back(sweeps: Sequence[Sweep]) -> list[HeldBack]:
     """The report runs each study among ``sweeps`` holds back from every table: those on the
-    stated seeds beyond its sequential test's last look taken (:class:`StatedAnswer`), read from
-    its folder and record as :func:`write_study_reports` reads them, with the sentence saying
-    so (``python -m isotune.aggregate`` leaves them out of the sweep tables)."""
+    stated seeds its sequential test holds back (:class:`StatedAnswer`), read from its folder
+    and record as :func:`write_study_reports` reads them, with the sentence saying so
+    (``python -m isotune.aggregate`` leaves them out of the sweep tables)."""
     held = []
     for sweep in sweeps:
         study = read_study(sweep.dir) if sweep.is_study else None
         if study is None or study.stated is None or not study.stated.sequential:
             continue
-        answer = stated_answer(study.stated, study.outcomes, study.plan)
+        looks = study_looks(sweep.dir, study.stated, study.outcomes)
+        answer = stated_answer(study.stated, study.outcomes, looks)
         runs = [
             sweep.dir / run.job_dir
             for outcome in study.outcomes
@@ -209,7 +214,7 @@ def report_text(
     if debug:
         lines += ["", f"**{debug}**"]
     if answer is not None:
-        lines += ["", "## The stated test", "", *_stated_lines(answer)]
+        lines += ["", "## The stated test", "", *stated_lines(answer)]
     unfinished = [f"{o.task}/{o.arm}" for o in outcomes if not o.finished]
     if unfinished:
         lines += ["", f"Searches without a held-out report yet: {', '.join(unfinished)}."]
@@ -221,186 +226,6 @@ def report_text(
     lines += ["", "## Geometry beside the score", "", *_geometry_lines(tasks, arms, correlations)]
     lines += ["", "## Figures", "", *_figure_links(tasks)]
     return "\n".join(lines).rstrip() + "\n"
-
-
-def _stated_lines(answer: StatedAnswer) -> list[str]:
-    """The stated test's statement and its answer, then the line that makes the rest of the
-    report exploratory."""
-    test, c = answer.test, answer.comparison
-    if answer.looks is not None:
-        lines = [*_sequential_lines(test, answer.looks), *_at_trivial_lines(answer)]
-        return [*lines, *_exploratory_lines(answer)]
-    confidence = f"{1 - test.level:.0%}"
-    lines = [
-        f"Stated at {test.stated_at.isoformat()}, before its runs: on {test.task}, "
-        f"`{test.arm}` minus `{test.baseline}`, the held-out score on report seeds "
-        f"{seed_ranges(test.seeds)} ({counted(len(test.seeds), 'pair')}), two-sided at level "
-        f"{test.level:g}: the paired t-test with its {confidence} t interval, and the exact "
-        "Wilcoxon signed-rank test beside it.",
-        "",
-    ]
-    if c is None:
-        have = len(test.seeds) - len(answer.without_pair)
-        lines.append(
-            f"{have} of {counted(len(test.seeds), 'stated pair')} in (without a pair yet: "
-            f"{seed_ranges(answer.without_pair)}): the stated test is answered once every "
-            "stated seed has its pair, and not before."
-        )
-    else:
-        low, high = c.t_interval or (None, None)
-        verdict = (
-            "no spread, so no t-test"
-            if c.ttest_p is None
-            else f"**different from `{test.baseline}`** at level {test.level:g} (the interval "
-            "excludes 0)"
-            if c.excludes_zero
-            else f"**not told apart from `{test.baseline}`** at level {test.level:g} (the "
-            "interval includes 0)"
-        )
-        lines.append(
-            f"**Answer:** mean difference {_f(c.mean_difference)}, {confidence} t interval "
-            f"{_interval(low, high)}; paired t-test p {_f(c.ttest_p)}, Wilcoxon p "
-            f"{_f(c.wilcoxon_p)} ({counted(c.wilcoxon_n, 'non-zero pair')}): {verdict}."
-        )
-    return [*lines, *_at_trivial_lines(answer), *_exploratory_lines(answer)]
-
-
-def _at_trivial_lines(answer: StatedAnswer) -> list[str]:
-    """The stated runs counted at their trivial score, by name (none: no line)."""
-    if not answer.at_trivial:
-        return []
-    runs = "; ".join(f"`{arm}` seed {seed} ({run})" for arm, seed, run in answer.at_trivial)
-    return [
-        "",
-        f"Counted at its dev set's trivial score, having failed {STATED_FAILURES} times "
-        f"(intention to treat: a stated run that failed runs again; failing again, it counts "
-        f"as a run that learned nothing): {runs}.",
-    ]
-
-
-def _exploratory_lines(answer: StatedAnswer) -> list[str]:
-    """The stated seeds run before the statement, then the line that makes the rest of the
-    report exploratory."""
-    lines = []
-    if answer.started_before:
-        early = ", ".join(f"{seed} ({at})" for seed, at in answer.started_before)
-        lines += [
-            "",
-            f"Stated seeds whose runs started before the statement: {early}. Their results "
-            "could have been seen before it was written: the test counts them as stated, and "
-            "a reader should know.",
-        ]
-    if answer.held_back:
-        lines += ["", held_back_sentence(answer)]
-    lines += [
-        "",
-        "Everything below is exploratory: every comparison over all the report seeds (the "
-        "stated ones and any others), every other arm and task, and the geometry were not "
-        "stated before the runs.",
-    ]
-    return lines
-
-
-def _sequential_lines(test: StatedTest, looks: Looks) -> list[str]:
-    """A sequential stated test: its plan, each look taken (pairs, boundary, repeated interval,
-    decision, alpha spent), the decision or the next look, the seeds used and, at an early
-    stop, the bias of its mean. Between looks nothing is computed."""
-    plan = looks.plan
-    margin = (
-        "no equivalence margin"
-        if plan.margin is None
-        else f"equivalence margin {plan.margin * POINTS:g} point"
-        f"{'' if plan.margin * POINTS == 1 else 's'} ({plan.margin:g})"
-    )
-    lines = [
-        f"Stated at {test.stated_at.isoformat()}, before its runs: on {test.task}, "
-        f"`{test.arm}` minus `{test.baseline}`, the held-out score on report seeds "
-        f"{seed_ranges(test.seeds)}, decided in planned looks at "
-        f"{', '.join(map(str, plan.looks))} pairs (look k on the first n_k stated seeds), "
-        f"two-sided alpha {plan.alpha:g} spent by the Lan-DeMets "
-        f"{SPENDING_NAMES[plan.spending]} function, {margin}. At each look the repeated "
-        f"{1 - plan.alpha:.0%} interval mean ± boundary × sd / sqrt(n) (Jennison & Turnbull) "
-        "decides: different (it excludes 0), equivalent (it lies inside the margin), or go on; "
-        "the last look gives the interval as the bound. Boundaries on the t scale, stored "
-        f"before the runs ({PLAN_FILE}): {', '.join(f'{b:.3f}' for b in plan.boundaries)} "
-        f"({plan.boundaries_from}).",
-        "",
-    ]
-    if looks.taken:
-        lines += [
-            "| look | pairs | boundary | mean difference | repeated interval | decision | alpha "
-            "spent |",
-            "|---|---|---|---|---|---|---|",
-            *(
-                f"| {d.look} | {d.n} | {d.boundary:.3f} | {_f(d.mean)} | "
-                f"{_interval(*d.interval)} | {d.decision} | {d.alpha_spent:.4f} |"
-                for d in looks.taken
-            ),
-            "",
-            *(f"Look {d.look}: {d.note}" for d in looks.taken if d.note),
-        ]
-    decided = looks.decided
-    used = test.seeds[: looks.taken[-1].n] if looks.taken else ()
-    if decided is None:
-        lines.append(
-            f"**Go on:** the next look at {looks.due} pairs ({looks.pairs} in); nothing is "
-            "computed between looks, since a look the plan did not make spends alpha it did not "
-            "plan."
-        )
-    elif decided.decision == BOUNDED:
-        lines.append(
-            f"**Decision at the last look ({decided.n} pairs): undecided**; the repeated "
-            f"interval {_interval(*decided.interval)} bounds the difference."
-        )
-    else:
-        lines.append(
-            f"**Decision at look {decided.look} ({decided.n} pairs): {decided.decision}** "
-            f"(repeated interval {_interval(*decided.interval)}); the study runs no more of "
-            "its stated seeds."
-        )
-    lines += [
-        "",
-        f"Stated seeds used: {seed_ranges(used) if used else 'none yet'} "
-        f"({counted(len(used), 'pair')}); alpha spent: "
-        f"{looks.taken[-1].alpha_spent if looks.taken else 0:.4f} of {plan.alpha:g}.",
-    ]
-    if decided is not None and decided.look < len(plan.looks):
-        lines += [
-            "",
-            "The study stopped early: a mean at an early stop is biased away from 0 (a study "
-            "stops when its differences happen to be far from 0), so the mean above "
-            "overstates the difference; the repeated interval holds its coverage.",
-        ]
-    return lines
-
-
-def held_back_sentence(answer: StatedAnswer) -> str:
-    """Which stated seeds every table leaves out, between the looks of a sequential test, and
-    why."""
-    assert answer.looks is not None, "only a sequential stated test holds seeds back"
-    taken, plan = answer.looks.taken, answer.looks.plan
-    last = (
-        f"look {taken[-1].look}, at {counted(taken[-1].n, 'pair')}"
-        if taken
-        else f"none yet: the first is at {counted(plan.looks[0], 'pair')}"
-    )
-    return (
-        f"Left out of the tables: the report runs of every arm of {answer.test.task} on stated "
-        f"seeds {seed_ranges(answer.held_back)}, beyond the stated test's last look taken "
-        f"({last}), since an interval over them would be a look at a size its plan "
-        f"({PLAN_FILE}) does not take. They count once their look is taken."
-    )
-
-
-def seed_ranges(seeds: Sequence[int]) -> str:
-    """Seeds as runs of consecutive numbers: ``101-105, 110``."""
-    runs: list[list[int]] = []
-    for seed in sorted(seeds):
-        if runs and seed == runs[-1][-1] + 1:
-            runs[-1].append(seed)
-        else:
-            runs.append([seed])
-    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def _data_lines(task: str, outcomes: Sequence[ArmOutcome]) -> list[str]:
@@ -440,18 +265,18 @@ def _task_lines(
             [
                 row["arm"],
                 _params(row["best_params"]),
-                _f(row["tuned_value"]),
+                number(row["tuned_value"]),
                 _spread(row),
                 f"{row['failed_to_learn']} / {row['without_score']} of {row['report_runs']}"
                 if row["report_runs"]
                 else "not reported yet",
-                _f(row["optimism"]),
+                number(row["optimism"]),
                 ""
                 if c is None
-                else f"{_f(c['mean_difference'])}, {_interval(c['t_low'], c['t_high'])}",
-                "" if c is None else f"{_f(c['wilcoxon_p'])} ({_f(c['wilcoxon_p_holm'])})",
-                "" if c is None else f"{_f(c['ttest_p'])} ({_f(c['ttest_p_holm'])})",
-                "" if c is None else _planned(c, _f(c["detectable_difference"])),
+                else f"{number(c['mean_difference'])}, {interval_text(c['t_low'], c['t_high'])}",
+                "" if c is None else f"{number(c['wilcoxon_p'])} ({number(c['wilcoxon_p_holm'])})",
+                "" if c is None else f"{number(c['ttest_p'])} ({number(c['ttest_p_holm'])})",
+                "" if c is None else _planned(c, number(c["detectable_difference"])),
                 "" if c is None else _planned(c, _count(c["pairs_needed"])),
             ]
         )
@@ -472,7 +297,9 @@ def _task_lines(
     ]
     short = [o for o in outcomes if o.task == task and o.trial_values and not _curve(o, maximize)]
     if short:
-        values = "; ".join(f"{o.arm}: {', '.join(_f(v) for v in o.trial_values)}" for o in short)
+        values = "; ".join(
+            f"{o.arm}: {', '.join(number(v) for v in o.trial_values)}" for o in short
+        )
         lines += [
             "",
             f"Trial values (below {MIN_TRIALS} trials the expected best is not estimated, "
@@ -516,14 +343,14 @@ def _across_lines(
     rows = []
     for row in across.to_dict("records"):
         if row["arm"] == baseline:
-            rows.append([row["arm"], *([""] * (len(tasks) + 1)), _f(row["average_rank"], 2)])
+            rows.append([row["arm"], *([""] * (len(tasks) + 1)), number(row["average_rank"], 2)])
             continue
         rows.append(
             [
                 row["arm"],
-                *(_f(row.get(f"difference_{task}")) for task in tasks),
-                _f(row["mean_of_differences"]),
-                _f(row["average_rank"], 2),
+                *(number(row.get(f"difference_{task}")) for task in tasks),
+                number(row["mean_of_differences"]),
+                number(row["average_rank"], 2),
             ]
         )
     named = [f"Δ {task}" + (f" ({metrics[task]})" if task in metrics else "") for task in tasks]
@@ -557,7 +384,7 @@ def _geometry_lines(
     tasks: Sequence[str], arms: pd.DataFrame, correlations: pd.DataFrame
 ) -> list[str]:
     rows = [
-        [row["task"], row["arm"], *(_f(row[m]) for m in GEOMETRY), _f(row["final_median"])]
+        [row["task"], row["arm"], *(number(row[m]) for m in GEOMETRY), number(row["final_median"])]
         for row in arms.to_dict("records")
     ]
     header = [
@@ -566,8 +393,8 @@ def _geometry_lines(
     ]  # fmt: skip
     corr_rows = [
         [
-            row["task"], row["measure"], row["scope"], row["n"], _f(row["rho"], 2), _f(row["p"]),
-            row["note"],
+            row["task"], row["measure"], row["scope"], row["n"], number(row["rho"], 2),
+            number(row["p"]), row["note"],
         ]
         for row in correlations.to_dict("records")
     ]  # fmt: skip
@@ -591,9 +418,9 @@ def _geometry_lines(
 
 
 def _spread(row: dict[str, Any]) -> str:
-    low, high = _f(row["held_out_min"]), _f(row["held_out_max"])
-    std, n = _f(row["held_out_std"]), row["held_out_runs"]
-    return f"{_f(row['held_out_median'])} ± {std} [{low}, {high}] (n = {n})"
+    low, high = number(row["held_out_min"]), number(row["held_out_max"])
+    std, n = number(row["held_out_std"]), row["held_out_runs"]
+    return f"{number(row['held_out_median'])} ± {std} [{low}, {high}] (n = {n})"
 
 
 def _params(params: dict[str, Any]) -> str:
@@ -602,18 +429,6 @@ def _params(params: dict[str, Any]) -> str:
 
 def _g(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
-def _interval(low: Any, high: Any) -> str:
-    if low is None or (isinstance(low, float) and math.isnan(low)):
-        return MISSING
-    return f"[{_f(low)}, {_f(high)}]"
-
-
-def _f(value: Any, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return MISSING
-    return f"{value:.{digits}f}"
 
 
 @dataclass(frozen=True)
@@ -735,7 +550,7 @@ def within_arms_figure(outcomes: Sequence[ArmOutcome], colours: dict[str, Any]) 
                 )  # fmt: skip
             result = within.loc[(task, measure)]
             axes.set_title(
-                f"{task}: within arms rho {_f(result['rho'], 2)}, p {_f(result['p'], 3)}",
+                f"{task}: within arms rho {number(result['rho'], 2)}, p {number(result['p'], 3)}",
                 fontsize=9,
             )
             axes.set_xlabel(f"{measure} − arm median")

@@ -32,9 +32,7 @@ from isotune.search.outcomes import JobOutcome, read_outcome
 from isotune.search.report import RESULTS_FILE as SEARCH_RESULTS_FILE
 from isotune.search.report import TRIALS_FILE, TrialRow, spent_value
 from isotune.study.plan import TASK_KEY, override_values
-from isotune.study.sequential import SequentialPlan
-from isotune.study.stated import StatedTest, stated_test
-from isotune.study.stated_looks import read_stated_plan
+from isotune.study.stated import OLD_ALPHA, StatedTest, stated_test
 from isotune.sweeps.runs import JOURNAL_FILE, SWEEP_FILE, Run, Sweep
 from isotune.sweeps.tables import measure_key
 
@@ -99,13 +97,13 @@ class ArmOutcome:
 class StudyOutcome:
     """A study's searches as its record (``multirun.yaml``) plans them: each (task, arm)'s
     outcome, task by task, the baseline arm, whether a higher score is better, the test it
-    stated before its runs (None: none) and, for a sequential one, the plan stored for it."""
+    stated before its runs (None: none): for a sequential one, its plan is locked in the
+    study folder (:mod:`isotune.study.stated_looks` reads it)."""
 
     outcomes: tuple[ArmOutcome, ...]
     baseline: str
     maximize: bool
     stated: StatedTest | None = None
-    plan: SequentialPlan | None = None
 
 
 def read_study(folder: Path) -> StudyOutcome | None:
@@ -124,11 +122,19 @@ def read_study(folder: Path) -> StudyOutcome | None:
     )
     baseline = str(settings["baseline_arm"])
     stated = stated_test(
-        settings.get("stated"), [str(t) for t in tasks], list(settings["arms"]), baseline,
-        report_seeds,
+        _stated_as_meant(settings.get("stated"), sweep.config), [str(t) for t in tasks],
+        list(settings["arms"]), baseline, report_seeds, record=True,
     )  # fmt: skip
-    plan = read_stated_plan(stated, Path(folder)) if stated and stated.sequential else None
-    return StudyOutcome(outcomes, baseline, settings["direction"] == "maximize", stated, plan)
+    return StudyOutcome(outcomes, baseline, settings["direction"] == "maximize", stated)
+
+
+def _stated_as_meant(stated: Any, config: Mapping[str, Any]) -> Any:
+    """A study's record of its stated test as it was meant: one written before a sequential
+    test named its statistic's epoch (its alpha still ``level``) scored its runs at the epoch
+    the study's runs took (``select_epoch``, ``best`` before that option)."""
+    if not isinstance(stated, Mapping) or OLD_ALPHA not in stated or not stated.get("looks"):
+        return stated
+    return {"select_epoch": config.get("select_epoch", "best"), **stated}
 
 
 def _typed_tasks(overrides: Sequence[str]) -> list[str]:

@@ -14,16 +14,19 @@ with no true difference says "different" with probability alpha.
   and ldbounds spend the one-sided function at alpha/2 per side instead, which gives other
   boundaries: 4.33, 2.96, 2.36, 2.01 for four equal looks against this convention's 3.92, 2.77,
   2.30, 2.04.)
-- **Boundaries on the t scale** (:func:`boundaries`), calibrated by simulation: the spread is
-  estimated from the pairs, and at 10-40 pairs the normal-scale boundaries
-  (:func:`normal_boundaries`) mapped through t quantiles give about 5.4%, not 5%. Many studies
-  of normal differences with no true difference are simulated from a fixed numpy seed; b_k is
-  the quantile of |T_k| = |mean| / (sd / sqrt(n_k)) among those not stopped before, so that the
-  share crossing by look k is alpha(t_k). T is pivotal under normality, so boundaries made at
-  no difference and unit spread hold at every true difference and spread.
-- **The plan** (:class:`SequentialPlan`) is plain data that stores its boundaries: a plan read
-  back (:meth:`SequentialPlan.from_dict`, :meth:`SequentialPlan.read`) never computes them
-  again, so neither a new numpy nor scipy's randomized integration moves a stated plan.
+- **Boundaries on the t scale** (:func:`boundaries`): the spread is estimated from the pairs,
+  and at 10-40 pairs the normal-scale boundaries mapped through t quantiles give about 5.4%,
+  not 5%. The first is exact: at look 1, T_1 = mean / (sd / sqrt(n_1)) is Student's t with
+  n_1 - 1 degrees of freedom, so b_1 is its quantile at 1 - alpha(t_1) / 2. The later ones
+  need the joint law of the T_k: many studies of normal differences with no true difference
+  are simulated from a fixed numpy seed, and b_k is the quantile of |T_k| among those not
+  stopped before, so that the share crossing by look k is alpha(t_k). T is pivotal under
+  normality, so boundaries made at no difference and unit spread hold at every true difference
+  and spread (:mod:`isotune.study.calibration` makes them, states the simulation's Monte Carlo
+  error and the numpy version that drew it, and stores no digit that error reaches).
+- **The plan** (:class:`SequentialPlan`) is plain data that holds its boundaries: a plan read
+  back (:meth:`SequentialPlan.from_dict`; :mod:`isotune.study.preregistration` stores it,
+  locked) never computes them again, so no new numpy moves a stated plan.
 - **The decision at a look** (:meth:`SequentialPlan.decide`): the repeated confidence interval
   (Jennison & Turnbull 1989) mean(d) ± b_k sd(d) / sqrt(n_k), which holds its coverage at every
   look together whatever the stopping rule. "different" when it excludes 0 ("different, smaller
@@ -32,10 +35,17 @@ with no true difference says "different" with probability alpha.
   the interval reported as the bound. Equivalence stops are non-binding: the boundaries are
   calibrated as if the study never stopped for equivalence, so stopping for it only lowers the
   rate of "different"; with 1 - alpha intervals it errs at most alpha/2 per side.
-- **Simulation** (:func:`simulate`): the rate of each decision and the pairs a plan uses, on
-  normal differences or on real ones recentred and resampled, and the pairs a fixed design
-  needs for the same power (:func:`fixed_pairs`). ``benchmarks/bench_sequential.py`` runs them
-  at full size.
+- **Ties decide nothing the data cannot** (rule :data:`EXACT`): differences of accuracies on a
+  few hundred examples tie often, and a t interval means nothing without spread (ten identical
+  +1-example differences give the point interval [d, d]). Under the exact rule a look says
+  "different" only where the exact signed-rank test with ties
+  (:func:`isotune.sweeps.statistics.signed_rank_p`) also rejects at the look's nominal level
+  (the two-sided t tail of b_k at n_k - 1 degrees of freedom), and "equivalent" only where the
+  two exact one-sided tests of d - margin and d + margin reject at half that level each. Both
+  can only make a stop harder, so the calibrated error rates stay upper bounds. The exact
+  two-sided p is reported beside every interval, whichever rules the plan states.
+- **Simulation** (:mod:`isotune.study.simulation`): the rate of each decision and the pairs a
+  plan uses, deciding as :meth:`SequentialPlan.decide` does.
 
 NumPy and SciPy only: a plan is made, stored, read and decided without the training stack.
 """
@@ -44,24 +54,18 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
-from scipy import optimize, stats
+from scipy import stats
 
-from isotune.atomic_files import write_text
 from isotune.errors import IsotuneError
+from isotune.sweeps.statistics import signed_rank_p
 
 SPENDING = ("obf", "pocock")  # O'Brien-Fleming type, Pocock type (module docstring)
 ALPHA = 0.05
-CALIBRATION_STUDIES = 400_000  # b_1 of four OBF looks rests on about 35 crossings at this size
-CALIBRATION_SEED = 20261206
-CHUNK_STUDIES = 50_000  # simulated at once: 50,000 studies of 40 pairs hold 16 MB
-MAX_FIXED_PAIRS = 100_000  # the largest fixed design :func:`fixed_pairs` looks for
 
 DIFFERENT = "different"
 DIFFERENT_SMALL = "different, smaller than the margin"
@@ -69,7 +73,10 @@ EQUIVALENT = "equivalent"
 GO_ON = "go on"
 BOUNDED = "bounded"
 DECISIONS = (DIFFERENT, DIFFERENT_SMALL, EQUIVALENT, GO_ON, BOUNDED)  # codes 0-4 below
-PLAN_KEYS = ("looks", "alpha", "spending", "margin", "boundaries", "boundaries_from")
+PLAN_KEYS = ("looks", "alpha", "spending", "margin", "boundaries", "boundaries_from", "rules")
+INTERVAL = "repeated_interval"  # the repeated interval decides (every plan)
+EXACT = "exact_signed_rank"  # ... and an exact test agrees (module docstring)
+RULES = (INTERVAL, EXACT)
 
 
 def spent_alpha(fractions: Sequence[float], alpha: float = ALPHA, spending: str = "obf"):
@@ -82,70 +89,11 @@ def spent_alpha(fractions: Sequence[float], alpha: float = ALPHA, spending: str 
     return alpha * np.log1p((math.e - 1) * t)
 
 
-def normal_boundaries(
-    looks: Sequence[int], alpha: float = ALPHA, spending: str = "obf"
-) -> tuple[float, ...]:
-    """The boundaries c_k on the normal scale (a known spread): c_k solves
-    P(|Z_1| < c_1, ..., |Z_k| < c_k) = 1 - alpha(t_k), (Z_1..Z_K) jointly normal with
-    corr(Z_i, Z_j) = sqrt(t_i / t_j) for i < j. Four equal looks at alpha 0.05: O'Brien-Fleming
-    type 3.92, 2.77, 2.30, 2.04; Pocock type 2.37, 2.37, 2.36, 2.35.
-
-    SciPy integrates the rectangles by randomized quasi-Monte Carlo (to about 1e-5, from a fixed
-    seed here): a reference for :func:`boundaries` and for reading, not what a plan stores."""
-    _check_design(looks, alpha, spending)
-    t = np.asarray(looks, dtype=float) / looks[-1]
-    spent = spent_alpha(t, alpha, spending)
-    correlation = np.sqrt(np.minimum.outer(t, t) / np.maximum.outer(t, t))
-    found = [float(stats.norm.isf(spent[0] / 2))]
-    for k in range(1, len(looks)):
-        joint = stats.multivariate_normal(mean=np.zeros(k + 1), cov=correlation[: k + 1, : k + 1])
-
-        def unstopped(c: float, k: int = k, joint: Any = joint) -> float:
-            upper = np.array([*found, c])
-            inside = joint.cdf(upper, lower_limit=-upper, rng=np.random.default_rng(k))
-            return inside - (1 - spent[k])
-
-        found.append(float(optimize.brentq(unstopped, 0.1, 20.0, xtol=1e-5)))
-    return tuple(found)
-
-
-def boundaries(
-    looks: Sequence[int],
-    alpha: float = ALPHA,
-    spending: str = "obf",
-    studies: int = CALIBRATION_STUDIES,
-    seed: int = CALIBRATION_SEED,
-) -> tuple[float, ...]:
-    """The boundaries b_k on the t scale, calibrated on ``studies`` simulated studies of normal
-    differences with no true difference, drawn from ``numpy.random.default_rng(seed)`` (module
-    docstring): b_k is the quantile of |T_k| among the studies that crossed no earlier look such
-    that the share of all studies crossing (|T_k| > b_k) at look k is alpha(t_k) -
-    alpha(t_{k-1}). Looks at 10, 20, 30, 40 pairs, O'Brien-Fleming type at 0.05: 6.86, 3.11,
-    2.44, 2.12. One look gives Student's t_{1-alpha/2, n-1} within its Monte Carlo error.
-
-    A boundary that few studies cross is coarse: b_1 of those looks rests on about 35 crossings
-    of 400,000 (alpha(0.25) = 0.00009); the later ones on thousands."""
-    _check_design(looks, alpha, spending)
-    if studies < 1:
-        raise IsotuneError(
-            f"A calibration of {studies} simulated studies calibrates nothing. Fix: give "
-            f"studies a positive count (the default, {CALIBRATION_STUDIES:,}, for a plan)."
-        )
-    draw = _normal_draws(0.0, 1.0)
-    statistic = np.concatenate(
-        [
-            np.abs(mean) / (spread / np.sqrt(looks))
-            for mean, spread in _look_moments(looks, draw, studies, np.random.default_rng(seed))
-        ]
-    )
-    crossing = np.diff(spent_alpha(np.asarray(looks) / looks[-1], alpha, spending), prepend=0.0)
-    running = np.ones(studies, dtype=bool)
-    found = []
-    for k, share in enumerate(crossing):
-        left = statistic[running, k]
-        found.append(float(np.quantile(left, 1 - share * studies / left.size)))
-        running &= statistic[:, k] <= found[-1]
-    return tuple(found)
+def nominal_levels(looks: Sequence[int], found: Sequence[float]) -> tuple[float, ...]:
+    """Each boundary's nominal two-sided level: the Student's t tail beyond b_k at n_k - 1
+    degrees of freedom (about 7.4e-5, 0.0058, 0.021, 0.040 for the IsoBN plan's 6.86, 3.11,
+    2.44, 2.12 at 10, 20, 30, 40 pairs): the level of a look's exact tests."""
+    return tuple(float(2 * stats.t.sf(b, n - 1)) for n, b in zip(looks, found, strict=True))
 
 
 @dataclass(frozen=True)
@@ -153,7 +101,9 @@ class LookDecision:
     """The decision at one look: the look (1 for the first), its pairs n and boundary, the
     differences' mean and sample standard deviation, the repeated confidence interval
     mean ± boundary sd / sqrt(n), the decision (one of ``DECISIONS``), the two-sided alpha spent
-    by this look, and a note where the interval is a point (no spread), "" otherwise."""
+    by this look, the exact signed-rank p of the differences (None where every one is 0) and
+    the boundary's ``nominal`` level it is set beside, and a ``note`` saying which rule
+    decided where the interval alone would have said otherwise, or where it is a point."""
 
     look: int
     n: int
@@ -163,6 +113,8 @@ class LookDecision:
     interval: tuple[float, float]
     decision: str
     alpha_spent: float
+    exact_p: float | None = None
+    nominal: float | None = None
     note: str = ""
 
     @property
@@ -176,8 +128,10 @@ class SequentialPlan:
     """A sequential comparison's plan, stated before its runs (module docstring): the pairs at
     each look, the two-sided ``alpha``, the ``spending`` function (``SPENDING``), the
     equivalence ``margin`` in the metric's units (None: no equivalence stop), the t-scale
-    ``boundaries`` of its looks, and how they were made (``boundaries_from``). Plain data:
-    :meth:`to_dict` and :meth:`from_dict` store and read it, boundaries and all."""
+    ``boundaries`` of its looks, how they were made (``boundaries_from``), and the ``rules``
+    that decide (``RULES``: the repeated interval, and for plans that state it the exact
+    test). Plain data: :meth:`to_dict` and :meth:`from_dict` give and take it, boundaries and
+    all; :mod:`isotune.study.preregistration` stores it, locked, with the rest of its test."""
 
     looks: tuple[int, ...]
     alpha: float
@@ -185,44 +139,29 @@ class SequentialPlan:
     margin: float | None
     boundaries: tuple[float, ...]
     boundaries_from: str = ""
+    rules: tuple[str, ...] = RULES
 
     def __post_init__(self) -> None:
         where = "the sequential plan"
-        _check_design(self.looks, self.alpha, self.spending, where)
-        _check_margin(self.margin, where)
+        check_design(self.looks, self.alpha, self.spending, where)
+        check_margin(self.margin, where)
         _check_boundaries(self.boundaries, len(self.looks), where)
-
-    @classmethod
-    def design(
-        cls,
-        looks: Sequence[int],
-        alpha: float = ALPHA,
-        spending: str = "obf",
-        margin: float | None = None,
-        studies: int = CALIBRATION_STUDIES,
-        seed: int = CALIBRATION_SEED,
-    ) -> SequentialPlan:
-        """A new plan, its boundaries calibrated by :func:`boundaries` (seconds at the default
-        400,000 studies), checked before the calibration starts."""
-        _check_design(looks, alpha, spending)
-        _check_margin(margin, "the sequential plan")
-        return cls(
-            looks=tuple(looks),
-            alpha=alpha,
-            spending=spending,
-            margin=margin,
-            boundaries=boundaries(looks, alpha, spending, studies, seed),
-            boundaries_from=(
-                f"t scale, calibrated on {studies:,} simulated studies of normal differences "
-                f"with no true difference, numpy default_rng({seed})"
-            ),
-        )
+        if not self.rules or self.rules[0] != INTERVAL or not set(self.rules) <= set(RULES):
+            raise IsotuneError(
+                f"{where}: rules {list(self.rules)} are not [{INTERVAL}] or [{', '.join(RULES)}]. "
+                "Fix: restore the plan from where it was stated."
+            )
 
     @property
     def spent(self) -> tuple[float, ...]:
         """The two-sided alpha spent by each look, alpha(n_k / n_K)."""
         fractions = np.asarray(self.looks, dtype=float) / self.looks[-1]
         return tuple(float(a) for a in spent_alpha(fractions, self.alpha, self.spending))
+
+    @property
+    def nominal(self) -> tuple[float, ...]:
+        """Each look's nominal level (:func:`nominal_levels`)."""
+        return nominal_levels(self.looks, self.boundaries)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain YAML/JSON values, every key of ``PLAN_KEYS``."""
@@ -233,11 +172,12 @@ class SequentialPlan:
             "margin": self.margin,
             "boundaries": list(self.boundaries),
             "boundaries_from": self.boundaries_from,
+            "rules": list(self.rules),
         }
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "a stored sequential plan") -> SequentialPlan:
-        """The plan ``data`` holds (as :meth:`to_dict` wrote it), its boundaries as stored: never
+        """The plan ``data`` holds (as :meth:`to_dict` gave it), its boundaries as stored: never
         computed again. A malformed plan is refused, naming ``where`` it came from."""
         if not isinstance(data, Mapping) or set(data) != set(PLAN_KEYS):
             found = sorted(data) if isinstance(data, Mapping) else type(data).__name__
@@ -247,7 +187,7 @@ class SequentialPlan:
                 "plan from where it was stated (its study's commit), or design it anew with "
                 "SequentialPlan.design and store that."
             )
-        for key in ("looks", "boundaries"):
+        for key in ("looks", "boundaries", "rules"):
             if not isinstance(data[key], list):
                 raise IsotuneError(
                     f"{where}: {key} is {data[key]!r}, where a plan holds a list. Fix: restore "
@@ -260,23 +200,8 @@ class SequentialPlan:
             margin=data["margin"],
             boundaries=tuple(data["boundaries"]),
             boundaries_from=str(data["boundaries_from"]),
+            rules=tuple(data["rules"]),
         )
-
-    def write(self, path: str | Path) -> Path:
-        """Store the plan as YAML at ``path``, whole or not at all."""
-        return write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
-
-    @classmethod
-    def read(cls, path: str | Path) -> SequentialPlan:
-        """The plan stored at ``path`` by :meth:`write`, its boundaries as stored."""
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except yaml.YAMLError as error:
-            raise IsotuneError(
-                f"{path} is not YAML ({error}), so its sequential plan cannot be read. Fix: "
-                "restore the plan from where it was stated."
-            ) from None
-        return cls.from_dict(data, where=str(path))
 
     def decide(self, differences: Sequence[float]) -> LookDecision:
         """The decision at the look with ``len(differences)`` pairs (module docstring), from the
@@ -285,9 +210,10 @@ class SequentialPlan:
         make a spread of no spread). A count that is no planned look is refused: the plan
         decides nothing between its looks.
 
-        With no spread (every difference the same d) the interval is the point [d, d]: the t
-        statistic is undefined, and the interval decides, "different" when d is not 0,
-        "equivalent" when d is 0 and the plan has a margin; the note says so.
+        With no spread (every difference the same d) the interval is the point [d, d] and the
+        t statistic is undefined; under the exact rule the exact tests decide (ten identical
+        one-example differences: p = 2/1024, no stop at look 1), else the point interval does.
+        The note says which.
         """
         d = np.asarray(differences, dtype=float)
         if d.size not in self.looks:
@@ -309,14 +235,24 @@ class SequentialPlan:
         else:
             mean, sd = float(d.mean()), float(d.std(ddof=1))
         half = self.boundaries[k] * sd / math.sqrt(d.size)
-        code = _decision_codes(
-            np.array([mean]), np.array([half]), self.margin, k == len(self.looks) - 1
-        )
-        note = ""
-        if sd == 0:
+        last = k == len(self.looks) - 1
+        by_interval = DECISIONS[
+            int(decision_codes(np.array([mean]), np.array([half]), self.margin, last)[0])
+        ]
+        nominal = self.nominal[k]
+        decision, note = by_interval, ""
+        if EXACT in self.rules:
+            decision = exact_decision(d, by_interval, nominal, self.margin, last)
+        if decision != by_interval:
+            note = (
+                f"The interval alone says {by_interval}; the exact signed-rank tests at the "
+                f"look's nominal level {nominal:.2g} do not agree, so: {decision}."
+            )
+        elif sd == 0:
+            rule = "the exact tests agree" if EXACT in self.rules else "the interval decides"
             note = (
                 f"No spread: every difference is {mean:g}, so the interval is that point and "
-                "the t statistic is undefined; the interval decides."
+                f"the t statistic is undefined; {rule}."
             )
         return LookDecision(
             look=k + 1,
@@ -325,133 +261,55 @@ class SequentialPlan:
             mean=mean,
             sd=sd,
             interval=(mean - half, mean + half),
-            decision=DECISIONS[int(code[0])],
+            decision=decision,
             alpha_spent=self.spent[k],
+            exact_p=_nonzero_signed_rank_p(d),
+            nominal=nominal,
             note=note,
         )
 
 
-@dataclass(frozen=True)
-class SimulatedStudies:
-    """What a plan did over ``studies`` simulated studies: the share ending in each decision
-    (every study ends: the last look decides "bounded" at worst), the share stopped at each
-    look, and the mean pairs used."""
-
-    studies: int
-    rates: Mapping[str, float]
-    stopped_at: tuple[float, ...]
-    mean_pairs: float
-
-    @property
-    def different(self) -> float:
-        """The share that said "different", smaller than the margin or not: the error rate at
-        no true difference, the power at one."""
-        return self.rates[DIFFERENT] + self.rates[DIFFERENT_SMALL]
-
-    def error(self, rate: float) -> float:
-        """The Monte Carlo standard error of a ``rate`` over these studies."""
-        return math.sqrt(rate * (1 - rate) / self.studies)
+def exact_decision(
+    d: np.ndarray, by_interval: str, nominal: float, margin: float | None, last: bool
+) -> str:
+    """The decision the exact rule (module docstring) leaves of ``by_interval``'s on the
+    differences ``d``: "different" (smaller than the margin or not) stands only where the exact
+    two-sided signed-rank p is at most ``nominal``, "equivalent" only where both one-sided
+    exact tests of d - margin (below) and d + margin (above) reject at ``nominal`` / 2; what
+    does not stand goes on (at the ``last`` look: is bounded)."""
+    undecided = BOUNDED if last else GO_ON
+    if by_interval in (DIFFERENT, DIFFERENT_SMALL):
+        p = _nonzero_signed_rank_p(d)
+        return by_interval if p is not None and p <= nominal else undecided
+    if by_interval == EQUIVALENT and margin is not None:
+        below = _one_sided_p(d - margin, below=True)
+        above = _one_sided_p(d + margin, below=False)
+        return by_interval if max(below, above) <= nominal / 2 else undecided
+    return by_interval
 
 
-def simulate(
-    plan: SequentialPlan,
-    true_difference: float,
-    studies: int,
-    rng: np.random.Generator,
-    *,
-    sd: float | None = None,
-    pool: Sequence[float] | None = None,
-) -> SimulatedStudies:
-    """``studies`` simulated studies of ``plan`` at ``true_difference``, each deciding as
-    :meth:`SequentialPlan.decide` does at every look until one stops it. The differences are
-    normal with standard deviation ``sd``, or drawn with replacement from ``pool`` (real
-    differences) recentred on ``true_difference``: exactly one of the two."""
-    if (sd is None) == (pool is None):
-        raise ValueError("simulate takes sd (normal differences) or pool (real ones), one of them")
-    if pool is None:
-        draw = _normal_draws(true_difference, sd)
-    else:
-        draw = _resampled_draws(np.asarray(pool, dtype=float), true_difference)
-    scale = np.asarray(plan.boundaries) / np.sqrt(plan.looks)  # half-width per unit of sd
-    ends = np.concatenate(
-        [
-            _first_stops(mean, scale * spread, plan.margin)
-            for mean, spread in _look_moments(plan.looks, draw, studies, rng)
-        ]
-    )
-    look, code = ends[:, 0], ends[:, 1]
-    return SimulatedStudies(
-        studies=studies,
-        rates={
-            decision: float(np.mean(code == i))
-            for i, decision in enumerate(DECISIONS)
-            if decision != GO_ON
-        },
-        stopped_at=tuple(float(np.mean(look == k)) for k in range(len(plan.looks))),
-        mean_pairs=float(np.mean(np.asarray(plan.looks)[look])),
-    )
+def _nonzero_signed_rank_p(d: np.ndarray) -> float | None:
+    """The exact two-sided signed-rank p of the non-zero ``d`` (zeros carry no sign: Wilcoxon's
+    convention), None where none is left."""
+    nonzero = d[d != 0]
+    return signed_rank_p(nonzero) if nonzero.size else None
 
 
-def fixed_pairs(difference: float, sd: float, power: float, alpha: float = ALPHA) -> int:
-    """The fewest pairs whose two-sided paired t-test at ``alpha`` detects a true mean
-    ``difference`` of differences with spread ``sd`` with at least ``power``: a fixed design
-    to set beside a sequential one of the same power (its simulated :attr:`different` rate).
-    The power at n pairs is P(|T| > t_{1-alpha/2, n-1}) for T noncentral t with n - 1 degrees
-    of freedom and noncentrality difference / sd * sqrt(n); it grows with n, so the fewest is
-    found by doubling n, then halving the gap."""
-    if not 0 < power < 1 or difference == 0 or not sd > 0:
-        raise ValueError(
-            f"fixed_pairs needs 0 < power < 1, a difference and a spread, got power {power}, "
-            f"difference {difference}, sd {sd}"
-        )
-
-    def enough(n: int) -> bool:
-        critical, shift = stats.t.isf(alpha / 2, n - 1), abs(difference) / sd * math.sqrt(n)
-        found = stats.nct.sf(critical, n - 1, shift) + stats.nct.cdf(-critical, n - 1, shift)
-        return found >= power
-
-    low, high = 1, 2  # too few, and a candidate
-    while not enough(high):
-        if high >= MAX_FIXED_PAIRS:
-            raise ValueError(f"no fixed design up to {MAX_FIXED_PAIRS:,} pairs has power {power}")
-        low, high = high, 2 * high
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (low, middle) if enough(middle) else (middle, high)
-    return high
+def _one_sided_p(d: np.ndarray, below: bool) -> float:
+    """The exact one-sided signed-rank p that ``d`` lies below 0 (``below``) or above it: half
+    the two-sided p when the signed ranks lean that way (the null distribution is symmetric),
+    else at least one half (reported as 1: it rejects nothing)."""
+    nonzero = d[d != 0]
+    if not nonzero.size:
+        return 1.0
+    ranks = stats.rankdata(np.abs(nonzero))
+    leaning = ranks[nonzero > 0].sum() - ranks.sum() / 2
+    if (leaning < 0) != below or leaning == 0:
+        return 1.0
+    return signed_rank_p(nonzero) / 2
 
 
-Draw = Callable[[np.random.Generator, tuple[int, int]], np.ndarray]
-
-
-def _normal_draws(mean: float, sd: float) -> Draw:
-    return lambda rng, shape: rng.normal(mean, sd, size=shape)
-
-
-def _resampled_draws(pool: np.ndarray, true_difference: float) -> Draw:
-    centred = pool - pool.mean() + true_difference
-    return lambda rng, shape: rng.choice(centred, size=shape, replace=True)
-
-
-def _look_moments(
-    looks: Sequence[int], draw: Draw, studies: int, rng: np.random.Generator
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per chunk of at most ``CHUNK_STUDIES`` simulated studies, each study's mean and sample
-    standard deviation of its differences at each look (studies x looks), computed as
-    :meth:`SequentialPlan.decide` computes them."""
-    chunks = []
-    for start in range(0, studies, CHUNK_STUDIES):
-        d = draw(rng, (min(CHUNK_STUDIES, studies - start), looks[-1]))
-        chunks.append(
-            (
-                np.stack([d[:, :n].mean(axis=1) for n in looks], axis=1),
-                np.stack([d[:, :n].std(axis=1, ddof=1) for n in looks], axis=1),
-            )
-        )
-    return chunks
-
-
-def _decision_codes(
+def decision_codes(
     mean: np.ndarray, half: np.ndarray, margin: float | None, last: bool
 ) -> np.ndarray:
     """The index in ``DECISIONS`` of the decision on each interval mean ± half (module
@@ -467,19 +325,7 @@ def _decision_codes(
     )
 
 
-def _first_stops(mean: np.ndarray, half: np.ndarray, margin: float | None) -> np.ndarray:
-    """Each study's first look whose decision stops it and that decision's code (studies x 2),
-    from its means and half-widths at every look (studies x looks)."""
-    last = mean.shape[1] - 1
-    codes = np.stack(
-        [_decision_codes(mean[:, k], half[:, k], margin, k == last) for k in range(last + 1)],
-        axis=1,
-    )
-    look = np.argmax(codes != DECISIONS.index(GO_ON), axis=1)  # the last look always stops
-    return np.stack([look, codes[np.arange(len(look)), look]], axis=1)
-
-
-def _check_design(
+def check_design(
     looks: Sequence[int], alpha: float, spending: str, where: str = "the sequential plan"
 ) -> None:
     fix = "Fix: give the pair counts of the looks in increasing order, as looks=[10, 20, 30, 40]."
@@ -502,7 +348,7 @@ def _check_design(
         )
 
 
-def _check_margin(margin: float | None, where: str) -> None:
+def check_margin(margin: float | None, where: str) -> None:
     if margin is None:
         return
     number = isinstance(margin, (int, float)) and not isinstance(margin, bool)

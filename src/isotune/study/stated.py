@@ -4,13 +4,19 @@ A study's report makes many comparisons (every arm against the baseline on every
 geometry beside the score); a reader who takes one of them home as the answer takes a number the
 data chose. A study may state in advance the comparison it is run for
 (``hydra.sweeper.stated``): the task, the arm against the baseline arm, the report seeds it is
-answered on, the level, and when it was stated. The report then answers that test first, on those
-seeds alone, and calls everything else exploratory; a stated seed whose run started before the
-statement was written is named, since a result seen before the statement could have shaped it.
+answered on, its two-sided alpha, and when it was stated. The report then answers that test
+first, on those seeds alone, and calls everything else exploratory; a stated seed whose run
+started before the statement was written is named, since a result seen before the statement
+could have shaped it.
 
-A stated test may also plan its looks (``looks``, with ``spending`` and an equivalence
-``margin``): it is then sequential (:mod:`isotune.study.sequential`), decided at planned pair
-counts of its stated seeds, which run one look at a time (:mod:`isotune.study.stated_looks`).
+A stated test may also plan its looks (``looks``, with ``spending``, an equivalence ``margin`` in
+the metric's units and the epoch each run is scored at, ``select_epoch``): it is then sequential
+(:mod:`isotune.study.sequential`), decided at planned pair counts of its stated seeds, which run
+one look at a time (:mod:`isotune.study.stated_looks`), by a plan locked in the study folder
+(:mod:`isotune.study.preregistration`).
+
+One name for each thing: ``alpha`` (a record written before it was named so says ``level``, and
+its margin in points: :func:`stated_test` reads such a record as it was meant).
 
 This module is the statement, read and checked before any job; its answer on the runs is
 :func:`isotune.study.comparison.stated_answer`.
@@ -29,10 +35,15 @@ from isotune.search.checks import check_seed_list
 from isotune.study.sequential import SPENDING
 
 SETTING = "hydra.sweeper.stated"
-KEYS = ("task", "arm", "baseline", "seeds", "level", "stated_at", "looks", "spending", "margin")
-POINTS = 100  # a margin is typed in points (of a 0-1 metric) and stored in the metric's units
+KEYS = (
+    "task", "arm", "baseline", "seeds", "alpha", "stated_at", "looks", "spending", "margin",
+    "select_epoch",
+)  # fmt: skip
+OLD_ALPHA = "level"  # alpha's name in records written before it was named alpha
+POINTS = 100  # such a record's margin is in points (of a 0-1 metric); one point is 0.01
+SELECT_EPOCHS = ("best", "last")  # the epoch a stated run is scored at (conf/train.yaml)
 EXAMPLE = (
-    f"'{SETTING}={{task:rte,arm:cosreg,seeds:[106,107,108],level:0.05,"
+    f"'{SETTING}={{task:rte,arm:cosreg,seeds:[106,107,108],alpha:0.05,"
     'stated_at:"2026-12-04T22:55:40+00:00"}\''
 )
 
@@ -40,20 +51,23 @@ EXAMPLE = (
 @dataclass(frozen=True)
 class StatedTest:
     """The comparison a study states before its runs: ``arm`` minus ``baseline`` on ``task``,
-    on the report ``seeds``, two-sided at ``level``; ``stated_at`` is when it was written (a
+    on the report ``seeds``, two-sided at ``alpha``; ``stated_at`` is when it was written (a
     date, or a time with its UTC offset). With ``looks`` (pair counts, the first n of the
     sorted ``seeds`` at each) it is sequential, its ``spending`` function and equivalence
-    ``margin`` (the metric's units; None: no equivalence stop) those of its plan."""
+    ``margin`` (the metric's units; None: no equivalence stop) those of its plan, and each
+    stated run is scored at the epoch ``select_epoch`` takes (``last`` unless typed: no epoch
+    chosen on the scored examples)."""
 
     task: str
     arm: str
     baseline: str
     seeds: tuple[int, ...]
-    level: float
+    alpha: float
     stated_at: date | datetime
     looks: tuple[int, ...] = ()
     spending: str = "obf"
     margin: float | None = None
+    select_epoch: str = "last"
 
     @property
     def sequential(self) -> bool:
@@ -61,7 +75,12 @@ class StatedTest:
 
     def as_record(self) -> dict[str, Any]:
         sequential = (
-            {"looks": list(self.looks), "spending": self.spending, "margin": self.margin}
+            {
+                "looks": list(self.looks),
+                "spending": self.spending,
+                "margin": self.margin,
+                "select_epoch": self.select_epoch,
+            }
             if self.sequential
             else {}
         )
@@ -70,7 +89,7 @@ class StatedTest:
             "arm": self.arm,
             "baseline": self.baseline,
             "seeds": list(self.seeds),
-            "level": self.level,
+            "alpha": self.alpha,
             "stated_at": self.stated_at.isoformat(),
             **sequential,
         }
@@ -92,14 +111,28 @@ def stated_test(
     arms: Sequence[str],
     baseline_arm: str,
     report_seeds: Sequence[int],
+    record: bool = False,
 ) -> StatedTest | None:
     """The study's stated test from ``hydra.sweeper.stated`` (None: none stated), checked
     against the study's ``tasks``, ``arms`` and ``report_seeds``: refused, naming the value and
-    the fix, before any job runs."""
+    the fix, before any job runs. A study's ``record`` (its multirun.yaml) written before alpha
+    had one name says ``level``, and its margin in points: read as meant."""
     if settings is None:
         return None
     if not isinstance(settings, Mapping):
         raise IsotuneError(f"{SETTING}={settings!r} is not a mapping. Fix: {EXAMPLE}.")
+    if OLD_ALPHA in settings:
+        if not record:
+            raise IsotuneError(
+                f"{SETTING}.{OLD_ALPHA} is named alpha now, as a sequential plan stores it (one "
+                f"name for one thing). Fix: type alpha:{settings[OLD_ALPHA]} in its place."
+            )
+        margin = settings.get("margin")
+        settings = {
+            **{key: value for key, value in settings.items() if key != OLD_ALPHA},
+            "alpha": settings[OLD_ALPHA],
+            "margin": margin / POINTS if isinstance(margin, int | float) else margin,
+        }
     unknown = sorted(set(settings) - set(KEYS))
     if unknown:
         raise IsotuneError(
@@ -144,21 +177,21 @@ def stated_test(
             f"report seeds {list(report_seeds)}: the stated test is answered on held-out runs. "
             "Fix: add them to hydra.sweeper.report_seeds, or state seeds among them."
         )
-    level = settings.get("level", 0.05)
-    if isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level < 1:
+    alpha = settings.get("alpha", 0.05)
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
         raise IsotuneError(
-            f"{SETTING}.level={level!r} is not a level between 0 and 1. Fix: e.g. level:0.05."
+            f"{SETTING}.alpha={alpha!r} is not a level between 0 and 1. Fix: e.g. alpha:0.05."
         )
     when = _when(settings["stated_at"])
     if settings.get("looks") is None:
-        for key in ("spending", "margin"):
+        for key in ("spending", "margin", "select_epoch"):
             if settings.get(key) is not None:
                 raise IsotuneError(
                     f"{SETTING}.{key}={settings[key]!r} belongs to a sequential plan, and this "
                     f"stated test plans no looks. Fix: add {SETTING}.looks (the pair counts at "
                     f"which it looks, e.g. looks:[10,20,30,40]), or drop {key}."
                 )
-        return StatedTest(task, arm, baseline, seeds, float(level), when)
+        return StatedTest(task, arm, baseline, seeds, float(alpha), when)
     looks = _looks(settings["looks"], seeds)
     spending = str(settings.get("spending") or "obf")
     if spending not in SPENDING:
@@ -167,7 +200,16 @@ def stated_test(
             "spending:obf (O'Brien-Fleming type, the default) or spending:pocock (Pocock type)."
         )
     margin = _margin(settings.get("margin"))
-    return StatedTest(task, arm, baseline, seeds, float(level), when, looks, spending, margin)
+    select_epoch = settings.get("select_epoch") or "last"
+    if select_epoch not in SELECT_EPOCHS:
+        raise IsotuneError(
+            f"{SETTING}.select_epoch={select_epoch!r} is not one of {list(SELECT_EPOCHS)}. Fix: "
+            "select_epoch:last (each run scored at its last epoch: nothing chosen on the scored "
+            "examples; the default) or select_epoch:best (at the epoch its dev score chose)."
+        )
+    return StatedTest(
+        task, arm, baseline, seeds, float(alpha), when, looks, spending, margin, select_epoch
+    )
 
 
 def _looks(value: Any, seeds: Sequence[int]) -> tuple[int, ...]:
@@ -198,24 +240,24 @@ def _looks(value: Any, seeds: Sequence[int]) -> tuple[int, ...]:
     return looks
 
 
-def _margin(points: Any) -> float | None:
-    """The equivalence margin typed in points, in the metric's units (1 point = 0.01)."""
-    if points is None:
+def _margin(margin: Any) -> float | None:
+    """The equivalence margin, typed in the metric's units (0.01: one point of accuracy)."""
+    if margin is None:
         return None
-    number = isinstance(points, int | float) and not isinstance(points, bool)
-    if not number or not points > 0 or points == float("inf"):
+    number = isinstance(margin, int | float) and not isinstance(margin, bool)
+    if not number or not margin > 0 or margin == float("inf"):
         raise IsotuneError(
-            f"{SETTING}.margin={points!r} is no equivalence margin: a positive number of points "
-            "(the difference that would not matter; 1 point = 0.01 of a 0-1 metric). Fix: e.g. "
-            "margin:1 for one point, or drop it for a plan without an equivalence stop."
+            f"{SETTING}.margin={margin!r} is no equivalence margin: a positive number in the "
+            "metric's units (the difference that would not matter). Fix: e.g. margin:0.01 for "
+            "one point of accuracy, or drop it for a plan without an equivalence stop."
         )
-    if points / POINTS > 1:
+    if margin >= 1:
         raise IsotuneError(
-            f"{SETTING}.margin={points!r} points is {points / POINTS:g} in the metric's units, "
-            "more than a whole 0-1 metric spans: likely a margin in other units. Fix: type it "
-            "in points, e.g. margin:1 for a difference of 0.01."
+            f"{SETTING}.margin={margin!r} spans a whole 0-1 metric: likely a margin in points. "
+            f"Fix: type it in the metric's units, e.g. margin:{margin / POINTS:g} for "
+            f"{margin:g} point{'s' if margin != 1 else ''}."
         )
-    return points / POINTS
+    return float(margin)
 
 
 def _when(value: Any) -> date | datetime:

@@ -1,44 +1,71 @@
-"""A sequential stated test in its study: the plan written before its runs, the looks taken on
-its runs, and the stated seeds that may run now (docs/study.md, "A stated test").
+"""A sequential stated test in its study: the plan locked before its runs, the looks taken on
+its runs and frozen, and the stated seeds that may run now (docs/study.md, "A stated test").
 
-A stated test with ``looks`` (:mod:`isotune.study.stated`) is decided by a
-:class:`~isotune.study.sequential.SequentialPlan`: its boundaries are calibrated once, before any
-stated run, and stored in the study folder (:data:`PLAN_FILE`), so that the plan the runs are
-judged by is the one written before them; typed again, the study reads it back, never computes
-it again, and refuses a changed plan once a stated run exists (a plan changed after seeing runs
-is a plan the data chose). Look k is on the first n_k stated seeds (in order), and is taken only
-when each of them has its pair: between looks nothing is computed, since a look the plan did
-not make spends alpha it did not plan. The stated seeds beyond the look the study waits for do
-not run; a decided study runs no more of them. Those already run, by a study stopped on its way
-to its next look, wait for it outside every table (:func:`seeds_beyond_looks`).
+A stated test with ``looks`` (:mod:`isotune.study.stated`) is decided by a plan locked in the
+study folder (:mod:`isotune.study.preregistration`): written once, before any stated run, then
+verified on every read against its digest and against what was typed. Look k is on the first
+n_k stated seeds (in order), and is taken, by the study command alone, only when each of them
+has its pair; it is then frozen (:mod:`isotune.study.looks_journal`), and every report gives
+the frozen looks. Between looks nothing is computed, since a look the plan did not make spends
+alpha it did not plan. The stated seeds beyond the look the study waits for do not run; a
+decided study runs no more of them. While the test is undecided every stated seed is held back
+from the exploratory tables (:func:`seeds_held_back`), so that no table shows a stated score
+before its look, nor an ordinary interval of the stated comparison to be read as its answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from isotune.errors import IsotuneError
+from isotune.study.calibration import design_plan
+from isotune.study.looks_journal import (
+    FrozenLook,
+    PairedRun,
+    changed_runs,
+    paired_run,
+    read_journal,
+    take_due_looks,
+)
 from isotune.study.plan import reported_seeds
+from isotune.study.preregistration import (
+    PLAN_FILE,
+    Preregistration,
+    check_typed,
+    new_registration,
+    read_registration,
+    typed_fields,
+)
+from isotune.study.results import ArmOutcome, StudyRun
 from isotune.study.sequential import LookDecision, SequentialPlan
 from isotune.study.stated import SETTING, StatedTest
-from isotune.sweeps.statistics import at_resolution
+from isotune.sweeps.intention_to_treat import intention_to_treat_score
 
-PLAN_FILE = "sequential_plan.yaml"
+STATED_FAILURES = 2  # a stated run failed this often counts at its trivial score
 
 
 @dataclass(frozen=True)
 class Looks:
-    """A sequential stated test on its runs: its ``plan``, the looks ``taken`` in order (the
-    last one the decision when it stops the study), and how many of the stated seeds, from the
-    first, have their pair (``pairs``)."""
+    """A sequential stated test on its runs: its locked ``registration``, the looks ``frozen``
+    in order (the last one the decision when it stops the study), how many of the stated seeds,
+    from the first, have their pair now (``pairs``), the runs the next look waits for and why
+    (``waiting``), and the runs of frozen looks changed since (``changed``)."""
 
-    plan: SequentialPlan
-    taken: tuple[LookDecision, ...]
+    registration: Preregistration
+    frozen: tuple[FrozenLook, ...]
     pairs: int
+    waiting: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+
+    @property
+    def plan(self) -> SequentialPlan:
+        return self.registration.plan
+
+    @property
+    def taken(self) -> tuple[LookDecision, ...]:
+        return tuple(look.decision for look in self.frozen)
 
     @property
     def decided(self) -> LookDecision | None:
@@ -52,30 +79,44 @@ class Looks:
         return decided.n if decided is not None else self.plan.looks[len(self.taken)]
 
 
-def looks_taken(
-    plan: SequentialPlan,
-    seeds: Sequence[int],
-    baseline: Mapping[int, float],
-    arm: Mapping[int, float],
-) -> Looks:
-    """The looks of ``plan`` that the scores (``{seed: score}`` of the baseline and the arm) let
-    it take, each on the first n_k of the stated ``seeds`` (sorted), in order, until one stops
-    it: the differences arm - baseline at the scores' resolution, as every paired comparison
-    takes them."""
-    pairs = 0
-    for seed in seeds:
-        if seed not in baseline or seed not in arm:
-            break
-        pairs += 1
-    paired = seeds[:pairs]
-    scores = [float(x) for s in paired for x in (baseline[s], arm[s])]
-    d = at_resolution(np.array([arm[s] - baseline[s] for s in paired], dtype=float), scores)
-    taken: list[LookDecision] = []
-    for n in plan.looks:
-        if n > pairs or (taken and taken[-1].stops):
-            break
-        taken.append(plan.decide(d[:n]))
-    return Looks(plan, tuple(taken), pairs)
+@dataclass(frozen=True)
+class StatedScores:
+    """The stated seeds' held-out scores of the test's two arms (``{arm: {seed: score}}``),
+    each stated run by (arm, seed), and those counted at their trivial score."""
+
+    scores: dict[str, dict[int, float]]
+    runs: dict[tuple[str, int], StudyRun]
+    at_trivial: tuple[StudyRun, ...]
+
+
+def stated_scores(test: StatedTest, outcomes: Sequence[ArmOutcome]) -> StatedScores:
+    """The stated seeds' scores of ``test``'s arms among ``outcomes``. A stated run that failed
+    runs again, as any failed job does, and waits for it; once it has failed
+    :data:`STATED_FAILURES` times it counts at its dev set's trivial score (intention to treat,
+    :mod:`isotune.sweeps.intention_to_treat`): leaving its seed without a pair would keep the
+    test from ever being answered, and leaving the seed out would flatter the arm that fails."""
+    by_arm = {o.arm: o for o in outcomes if o.task == test.task}
+    runs = {
+        (name, run.seed): run
+        for name in (test.baseline, test.arm)
+        if name in by_arm
+        for run in by_arm[name].held_out
+        if run.seed in test.seeds
+    }
+    scores: dict[str, dict[int, float]] = {test.baseline: {}, test.arm: {}}
+    for (name, seed), run in runs.items():
+        if run.score is not None:
+            scores[name][seed] = run.score
+    at_trivial = tuple(
+        run
+        for run in runs.values()
+        if run.score is None
+        and run.failures >= STATED_FAILURES
+        and intention_to_treat_score(run) is not None
+    )
+    for run in at_trivial:
+        scores[run.arm][run.seed] = intention_to_treat_score(run)
+    return StatedScores(scores, runs, at_trivial)
 
 
 def stated_runs(test: StatedTest, folder: Path) -> list[str]:
@@ -88,60 +129,125 @@ def stated_runs(test: StatedTest, folder: Path) -> list[str]:
     ]
 
 
-def stated_plan(test: StatedTest, folder: Path) -> SequentialPlan:
-    """The plan of the sequential stated ``test`` of the study in ``folder``: the one stored
-    there when it is the plan typed (its boundaries as stored); else, while no stated run
-    exists, a new one, calibrated and written there before any job. A plan typed otherwise than
-    the stored one, or none stored, once stated runs exist, is refused."""
+def locked_plan(test: StatedTest, folder: Path, metric: str) -> Preregistration:
+    """The study command's plan for its sequential stated ``test`` on ``metric``: the one
+    locked in ``folder``, verified against its digest and against every field typed; else,
+    while no stated run exists, a new one, designed and written there before any job. A plan
+    typed otherwise than the stored one is refused, whether or not stated runs exist, and so
+    is a folder with stated runs and no plan."""
     path = folder / PLAN_FILE
-    stored = SequentialPlan.read(path) if path.is_file() else None
-    typed = {
-        "looks": list(test.looks),
-        "alpha": test.level,
-        "spending": test.spending,
-        "margin": test.margin,
-    }
-    if stored is not None:
-        changed = {key: value for key, value in typed.items() if stored.to_dict()[key] != value}
-        if not changed:
-            return stored
+    if path.is_file():
+        return verified_plan(test, folder, metric)
     runs = stated_runs(test, folder)
     if runs:
         shown = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
-        if stored is None:
-            raise IsotuneError(
-                f"{SETTING} plans looks, and the study already has stated runs ({shown}) with "
-                f"no plan written before them ({path} is missing): a plan made after its runs "
-                "is one the data could have chosen. Fix: drop looks, spending and margin to "
-                "answer the stated test at a fixed size, or state the sequential test in a "
-                "study of its own (hydra.sweeper.study_name=<a new name>)."
-            )
-        was = ", ".join(f"{key}={stored.to_dict()[key]!r}" for key in changed)
-        now = ", ".join(f"{key}={value!r}" for key, value in changed.items())
         raise IsotuneError(
-            f"{SETTING} gives the sequential plan {now}, where the plan written before the "
-            f"study's stated runs ({path}) has {was}; stated runs exist ({shown}), and a plan "
-            "changed after its runs is one the data could have chosen. Fix: type the plan as "
-            "written (margin in points: the stored margin x 100), or state the new plan in a "
-            "study of its own (hydra.sweeper.study_name=<a new name>)."
+            f"{SETTING} plans looks, and the study already has stated runs ({shown}) with "
+            f"no plan written before them ({path} is missing): a plan made after its runs "
+            "is one the data could have chosen. Fix: restore the plan from the commit that "
+            "stated it, or state the sequential test in a study of its own "
+            "(hydra.sweeper.study_name=<a new name>)."
         )
-    plan = SequentialPlan.design(test.looks, test.level, test.spending, test.margin)
-    plan.write(path)
-    return plan
+    plan = design_plan(test.looks, test.alpha, test.spending, test.margin)
+    registration = new_registration(test, plan, metric)
+    registration.write(path)
+    return registration
 
 
-def read_stated_plan(test: StatedTest, folder: Path) -> SequentialPlan:
-    """The plan stored in the study ``folder`` for its sequential stated ``test``, as stored; a
-    study whose plan is missing is refused (its looks cannot be judged by a plan made now)."""
+def verified_plan(test: StatedTest, folder: Path, metric: str | None = None) -> Preregistration:
+    """The plan locked in the study ``folder`` for its sequential stated ``test``, its digest
+    checked and each field compared with ``test`` (typed, or the study's record of what was
+    typed; ``metric`` where the caller knows it); a study whose plan is missing is refused
+    (its looks cannot be judged by a plan made now)."""
     path = folder / PLAN_FILE
     if not path.is_file():
         raise IsotuneError(
             f"{path} is missing: the study states a sequential test ({SETTING}.looks="
-            f"{list(test.looks)}), whose plan and boundaries were written there before its runs. "
-            "Fix: restore the file from where the study was run, or continue the study with "
-            "its command, which writes the plan while no stated run exists."
+            f"{list(test.looks)}), whose plan was locked there before its runs. Fix: restore "
+            "the file from the commit that stated it, or continue the study with its command, "
+            "which writes the plan while no stated run exists."
         )
-    return SequentialPlan.read(path)
+    registration = read_registration(path)
+    check_typed(registration, typed_fields(test, metric), path)
+    return registration
+
+
+def current_pairs(
+    folder: Path, test: StatedTest, stated: StatedScores
+) -> dict[int, tuple[PairedRun | None, PairedRun | None]]:
+    """Each stated seed's two runs as a look would freeze them now (None: no score yet)."""
+
+    def side(arm: str, seed: int) -> PairedRun | None:
+        score = stated.scores[arm].get(seed)
+        run = stated.runs.get((arm, seed))
+        return None if score is None or run is None else paired_run(folder, run.job_dir, score)
+
+    return {seed: (side(test.baseline, seed), side(test.arm, seed)) for seed in test.seeds}
+
+
+def take_looks(
+    folder: Path,
+    registration: Preregistration,
+    test: StatedTest,
+    outcomes: Sequence[ArmOutcome],
+    recorded: str = "when taken",
+) -> None:
+    """The study command's step: freeze each look whose pairs are now all in (``recorded``:
+    how, where not when taken)."""
+    stated = stated_scores(test, outcomes)
+    every_score = [
+        run.score
+        for o in outcomes
+        if o.task == test.task
+        for run in o.runs
+        if run.score is not None
+    ]
+    take_due_looks(folder, registration, current_pairs(folder, test, stated), every_score, recorded)
+
+
+def looks_in(
+    folder: Path, registration: Preregistration, test: StatedTest, outcomes: Sequence[ArmOutcome]
+) -> Looks:
+    """The looks frozen in the study ``folder`` (never computed here: only the study command
+    takes a look), the pairs in now, what the next look waits for and the frozen looks' runs
+    changed since."""
+    frozen = tuple(read_journal(folder, registration))
+    stated = stated_scores(test, outcomes)
+    paired = stated.scores[test.baseline].keys() & stated.scores[test.arm].keys()
+    pairs = next((i for i, seed in enumerate(test.seeds) if seed not in paired), len(test.seeds))
+    looks = Looks(registration, frozen, pairs)
+    waiting: tuple[str, ...] = ()
+    if looks.decided is None:
+        missing = [
+            (arm, seed)
+            for seed in test.seeds[: looks.due]
+            for arm in (test.baseline, test.arm)
+            if seed not in stated.scores[arm]
+        ]
+        waiting = tuple(
+            _waiting_for(stated, arm, seed) for arm, seed in missing if (arm, seed) in stated.runs
+        )
+        for arm in (test.baseline, test.arm):
+            not_run = [str(s) for a, s in missing if a == arm and (a, s) not in stated.runs]
+            if not_run:
+                waiting += (f"{arm} seeds {', '.join(not_run)}: not run yet (the study runs them)",)
+    return Looks(registration, frozen, pairs, waiting, tuple(changed_runs(folder, frozen)))
+
+
+def _waiting_for(stated: StatedScores, arm: str, seed: int) -> str:
+    """Why the next look waits for ``arm``'s run on ``seed``, and what to do."""
+    run = stated.runs[arm, seed]
+    where = run.job_dir
+    if run.status in ("running", "interrupted", "missing"):
+        return f"{arm} seed {seed} ({where}): {run.status}; the study command continues it"
+    if run.failures < STATED_FAILURES:
+        return f"{arm} seed {seed} ({where}): {run.status}; the study command runs it again"
+    return (
+        f"{arm} seed {seed} ({where}): {run.status} {run.failures} times with no score and no "
+        "recorded trivial score, so it can never count: the look cannot be taken. Fix: find "
+        f"why in {where}/train.log, then move that folder aside and type the study's command "
+        "again, which runs the seed anew"
+    )
 
 
 def report_seeds_due(
@@ -153,8 +259,20 @@ def report_seeds_due(
     return tuple(seed for seed in report_seeds if seed not in later)
 
 
-def seeds_beyond_looks(test: StatedTest, looks: Looks) -> tuple[int, ...]:
-    """The stated seeds beyond the last look taken (every stated seed before the first look):
-    a study stopped on its way to its next look holds some of their runs, and an interval over
-    them would be a look at a size the plan does not take."""
-    return test.seeds[looks.taken[-1].n if looks.taken else 0 :]
+def seeds_held_back(test: StatedTest, looks: Looks) -> tuple[int, ...]:
+    """The stated seeds every exploratory output leaves out: all of them while the test is
+    undecided (a table over them would show a stated score before its look, or an ordinary
+    interval of the stated comparison to be read as its answer); once decided, those beyond
+    the deciding look."""
+    decided = looks.decided
+    return test.seeds[decided.n :] if decided is not None else test.seeds
+
+
+def study_looks(
+    folder: Path, test: StatedTest | None, outcomes: Sequence[ArmOutcome]
+) -> Looks | None:
+    """A report's view of the study in ``folder``: the frozen looks of its sequential stated
+    ``test``, its plan verified against the study's record (None for any other study)."""
+    if test is None or not test.sequential:
+        return None
+    return looks_in(folder, verified_plan(test, folder), test, outcomes)

@@ -1,0 +1,178 @@
+"""The boundaries of a sequential plan, made so that anyone can make them again
+(docs/study.md, "Seeds in planned looks").
+
+A plan's boundaries are on the t scale, since the spread is estimated from the pairs. The first
+is exact: at look 1, T_1 = mean / (sd / sqrt(n_1)) is Student's t with n_1 - 1 degrees of
+freedom, so b_1 is its quantile at 1 - alpha(t_1) / 2 (a simulation would rest it on a few dozen
+crossings). The later ones need the joint law of T_1..T_K, which has no closed form: they are
+calibrated on studies of normal differences with no true difference simulated from a fixed
+numpy seed. Their Monte Carlo error is estimated by batch means and stated in the plan with the
+numpy version that drew them (a ``Generator`` stream may change across versions), and a plan
+stores only the digits that error does not reach (:data:`DIGITS`), so its description
+reproduces its numbers. :func:`design_plan` is the one way a new plan is made.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from isotune.errors import IsotuneError
+from isotune.study.sequential import (
+    ALPHA,
+    SequentialPlan,
+    check_design,
+    check_margin,
+    spent_alpha,
+)
+
+# The later boundaries of four OBF looks at 0.05 hold a Monte Carlo error below 0.003 at this
+# size (about 10 s on 2 CPU cores)
+CALIBRATION_STUDIES = 8_000_000
+CALIBRATION_SEED = 20261206
+CALIBRATION_BATCHES = 20  # batch means: the Monte Carlo error of the simulated boundaries
+DIGITS = 2  # decimals a designed plan stores: its Monte Carlo error must stay below half of one
+CHUNK_STUDIES = 50_000  # simulated at once: 50,000 studies of 40 pairs hold 16 MB
+
+Draw = Callable[[np.random.Generator, tuple[int, int]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Boundaries as :func:`boundaries` made them: the values at full precision, the Monte
+    Carlo standard error of each (0 for the exact first one), and how they were drawn."""
+
+    values: tuple[float, ...]
+    errors: tuple[float, ...]
+    studies: int
+    seed: int
+
+    @property
+    def stored(self) -> tuple[float, ...]:
+        """The values as a plan stores them, to :data:`DIGITS` decimals."""
+        return tuple(round(b, DIGITS) for b in self.values)
+
+    @property
+    def description(self) -> str:
+        """What a plan stores in ``boundaries_from``: enough to make the numbers again."""
+        errors = ", ".join(f"{e:.4f}" for e in self.errors[1:])
+        return (
+            "t scale: b_1 exact, Student's t quantile at n_1 - 1 degrees of freedom; the later "
+            f"ones calibrated on {self.studies:,} simulated studies of normal differences with "
+            f"no true difference, numpy {np.__version__} default_rng({self.seed}), Monte Carlo "
+            f"standard errors {errors or 'none'} (batch means over {CALIBRATION_BATCHES} "
+            f"batches); rounded to {DIGITS} decimals"
+        )
+
+
+def boundaries(
+    looks: Sequence[int],
+    alpha: float = ALPHA,
+    spending: str = "obf",
+    studies: int = CALIBRATION_STUDIES,
+    seed: int = CALIBRATION_SEED,
+) -> Calibration:
+    """The boundaries b_k on the t scale (module docstring). b_1: Student's t quantile at
+    1 - alpha(t_1) / 2 with n_1 - 1 degrees of freedom (6.700 for looks at 10, 20, 30, 40 pairs,
+    O'Brien-Fleming type at 0.05, where alpha(0.25) = 0.0000886). Each later b_k: among
+    ``studies`` simulated studies of normal differences with no true difference, drawn from
+    ``numpy.random.default_rng(seed)``, the quantile of |T_k| among those that crossed no
+    earlier look such that the share of all studies crossing at look k is alpha(t_k) -
+    alpha(t_{k-1}). For those looks at the defaults: 6.70, 3.13, 2.44, 2.12.
+
+    The project's IsoBN plan (docs/results.md) stores 6.86, 3.11, 2.44, 2.12, stated before
+    b_1 was exact, from 400,000 studies of another stream; as stated, they decide its looks."""
+    check_design(looks, alpha, spending)
+    if studies < CALIBRATION_BATCHES:
+        raise IsotuneError(
+            f"A calibration of {studies} simulated studies cannot estimate its own error over "
+            f"{CALIBRATION_BATCHES} batches. Fix: give studies at least {CALIBRATION_BATCHES} "
+            f"(the default, {CALIBRATION_STUDIES:,}, for a plan)."
+        )
+    crossing = np.diff(spent_alpha(np.asarray(looks) / looks[-1], alpha, spending), prepend=0.0)
+    first = float(stats.t.isf(crossing[0] / 2, looks[0] - 1))
+    if len(looks) == 1:
+        return Calibration((first,), (0.0,), studies, seed)
+    draw = normal_draws(0.0, 1.0)
+    statistic = np.concatenate(
+        [
+            np.abs(mean) / (spread / np.sqrt(looks))
+            for mean, spread in look_moments(looks, draw, studies, np.random.default_rng(seed))
+        ]
+    )
+    batches = np.array(
+        [
+            _calibrated(part, first, crossing)
+            for part in np.array_split(statistic, CALIBRATION_BATCHES)
+        ]
+    )
+    errors = batches.std(axis=0, ddof=1) / math.sqrt(CALIBRATION_BATCHES)
+    return Calibration(
+        _calibrated(statistic, first, crossing), tuple(float(e) for e in errors), studies, seed
+    )
+
+
+def design_plan(
+    looks: Sequence[int],
+    alpha: float = ALPHA,
+    spending: str = "obf",
+    margin: float | None = None,
+    studies: int = CALIBRATION_STUDIES,
+    seed: int = CALIBRATION_SEED,
+) -> SequentialPlan:
+    """A new plan, with both decision rules, its boundaries made by :func:`boundaries` and
+    stored to :data:`DIGITS` decimals; checked before the calibration starts, and refused where
+    the calibration's Monte Carlo error reaches the stored digits."""
+    check_design(looks, alpha, spending)
+    check_margin(margin, "the sequential plan")
+    made = boundaries(looks, alpha, spending, studies, seed)
+    if max(made.errors) >= 0.5 * 10**-DIGITS:
+        raise IsotuneError(
+            f"The boundaries' Monte Carlo errors {', '.join(f'{e:.4f}' for e in made.errors)} "
+            f"reach the {DIGITS} decimals a plan stores. Fix: calibrate on more studies "
+            f"(studies={4 * studies:,})."
+        )
+    return SequentialPlan(tuple(looks), alpha, spending, margin, made.stored, made.description)
+
+
+def normal_draws(mean: float, sd: float) -> Draw:
+    return lambda rng, shape: rng.normal(mean, sd, size=shape)
+
+
+def look_moments(
+    looks: Sequence[int], draw: Draw, studies: int, rng: np.random.Generator
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per chunk of at most ``CHUNK_STUDIES`` simulated studies, each study's mean and sample
+    standard deviation of its differences at each look (studies x looks), computed as
+    :meth:`SequentialPlan.decide` computes them."""
+    return [moments(looks, d) for d in chunks(looks, draw, studies, rng)]
+
+
+def chunks(looks: Sequence[int], draw: Draw, studies: int, rng: np.random.Generator):
+    """The simulated studies' differences (studies x the last look's pairs), a chunk at a time."""
+    for start in range(0, studies, CHUNK_STUDIES):
+        yield draw(rng, (min(CHUNK_STUDIES, studies - start), looks[-1]))
+
+
+def moments(looks: Sequence[int], d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each study's mean and sample standard deviation at each look (studies x looks)."""
+    return (
+        np.stack([d[:, :n].mean(axis=1) for n in looks], axis=1),
+        np.stack([d[:, :n].std(axis=1, ddof=1) for n in looks], axis=1),
+    )
+
+
+def _calibrated(statistic: np.ndarray, first: float, crossing: np.ndarray) -> tuple[float, ...]:
+    """The boundaries whose crossings among these studies (``statistic``: studies x looks) are
+    the shares ``crossing`` look by look, the first given."""
+    running = statistic[:, 0] <= first
+    found = [first]
+    for k in range(1, len(crossing)):
+        left = statistic[running, k]
+        found.append(float(np.quantile(left, 1 - crossing[k] * len(statistic) / left.size)))
+        running &= statistic[:, k] <= found[-1]
+    return tuple(found)
