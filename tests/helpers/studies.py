@@ -27,8 +27,19 @@ from isotune.study.comparison import (
     geometry_correlations,
     task_comparisons,
 )
+from isotune.study.looks_journal import next_looks
+from isotune.study.preregistration import new_registration
 from isotune.study.report import report_text
 from isotune.study.results import ArmOutcome
+from isotune.study.sequential import SequentialPlan
+from isotune.study.stated import StatedTest
+from isotune.study.stated_looks import (
+    Looks,
+    current_pairs,
+    looks_from,
+    stated_scores,
+    task_scores,
+)
 from isotune.sweeps.environment import machine_provenance
 from isotune.sweeps.tables import measure_key
 from tests.conftest import CONF_DIR, compose_train_config
@@ -74,6 +85,17 @@ def write_search(
             measure_key("avg_cosine"): 1 - score,
         }
         write_run(job_dir, [*chosen, f"seed={seed}"], result)
+
+
+def looks_taken_now(
+    plan: SequentialPlan, test: StatedTest, outcomes: Sequence[ArmOutcome]
+) -> Looks:
+    """The looks the study command would take on runs held in memory (``outcomes``), frozen in
+    memory: a report's view of them, for the report's tests."""
+    registration = new_registration(test, plan, "accuracy")
+    runs = current_pairs(None, test, stated_scores(test, outcomes))
+    frozen = next_looks(registration, [], runs, task_scores(test, outcomes))
+    return looks_from(registration, tuple(frozen), test, outcomes)
 
 
 def study_report_text(

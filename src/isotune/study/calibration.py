@@ -8,8 +8,9 @@ crossings). The later ones need the joint law of T_1..T_K, which has no closed f
 calibrated on studies of normal differences with no true difference simulated from a fixed
 numpy seed. Their Monte Carlo error is estimated by batch means and stated in the plan with the
 numpy version that drew them (a ``Generator`` stream may change across versions), and a plan
-stores only the digits that error does not reach (:data:`DIGITS`), so its description
-reproduces its numbers. :func:`design_plan` is the one way a new plan is made.
+stores only the decimals that error leaves whole (two for looks at 10-40 pairs, one for looks
+at a few pairs, whose t has few degrees of freedom), so its description reproduces its
+numbers. :func:`design_plan` is the one way a new plan is made.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from isotune.study.sequential import (
 CALIBRATION_STUDIES = 8_000_000
 CALIBRATION_SEED = 20261206
 CALIBRATION_BATCHES = 20  # batch means: the Monte Carlo error of the simulated boundaries
-DIGITS = 2  # decimals a designed plan stores: its Monte Carlo error must stay below half of one
+DIGITS = (3, 2, 1)  # decimals a plan may store, the most its Monte Carlo error leaves whole
 CHUNK_STUDIES = 50_000  # simulated at once: 50,000 studies of 40 pairs hold 16 MB
 
 Draw = Callable[[np.random.Generator, tuple[int, int]], np.ndarray]
@@ -52,9 +53,16 @@ class Calibration:
     seed: int
 
     @property
+    def digits(self) -> int | None:
+        """The most decimals of :data:`DIGITS` that the Monte Carlo error leaves whole (below
+        half of the last one), None where it reaches even the first."""
+        return next((d for d in DIGITS if max(self.errors) < 0.5 * 10**-d), None)
+
+    @property
     def stored(self) -> tuple[float, ...]:
-        """The values as a plan stores them, to :data:`DIGITS` decimals."""
-        return tuple(round(b, DIGITS) for b in self.values)
+        """The values as a plan stores them, to :attr:`digits` decimals."""
+        assert self.digits is not None, "a calibration too coarse for any digit stores none"
+        return tuple(round(b, self.digits) for b in self.values)
 
     @property
     def description(self) -> str:
@@ -65,7 +73,7 @@ class Calibration:
             f"ones calibrated on {self.studies:,} simulated studies of normal differences with "
             f"no true difference, numpy {np.__version__} default_rng({self.seed}), Monte Carlo "
             f"standard errors {errors or 'none'} (batch means over {CALIBRATION_BATCHES} "
-            f"batches); rounded to {DIGITS} decimals"
+            f"batches); rounded to {self.digits} decimals"
         )
 
 
@@ -125,15 +133,16 @@ def design_plan(
     seed: int = CALIBRATION_SEED,
 ) -> SequentialPlan:
     """A new plan, with both decision rules, its boundaries made by :func:`boundaries` and
-    stored to :data:`DIGITS` decimals; checked before the calibration starts, and refused where
-    the calibration's Monte Carlo error reaches the stored digits."""
+    stored to the decimals their Monte Carlo error leaves whole (:attr:`Calibration.digits`);
+    checked before the calibration starts, and refused where that error reaches even the first
+    decimal."""
     check_design(looks, alpha, spending)
     check_margin(margin, "the sequential plan")
     made = boundaries(looks, alpha, spending, studies, seed)
-    if max(made.errors) >= 0.5 * 10**-DIGITS:
+    if made.digits is None:
         raise IsotuneError(
             f"The boundaries' Monte Carlo errors {', '.join(f'{e:.4f}' for e in made.errors)} "
-            f"reach the {DIGITS} decimals a plan stores. Fix: calibrate on more studies "
+            "reach their first decimal. Fix: calibrate on more studies "
             f"(studies={4 * studies:,})."
         )
     return SequentialPlan(tuple(looks), alpha, spending, margin, made.stored, made.description)

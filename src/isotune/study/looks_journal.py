@@ -4,7 +4,7 @@ can bend").
 A look recomputed from the files at every read is a look that moves: a run replaced or rerun
 after its look would change a decision already taken, and nothing would say so. So the study
 command (never a report) takes a look once its pairs are in, and appends its record to
-:data:`JOURNAL_FILE` in the study folder: the look, its pairs (seed, both runs' folders, their
+:data:`LOOKS_FILE` in the study folder: the look, its pairs (seed, both runs' folders, their
 scores and the sha256 of each ``results.json``), the interval, the decision, the alpha spent,
 the exact p, the plan's digest, the commit of the code that took it and when. Later reads never
 rewrite it: a report gives the frozen looks, and names any run whose ``results.json`` changed
@@ -32,7 +32,7 @@ from isotune.study.preregistration import Preregistration
 from isotune.study.sequential import LookDecision
 from isotune.sweeps.statistics import at_resolution
 
-JOURNAL_FILE = "sequential_looks.jsonl"
+LOOKS_FILE = "sequential_looks.jsonl"
 RESULTS = "results.json"
 
 
@@ -92,7 +92,7 @@ class FrozenLook:
 def read_journal(folder: Path, registration: Preregistration) -> list[FrozenLook]:
     """The looks taken in the study ``folder``, in order, each checked against the plan that
     decides it: a journal of another plan, a look out of order or a malformed line is refused."""
-    path = folder / JOURNAL_FILE
+    path = folder / LOOKS_FILE
     if not path.is_file():
         return []
     looks = []
@@ -121,47 +121,61 @@ def read_journal(folder: Path, registration: Preregistration) -> list[FrozenLook
     return looks
 
 
+def next_looks(
+    registration: Preregistration,
+    journal: Sequence[FrozenLook],
+    runs: Mapping[int, tuple[PairedRun | None, PairedRun | None]],
+    metric_scores: Sequence[float],
+    recorded: str = "when taken",
+) -> list[FrozenLook]:
+    """The looks due after those of ``journal``, in order: each whose pairs are all in and
+    which no earlier look's stop forbids. ``runs``: each stated seed's baseline and arm run as
+    they are now (None: no score yet); the pairs of looks already taken are the frozen ones,
+    whatever their runs are now. ``metric_scores``: every score of the study's runs on the
+    task, which set the metric's resolution. ``recorded``: how the looks came to be recorded,
+    where not when taken (a migration)."""
+    plan, seeds = registration.plan, registration.seeds
+    looks = list(journal)
+    while len(looks) < len(plan.looks) and not (looks and looks[-1].decision.stops):
+        n = plan.looks[len(looks)]
+        frozen = dict(looks[-1].pairs) if looks else {}
+        pairs = {seed: frozen.get(seed) or runs.get(seed, (None, None)) for seed in seeds[:n]}
+        complete = {seed: (base, arm) for seed, (base, arm) in pairs.items() if base and arm}
+        if len(complete) < n:
+            break
+        d = at_resolution(
+            np.array([arm.score - base.score for base, arm in complete.values()]), metric_scores
+        )
+        looks.append(
+            FrozenLook(
+                plan.decide(d),
+                complete,
+                registration.digest,
+                code_identity().get("commit"),
+                datetime.now(UTC).isoformat(timespec="seconds"),
+                recorded,
+            )
+        )
+    return looks[len(journal) :]
+
+
 def take_due_looks(
     folder: Path,
     registration: Preregistration,
     runs: Mapping[int, tuple[PairedRun | None, PairedRun | None]],
     metric_scores: Sequence[float],
     recorded: str = "when taken",
-) -> list[FrozenLook]:
-    """Take, in order, each look whose pairs are all in and which no earlier look's stop
-    forbids, appending each to the journal; the journal after. ``runs``: each stated seed's
-    baseline and arm run as they are now (None: no score yet); the pairs of looks already
-    taken are the frozen ones, whatever their runs are now. ``metric_scores``: every score of
-    the study's runs on the task, which set the metric's resolution. ``recorded``: how the
-    looks came to be recorded, where not when taken (a migration)."""
+) -> None:
+    """The study command's step: append each look due now (:func:`next_looks`) to the journal
+    of the study in ``folder``, one whole record at a time."""
     journal = read_journal(folder, registration)
-    plan, seeds = registration.plan, registration.seeds
-    while len(journal) < len(plan.looks) and not (journal and journal[-1].decision.stops):
-        n = plan.looks[len(journal)]
-        frozen = dict(journal[-1].pairs) if journal else {}
-        pairs = {seed: frozen.get(seed) or runs.get(seed, (None, None)) for seed in seeds[:n]}
-        if any(base is None or arm is None for base, arm in pairs.values()):
-            break
-        complete = {seed: (base, arm) for seed, (base, arm) in pairs.items() if base and arm}
-        d = at_resolution(
-            np.array([arm.score - base.score for base, arm in complete.values()]), metric_scores
-        )
-        look = FrozenLook(
-            plan.decide(d),
-            complete,
-            registration.digest,
-            code_identity().get("commit"),
-            datetime.now(UTC).isoformat(timespec="seconds"),
-            recorded,
-        )
+    for look in next_looks(registration, journal, runs, metric_scores, recorded):
         append_look(folder, look)
-        journal.append(look)
-    return journal
 
 
 def append_look(folder: Path, look: FrozenLook) -> None:
     """Add ``look``'s record at the end of the journal, whole or not at all."""
-    path = folder / JOURNAL_FILE
+    path = folder / LOOKS_FILE
     line = (json.dumps(look.as_record(), sort_keys=False) + "\n").encode()
     if path.is_file():
         append_bytes(path, line)

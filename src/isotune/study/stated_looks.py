@@ -173,16 +173,32 @@ def verified_plan(test: StatedTest, folder: Path, metric: str | None = None) -> 
 
 
 def current_pairs(
-    folder: Path, test: StatedTest, stated: StatedScores
+    folder: Path | None, test: StatedTest, stated: StatedScores
 ) -> dict[int, tuple[PairedRun | None, PairedRun | None]]:
-    """Each stated seed's two runs as a look would freeze them now (None: no score yet)."""
+    """Each stated seed's two runs as a look would freeze them now (None: no score yet), their
+    results.json hashed in the study ``folder`` (None: runs held in memory, not hashed)."""
 
     def side(arm: str, seed: int) -> PairedRun | None:
         score = stated.scores[arm].get(seed)
         run = stated.runs.get((arm, seed))
-        return None if score is None or run is None else paired_run(folder, run.job_dir, score)
+        if score is None or run is None:
+            return None
+        if folder is None:
+            return PairedRun(run.job_dir, float(score), "not hashed")
+        return paired_run(folder, run.job_dir, score)
 
     return {seed: (side(test.baseline, seed), side(test.arm, seed)) for seed in test.seeds}
+
+
+def task_scores(test: StatedTest, outcomes: Sequence[ArmOutcome]) -> list[float]:
+    """Every score of the study's runs on the stated task: they set the metric's resolution."""
+    return [
+        run.score
+        for o in outcomes
+        if o.task == test.task
+        for run in o.runs
+        if run.score is not None
+    ]
 
 
 def take_looks(
@@ -194,24 +210,27 @@ def take_looks(
 ) -> None:
     """The study command's step: freeze each look whose pairs are now all in (``recorded``:
     how, where not when taken)."""
-    stated = stated_scores(test, outcomes)
-    every_score = [
-        run.score
-        for o in outcomes
-        if o.task == test.task
-        for run in o.runs
-        if run.score is not None
-    ]
-    take_due_looks(folder, registration, current_pairs(folder, test, stated), every_score, recorded)
+    runs = current_pairs(folder, test, stated_scores(test, outcomes))
+    take_due_looks(folder, registration, runs, task_scores(test, outcomes), recorded)
 
 
 def looks_in(
     folder: Path, registration: Preregistration, test: StatedTest, outcomes: Sequence[ArmOutcome]
 ) -> Looks:
     """The looks frozen in the study ``folder`` (never computed here: only the study command
-    takes a look), the pairs in now, what the next look waits for and the frozen looks' runs
-    changed since."""
+    takes a look), with the frozen looks' runs changed since."""
     frozen = tuple(read_journal(folder, registration))
+    return looks_from(registration, frozen, test, outcomes, tuple(changed_runs(folder, frozen)))
+
+
+def looks_from(
+    registration: Preregistration,
+    frozen: tuple[FrozenLook, ...],
+    test: StatedTest,
+    outcomes: Sequence[ArmOutcome],
+    changed: tuple[str, ...] = (),
+) -> Looks:
+    """The ``frozen`` looks with the pairs in now and what the next look waits for."""
     stated = stated_scores(test, outcomes)
     paired = stated.scores[test.baseline].keys() & stated.scores[test.arm].keys()
     pairs = next((i for i, seed in enumerate(test.seeds) if seed not in paired), len(test.seeds))
@@ -231,7 +250,7 @@ def looks_in(
             not_run = [str(s) for a, s in missing if a == arm and (a, s) not in stated.runs]
             if not_run:
                 waiting += (f"{arm} seeds {', '.join(not_run)}: not run yet (the study runs them)",)
-    return Looks(registration, frozen, pairs, waiting, tuple(changed_runs(folder, frozen)))
+    return Looks(registration, frozen, pairs, waiting, changed)
 
 
 def _waiting_for(stated: StatedScores, arm: str, seed: int) -> str:
