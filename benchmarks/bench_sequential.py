@@ -1,10 +1,14 @@
 """Whether the sequential design holds its error rates, and the report seeds it spends, measured
 on simulated studies (docs/study.md, "Seeds in planned looks").
 
-The plan is the project's (docs/results.md, the sequential run): looks at 10, 20, 30 and 40
-pairs, O'Brien-Fleming-type spending at two-sided 0.05, boundaries on the t scale calibrated as
-``isotune.study.sequential.boundaries`` calibrates them (400,000 studies, numpy seed 20261206)
-or typed with ``--boundaries``, an equivalence margin of 1 point. Each setting simulates
+The plan is the project's design (docs/results.md, the sequential run): looks at 10, 20, 30 and
+40 pairs, O'Brien-Fleming-type spending at two-sided 0.05, an equivalence margin of 1 point,
+boundaries on the t scale as ``isotune.study.calibration.design_plan`` makes a new plan's (b_1
+exact, the later ones calibrated on 8,000,000 studies, numpy seed 20261206) or typed with
+``--boundaries`` (6.86 3.11 2.44 2.12: the IsoBN plan as stated), under the rules a new plan
+states (the repeated interval and the exact signed-rank tests; ``--interval-only``: the
+interval alone, the IsoBN plan's stated rules). Each study decides as
+``SequentialPlan.decide`` does. Each setting simulates
 ``--studies`` studies, from a numpy seed apart from the calibration's, of differences that are
 normal at the spreads of this project's pairs on RTE (IsoBN 0.93 points, CosReg 1.61), or the
 real CosReg-minus-none differences of seeds 106-125 (docs/results/confirmatory_rte_cosreg, read
@@ -18,28 +22,30 @@ no difference and at 1 point beside a fixed design with the sequential design's 
 
     python benchmarks/bench_sequential.py
     python benchmarks/bench_sequential.py --studies 20000 --boundaries 6.86 3.11 2.44 2.12
+    python benchmarks/bench_sequential.py --interval-only --boundaries 6.86 3.11 2.44 2.12
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
+from isotune.study.calibration import CALIBRATION_STUDIES, design_plan
 from isotune.study.results import read_arm
 from isotune.study.sequential import (
     BOUNDED,
-    CALIBRATION_STUDIES,
     DIFFERENT_SMALL,
     EQUIVALENT,
+    INTERVAL,
+    RULES,
     SequentialPlan,
-    SimulatedStudies,
-    fixed_pairs,
-    simulate,
 )
+from isotune.study.simulation import SimulatedStudies, fixed_pairs, simulate
 from isotune.sweeps.statistics import paired_comparison
 
 LOOKS = (10, 20, 30, 40)
@@ -79,21 +85,24 @@ def main() -> None:
     parser.add_argument("--studies", type=int, default=1_000_000, help="simulated per setting")
     parser.add_argument("--boundaries", type=float, nargs=len(LOOKS), help="t-scale, typed")
     parser.add_argument("--rte-study", type=Path, default=RTE_STUDY, help="the confirmatory study")
+    parser.add_argument("--interval-only", action="store_true", help="the interval decides alone")
     args = parser.parse_args()
     start = time.perf_counter()
+    rules = (INTERVAL,) if args.interval_only else RULES
     if args.boundaries:
-        plan = SequentialPlan(LOOKS, ALPHA, "obf", MARGIN, tuple(args.boundaries), "typed")
+        plan = SequentialPlan(LOOKS, ALPHA, "obf", MARGIN, tuple(args.boundaries), "typed", rules)
     else:
-        plan = SequentialPlan.design(LOOKS, ALPHA, "obf", MARGIN)
-    without_margin = SequentialPlan(LOOKS, ALPHA, "obf", None, plan.boundaries)
+        plan = replace(design_plan(LOOKS, ALPHA, "obf", MARGIN), rules=rules)
+    without_margin = replace(plan, margin=None)
     # one look spends all of alpha there: the fixed paired t-test, to set the others beside
     critical = float(stats.t.isf(ALPHA / 2, LOOKS[-1] - 1))
-    t_test = SequentialPlan(LOOKS[-1:], ALPHA, "obf", None, (critical,), "Student's t")
+    t_test = SequentialPlan(LOOKS[-1:], ALPHA, "obf", None, (critical,), "Student's t", (INTERVAL,))
     rte = rte_differences(args.rte_study)
     print(
         f"Looks at {', '.join(map(str, LOOKS))} pairs, O'Brien-Fleming type at {ALPHA}, margin "
         f"{MARGIN} point; boundaries {', '.join(f'{b:.2f}' for b in plan.boundaries)} "
-        f"({plan.boundaries_from}); studies simulated from numpy seed {SIMULATION_SEED}."
+        f"({plan.boundaries_from}); rules {', '.join(plan.rules)}; studies simulated from numpy "
+        f"seed {SIMULATION_SEED}."
     )
     print(f"RTE differences (CosReg - none, seeds 106-125, points): {np.round(rte, 2).tolist()}")
     print(f"  mean {rte.mean():+.2f}, sd {rte.std(ddof=1):.2f}; recentred before resampling\n")

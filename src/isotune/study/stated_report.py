@@ -213,7 +213,7 @@ def held_back_sentence(answer: StatedAnswer) -> str:
     return (
         f"Left out of the tables, figures and study_runs.csv: the report runs of every arm of "
         f"{answer.test.task} on stated seeds {seed_ranges(answer.held_back)}, {why} "
-        f"({PLAN_FILE}). The stated test above gives them at their looks."
+        f"({PLAN_FILE}). The study report's stated test gives them at their looks."
     )
 
 
