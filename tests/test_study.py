@@ -45,6 +45,7 @@ from isotune.study.comparison import (
     stated_answer,
     task_comparisons,
 )
+from isotune.study.figures import held_out_figure, tuning_figure
 from isotune.study.looks_journal import LOOKS_FILE
 from isotune.study.plan import check_arm_keys, plan_study
 from isotune.study.preregistration import PLAN_FILE, new_registration, read_registration
@@ -52,16 +53,14 @@ from isotune.study.report import (
     REPORT_FILE,
     RESULTS_FILE,
     RUNS_FILE,
-    held_back_sentence,
-    held_out_figure,
     stated_runs_held_back,
-    tuning_figure,
     write_study_report,
     write_study_reports,
 )
 from isotune.study.results import ArmOutcome, StudyRun, read_arm, read_study, runs_table
 from isotune.study.sequential import SequentialPlan
 from isotune.study.stated import stated_test
+from isotune.study.stated_report import held_back_sentence
 from isotune.sweeps import slurm_jobs
 from isotune.sweeps.aggregate import aggregate
 from isotune.sweeps.environment import check_continued_in_one_environment, machine_provenance
@@ -1160,6 +1159,16 @@ def test_a_stated_test_the_study_cannot_answer_is_refused_naming_the_value_and_f
     with pytest.raises(IsotuneError, match=re.escape(message)) as refused:
         _stated(**changes)
     assert "Fix:" in str(refused.value)
+
+
+def test_a_study_of_ones_own_files_states_its_task_as_files():
+    """Issue 70: the stated task of a study on one's own data is `files`; the old fix typed
+    `task=files,<name>`, which runs no such task."""
+    with pytest.raises(IsotuneError, match="state task:files") as refused:
+        stated_test({**STATED, "task": "sentiment"}, ["files"], ["none", "cosreg"], "none", SEEDS)
+    assert "task=files," not in str(refused.value)
+    assert stated_test({**STATED, "task": "files"}, ["files"], ["none", "cosreg"], "none",
+                       SEEDS).task == "files"  # fmt: skip
 
 
 def test_an_arms_held_out_scores_are_one_side_of_the_task_comparisons_and_the_stated_test():

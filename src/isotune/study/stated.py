@@ -41,6 +41,7 @@ KEYS = (
 )  # fmt: skip
 OLD_ALPHA = "level"  # alpha's name in records written before it was named alpha
 POINTS = 100  # such a record's margin is in points (of a 0-1 metric); one point is 0.01
+OWN_FILES = "files"  # the task a study of one's own files runs (docs/data.md)
 SELECT_EPOCHS = ("best", "last")  # the epoch a stated run is scored at (conf/train.yaml)
 EXAMPLE = (
     f"'{SETTING}={{task:rte,arm:cosreg,seeds:[106,107,108],alpha:0.05,"
@@ -148,9 +149,15 @@ def stated_test(
     task, arm = str(settings["task"]), str(settings["arm"])
     baseline = str(settings.get("baseline") or baseline_arm)
     if task not in tasks:
+        own = (
+            "A study of your own files names its task files, whatever task.name says. Fix: "
+            "state task:files."
+            if OWN_FILES in tasks
+            else "Fix: state one of them, or add it to the study's tasks "
+            f"(task={','.join([*tasks, task])})."
+        )
         raise IsotuneError(
-            f"{SETTING}.task={task} is not a task of this study ({', '.join(tasks)}). Fix: "
-            f"state one of them, or add it to the study's tasks (task={','.join([*tasks, task])})."
+            f"{SETTING}.task={task} is not a task of this study ({', '.join(tasks)}). {own}"
         )
     for key, name in (("arm", arm), ("baseline", baseline)):
         if name not in arms:
