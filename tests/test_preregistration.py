@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from isotune.dashboard.cli import main as dashboard_main
 from isotune.errors import IsotuneError
 from isotune.study.looks_journal import LOOKS_FILE, read_journal
 from isotune.study.migration import migrate
@@ -210,3 +211,16 @@ def test_no_stated_score_shows_before_its_look_and_the_tables_hold_the_stated_se
     assert "It waits for:" in text and "seeds 136, 137" in text
     exploratory = text.split("Everything below is exploratory")[1]
     assert "(n = 5)" in exploratory and "(n = 15)" not in exploratory
+
+
+def test_the_wandb_report_holds_the_stated_seeds_back_and_checks_the_plan(study, tmp_path):
+    """The W&B report (offline, --dry-run) is one of the paths that read the plan: its tables
+    leave the stated seeds out while undecided, and an edited plan stops it."""
+    out = tmp_path / "report"
+    assert dashboard_main(["report", str(study), "--dry-run", "--out", str(out)]) == 0
+    paired = pd.read_csv(out / "paired_statistics.csv")
+    assert list(paired["n"]) == [5]  # seeds 101-105 alone
+    path = study / PLAN_FILE
+    path.write_text(path.read_text().replace("- 6.86", "- 2.0", 1))
+    with pytest.raises(IsotuneError, match="was changed after the plan was stored"):
+        dashboard_main(["report", str(study), "--dry-run", "--out", str(out)])

@@ -1,5 +1,7 @@
-"""The study ``hydra/sweeper=study`` runs (:mod:`.study_sweeper` holds its settings): its plan and
-checks, its searches sharing the launcher's slots, its stated test's looks and its report.
+"""The study ``hydra/sweeper=study`` runs (:mod:`.study_sweeper` holds its settings), adapted
+from Hydra: its tasks and arms composed, every check before any job, its preview, its stated
+test's plan locked; then :func:`isotune.study.loop.run_study_searches` runs its searches on the
+launcher's slots, its looks and its report.
 
 Its name's underscore keeps it out of Hydra's plugin scan, which imports every other module here
 on every run of train.py: :class:`~.study_sweeper.StudySweeper` imports it, and the search,
@@ -30,10 +32,10 @@ from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper, StudySwee
 from isotune.atomic_files import write_text
 from isotune.data.reading import check_task_offline
 from isotune.errors import IsotuneError
-from isotune.search.loop import check_reports_complete, run_searches
 from isotune.search.search import Search
 from isotune.search.settings import STUDY_PLACES, SearchSettings, refuse_fixed_seeds
 from isotune.search.space import parse_space
+from isotune.study.loop import run_study_searches
 from isotune.study.plan import (
     LR_KEY,
     TASK_KEY,
@@ -45,17 +47,10 @@ from isotune.study.plan import (
     plan_study,
     searches_in,
 )
-from isotune.study.preregistration import PLAN_FILE, Preregistration
-from isotune.study.report import write_study_report
-from isotune.study.results import read_arm, read_study
-from isotune.study.stated import StatedTest, stated_test
+from isotune.study.preregistration import PLAN_FILE
+from isotune.study.stated import stated_test
 from isotune.study.stated_looks import (
-    Looks,
     locked_plan,
-    looks_in,
-    report_seeds_due,
-    stated_runs,
-    take_looks,
     verified_plan,
 )
 from isotune.sweeps.environment import check_continued_in_one_environment
@@ -147,30 +142,10 @@ def run_study(sweeper: StudySweeper, arguments: list[str]) -> None:
         if stated is not None and stated.sequential:
             assert metric is not None
             registration = locked_plan(stated, folder, metric)
-            _say_plan(registration, folder)
         # The study's record, as every sweep's: what a stopped study's summary reads.
         write_text(folder / SWEEP_FILE, OmegaConf.to_yaml(config))
         launch = HydraLaunch(sweeper.launcher, folder)
-        looks = _stated_looks(folder, stated, registration)
-        while True:  # a sequential stated test: one look's stated seeds at a time
-            searches = _stated_seeds_due(searches, plan, stated, looks)
-            run_searches(searches, launch, s["n_jobs"])
-            if looks is None:
-                break
-            before, looks = looks, _stated_looks(folder, stated, registration)
-            assert looks is not None
-            if looks.decided is not None or looks.due == before.due:
-                break
-        # Read back from the folder and its record, as `python -m isotune.aggregate` reads
-        # a study: the report made again from a carried folder is this one.
-        study = read_study(folder)
-        assert study is not None, f"{folder / SWEEP_FILE} is a study's record"
-        final = _stated_looks(folder, stated, registration, say=False)
-        text = write_study_report(
-            folder, study.outcomes, study.baseline, study.maximize, study.stated, final
-        )
-        log.info(f"\n{text}")
-        check_reports_complete(searches)
+        run_study_searches(folder, searches, plan, stated, registration, launch, s["n_jobs"])
 
 
 def _search_settings(
@@ -280,75 +255,6 @@ def _plan_lines(plan: StudyPlan, folder: Path) -> tuple[int, list[str]]:
         "  (the trials are sampled as each search goes: one job per (task, arm) is composed)",
     ]
     return left, lines
-
-
-def _say_plan(registration: Preregistration, folder: Path) -> None:
-    plan = registration.plan
-    log.info(
-        f"The stated test decides in looks at {', '.join(map(str, plan.looks))} pairs, "
-        f"boundaries {', '.join(f'{b:.3f}' for b in plan.boundaries)} "
-        f"({plan.spending}, alpha {plan.alpha:g}, margin {plan.margin}), on "
-        f"{registration.statistic.describe()}: the plan is locked in {folder / PLAN_FILE} "
-        f"({registration.digest}), written before any stated run"
-    )
-
-
-def _stated_looks(
-    folder: Path,
-    stated: StatedTest | None,
-    registration: Preregistration | None,
-    say: bool = True,
-) -> Looks | None:
-    """The looks of the ``stated`` test's locked plan (``registration``) on the runs in
-    ``folder``, read from its two searches as the report reads them, each look whose pairs are
-    now in taken and frozen first (None for a study without a sequential stated test). Each
-    look is said, and what the next one waits for."""
-    if stated is None or registration is None:
-        return None
-    outcomes = [
-        read_arm(folder / stated.task / arm, stated.task, arm, stated.seeds)
-        for arm in (stated.baseline, stated.arm)
-        if stated_runs(stated, folder)  # before them, a search's journal may not be opened yet
-    ]
-    take_looks(folder, registration, stated, outcomes)
-    looks = looks_in(folder, registration, stated, outcomes)
-    if not say:
-        return looks
-    for d in looks.taken:
-        low, high = d.interval
-        log.info(
-            f"Stated test, look {d.look} at {d.n} pairs (frozen): repeated interval [{low:.4f}, "
-            f"{high:.4f}] (boundary {d.boundary:.3f}), exact p {d.exact_p}: {d.decision}"
-        )
-    for run in looks.changed:
-        log.warning(f"{run} changed since its look was taken: the frozen decision stands")
-    if looks.decided is not None:
-        log.info(
-            f"The stated test is decided ({looks.decided.decision}, look {looks.decided.look}): "
-            "no more of its stated seeds run"
-        )
-    else:
-        log.info(
-            f"The stated test goes on: its stated seeds run up to its look at {looks.due} pairs"
-        )
-    return looks
-
-
-def _stated_seeds_due(
-    searches: list[Search], plan: StudyPlan, stated: StatedTest | None, looks: Looks | None
-) -> list[Search]:
-    """The searches as they run now: those on a sequential stated test's task with its stated
-    seeds beyond the pairs it needs left out of their report seeds (:mod:`isotune.study.
-    stated_looks`); the others as they are."""
-    if stated is None or looks is None:
-        return searches
-    due = report_seeds_due(plan.report_seeds, stated, looks)
-    return [
-        Search(replace(search.settings, report_seeds=due), search.folder, search.sweep_record)
-        if task == stated.task
-        else search
-        for search, (task, _) in zip(searches, plan.searches, strict=True)
-    ]
 
 
 def _report_overrides(keep: str, settings: dict[str, Any]) -> tuple[str, ...]:

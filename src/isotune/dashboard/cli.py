@@ -159,12 +159,14 @@ def _workspace(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from isotune.study.report import stated_runs_held_back
     from isotune.sweeps.aggregate import aggregate, write_outputs
     from isotune.sweeps.comparisons import comparison_counts
     from isotune.sweeps.report import log_to_wandb, paired_markdown
 
     out = args.out or args.sweep  # a carried folder stays as it is with --out elsewhere
-    result = aggregate([args.sweep])
+    # a study's locked plan verified, its stated seeds held back as the aggregate holds them
+    result = aggregate([args.sweep], held_back=stated_runs_held_back)
     _, figures, report_path = write_outputs(result, out)
     searches, search_figures = search_sections(result.sweeps)
     study, study_figures = study_section(args.sweep)  # a study's report opens with it
