@@ -12,6 +12,7 @@ used; each bad file is refused there, with its fix, before training starts.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -73,10 +74,12 @@ def own_task(config: Mapping[str, Any], test: bool = False) -> OwnData:
     label_column = str(config.get("label_column") or "label")
     labels = config.get("labels")
     regression = config.get("regression")
-    train_labels = list(_column_values(train, label_column, "label"))
+    train_labels = _label_values(train, label_column)
     if regression is None:
         regression = labels is None and _scores(train, label_column, train_labels)
     if not regression:
+        if not config.get("distinct_label_spellings"):
+            _one_spelling_each(train, train_labels)
         values = [value for _, value in train_labels]
         labels = [str(label) for label in labels] if labels else _sorted_labels(values)
     completed = {
@@ -152,6 +155,61 @@ def _column_values(
 
 def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _label_values(table: Table, column: str) -> list[tuple[int, Any]]:
+    """``(line, label)`` of every row (:func:`_column_values`), refused when the labels are not
+    all of one JSON type: a label ``1`` among ``"pos"`` and ``"neg"`` (a number among strings,
+    or ``true`` among them) would train as a class of its own, ``"1"``, never as the class its
+    writer meant. Integers and decimals are both numbers (a regression's scores mix them)."""
+    values = list(_column_values(table, column, "label"))
+    types = Counter(_json_type(value) for _, value in values)
+    if len(types) == 1:
+        return values
+    usual = types.most_common(1)[0][0]
+    odd = [(line, value) for line, value in values if _json_type(value) != usual]
+    line, value = odd[0]
+    example = next(value for _, value in values if _json_type(value) == usual)
+    raise IsotuneError(
+        f"{table.path}, line {line}: the label {json.dumps(value)} is a JSON "
+        f"{_json_type(value)}, but {types[usual]} of the {len(values)} labels in the column "
+        f"{column!r} are {usual}s, such as {json.dumps(example)} ({len(odd)} of another type: "
+        f"lines {named_lines([line for line, _ in odd])}), and a label of another type is "
+        f"read as a label of its own (the number 1 as the class '1'). Fix: write every label as "
+        f"a {usual}, as the other rows do."
+    )
+
+
+def _json_type(value: Any) -> str:
+    """A value's type as JSON names it (``bool`` before ``int``: Python's booleans are ints)."""
+    kinds = ((bool, "boolean"), (int | float, "number"), (str, "string"), (list, "array"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "object")
+
+
+def _one_spelling_each(table: Table, values: Sequence[tuple[int, Any]]) -> None:
+    """Refuse train labels that differ only in case or surrounding whitespace (``pos``, ``Pos``,
+    ``pos ``): read as written, each is a class of its own, the model's examples of one class
+    split between them and a right answer scored wrong. ``task.distinct_label_spellings=true``
+    declares them distinct classes (the caller's to skip this check)."""
+    first_line: dict[str, int] = {}
+    for line, value in values:
+        first_line.setdefault(label_text(value), line)
+    spellings: dict[str, list[str]] = {}
+    for label in first_line:
+        spellings.setdefault(label.strip().casefold(), []).append(label)
+    clashes = [labels for labels in spellings.values() if len(labels) > 1]
+    if not clashes:
+        return
+    named = "; ".join(
+        " and ".join(f"{label!r} (first on line {first_line[label]})" for label in labels)
+        for labels in clashes[:SHOWN_ROWS]
+    )
+    raise IsotuneError(
+        f"{table.path}: labels {named}{'; ...' if len(clashes) > SHOWN_ROWS else ''} differ "
+        "only in case or surrounding whitespace, so each spelling would train as a class of its "
+        "own. Fix: write each class one way, the same spelling in every row of every file; if "
+        "they are distinct classes, say so: task.distinct_label_spellings=true."
+    )
 
 
 def label_text(value: Any) -> str:
@@ -242,7 +300,7 @@ def read_own_split(
     ]
     if split == task.test_split:
         return [{**example, "label": -1} for example in examples]
-    values = list(_column_values(table, task.label_column, "label"))
+    values = _label_values(table, task.label_column)
     if not task.is_regression:
         unknown = Counter(label_text(v) for _, v in values if label_text(v) not in task.labels)
         if unknown:

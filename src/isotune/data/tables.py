@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,14 @@ from isotune.errors import IsotuneError
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
 JSON_LINES = (".jsonl", ".json")  # run_glue.py's --train_file takes .json files of JSON Lines
 SHOWN_ROWS = 10  # rows named in a message; the count says how many more
+# What a row that csv cannot read (a field longer than its limit) says of its cause, by delimiter.
+UNREADABLE = {
+    "\t": "A TSV whose line endings were lost, or that is not tab-separated, reads as one huge "
+    "field. Fix: one example a line, its fields separated by tabs (a GLUE file: the official one).",
+    ",": "A quote opened and never closed reads the rest of the file as one field. Fix: quote "
+    "fields holding a comma, a quote or a line break with double quotes (a quote inside them "
+    "doubled), as spreadsheet programs and pandas' to_csv do.",
+}
 
 
 @dataclass(frozen=True)
@@ -58,35 +68,70 @@ def read_table(path: Path) -> Table:
 
 
 def _read_delimited(path: Path, delimiter: str) -> Table:
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as file:
-            # A TSV has no quoting (GLUE's files and the IANA format: bare quote characters are
-            # text); a CSV quotes a field holding a comma, a quote or a line break.
-            quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
-            reader = csv.reader(file, delimiter=delimiter, quoting=quoting)
-            header = tuple(next(reader, ()))
-            rows, uneven = [], []
-            start = reader.line_num + 1
-            for values in reader:
-                if values and len(values) != len(header):
-                    uneven.append((start, len(values)))
-                elif values:
-                    rows.append((start, dict(zip(header, values, strict=True))))
-                start = reader.line_num + 1
-    except UnicodeDecodeError as error:
+    rows = delimited_rows(path, delimiter)
+    header = tuple(next(rows, (0, ()))[1])
+    repeated = [name for name, count in Counter(header).items() if count > 1]
+    if repeated:
         raise IsotuneError(
-            f"{path}: byte {error.object[error.start : error.end]!r} is not UTF-8 text (saved in "
-            "another encoding, such as Latin-1 or Windows-1252). Fix: re-save the file as UTF-8."
-        ) from None
-    except csv.Error as error:
-        raise IsotuneError(
-            f"{path}, line {reader.line_num}: {error}. Fix: quote fields holding the delimiter, "
-            "a quote character or a line break with double quotes, as spreadsheet programs and "
-            "pandas' to_csv do."
-        ) from None
+            f"{path}: the header names the column {repeated[0]!r} {header.count(repeated[0])} "
+            f"times (its columns: {list(header)}), so each row would keep one of its values "
+            "under that name and drop the others. Fix: give each column its own name in the "
+            "header row (rename or remove the repeated one)."
+        )
+    table, uneven = [], []
+    for line, values in rows:
+        if len(values) != len(header):
+            uneven.append((line, len(values)))
+        else:
+            table.append((line, dict(zip(header, values, strict=True))))
     if uneven:
         raise _uneven_rows(path, len(header), uneven, delimiter)
-    return Table(path, header, rows)
+    return Table(path, header, table)
+
+
+def delimited_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+    """``(line, fields)`` of each non-empty row of a CSV (``delimiter`` ``,``) or TSV (``\\t``)
+    file, ``line`` the one it starts on; GLUE's files and one's own are read alike.
+
+    Read as ``utf-8-sig`` (MRPC starts with a byte-order mark). A TSV has no quoting (GLUE's
+    files and the IANA format: bare quote characters, as in SST-2 and MRPC, are text); a CSV
+    quotes a field holding a comma, a quote or a line break. A byte that is not UTF-8 is named
+    with its line (the decoder's own error knows only its offset in one buffered chunk of the
+    file), and so is a row csv cannot read (a field longer than its limit).
+    """
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as file:
+            reader = csv.reader(file, delimiter=delimiter, quoting=quoting)
+            start = 1
+            for fields in reader:
+                if fields:
+                    yield start, fields
+                start = reader.line_num + 1
+    except csv.Error as error:
+        raise IsotuneError(
+            f"{path}, line {reader.line_num}: a row csv cannot read ({error}). "
+            + UNREADABLE[delimiter]
+        ) from None
+    except UnicodeDecodeError as error:
+        raise _not_utf8(path) or error from None
+
+
+def _not_utf8(path: Path) -> IsotuneError | None:
+    """The refusal of the first byte of ``path`` that is not UTF-8, naming its line (a decoder's
+    own error knows only its offset in one buffered chunk of the file); None when the file
+    decodes now (it changed while it was read)."""
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        return IsotuneError(
+            f"{path}, line {line}: byte "
+            f"{raw[error.start : error.end]!r} is not UTF-8 text (the file was probably saved in "
+            "another encoding, such as Latin-1 or Windows-1252). Fix: re-save the file as UTF-8."
+        )
+    return None
 
 
 def _uneven_rows(
@@ -125,30 +170,44 @@ def named_lines(lines: Sequence[int]) -> str:
 def _read_json_lines(path: Path) -> Table:
     rows, columns = [], {}
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as error:
-        raise IsotuneError(
-            f"{path}: byte {error.object[error.start : error.end]!r} is not UTF-8 text. Fix: "
-            "re-save the file as UTF-8."
-        ) from None
-    for line, text in enumerate(lines, start=1):
-        if not text.strip():
+        raise _not_utf8(path) or error from None
+    # Lines end at "\n" alone (a CRLF line's "\r" is JSON whitespace): str.splitlines would also
+    # cut at U+2028, U+2029 and U+0085, which a JSON string may hold as they are.
+    for line, object_text in enumerate(text.split("\n"), start=1):
+        if not object_text.strip():
             continue
+        where = f"{path}, line {line}"
         try:
-            row = json.loads(text)
+            row = json.loads(object_text, object_pairs_hook=partial(_json_object, where=where))
         except json.JSONDecodeError as error:
             raise IsotuneError(
-                f"{path}, line {line}: not JSON ({error.msg}). Fix: one JSON object a line "
-                '(JSON Lines), e.g. {"sentence": "a fine film", "label": "positive"}.'
+                f"{where}: not JSON ({error.msg}). Fix: one JSON object a line (JSON Lines), "
+                'e.g. {"sentence": "a fine film", "label": "positive"}.'
             ) from None
         if not isinstance(row, dict):
             raise IsotuneError(
-                f"{path}, line {line}: a JSON {type(row).__name__}, not an object. Fix: one JSON "
-                'object a line (JSON Lines), e.g. {"sentence": "a fine film", "label": 1}.'
+                f"{where}: a JSON {type(row).__name__}, not an object. Fix: one JSON object a "
+                'line (JSON Lines), e.g. {"sentence": "a fine film", "label": 1}.'
             )
         columns.update(dict.fromkeys(row))
         rows.append((line, row))
     return Table(path, tuple(columns), rows)
+
+
+def _json_object(pairs: list[tuple[str, Any]], where: str) -> dict[str, Any]:
+    """A JSON object of ``where``, refused when it names a key twice: ``json`` would keep the
+    last value silently, and a row's text or label would be whichever came last."""
+    row = dict(pairs)
+    if len(row) < len(pairs):
+        key = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+        raise IsotuneError(
+            f"{where}: the key {key!r} appears {[k for k, _ in pairs].count(key)} times in one "
+            "object, so all but its last value would be dropped. Fix: give each key once a "
+            "object (rename or remove the repeated one)."
+        )
+    return row
 
 
 def hub_table(dataset: str, config: str | None, split: str) -> Table:
