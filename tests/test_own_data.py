@@ -4,6 +4,7 @@ tmp folders, the task they decide, a tiny run on them, and one message for each 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections import Counter
 from pathlib import Path
@@ -451,6 +452,7 @@ def test_a_run_and_predict_py_read_each_own_data_file_once(
     module and the test predictions (each read twice or three times before). Its six classes in
     20 train rows are warned of in the log and results.json; its test file's own index column
     names its predictions; its classes are recorded in results.json and logged once."""
+    caplog.set_level(logging.INFO, logger="isotune.data.datamodule")
     reads = Counter()
     read_table = own_data.read_table
 
