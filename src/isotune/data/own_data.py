@@ -7,7 +7,9 @@ The files decide the task, as ``run_glue.py`` decides it: the text columns (``se
 labels (the train file's, sorted; a label column of decimal numbers is a regression), and from
 those the metrics. :func:`own_task` completes the task config from the files once, before a run
 builds anything, so the run's saved config and every checkpoint name the labels and metrics it
-used; each bad file is refused there, with its fix, before training starts.
+used; each bad file is refused there, with its fix, before training starts. Labels are classes
+as written, so what would make one class two is refused too: a label spelled two ways by case
+or whitespace (unless ``task.distinct_label_spellings=true``), a label of another JSON type.
 """
 
 from __future__ import annotations
@@ -171,13 +173,18 @@ def _label_values(table: Table, column: str) -> list[tuple[int, Any]]:
     line, value = odd[0]
     example = next(value for _, value in values if _json_type(value) == usual)
     raise IsotuneError(
-        f"{table.path}, line {line}: the label {json.dumps(value)} is a JSON "
-        f"{_json_type(value)}, but {types[usual]} of the {len(values)} labels in the column "
-        f"{column!r} are {usual}s, such as {json.dumps(example)} ({len(odd)} of another type: "
-        f"lines {named_lines([line for line, _ in odd])}), and a label of another type is "
-        f"read as a label of its own (the number 1 as the class '1'). Fix: write every label as "
-        f"a {usual}, as the other rows do."
+        f"{table.path}, line {line}: the label {_json(value)} is a JSON {_json_type(value)}, "
+        f"but {types[usual]} of the {len(values)} labels in the column {column!r} are "
+        f"{usual}s, such as {_json(example)} ({len(odd)} of another type: lines "
+        f"{named_lines([line for line, _ in odd])}), and a label of another type is read as a "
+        "label of its own (the number 1 as the class '1'). Fix: write every label as a "
+        f"{usual}, as the other rows do."
     )
+
+
+def _json(value: Any) -> str:
+    """A label as its JSON Lines file writes it."""
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _json_type(value: Any) -> str:
