@@ -282,7 +282,7 @@ def test_non_utf8_byte_names_file_line_and_fix(tmp_path):
         load_split(load_task("rte"), "validation", tmp_path)
     message = str(raised.value)
     assert message.startswith(f"{folder / 'dev.tsv'}, line 501: byte b'\\xe9' is not UTF-8 text")
-    assert message.endswith("Fix: re-save the file as UTF-8; the official GLUE files are UTF-8.")
+    assert message.endswith("Fix: re-save the file as UTF-8.")
 
 
 @pytest.mark.parametrize(
@@ -342,8 +342,8 @@ def test_a_field_longer_than_csv_reads_names_file_and_line(tmp_path):
     with pytest.raises(IsotuneError) as raised:
         load_split(load_task("rte"), "validation", tmp_path)
     assert str(raised.value).startswith(
-        f"{tmp_path / 'RTE' / 'dev.tsv'}, line 3: a field longer than csv reads (field larger "
-        "than field limit (131072)), so not a GLUE example"
+        f"{tmp_path / 'RTE' / 'dev.tsv'}, line 3: a row csv cannot read (field larger than "
+        "field limit (131072)). A TSV whose line endings were lost"
     )
 
 

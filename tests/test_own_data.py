@@ -3,9 +3,8 @@ tmp folders, the task they decide, a tiny run on them, and one message for each 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
+import logging
 import os
 from collections import Counter
 from pathlib import Path
@@ -29,6 +28,7 @@ from isotune.prediction.run import check_inputs, files_to_predict, predict
 from isotune.training.run import train
 from tests.conftest import compose_config, compose_train_config, tiny_run_overrides
 from tests.helpers.analysis import SMALL
+from tests.helpers.own_files import files_task, write_delimited, write_json_lines, write_lines
 from tests.helpers.tasks import load_task
 
 SHARED_GLUE = os.environ.get("GLUE_DIR")
@@ -40,40 +40,10 @@ def glue_rows(task: str, split: str, n: int) -> list[dict]:
     return load_split(load_task(task), split, SHARED_GLUE)[:n]
 
 
-def write_delimited(path: Path, header: list[str], rows: list[list], delimiter: str) -> Path:
-    """A CSV as a spreadsheet or pandas' to_csv writes it, fields quoted only where needed; a
-    TSV as GLUE's, unquoted (its texts hold no tab)."""
-    with path.open("w", encoding="utf-8", newline="") as file:
-        if delimiter == "\t":
-            file.writelines("\t".join(map(str, row)) + "\n" for row in [header, *rows])
-        else:
-            writer = csv.writer(file, delimiter=delimiter)
-            writer.writerow(header)
-            writer.writerows(rows)
-    return path
-
-
-def write_json_lines(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
 def sst2_tsv(folder: Path, split: str, n: int) -> Path:
     glue = "train" if split == "train" else "validation"
     rows = [[ex["sentence"], ex["label"]] for ex in glue_rows("sst2", glue, n)]
     return write_delimited(folder / f"{split}.tsv", ["sentence", "label"], rows, "\t")
-
-
-def files_task(train_file: Path, dev_file: Path, **settings) -> TaskSpec:
-    config = {
-        "name": "files",
-        "source": "files",
-        "files": {"train": str(train_file), "validation": str(dev_file)},
-        "eval_splits": ["validation"],
-        "test_split": "test",
-        **settings,
-    }
-    return TaskSpec.from_config(own_task(config).task)
 
 
 @needs_glue
@@ -263,12 +233,6 @@ def test_a_zero_byte_file_and_a_file_of_no_known_kind_are_refused(tmp_path):
     sheet.write_text("x")
     with pytest.raises(IsotuneError, match=r"\.xlsx file, but data files are read by their suffix"):
         files_task(train_file, sheet)
-
-
-def write_lines(path: Path, lines: list[str]) -> Path:
-    """A file of ``lines`` as typed, each ending in a newline: rows no CSV writer would write."""
-    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    return path
 
 
 REVIEWS = [f"review {i},{'good' if i % 2 else 'bad'}" for i in range(20)]  # lines 2-21
@@ -487,7 +451,8 @@ def test_a_run_and_predict_py_read_each_own_data_file_once(
     """One read of each file per process, handed on from the task's completion to the data
     module and the test predictions (each read twice or three times before). Its six classes in
     20 train rows are warned of in the log and results.json; its test file's own index column
-    names its predictions."""
+    names its predictions; its classes are recorded in results.json and logged once."""
+    caplog.set_level(logging.INFO, logger="isotune.data.datamodule")
     reads = Counter()
     read_table = own_data.read_table
 
@@ -519,6 +484,10 @@ def test_a_run_and_predict_py_read_each_own_data_file_once(
     (warning,) = results["warnings"]
     assert "train.csv: 6 classes in 20 train rows (more than a quarter of them)" in warning
     assert warning in caplog.text
+    # The classes, in class-id order and by label, in results.json and once in the log.
+    assert results["data"]["classes"] == [f"class{i}" for i in range(6)]
+    assert results["data"]["label_ids"] == {f"class{i}": i for i in range(6)}
+    assert caplog.text.count("files: 6 classes (id: label) 0: 'class0', 1: 'class1',") == 1
     lines = (run / "predictions" / "files.tsv").read_text().splitlines()
     assert [int(line.split("\t")[0]) for line in lines[1:]] == indices
 

@@ -157,7 +157,12 @@ def test_a_run_trains_without_the_split_and_evaluates_on_it_whatever_its_seed(gl
     assert one.split == other.split  # the run's seed draws batches, not the split
     assert len(one.dataset("validation")) == len(load_split(task, "validation", glue_dir)) == 24
     plain = module(1)
-    assert plain.data_record() == {"trained_on": "train", "evaluated_on": "dev"}
+    assert plain.data_record() == {
+        "trained_on": "train",
+        "evaluated_on": "dev",
+        "classes": ["entailment", "not_entailment"],
+        "label_ids": {"entailment": 0, "not_entailment": 1},
+    }
     whole = [feature["input_ids"] for feature in plain.dataset("train").features]
     assert len(whole) == len(train_examples)
     held = [feature["input_ids"] for feature in one.dataset("validation").features]

@@ -101,16 +101,30 @@ class GLUEDataModule(L.LightningDataModule):
         chosen = self.split.kept if split == "train" else self.split.held
         return [train[i] for i in chosen]
 
-    def data_record(self) -> dict[str, str]:
-        """What the run trains on and evaluates (chooses its best epoch) on, for results.json."""
+    def data_record(self) -> dict[str, Any]:
+        """What the run trains on and evaluates (chooses its best epoch) on, for results.json;
+        and a classification's classes, in class-id order (``classes``) and by label
+        (``label_ids``: what a class id in the run's logits and predictions names), logged once
+        too: a ``task=files`` run's classes are its files', so the record says which they were."""
         if self.tuning is None:
-            return {"trained_on": "train", "evaluated_on": "dev"}
-        self.dataset(self.task.primary_split)  # draws the split
-        assert self.split is not None
-        return {
-            "trained_on": f"train without its tuning split (n={len(self.split.kept)})",
-            "evaluated_on": self.split.describe(),
-        }
+            record: dict[str, Any] = {"trained_on": "train", "evaluated_on": "dev"}
+        else:
+            self.dataset(self.task.primary_split)  # draws the split
+            assert self.split is not None
+            record = {
+                "trained_on": f"train without its tuning split (n={len(self.split.kept)})",
+                "evaluated_on": self.split.describe(),
+            }
+        if not self.task.is_regression:
+            record["classes"] = list(self.task.labels)
+            record["label_ids"] = {label: i for i, label in enumerate(self.task.labels)}
+            log.info(
+                "%s: %d classes (id: label) %s",
+                self.task.name,
+                len(self.task.labels),
+                ", ".join(f"{i}: {label!r}" for i, label in enumerate(self.task.labels)),
+            )
+        return record
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit"):

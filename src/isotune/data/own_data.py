@@ -7,12 +7,13 @@ The files decide the task, as ``run_glue.py`` decides it: the text columns (``se
 labels (the train file's, sorted; a label column of decimal numbers is a regression), and from
 those the metrics. :func:`own_task` completes the task config from the files once, before a run
 builds anything, so the run's saved config and every checkpoint name the labels and metrics it
-used; each bad file is refused there, with its fix, before training starts.
+used; each bad file is refused there, with its fix, before training starts. Labels are classes
+as written, so what would make one class two is refused too: a label spelled two ways by case
+or whitespace (unless ``task.distinct_label_spellings=true``), a label of another JSON type.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -20,165 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from isotune.data.hub import load_hub_split
+from isotune.data.tables import SHOWN_ROWS, Table, hub_table, named_lines, read_table
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 
-DELIMITERS = {".csv": ",", ".tsv": "\t"}
-JSON_LINES = (".jsonl", ".json")  # run_glue.py's --train_file takes .json files of JSON Lines
 # The text columns looked for when task.text_fields is null, in this order (run_glue.py's own
 # files use sentence1 and sentence2; its sentiment data sets sentence or text).
 DEFAULT_TEXT_FIELDS = (("sentence1", "sentence2"), ("sentence",), ("text",))
 SPLIT_KEYS = {split: f"data.{split}_file" for split in ("train", "validation", "test")}
 CLASSIFICATION_METRICS = ("accuracy", "macro_f1")
 REGRESSION_METRICS = ("pearson", "spearmanr")
-SHOWN_ROWS = 10  # rows named in a message; the count says how many more
 # A test file's own index column, which its predictions keep: GLUE's test files call it index,
 # its Hugging Face data set (and so run_glue.py's examples) idx.
 INDEX_COLUMNS = ("index", "idx")
-
-
-@dataclass(frozen=True)
-class Table:
-    """The rows of one data file: each ``(line, {column: value})``, ``line`` counted from 1 as an
-    editor shows it (a CSV row spanning lines: the line it starts on)."""
-
-    path: Path | str  # a file, or a Hub data set's split (its rows' lines: row numbers from 1)
-    columns: tuple[str, ...]
-    rows: list[tuple[int, dict[str, Any]]]
-
-
-def read_table(path: Path) -> Table:
-    """The rows of a CSV or TSV file with a header row, or of a JSON Lines file (one object a
-    line), chosen by its suffix; refused when it is missing, of another kind, or has no rows."""
-    if not path.is_file():
-        what = "is a folder" if path.is_dir() else "does not exist"
-        raise IsotuneError(f"{path} {what}. Fix: name an existing data file (CSV, TSV or JSONL).")
-    suffix = path.suffix.lower()
-    if suffix in DELIMITERS:
-        table = _read_delimited(path, DELIMITERS[suffix])
-    elif suffix in JSON_LINES:
-        table = _read_json_lines(path)
-    else:
-        raise IsotuneError(
-            f"{path}: a {suffix or 'suffix-less'} file, but data files are read by their "
-            f"suffix: {', '.join([*DELIMITERS, *JSON_LINES])}. Fix: rename it with the suffix "
-            "of its format."
-        )
-    if not table.rows:
-        raise IsotuneError(
-            f"{path} has no examples (it is empty, or holds only a header row). Fix: name the "
-            "file that holds the data; a CSV or TSV file has a header row, then one example a row."
-        )
-    return table
-
-
-def _read_delimited(path: Path, delimiter: str) -> Table:
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as file:
-            # A TSV has no quoting (GLUE's files and the IANA format: bare quote characters are
-            # text); a CSV quotes a field holding a comma, a quote or a line break.
-            quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
-            reader = csv.reader(file, delimiter=delimiter, quoting=quoting)
-            header = tuple(next(reader, ()))
-            rows, uneven = [], []
-            start = reader.line_num + 1
-            for values in reader:
-                if values and len(values) != len(header):
-                    uneven.append((start, len(values)))
-                elif values:
-                    rows.append((start, dict(zip(header, values, strict=True))))
-                start = reader.line_num + 1
-    except UnicodeDecodeError as error:
-        raise IsotuneError(
-            f"{path}: byte {error.object[error.start : error.end]!r} is not UTF-8 text (saved in "
-            "another encoding, such as Latin-1 or Windows-1252). Fix: re-save the file as UTF-8."
-        ) from None
-    except csv.Error as error:
-        raise IsotuneError(
-            f"{path}, line {reader.line_num}: {error}. Fix: quote fields holding the delimiter, "
-            "a quote character or a line break with double quotes, as spreadsheet programs and "
-            "pandas' to_csv do."
-        ) from None
-    if uneven:
-        raise _uneven_rows(path, len(header), uneven, delimiter)
-    return Table(path, header, rows)
-
-
-def _uneven_rows(
-    path: Path, columns: int, uneven: Sequence[tuple[int, int]], delimiter: str
-) -> IsotuneError:
-    """The refusal of rows with more or fewer fields than the header: a text holding an
-    unquoted delimiter is cut in two, and its second piece would be read as the label (a class
-    of its own), or a row lacks a column; neither is guessed at."""
-    line, fields = uneven[0]
-    if delimiter == "\t":
-        fix = (
-            "a TSV is not quoted, so a text holds no tab: remove it, or write the data as CSV or "
-            "JSON Lines"
-        )
-    else:
-        fix = (
-            'quote a field that holds a comma with double quotes ("it was long, but fun",good), '
-            "as spreadsheet programs and pandas' to_csv write it"
-        )
-    return IsotuneError(
-        f"{path}: line {line} has {fields} field{'s' if fields != 1 else ''}, the header "
-        f"{columns} ({len(uneven)} row{'s' if len(uneven) != 1 else ''} of another length than "
-        f"the header: lines {_named_lines([line for line, _ in uneven])}). A row with more fields "
-        "holds a delimiter in a text, which cuts the text and reads a piece of it as another "
-        f"column; one with fewer lacks a column. Fix: {fix}; and give every row a value for each "
-        "of the header's columns (an empty value: nothing between two delimiters)."
-    )
-
-
-def _named_lines(lines: Sequence[int]) -> str:
-    """The first lines of ``lines`` a message names, and how many more there are."""
-    shown = ", ".join(map(str, lines[:SHOWN_ROWS]))
-    return shown + (f" and {len(lines) - SHOWN_ROWS} more" if len(lines) > SHOWN_ROWS else "")
-
-
-def _read_json_lines(path: Path) -> Table:
-    rows, columns = [], {}
-    try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except UnicodeDecodeError as error:
-        raise IsotuneError(
-            f"{path}: byte {error.object[error.start : error.end]!r} is not UTF-8 text. Fix: "
-            "re-save the file as UTF-8."
-        ) from None
-    for line, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise IsotuneError(
-                f"{path}, line {line}: not JSON ({error.msg}). Fix: one JSON object a line "
-                '(JSON Lines), e.g. {"sentence": "a fine film", "label": "positive"}.'
-            ) from None
-        if not isinstance(row, dict):
-            raise IsotuneError(
-                f"{path}, line {line}: a JSON {type(row).__name__}, not an object. Fix: one JSON "
-                'object a line (JSON Lines), e.g. {"sentence": "a fine film", "label": 1}.'
-            )
-        columns.update(dict.fromkeys(row))
-        rows.append((line, row))
-    return Table(path, tuple(columns), rows)
-
-
-def hub_table(dataset: str, config: str | None, split: str) -> Table:
-    """A split of a Hugging Face data set as a table (``data.dataset_name``), its rows numbered
-    from 1 as lines."""
-    rows = load_hub_split(
-        dataset,
-        config,
-        split,
-        fix="save its splits as CSV or JSON Lines files (datasets' to_csv, to_json) and name "
-        "them: data.train_file=... data.validation_file=...",
-    )
-    name = f"{dataset}{f'/{config}' if config else ''} ({split})"
-    return Table(name, tuple(rows.column_names), [(i, dict(row)) for i, row in enumerate(rows, 1)])
 
 
 def _split_table(settings: Mapping[str, Any] | TaskSpec, split: str) -> Table:
@@ -221,10 +76,12 @@ def own_task(config: Mapping[str, Any], test: bool = False) -> OwnData:
     label_column = str(config.get("label_column") or "label")
     labels = config.get("labels")
     regression = config.get("regression")
-    train_labels = list(_column_values(train, label_column, "label"))
+    train_labels = _label_values(train, label_column)
     if regression is None:
         regression = labels is None and _scores(train, label_column, train_labels)
     if not regression:
+        if not config.get("distinct_label_spellings"):
+            _one_spelling_each(train, train_labels)
         values = [value for _, value in train_labels]
         labels = [str(label) for label in labels] if labels else _sorted_labels(values)
     completed = {
@@ -292,7 +149,7 @@ def _column_values(
     if missing:
         raise IsotuneError(
             f"{table.path}: the {role} column {column!r} is empty in {len(missing)} of "
-            f"{len(table.rows)} rows (lines {_named_lines(missing)}). Fix: fill in or remove "
+            f"{len(table.rows)} rows (lines {named_lines(missing)}). Fix: fill in or remove "
             "those rows."
         )
     return ((line, row[column]) for line, row in table.rows)
@@ -300,6 +157,66 @@ def _column_values(
 
 def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _label_values(table: Table, column: str) -> list[tuple[int, Any]]:
+    """``(line, label)`` of every row (:func:`_column_values`), refused when the labels are not
+    all of one JSON type: a label ``1`` among ``"pos"`` and ``"neg"`` (a number among strings,
+    or ``true`` among them) would train as a class of its own, ``"1"``, never as the class its
+    writer meant. Integers and decimals are both numbers (a regression's scores mix them)."""
+    values = list(_column_values(table, column, "label"))
+    types = Counter(_json_type(value) for _, value in values)
+    if len(types) == 1:
+        return values
+    usual = types.most_common(1)[0][0]
+    odd = [(line, value) for line, value in values if _json_type(value) != usual]
+    line, value = odd[0]
+    example = next(value for _, value in values if _json_type(value) == usual)
+    raise IsotuneError(
+        f"{table.path}, line {line}: the label {_json(value)} is a JSON {_json_type(value)}, "
+        f"but {types[usual]} of the {len(values)} labels in the column {column!r} are "
+        f"{usual}s, such as {_json(example)} ({len(odd)} of another type: lines "
+        f"{named_lines([line for line, _ in odd])}), and a label of another type is read as a "
+        "label of its own (the number 1 as the class '1'). Fix: write every label as a "
+        f"{usual}, as the other rows do."
+    )
+
+
+def _json(value: Any) -> str:
+    """A label as its JSON Lines file writes it."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _json_type(value: Any) -> str:
+    """A value's type as JSON names it (``bool`` before ``int``: Python's booleans are ints)."""
+    kinds = ((bool, "boolean"), (int | float, "number"), (str, "string"), (list, "array"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "object")
+
+
+def _one_spelling_each(table: Table, values: Sequence[tuple[int, Any]]) -> None:
+    """Refuse train labels that differ only in case or surrounding whitespace (``pos``, ``Pos``,
+    ``pos ``): read as written, each is a class of its own, the model's examples of one class
+    split between them and a right answer scored wrong. ``task.distinct_label_spellings=true``
+    declares them distinct classes (the caller's to skip this check)."""
+    first_line: dict[str, int] = {}
+    for line, value in values:
+        first_line.setdefault(label_text(value), line)
+    spellings: dict[str, list[str]] = {}
+    for label in first_line:
+        spellings.setdefault(label.strip().casefold(), []).append(label)
+    clashes = [labels for labels in spellings.values() if len(labels) > 1]
+    if not clashes:
+        return
+    named = "; ".join(
+        " and ".join(f"{label!r} (first on line {first_line[label]})" for label in labels)
+        for labels in clashes[:SHOWN_ROWS]
+    )
+    raise IsotuneError(
+        f"{table.path}: labels {named}{'; ...' if len(clashes) > SHOWN_ROWS else ''} differ "
+        "only in case or surrounding whitespace, so each spelling would train as a class of its "
+        "own. Fix: write each class one way, the same spelling in every row of every file; if "
+        "they are distinct classes, say so: task.distinct_label_spellings=true."
+    )
 
 
 def label_text(value: Any) -> str:
@@ -330,7 +247,7 @@ def _scores(table: Table, column: str, values: Sequence[tuple[int, Any]]) -> boo
         f"{len(values)} values are numbers, such as {decimals[0]!r}), but "
         f"{len(words)} {'is' if len(words) == 1 else 'are'} not a number: "
         f"{', '.join(map(repr, shown[:SHOWN_ROWS]))}{', ...' if len(shown) > SHOWN_ROWS else ''} "
-        f"(lines {_named_lines([line for line, _ in words])}). Read as classes, each distinct "
+        f"(lines {named_lines([line for line, _ in words])}). Read as classes, each distinct "
         "score would be a class of its own. Fix: correct those rows (a score each, or remove "
         "them), or task.regression=false to read the labels as classes."
     )
@@ -390,14 +307,14 @@ def read_own_split(
     ]
     if split == task.test_split:
         return [{**example, "label": -1} for example in examples]
-    values = list(_column_values(table, task.label_column, "label"))
+    values = _label_values(table, task.label_column)
     if not task.is_regression:
         unknown = Counter(label_text(v) for _, v in values if label_text(v) not in task.labels)
         if unknown:
             lines = [line for line, v in values if label_text(v) in unknown]
             raise IsotuneError(
                 f"{table.path}: labels {sorted(unknown)} ({len(lines)} rows, lines "
-                f"{_named_lines(lines)}) are not among the train file's labels "
+                f"{named_lines(lines)}) are not among the train file's labels "
                 f"{list(task.labels)}: a model trained on that file never predicts them. Fix: "
                 "correct those rows, add examples of them to the train file, or name every label "
                 "with task.labels=[...]."
@@ -428,7 +345,7 @@ def _test_indices(table: Table) -> list[int] | None:
         problem = f"names {len(bad)} of {len(values)} rows by an index another row has too"
     if bad:
         raise IsotuneError(
-            f"{table.path}: the index column {column!r} {problem} (lines {_named_lines(bad)}); "
+            f"{table.path}: the index column {column!r} {problem} (lines {named_lines(bad)}); "
             "the predictions file names each example by its index. Fix: give each row its own "
             "integer index, or rename the column (the predictions' index is then the row's "
             "position, from 0)."

@@ -6,14 +6,14 @@ the check before a search or study that its GLUE tasks can be read offline."""
 
 from __future__ import annotations
 
-import csv
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from isotune.data.hub import load_hub_split, offline_settings
 from isotune.data.own_data import read_own_split
+from isotune.data.tables import delimited_rows
 from isotune.data.tasks import TaskSpec, task_kind
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
@@ -31,7 +31,10 @@ def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
     is_test = split == task.test_split
     columns = task.test_columns if is_test else task.columns
     examples = []
-    for line, row in _tsv_rows(path, has_header=is_test or task.tsv_header):
+    rows = delimited_rows(path, "\t")
+    if is_test or task.tsv_header:
+        next(rows, None)  # the header row
+    for line, row in rows:
         where = f"{path}, line {line}"
         try:
             example = {name: row[columns[name]] for name in task.text_fields}
@@ -63,42 +66,6 @@ def _test_index(value: str, where: str) -> int:
             f"{where}: index {value[:40]!r} is not an integer (the test file's idx column, which "
             "the predictions file names each example by). Is this the official GLUE test file?"
         ) from None
-
-
-def _tsv_rows(path: Path, has_header: bool) -> Iterator[tuple[int, list[str]]]:
-    """``(line number, fields)`` of each non-empty data row of a TSV.
-
-    Read with no quoting (SST-2 and MRPC contain bare quote characters) and ``utf-8-sig`` (MRPC
-    starts with a byte-order mark). A byte that is not UTF-8 is reported with its file and line:
-    the decoder's own error knows only its offset in one buffered chunk of the file. So is a
-    field longer than csv's limit (no GLUE text comes near it).
-    """
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as file:
-            rows = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
-            if has_header:
-                next(rows, None)
-            for line, row in enumerate(rows, start=2 if has_header else 1):
-                if row:
-                    yield line, row
-    except csv.Error as error:
-        raise IsotuneError(
-            f"{path}, line {rows.line_num}: a field longer than csv reads ({error}), so not a "
-            "GLUE example (its texts are sentences). Fix: use the official GLUE file; a file "
-            "whose line endings were lost, or not tab-separated, reads as one huge field."
-        ) from None
-    except UnicodeDecodeError:
-        raw = path.read_bytes()
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            line = raw.count(b"\n", 0, error.start) + 1
-            raise IsotuneError(
-                f"{path}, line {line}: byte {raw[error.start : error.end]!r} is not UTF-8 text "
-                "(the file was probably saved in another encoding, such as Latin-1 or "
-                "Windows-1252). Fix: re-save the file as UTF-8; the official GLUE files are UTF-8."
-            ) from None
-        raise  # decodes as a whole now: the file changed while it was read
 
 
 def split_file(task: TaskSpec, split: str, glue_dir: str | Path | None) -> Path | None:

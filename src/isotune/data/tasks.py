@@ -77,6 +77,9 @@ class TaskSpec(ABC):
     dataset: str | None = None  # files: a Hugging Face data set by name, read in place of files
     dataset_config: str | None = None  # its config (SuperGLUE's boolq)
     regression: bool | None = None  # files: null decides from the train file's labels
+    # files: labels that differ only in case or surrounding whitespace are distinct classes
+    # (else refused: own_data._one_spelling_each)
+    distinct_label_spellings: bool = False
     tsv_header: bool = True
     columns: Mapping[str, int] = field(default_factory=dict)
     test_columns: Mapping[str, int] = field(default_factory=dict)

@@ -88,6 +88,8 @@ BOOKKEEPING_KEYS = (
     "logger",
     "checkpoint.",  # what a completed run keeps of its checkpoints
     "check_free_space",
+    # a check that refuses or passes, never changes: the labels it passes are task.labels
+    "task.distinct_label_spellings",
     "write_test_predictions",
     "failure.",  # judges the run against the trivial predictor, changes nothing it computes
     "trainer.enable_progress_bar",

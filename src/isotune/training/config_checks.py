@@ -91,6 +91,7 @@ RULES: Rules = (
     ("data.num_workers", lambda v: integer(v) and v >= 0, "an integer >= 0"),
     ("data.drop_last", *SWITCH),
     ("data.group_by_length", *SWITCH),
+    ("task.distinct_label_spellings", *SWITCH),  # task=files only
     ("optim.lr", *POSITIVE),
     ("optim.weight_decay", *NON_NEGATIVE),
     ("optim.adam_eps", *POSITIVE),
