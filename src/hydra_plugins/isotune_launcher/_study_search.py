@@ -27,8 +27,8 @@ from hydra_plugins.isotune_launcher._hydra_search import (
     settings_of,
 )
 from hydra_plugins.isotune_launcher.preview import say_preview
+from hydra_plugins.isotune_launcher.search_schema import KeepsItsLauncher, StudySweeperConf
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
-from hydra_plugins.isotune_launcher.study_sweeper import StudySweeper, StudySweeperConf
 from isotune.atomic_files import write_text
 from isotune.data.reading import check_task_offline
 from isotune.errors import IsotuneError
@@ -65,7 +65,7 @@ PLAIN_SEARCH_KEYS = ("params", "baseline")  # hydra.sweeper keys of a plain sear
 REPORT_MODELS_KEPT = "checkpoint.keep=slim"  # hydra.sweeper.keep_report_models: report runs only
 
 
-def run_study(sweeper: StudySweeper, arguments: list[str]) -> None:
+def run_study(sweeper: KeepsItsLauncher, arguments: list[str]) -> None:
     """The study ``hydra/sweeper=study`` runs (:class:`~.study_sweeper.StudySweeper`, set up by
     Hydra), the command line's ``arguments`` its tasks and plain overrides: its plan and every
     check before any job, then its searches, then the study report."""
@@ -149,7 +149,12 @@ def run_study(sweeper: StudySweeper, arguments: list[str]) -> None:
 
 
 def _search_settings(
-    sweeper: StudySweeper, s: dict[str, Any], task: str, arm: Arm, fixed: list[str], folder: Path
+    sweeper: KeepsItsLauncher,
+    s: dict[str, Any],
+    task: str,
+    arm: Arm,
+    fixed: list[str],
+    folder: Path,
 ) -> SearchSettings:
     """The search of ``arm`` on ``task``, built as a plain search's settings are
     (:func:`~hydra_plugins.isotune_launcher._hydra_search.settings_of`), with no baseline of
@@ -178,7 +183,7 @@ def _search_settings(
 
 
 def _compose_arms(
-    sweeper: StudySweeper, plan: StudyPlan, fixed: list[str]
+    sweeper: KeepsItsLauncher, plan: StudyPlan, fixed: list[str]
 ) -> dict[tuple[str, str], DictConfig]:
     """Each (task, arm)'s job, composed once and its values checked as train.py checks them,
     as a plain search's dry run composes its jobs: an arm's option that does not exist or a
@@ -202,7 +207,10 @@ def _compose_arms(
 
 
 def _check_fits(
-    sweeper: StudySweeper, plan: StudyPlan, jobs: dict[tuple[str, str], DictConfig], folder: Path
+    sweeper: KeepsItsLauncher,
+    plan: StudyPlan,
+    jobs: dict[tuple[str, str], DictConfig],
+    folder: Path,
 ) -> int:
     """Refuse a study that cannot fit on its disk, before any job: every run of every
     search, each sized as the baseline arm's run on its task (a report run with the model

@@ -1,5 +1,6 @@
 """What the search's and the study's sweepers share at Hydra's plugin scan: the ``hydra.sweeper``
-schema both extend and the launcher both keep. The scan imports every plugin module on every run
+schema both extend (the study's too, so that its driver reads it without importing the sweeper
+back) and the launcher both keep. The scan imports every plugin module on every run
 of train.py, a plain one included, so nothing here imports the search: the sweepers import it
 (:mod:`._hydra_search`, Optuna with it) only when a search runs.
 """
@@ -46,6 +47,30 @@ class SearchSweeperConf(PreviewConf):
     allow_mixed_environment: bool = False  # continue from other code or packages than its runs'
     retry_failed: bool = False  # run each FAILED trial's configuration again, as a new trial
     tune_on: str = "dev"  # train_split: tuning runs choose on a split of train (data.tuning_split)
+
+
+@dataclass
+class StudySweeperConf(SearchSweeperConf):
+    """A study's settings: every search's (:class:`SearchSweeperConf`), each (task, arm) one
+    search under them, and the arms and tasks."""
+
+    _target_: str = "hydra_plugins.isotune_launcher.study_sweeper.StudySweeper"
+    catalog: dict[str, Any] = field(default_factory=dict)  # arm: {overrides, params}
+    arms: list[str] = field(default_factory=list)  # chosen from the catalog
+    baseline_arm: str = "none"
+    lr: str = "tag(log, interval(1e-5, 2e-4))"  # searched by every arm
+    tasks: list[str] = field(default_factory=lambda: ["rte"])  # task=... replaces them
+    # The report runs keep their best model (checkpoint.keep=slim) where the study's runs keep
+    # none: `python -m isotune.submission <study folder>` then submits its winners.
+    keep_report_models: bool = False
+    # The one comparison stated before the runs, answered first in the report on its own seeds:
+    # {task, arm, baseline (null: baseline_arm), seeds (among report_seeds), level, stated_at},
+    # and for a sequential test looks (pair counts), spending (obf, pocock), margin (points).
+    stated: Any = None
+    # A plain search's (an hparams_search= preset sets them): here only to be refused by name,
+    # not as a composition error without a fix.
+    params: Any = None
+    baseline: Any = None
 
 
 class KeepsItsLauncher:

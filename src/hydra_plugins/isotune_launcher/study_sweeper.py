@@ -16,43 +16,18 @@ A ``task`` sweep on the command line (``task=rte,mrpc``) is the study's tasks, n
 another sweep there is refused (the arms say what is searched); a plain value applies to every
 job.
 
-Hydra's plugin scan imports this module on every run of train.py: it holds the settings and
-their defaults; the study runs in :mod:`._study_search`, imported only then (the search, Optuna
-and the study's statistics with it).
+Hydra's plugin scan imports this module on every run of train.py: it registers the settings
+(:class:`~.search_schema.StudySweeperConf`, beside the search's, so that the study's driver reads
+them without importing this module back); the study runs in :mod:`._study_search`, imported
+only then (the search, Optuna and the study's statistics with it).
 """
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 
-from hydra_plugins.isotune_launcher.search_schema import KeepsItsLauncher, SearchSweeperConf
-
-
-@dataclass
-class StudySweeperConf(SearchSweeperConf):
-    """A study's settings: every search's (:class:`SearchSweeperConf`), each (task, arm) one
-    search under them, and the arms and tasks."""
-
-    _target_: str = "hydra_plugins.isotune_launcher.study_sweeper.StudySweeper"
-    catalog: dict[str, Any] = field(default_factory=dict)  # arm: {overrides, params}
-    arms: list[str] = field(default_factory=list)  # chosen from the catalog
-    baseline_arm: str = "none"
-    lr: str = "tag(log, interval(1e-5, 2e-4))"  # searched by every arm
-    tasks: list[str] = field(default_factory=lambda: ["rte"])  # task=... replaces them
-    # The report runs keep their best model (checkpoint.keep=slim) where the study's runs keep
-    # none: `python -m isotune.submission <study folder>` then submits its winners.
-    keep_report_models: bool = False
-    # The one comparison stated before the runs, answered first in the report on its own seeds:
-    # {task, arm, baseline (null: baseline_arm), seeds (among report_seeds), level, stated_at},
-    # and for a sequential test looks (pair counts), spending (obf, pocock), margin (points).
-    stated: Any = None
-    # A plain search's (an hparams_search= preset sets them): here only to be refused by name,
-    # not as a composition error without a fix.
-    params: Any = None
-    baseline: Any = None
-
+from hydra_plugins.isotune_launcher.search_schema import KeepsItsLauncher, StudySweeperConf
 
 ConfigStore.instance().store(
     group="hydra/sweeper", name="study", node=StudySweeperConf, provider="isotune"
