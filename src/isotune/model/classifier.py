@@ -42,7 +42,6 @@ from isotune.model.families import (
     takes_token_types,
 )
 from isotune.model.regularization import Regularization
-from isotune.model.sentence_views import first_token
 from isotune.norms.registry import build_norm
 from isotune.tracking.metric_keys import (
     EPOCH,
@@ -433,3 +432,10 @@ def model_from_checkpoint(checkpoint: Mapping[str, Any], file: Path) -> GLUEClas
             f"Cannot read {file} as a checkpoint written by train.py "
             f"({type(error).__name__}: {reason}). Is it from this project?"
         ) from error
+
+
+def first_token(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """Each example's state at the first position its attention mask keeps (n x d): position 0
+    with right padding, after the padding on families that pad left (Llama, Gemma)."""
+    first = attention_mask.argmax(dim=1)
+    return hidden[torch.arange(len(hidden), device=hidden.device), first]

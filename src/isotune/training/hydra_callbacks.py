@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,11 +26,7 @@ from isotune.errors import IsotuneError
 from isotune.record import folder_lock
 from isotune.record.results import RESULTS_FILE
 from isotune.record.resume import check_links_stay_inside
-
-
-def stop(message: str) -> None:
-    print(f"Error: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(1)
+from isotune.training.cli import stop
 
 
 class OutputFolderCheck(Callback):
@@ -128,7 +123,7 @@ class StartCheckInRunFolder(Callback):
     """A run started in a folder that exists is refused if a link leads out of the folder
     (:func:`isotune.record.resume.check_links_stay_inside`); one started in a folder that already
     holds a run (its results.json) is checked as the run itself checks its start
-    (:func:`isotune.training.run.check_start`: config values, and the checkpoint it would continue
+    (:func:`isotune.training.start.check_start`: config values, and the checkpoint it would continue
     from: data only, from the same configuration). Both before Hydra rewrites the folder: a
     refused start leaves every file there byte-identical. In a new folder the run checks itself,
     and records a refusal in results.json."""
@@ -141,7 +136,7 @@ class StartCheckInRunFolder(Callback):
             except IsotuneError as error:
                 stop(str(error))
             return
-        from isotune.training.run import check_start  # the training stack, only for this case
+        from isotune.training.start import check_start  # the training stack, only for this case
 
         job = copy.deepcopy(config)  # as Hydra's run_job makes it: the folder, then no hydra key
         with read_write(job.hydra.runtime), open_dict(job.hydra.runtime):
