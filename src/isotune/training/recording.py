@@ -1,7 +1,8 @@
-"""A run's results.json as it trains: what it fits (its parameters, its data, the dev examples
-validation scores and their trivial predictor) once the trainer is built, then the results so far
-at every epoch end and in every checkpoint; what the run's end records (:func:`outcome`) and
-says (:func:`summary_line`)."""
+"""A run's record as it trains: in results.json what it fits (its parameters, its data, the dev
+examples validation scores and their trivial predictor, its provenance) once the trainer is built,
+then the results so far at every epoch end; in every checkpoint the same with the run's config and
+overrides; what the run's end records (:meth:`RecordEveryEpoch.outcome`) and says
+(:func:`summary_line`)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from omegaconf import DictConfig
 
 from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.data import GLUEDataModule
 from isotune.model.adaptation import parameter_counts
 from isotune.model.classifier import GLUEClassifier
 from isotune.record.results import RunRecord
-from isotune.record.resume import RECORD_KEY
+from isotune.record.resume import (
+    CONFIG_KEY,
+    OVERRIDES_KEY,
+    PROVENANCE_KEY,
+    RECORD_KEY,
+    run_config,
+)
+from isotune.training.run_provenance import run_provenance
+from isotune.training.start import run_overrides
 from isotune.training.trivial import TrivialScore, failure_record, trivial_score
 
 log = logging.getLogger(__name__)
@@ -26,12 +36,17 @@ log = logging.getLogger(__name__)
 class RecordEveryEpoch(L.Callback):
     """Rewrites results.json at every epoch end with the results so far, so that a job killed
     without a chance to record its end (SIGKILL) is told from a slow one by ``updated_at``; and
-    keeps it in every checkpoint, so a results.json lost or cut short is rebuilt on resume. It
-    holds the run's model and trainer from :meth:`start` on, for the run's end to judge."""
+    keeps it in every checkpoint, so a results.json lost or cut short is rebuilt on resume, with
+    the run's resolved config and overrides (a resume compares them) and this attempt's
+    provenance. It holds the run's model and trainer from :meth:`start` on, for the end to judge."""
 
-    def __init__(self, record: RunRecord, margin: float) -> None:
+    def __init__(self, record: RunRecord, cfg: DictConfig) -> None:
         self.record = record
-        self.margin = margin
+        self.cfg = cfg
+        self.margin = cfg.failure.margin
+        self.config = run_config(cfg)
+        self.overrides = run_overrides()
+        self.provenance: dict[str, Any] = {}
         self.trivial: TrivialScore | None = None
         self.model: GLUEClassifier | None = None
         self.trainer: L.Trainer | None = None
@@ -44,9 +59,9 @@ class RecordEveryEpoch(L.Callback):
         warnings: list[str],
     ) -> dict[str, int | float]:
         """Record what the run fits once its trainer is built (``warnings``: its data's, logged
-        here); return its parameter counts. The trivial predictor is of the examples validation
-        scores: under ``limit_val_batches`` (debug=limit) the longest few, whose majority need
-        not be the whole split's."""
+        here) and its provenance; return its parameter counts. The trivial predictor is of the
+        examples validation scores: under ``limit_val_batches`` (debug=limit) the longest few,
+        whose majority need not be the whole split's."""
         self.model, self.trainer = model, trainer
         parameters = parameter_counts(model)
         for warning in warnings:
@@ -67,6 +82,8 @@ class RecordEveryEpoch(L.Callback):
             dev_examples={"scored": len(scored), "of": len(labels)},
             **(failure_record(self.trivial, self.margin, {}) if self.trivial else {}),
         )
+        self.provenance = run_provenance(self.cfg, model, trainer)
+        self.record.note_provenance(self.provenance)
         return parameters
 
     def outcome(self) -> dict[str, Any]:
@@ -94,6 +111,9 @@ class RecordEveryEpoch(L.Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, module: GLUEClassifier, checkpoint: dict):
         """The record so far, as JSON data (what results.json holds), to rebuild it from."""
+        checkpoint[CONFIG_KEY] = self.config
+        checkpoint[OVERRIDES_KEY] = self.overrides
+        checkpoint[PROVENANCE_KEY] = self.provenance
         checkpoint[RECORD_KEY] = json.loads(json.dumps(self.record.results, default=str))
 
 

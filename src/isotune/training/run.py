@@ -23,26 +23,16 @@ from isotune.errors import NoSpaceLeft, RunInterrupted
 from isotune.model.classifier import GLUEClassifier
 from isotune.norms.registry import statistics_never_updated
 from isotune.record import folder_lock
-from isotune.record.checkpoints import (
-    RunCheckpointIO,
-    RunConfigInCheckpoints,
-    keep_of_completed_run,
-)
+from isotune.record.checkpoints import RunCheckpointIO, keep_of_completed_run
 from isotune.record.results import RunRecord, describe_error
-from isotune.record.resume import (
-    LAST_CHECKPOINT,
-    completed_record,
-    predictions_left_unwritten,
-    run_config,
-)
+from isotune.record.resume import LAST_CHECKPOINT, completed_record, predictions_left_unwritten
 from isotune.record.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
 from isotune.tracking.wandb_logging import finish_wandb_runs
 from isotune.training.cli import warn_of_interrupted_runs
 from isotune.training.fit import fit, plain
 from isotune.training.recording import RecordEveryEpoch, best_checkpoint, summary_line
 from isotune.training.run_loggers import start_loggers
-from isotune.training.run_provenance import run_provenance
-from isotune.training.start import check_start, checked_start, recorded_settings, run_overrides
+from isotune.training.start import check_start, checked_start, recorded_settings
 from isotune.training.test_predictions import write_test_predictions
 
 log = logging.getLogger(__name__)
@@ -114,18 +104,15 @@ def _run(
     the data module (read once), and their warnings."""
     output_dir = Path(cfg.paths.output_dir)
     data_warnings = own_data.warnings if own_data is not None else []
-    every_epoch = RecordEveryEpoch(record, cfg.failure.margin)
-    in_checkpoints = RunConfigInCheckpoints(run_config(cfg), run_overrides())
+    every_epoch = RecordEveryEpoch(record, cfg)
 
     def before_fit(model: GLUEClassifier, datamodule: GLUEDataModule, trainer: L.Trainer) -> None:
         parameters = every_epoch.start(model, datamodule, trainer, data_warnings)
-        in_checkpoints.provenance = run_provenance(cfg, model, trainer)
-        record.note_provenance(in_checkpoints.provenance)
         continuing_in_folder = resume_from is not None and record.has_earlier_attempts
         start_loggers(
             trainer.loggers,
             model.task,
-            {**plain(cfg), "provenance": in_checkpoints.provenance},
+            {**plain(cfg), "provenance": every_epoch.provenance},
             parameters,
             record.has_earlier_attempts,
             resumed_at_step if continuing_in_folder else None,
@@ -137,7 +124,6 @@ def _run(
             own_data,
             callbacks=[
                 every_epoch,
-                in_checkpoints,
                 StopAtSafePoint(stop, output_dir / LAST_CHECKPOINT),  # after BatchRngState
             ],
             plugins=[*cluster_plugins(), RunCheckpointIO()],
@@ -147,7 +133,7 @@ def _run(
         stop.hold()  # trained to the end: a signal now waits for the record, then stops the job
         outcome = every_epoch.outcome()  # before predict reloads the best
         if cfg.write_test_predictions:
-            provenance, epoch = in_checkpoints.provenance, outcome["best_epoch"]
+            provenance, epoch = every_epoch.provenance, outcome["best_epoch"]
             write_test_predictions(trainer, model, datamodule, output_dir, provenance, epoch)
         keep_of_completed_run(trainer, cfg.checkpoint.keep)  # last.ckpt only serves a continuation
         outcome["best_checkpoint"] = best_checkpoint(trainer)
