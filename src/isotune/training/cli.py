@@ -159,3 +159,10 @@ def _script() -> str:
     ``_submit.py``), the Hydra app's ``<job name>.py``."""
     app = f"{HydraConfig.get().job.name}.py"
     return sys.argv[0] if Path(sys.argv[0]).name == app else app
+
+
+def run_overrides() -> list[str]:
+    """The command-line overrides of this job (empty outside a Hydra app)."""
+    if not HydraConfig.initialized():
+        return []
+    return list(HydraConfig.get().overrides.task)

@@ -123,7 +123,7 @@ class StartCheckInRunFolder(Callback):
     """A run started in a folder that exists is refused if a link leads out of the folder
     (:func:`isotune.record.resume.check_links_stay_inside`); one started in a folder that already
     holds a run (its results.json) is checked as the run itself checks its start
-    (:func:`isotune.training.start.check_start`: config values, and the checkpoint it would continue
+    (:func:`isotune.training.run.check_start`: config values, and the checkpoint it would continue
     from: data only, from the same configuration). Both before Hydra rewrites the folder: a
     refused start leaves every file there byte-identical. In a new folder the run checks itself,
     and records a refusal in results.json."""
@@ -136,7 +136,7 @@ class StartCheckInRunFolder(Callback):
             except IsotuneError as error:
                 stop(str(error))
             return
-        from isotune.training.start import check_start  # the training stack, only for this case
+        from isotune.training.run import check_start  # the training stack, only for this case
 
         job = copy.deepcopy(config)  # as Hydra's run_job makes it: the folder, then no hydra key
         with read_write(job.hydra.runtime), open_dict(job.hydra.runtime):

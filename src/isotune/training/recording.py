@@ -26,8 +26,8 @@ from isotune.record.resume import (
     RECORD_KEY,
     run_config,
 )
+from isotune.training.cli import run_overrides
 from isotune.training.run_provenance import run_provenance
-from isotune.training.start import run_overrides
 from isotune.training.trivial import TrivialScore, failure_record, trivial_score
 
 log = logging.getLogger(__name__)

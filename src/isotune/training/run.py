@@ -1,8 +1,8 @@
 """One run as ``python train.py`` starts it: the fit core (:mod:`isotune.training.fit`) wrapped
-in what a run records and guards, each in its module: the folder's lock, the start's checks and
-resume (:mod:`.start`), results.json from the start to the end (:mod:`.recording`), provenance
-(:mod:`.run_provenance`), the loggers' start (:mod:`.run_loggers`), the stop signals, test
-predictions (:mod:`.test_predictions`) and what the run keeps of its checkpoints.
+in what guards it here (the folder's lock, the start's checks, resume, the stop signals, the
+record's end, what the run keeps of its checkpoints) and in what it records, each in its module:
+results.json and the checkpoints' record with the provenance (:mod:`.recording`), the loggers'
+start (:mod:`.run_loggers`), test predictions (:mod:`.test_predictions`).
 """
 
 from __future__ import annotations
@@ -15,24 +15,42 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from isotune.data import GLUEDataModule
-from isotune.data.own_data import OwnData
-from isotune.errors import NoSpaceLeft, RunInterrupted
+from isotune.data.glue_format import prediction_files
+from isotune.data.own_data import OwnData, complete_own_task
+from isotune.data.reading import check_data_unchanged
+from isotune.data.tasks import TaskSpec
+from isotune.errors import IsotuneError, NoSpaceLeft, RunInterrupted
 from isotune.model.classifier import GLUEClassifier
 from isotune.norms.registry import statistics_never_updated
+from isotune.prediction.writer import check_test_files
 from isotune.record import folder_lock
 from isotune.record.checkpoints import RunCheckpointIO, keep_of_completed_run
 from isotune.record.results import RunRecord, describe_error
-from isotune.record.resume import LAST_CHECKPOINT, completed_record, predictions_left_unwritten
+from isotune.record.resume import (
+    FIX_CKPT_PATH,
+    FIX_OWN_LAST,
+    LAST_CHECKPOINT,
+    PROVENANCE_KEY,
+    RECORD_KEY,
+    check_links_stay_inside,
+    check_same_run,
+    checkpoint_to_resume,
+    completed_record,
+    predictions_left_unwritten,
+    read_checkpoint,
+    run_config,
+)
 from isotune.record.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
+from isotune.tracking.reporting import counted
 from isotune.tracking.wandb_logging import finish_wandb_runs
-from isotune.training.cli import warn_of_interrupted_runs
+from isotune.training.cli import run_overrides, warn_of_interrupted_runs
+from isotune.training.config_checks import check_train_config
 from isotune.training.fit import fit, plain
 from isotune.training.recording import RecordEveryEpoch, best_checkpoint, summary_line
 from isotune.training.run_loggers import start_loggers
-from isotune.training.start import check_start, checked_start, recorded_settings
 from isotune.training.test_predictions import write_test_predictions
 
 log = logging.getLogger(__name__)
@@ -77,7 +95,7 @@ def _started(cfg: DictConfig, output_dir: Path, rank_zero: bool) -> dict[str, An
             log.warning("%s", unwritten)
         return finished
     record = RunRecord(output_dir, write=rank_zero, **recorded_settings(cfg))
-    resume_from, resumed_at_step, own_data = checked_start(cfg, record)
+    resume_from, resumed_at_step, own_data = _checked_start(cfg, record)
     record.identity.update(primary_metric=cfg.task.primary_metric)  # task=files: its files'
     if rank_zero and not record.has_earlier_attempts:  # a new folder: a run typed again?
         warn_of_interrupted_runs(cfg, record.identity)
@@ -209,3 +227,83 @@ def _stopping_signal(error: BaseException, trainer: L.Trainer | None) -> signal.
     if isinstance(error, KeyboardInterrupt) or lightning_ctrl_c:
         return signal.SIGINT
     return None
+
+
+def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None, OwnData | None]:
+    """Check the config and that no link leads out of the run folder, and read the checkpoint to
+    continue from (data only) and compare it with the config: the checkpoint's path and contents,
+    or (None, None) for a fresh start; and a ``task=files`` task's files as they were read to
+    complete it (:func:`complete_own_task`), for the run to take on.
+    Raises :class:`IsotuneError` for a refused start. Also run before Hydra rewrites a folder
+    that holds a run (:class:`isotune.training.hydra_callbacks.StartCheckInRunFolder`)."""
+    check_train_config(cfg)  # before any model loads: bad values fail in seconds
+    check_links_stay_inside(cfg.paths.output_dir)
+    own_data = complete_own_task(cfg)
+    if cfg.write_test_predictions:  # MNLI's three test files, before it trains
+        task = TaskSpec.from_config(OmegaConf.to_container(cfg.task, resolve=True))
+        check_test_files(prediction_files(task), cfg.paths.glue_dir)
+    resume_from = checkpoint_to_resume(cfg, recorded_settings(cfg))
+    if resume_from is None:
+        return None, None, own_data
+    checkpoint = read_checkpoint(
+        resume_from, fix=FIX_CKPT_PATH if cfg.ckpt_path is not None else FIX_OWN_LAST
+    )
+    recorded_data = (checkpoint.get(PROVENANCE_KEY) or {}).get("data") or {}
+    task = TaskSpec.from_config(OmegaConf.to_container(cfg.task, resolve=True))
+    check_data_unchanged(recorded_data, task, cfg.paths.glue_dir, resume_from)
+    check_same_run(checkpoint, resume_from, run_config(cfg))
+    return resume_from, checkpoint, own_data
+
+
+def _checked_start(
+    cfg: DictConfig, record: RunRecord
+) -> tuple[Path | None, int | None, OwnData | None]:
+    """:func:`check_start` before anything heavy happens: the checkpoint and the step it
+    resumes at, or (None, None) for a fresh start; and the ``task=files`` files read.
+
+    A refused start is recorded ``failed`` in a new folder; in a folder that already holds a run
+    it changes nothing there (a resume typed with other settings must not overwrite its record)."""
+    try:
+        resume_from, checkpoint, own_data = check_start(cfg)
+    except IsotuneError as error:
+        if not record.has_earlier_attempts:
+            record.finish("failed", error)
+        raise
+    if checkpoint is None:
+        return None, None, own_data
+    if not record.has_earlier_attempts and cfg.ckpt_path is None and RECORD_KEY in checkpoint:
+        record.rebuild(checkpoint[RECORD_KEY], str(resume_from))  # results.json lost or cut
+    step = int(checkpoint["global_step"])
+    log.info(
+        "Resuming from %s: step %d, %s done (%s)",
+        resume_from,
+        step,
+        counted(len(checkpoint.get("isotune_history", [])), "epoch"),
+        "this run's own checkpoint" if cfg.ckpt_path is None else "ckpt_path",
+    )
+    return resume_from, step, own_data
+
+
+def recorded_settings(cfg: DictConfig) -> dict[str, Any]:
+    """What a run records in its results.json of what it runs: the tables' axes, its seeds and
+    its command-line overrides."""
+    return {
+        "task": cfg.task.name,
+        "model": cfg.model.name,
+        "model_name_or_path": cfg.model.name_or_path,
+        "norm": cfg.norm.name,
+        "reg": cfg.reg.name,
+        "reg_weight": _as_float(cfg.reg.weight),
+        "adapt": cfg.adapt.name,
+        "seed": cfg.seed,
+        "seed_init": cfg.seed_init,
+        "seed_data": cfg.seed_data,
+        "primary_metric": cfg.task.primary_metric,
+        "overrides": run_overrides(),
+    }
+
+
+def _as_float(value: Any) -> Any:
+    """A number as a float, so that tables see reg.weight=-1 and -1.0 as one weight; anything
+    else as given, for the config check to report."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
