@@ -1,8 +1,6 @@
-"""The isotropy callback's probe capture: forward hooks that keep the probe examples' vectors from
-whatever batches the model encodes (validation's own, or the probe's pass of its own), the
-sentence views and, when asked, token states of some layers and a sample of every layer for the
-layer profiles (:class:`ProfileSampling`). Used by
-:class:`~isotune.callbacks.isotropy.IsotropyMonitor`; ``docs/isotropy.md``."""
+"""The isotropy callback's probe capture: forward hooks that keep the probe examples' vectors (the
+sentence views; token states of some layers; for the layer profiles, every layer's sample) from
+whatever batches the model encodes, validation's own or the probe's pass of its own."""
 
 from __future__ import annotations
 

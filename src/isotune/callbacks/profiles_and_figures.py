@@ -1,9 +1,7 @@
-"""What the isotropy callback (:class:`~isotune.callbacks.isotropy.IsotropyMonitor`, which mixes
-this in) profiles and draws beyond its per-epoch measures: with ``layer_profiles=true`` every
-layer's profile and where its massive activations sit, logged as tables (W&B) every epoch and
-drawn for every epoch in one figure when training ends; with ``figures=true`` each epoch's
-geometry figure of the sentence views, saved under ``<output_dir>/isotropy/`` and sent to W&B.
-Measures and figures: ``docs/isotropy.md``."""
+"""What the isotropy callback (which mixes this in) profiles and draws beyond its per-epoch
+measures: with ``layer_profiles=true`` every layer's profile and where its massive activations
+sit, as W&B tables every epoch and one figure of every epoch when training ends; with
+``figures=true`` each epoch's geometry figure of the sentence views (``<output_dir>/isotropy/``)."""
 
 from __future__ import annotations
 

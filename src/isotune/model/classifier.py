@@ -85,7 +85,7 @@ class GLUEClassifier(L.LightningModule):
         select_epoch: str = "best",
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(logger=False)  # training.run logs the whole config itself
+        self.save_hyperparameters(logger=False)  # training.run_loggers logs the whole config
         self.task = TaskSpec.from_config(task)
         self.select_epoch = select_epoch  # isotune.training.epoch_choice
         pooling = model.get("pooling")

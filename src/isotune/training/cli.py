@@ -41,8 +41,7 @@ def load_env_file() -> None:
 
 
 def stop(message: str) -> None:
-    """Stop the process with ``message`` and exit status 1, where Hydra would turn an exception
-    into a traceback or a warning (its callbacks, the command line before it reads it)."""
+    """``message`` and exit 1, where Hydra would make an exception a traceback or a warning."""
     print(f"Error: {message}", file=sys.stderr, flush=True)
     raise SystemExit(1)
 

@@ -1,13 +1,8 @@
-"""The fit core: one run as a researcher reads it first, from the composed config (``conf/``): the
-seeds, the model with its norm, the data module, the callbacks (the isotropy of the embedding
-space among them, ``callbacks.isotropy``), the loggers and the trainer, then ``trainer.fit``.
-
-What a run records around the fit (results.json every epoch and at its end, the trivial
-baseline, provenance, the loggers' hyper-parameters, the folder's lock, resume, stop signals,
-test predictions, what it keeps) is :mod:`isotune.training.run`'s, handed in here as callbacks,
-trainer plugins and ``before_fit``; the preview's step timer (:mod:`.step_timing`) builds its
-model and data here too.
-"""
+"""The fit core, one run as a researcher reads it first: from the composed config (``conf/``) the
+seeds, the model with its norm, the data module, the callbacks (the isotropy callback among them),
+the loggers and the trainer, then ``trainer.fit``. What a run records and guards around the fit
+(results.json, provenance, the loggers' start, lock, resume, stop signals, test predictions) is
+:mod:`isotune.training.run`'s, handed in as callbacks, trainer plugins and ``before_fit``."""
 
 from __future__ import annotations
 
@@ -29,9 +24,6 @@ from isotune.training.epoch_choice import callbacks_selecting
 from isotune.training.instantiate import instantiate_all
 from isotune.training.lightning_tips import silence_lightning_tips
 
-# what a caller does once the trainer is built, before the fit (the run: its record starts)
-BeforeFit = Callable[[GLUEClassifier, GLUEDataModule, L.Trainer], None]
-
 
 def fit(
     cfg: DictConfig,
@@ -40,7 +32,7 @@ def fit(
     callbacks: Sequence[L.Callback] = (),
     plugins: Sequence[object] = (),
     ckpt_path: Path | None = None,
-    before_fit: BeforeFit | None = None,
+    before_fit: Callable[[GLUEClassifier, GLUEDataModule, L.Trainer], None] | None = None,
 ) -> tuple[GLUEClassifier, GLUEDataModule, L.Trainer]:
     """Train as ``cfg`` says and return the model, data module and trainer, fitted.
 

@@ -1,8 +1,6 @@
-"""A run's record as it trains: in results.json what it fits (its parameters, its data, the dev
-examples validation scores and their trivial predictor, its provenance) once the trainer is built,
-then the results so far at every epoch end; in every checkpoint the same with the run's config and
-overrides; what the run's end records (:meth:`RecordEveryEpoch.outcome`) and says
-(:func:`summary_line`)."""
+"""A run's record as it trains, in results.json and in every checkpoint: what it fits once the
+trainer is built (parameters, data, the scored dev examples' trivial predictor, provenance), the
+results so far every epoch, and what its end records and says."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from isotune.data import GLUEDataModule
 from isotune.data.glue_format import prediction_files
@@ -240,7 +240,7 @@ def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None, Ow
     check_links_stay_inside(cfg.paths.output_dir)
     own_data = complete_own_task(cfg)
     if cfg.write_test_predictions:  # MNLI's three test files, before it trains
-        task = TaskSpec.from_config(OmegaConf.to_container(cfg.task, resolve=True))
+        task = TaskSpec.from_config(plain(cfg.task))
         check_test_files(prediction_files(task), cfg.paths.glue_dir)
     resume_from = checkpoint_to_resume(cfg, recorded_settings(cfg))
     if resume_from is None:
@@ -249,7 +249,7 @@ def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None, Ow
         resume_from, fix=FIX_CKPT_PATH if cfg.ckpt_path is not None else FIX_OWN_LAST
     )
     recorded_data = (checkpoint.get(PROVENANCE_KEY) or {}).get("data") or {}
-    task = TaskSpec.from_config(OmegaConf.to_container(cfg.task, resolve=True))
+    task = TaskSpec.from_config(plain(cfg.task))
     check_data_unchanged(recorded_data, task, cfg.paths.glue_dir, resume_from)
     check_same_run(checkpoint, resume_from, run_config(cfg))
     return resume_from, checkpoint, own_data

@@ -26,11 +26,9 @@ def write_test_predictions(
     epoch: int | None,
 ) -> dict[str, int]:
     """GLUE's submission files (MNLI: MNLI-m, MNLI-mm, AX), or a ``task=files`` task's
-    ``<task.name>.tsv``, each with its sidecar, in ``run_folder``'s predictions folder; the
-    task's own test split as the data module holds it (a ``task=files`` file read once). The
-    sidecars record the weights predicted with (``epoch``'s, trained with ``provenance``): the
-    best checkpoint, or without a checkpoint callback (``callbacks=none``) the last epoch's
-    weights (no file)."""
+    ``<task.name>.tsv`` from the data module's test split (read once), each with its sidecar,
+    in ``run_folder``'s predictions folder. The weights: the best checkpoint, or without a
+    checkpoint callback (``callbacks=none``) the last epoch's (``epoch``'s; no file)."""
     best = best_checkpoint(trainer)
     task = datamodule.task
     source = prediction_source(
