@@ -32,11 +32,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from isotune.atomic_files import write_atomically
 from isotune.errors import IsotuneError
-from isotune.record.resume import (
-    KEEP_KEY,
-    MODEL_KEYS,
-    read_checkpoint,
-)
+from isotune.record.resume import KEEP_KEY, MODEL_KEYS, read_checkpoint
 
 log = logging.getLogger(__name__)
 
