@@ -10,7 +10,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from isotune.training.cli import check_command_line, load_env_file, user_errors_reported
+from hydra_plugins.isotune_launcher.command_line import check_command_line
+from isotune.training.cli import load_env_file, user_errors_reported
 from isotune.training.run import train
 
 load_env_file()  # the current folder's .env (see .env.example), not a parent's

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.dashboard.tensorboard import EpochAxesTensorBoardLogger
+from isotune.data.own_data import complete_own_task
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.model.classifier import POOLINGS
@@ -20,7 +21,6 @@ from isotune.record.checkpoints import RunCheckpoint
 from isotune.record.csv_logging import RunCSVLogger
 from isotune.record.rng_state import BatchRngState
 from isotune.sweeps import gpu_slots
-from isotune.training.run import complete_own_task
 from tests.conftest import CONF_DIR, compose_train_config
 
 

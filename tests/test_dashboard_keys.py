@@ -14,7 +14,6 @@ import zlib
 
 import pytest
 
-from isotune.dashboard.check import panels, unlogged
 from isotune.dashboard.layout import dashboard_sections
 from isotune.dashboard.run_file import (
     BLOCK,
@@ -32,6 +31,7 @@ from isotune.errors import IsotuneError
 from isotune.tracking.metric_keys import PROFILE_LEVELS, profile_table_key
 from tests.conftest import CONF_DIR
 from tests.helpers.cli import run_script, tiny_cli_overrides
+from tests.helpers.dashboard_check import panels, unlogged
 
 INTERVENTIONS = sorted(path.stem for path in (CONF_DIR / "intervention").glob("*.yaml"))
 OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from isotune.analysis.directions import linear_weights
-from isotune.callbacks.isotropy import ProbeCapture, ProfileSampling
+from isotune.callbacks.probe_capture import ProbeCapture, ProfileSampling
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
 from isotune.model import gguf_cache

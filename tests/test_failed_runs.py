@@ -17,7 +17,8 @@ from isotune.model.encoders import load_tokenizer
 from isotune.sweeps import aggregate
 from isotune.sweeps.figures import FAILED_LABEL, scores_data, scores_figure
 from isotune.sweeps.summary import summarize_sweep
-from isotune.training.run import scored_examples, train
+from isotune.training.recording import scored_examples
+from isotune.training.run import train
 from isotune.training.trivial import TrivialScore, learned, trivial_score
 from tests.conftest import write_glue_dir
 from tests.helpers.config_checks import problems

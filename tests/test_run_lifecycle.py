@@ -23,6 +23,7 @@ from isotune.atomic_files import write_text
 from isotune.errors import NoSpaceLeft
 from isotune.model.classifier import GLUEClassifier
 from isotune.record.resume import interrupted_runs_like
+from isotune.training import fit
 from isotune.training import run as training
 from isotune.training.cli import (
     INTERRUPTED_EXIT_CODE,
@@ -165,7 +166,7 @@ def test_a_signal_during_fit_is_recorded_and_the_console_says_how_to_resume(
     # while loading, as Ctrl-C would).
     caplog.clear()
     again = plain_run(train_config(output_dir=runs / "2026-12-01_10-00-00-000000"))
-    monkeypatch.setattr(training, "load_tokenizer", lambda name_or_path: ctrl_c())
+    monkeypatch.setattr(fit, "load_tokenizer", lambda name_or_path: ctrl_c())
     _, messages = interrupted_by_the_cli(again, caplog, monkeypatch)
     assert messages[0] == (
         f"A run with these settings was interrupted in {run}; this one starts over in a new "
@@ -277,7 +278,7 @@ def test_ctrl_c_before_fit_is_recorded_and_the_console_says_how_to_start_again(
     def ctrl_c_while_loading(name_or_path):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(training, "load_tokenizer", ctrl_c_while_loading)
+    monkeypatch.setattr(fit, "load_tokenizer", ctrl_c_while_loading)
     cfg = train_config()
     exit_code, messages = interrupted_by_the_cli(cfg, caplog, monkeypatch)
 

@@ -12,8 +12,8 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 import isotune
-from isotune.data.datamodule import FILE_KEYS
 from isotune.data.glue_format import prediction_files
+from isotune.data.own_data import FILE_KEYS
 from isotune.data.tasks import GlueTask, HubDatasetTask, OwnFilesTask, TaskSpec, task_kind
 from isotune.errors import IsotuneError
 from tests.helpers.tasks import TASK_DIR, load_task

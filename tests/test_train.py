@@ -15,12 +15,12 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
+from hydra_plugins.isotune_launcher.command_line import check_list_settings, list_settings
 from isotune.data.glue_format import FILE_NAMES
 from isotune.errors import IsotuneError, NonFiniteLossError
 from isotune.model.classifier import GLUEClassifier
 from isotune.norms.registry import NORMS
 from isotune.prediction.writer import SIDECAR_SUFFIX
-from isotune.training.cli import check_list_settings, list_settings
 from isotune.training.run import train
 from tests.conftest import ROOT, tiny_run_overrides
 from tests.helpers.cli import run_cli, run_script

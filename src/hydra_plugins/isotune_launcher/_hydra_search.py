@@ -281,10 +281,10 @@ def check_tuning_split(
         )
     if not tuning_overrides:
         return
+    from isotune.data.own_data import complete_own_task
     from isotune.data.reading import TaskSplits
     from isotune.data.tasks import TaskSpec
     from isotune.data.tuning_split import check_continued_on_this_split, tuning_split_of
-    from isotune.training.run import complete_own_task  # imports torch
 
     job = copy.deepcopy(job)
     own_data = complete_own_task(job)  # task=files: its files read, a missing train file refused

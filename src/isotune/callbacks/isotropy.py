@@ -17,7 +17,9 @@ the epoch (epoch 0 = the pre-trained geometry); figures drawn from the same meas
 under ``<output_dir>/isotropy/`` and sent to W&B; the per-epoch values and outlier dimensions
 (their indices) are kept in checkpoints and returned for ``results.json``. In a sweep, epoch 0's
 measures are shared by the jobs that would compute the same ones
-(:mod:`isotune.callbacks.shared_pretrained`). Views, settings and measures: ``docs/isotropy.md``.
+(:mod:`isotune.callbacks.shared_pretrained`). The hooks that keep the probe's vectors:
+:mod:`.probe_capture`; the layer profiles and figures: :mod:`.profiles_and_figures`. Views,
+settings and measures: ``docs/isotropy.md``.
 """
 
 from __future__ import annotations
@@ -27,34 +29,20 @@ import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from isotune.atomic_files import write_bytes
+from isotune.callbacks.probe_capture import ProbeCapture, ProfileSampling
+from isotune.callbacks.profiles_and_figures import ProfilesAndFigures
 from isotune.callbacks.shared_pretrained import SharedPretrained, pretrained_key
-from isotune.isotropy import OUTLIER_FACTOR, ROGUE_K, CloudMeasures, overlap
-from isotune.isotropy.figures import save_geometry_figure, save_layer_profile_figure
-from isotune.isotropy.layers import MASSIVE_K, layer_profile, massive_activations
+from isotune.isotropy import OUTLIER_FACTOR, ROGUE_K, overlap
 from isotune.isotropy.views import measure_view
 from isotune.model.adaptation import eval_mode
 from isotune.model.families import hidden_state_indices, num_layers
-from isotune.model.sentence_views import layer_sentence_vectors
-from isotune.tracking.metric_keys import (
-    ISO_EPOCH,
-    POST_NORM,
-    PRE_NORM,
-    PROFILE_EPOCH,
-    PROFILE_LAYER,
-    PROFILE_LEVELS,
-    SENTENCE_VIEWS,
-    iso_key,
-    profile_key,
-    profile_table_key,
-)
+from isotune.tracking.metric_keys import ISO_EPOCH, SENTENCE_VIEWS, iso_key
 
 log = logging.getLogger(__name__)
 
@@ -74,172 +62,7 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-@dataclass(frozen=True)
-class ProfileSampling:
-    """What a capture keeps for the layer profiles: the model's ``layers`` hidden states (the
-    embeddings first), ``per_example`` non-special tokens of each probe example (drawn with
-    ``seed`` and the example's probe position, so the same ones every epoch), and each batch's
-    ``massive_k`` tokens of largest magnitude."""
-
-    layers: int
-    per_example: int
-    seed: int
-    massive_k: int = MASSIVE_K
-
-
-class ProbeCapture:
-    """The probe's vectors, kept by forward hooks from whatever batches the module encodes.
-
-    While attached, ``select`` names the probe examples of the next forward pass by their dev
-    ``idx``; the hooks keep their rows of the norm's input (``pre_norm``) and output
-    (``post_norm``) and, for ``token_layers``, their token states (special tokens and padding
-    excluded). ``vectors`` returns them in probe order, whatever order the batches came in.
-    ``seconds`` adds up the time spent in the hooks.
-    """
-
-    def __init__(
-        self,
-        probe_idx: Sequence[int],
-        special_ids: Sequence[int],
-        token_layers: Sequence[int],
-        profile: ProfileSampling | None = None,
-    ) -> None:
-        self.probe_idx = torch.tensor(probe_idx)
-        self.position_of = torch.full((max(probe_idx) + 1,), -1)
-        self.position_of[torch.tensor(probe_idx)] = torch.arange(len(probe_idx))
-        self.special_ids = torch.tensor(special_ids)
-        self.token_layers = tuple(token_layers)
-        self.profile = profile
-        self.names = [*SENTENCE_VIEWS, *(f"layer{layer}_tokens" for layer in self.token_layers)]
-        if profile is not None:
-            self.names += [
-                f"{kind}_layer{layer}"
-                for layer in range(profile.layers)
-                for kind in ("sentence", "tokens", "massive", "massive_at")
-            ]
-        self.captured = torch.zeros(len(probe_idx), dtype=torch.bool)
-        self.seconds = 0.0
-        # view -> per batch: (probe positions, vectors, token count per example or None)
-        self._parts: dict[str, list[tuple[Tensor, Tensor, Tensor | None]]] = {}
-        self._rows: Tensor | None = None  # rows of the next forward pass that are probe examples
-        self._positions: Tensor | None = None
-        self._handles: list = []
-        self._module: nn.Module | None = None  # whose pooling makes a layer's sentence vectors
-
-    def attach(self, module: nn.Module) -> None:
-        """Hooks on ``module.norm`` and, for token layers or layer profiles, on
-        ``module.encoder``."""
-        self._module = module
-        self._handles = [module.norm.register_forward_hook(self._keep_sentence_views)]
-        if self.token_layers or self.profile is not None:
-            encoder = module.encoder
-            self._handles += [
-                encoder.register_forward_pre_hook(self._request_hidden_states, with_kwargs=True),
-                encoder.register_forward_hook(self._keep_tokens, with_kwargs=True),
-            ]
-
-    def detach(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-        self.select(None)
-
-    def select(self, idx: Tensor | None) -> None:
-        """The dev ``idx`` of the next forward pass's examples; None: keep nothing from it."""
-        self._rows = self._positions = None
-        if idx is not None:
-            idx = idx.cpu()
-            positions = torch.full_like(idx, -1)
-            known = idx < len(self.position_of)
-            positions[known] = self.position_of[idx[known]]
-            rows = (positions >= 0).nonzero().squeeze(1)
-            if len(rows):
-                self._rows, self._positions = rows, positions[rows]
-
-    def missing(self) -> list[int]:
-        """Probe positions not captured yet."""
-        return (~self.captured).nonzero().squeeze(1).tolist()
-
-    def vectors(self) -> dict[str, Tensor]:
-        """Every view's vectors as float32 where they were kept (sentence views on the device
-        that encoded them, token views on the CPU), in probe order (tokens: example by example,
-        each example's tokens in their order)."""
-        ordered = {}
-        for name in self.names:
-            parts = self._parts[name]
-            positions, vectors, counts = zip(*parts, strict=True)
-            order = torch.cat(positions).argsort()
-            vectors = torch.cat(vectors).float()
-            if counts[0] is None:
-                ordered[name] = vectors[order.to(vectors.device)]
-            else:
-                pieces = vectors.split(torch.cat(counts).tolist())
-                ordered[name] = torch.cat([pieces[i] for i in order.tolist()])
-        return ordered
-
-    # -- hooks ----------------------------------------------------------------------------------
-    def _keep(self, name: str, vectors: Tensor, counts: Tensor | None = None) -> None:
-        if counts is not None:  # all the probe's tokens are many: off the accelerator at once
-            vectors = vectors.cpu()
-        self._parts.setdefault(name, []).append((self._positions, vectors.detach(), counts))
-
-    def _keep_sentence_views(self, norm: nn.Module, inputs: tuple, output: Tensor) -> None:
-        if self._rows is not None:
-            start = time.perf_counter()
-            rows = self._rows.to(output.device)
-            self._keep(PRE_NORM, inputs[0][rows])
-            self._keep(POST_NORM, output[rows])
-            self.captured[self._positions] = True
-            self.seconds += time.perf_counter() - start
-
-    def _request_hidden_states(self, encoder: nn.Module, args: tuple, kwargs: dict):
-        if self._rows is not None:
-            return args, {**kwargs, "output_hidden_states": True}
-        return None
-
-    def _keep_tokens(self, encoder: nn.Module, args: tuple, kwargs: dict, output) -> None:
-        if self._rows is not None:
-            start = time.perf_counter()
-            rows = self._rows.to(kwargs["input_ids"].device)
-            ids, mask = kwargs["input_ids"][rows], kwargs["attention_mask"][rows]
-            real = mask.bool() & ~torch.isin(ids, self.special_ids.to(ids.device))
-            counts = real.sum(dim=1).cpu()
-            for layer in self.token_layers:
-                self._keep(f"layer{layer}_tokens", output.hidden_states[layer][rows][real], counts)
-            if self.profile is not None:
-                self._keep_profile(output.hidden_states, rows, mask, real)
-            self.seconds += time.perf_counter() - start
-
-    def _keep_profile(self, hidden_states, rows: Tensor, mask: Tensor, real: Tensor) -> None:
-        """Each layer's pooled sentence vectors, a seeded sample of its non-special tokens (the
-        same positions every epoch) and the tokens that hold the batch's largest magnitudes."""
-        profile, positions = self.profile, self._positions
-        chosen = torch.zeros_like(real)
-        for row, (position, wanted) in enumerate(zip(positions.tolist(), real, strict=True)):
-            candidates = wanted.nonzero().squeeze(1).cpu()
-            generator = torch.Generator().manual_seed(profile.seed + position)
-            keep = torch.randperm(len(candidates), generator=generator)[: profile.per_example]
-            chosen[row, candidates[keep].to(chosen.device)] = True
-        counts = chosen.sum(dim=1).cpu()
-        padded = ~mask.bool()
-        first = mask.argmax(dim=1)  # padding before it (left-padded families) is no position
-        for layer in range(profile.layers):
-            hidden = hidden_states[layer][rows]
-            self._keep(f"sentence_layer{layer}", layer_sentence_vectors(self._module, hidden, mask))
-            self._keep(f"tokens_layer{layer}", hidden[chosen], counts)
-            # the k largest magnitudes of the batch lie in at most k tokens: its k loudest
-            loudness = hidden.abs().amax(dim=2).masked_fill(padded, -1.0).flatten()
-            loudest = loudness.topk(min(profile.massive_k, int(mask.sum()))).indices.cpu()
-            example, token = loudest // hidden.shape[1], loudest % hidden.shape[1]
-            order = example.argsort(stable=True)  # example by example, as _keep orders parts
-            example, token = example[order].to(hidden.device), token[order].to(hidden.device)
-            found = torch.bincount(example.cpu(), minlength=len(rows))
-            self._keep(f"massive_layer{layer}", hidden[example, token], found)
-            at = torch.stack([positions[example.cpu()], (token - first[example]).cpu()], dim=1)
-            self._keep(f"massive_at_layer{layer}", at.float(), found)
-
-
-class IsotropyMonitor(L.Callback):
+class IsotropyMonitor(ProfilesAndFigures, L.Callback):
     """Isotropy of the sentence vectors (and token vectors of ``token_layers``) per epoch.
 
     Args:
@@ -577,112 +400,6 @@ class IsotropyMonitor(L.Callback):
             source,
             ", ".join(f"{view} I(W)={values[iso_key(view, 'iw')]:.3g}" for view in SENTENCE_VIEWS),
         )
-
-    def measure_profiles(
-        self, collected: Mapping[str, Tensor], capture: ProbeCapture
-    ) -> tuple[dict[str, float], list[dict]]:
-        """Every layer's profile (:func:`~isotune.isotropy.layers.layer_profile`) of its
-        sentence vectors and token sample, keyed by :func:`profile_key`, with the largest
-        activation (``massive_top1``, ``massive_dim``) and its ratio to the token sample's median
-        magnitude (``massive_ratio``) at the ``tokens`` level; and, per layer, where the largest
-        ``massive_k`` sit (dev ``idx`` of the example, token position, dimension)."""
-        values: dict[str, float] = {}
-        massive = []
-        layers = sum(name.startswith("sentence_layer") for name in collected)
-        for layer in range(layers):
-            for level in PROFILE_LEVELS:
-                points = collected[f"{level}_layer{layer}"]
-                measured = layer_profile(points)
-                values.update({profile_key(level, layer, m): v for m, v in measured.items()})
-            found = massive_activations(collected[f"massive_layer{layer}"])
-            at = collected[f"massive_at_layer{layer}"][list(found.rows)].long()
-            sample = collected[f"tokens_layer{layer}"].abs()
-            median = sample.median().item() if sample.numel() else math.nan
-            values[profile_key("tokens", layer, "massive_top1")] = found.magnitudes[0]
-            values[profile_key("tokens", layer, "massive_ratio")] = found.magnitudes[0] / median
-            values[profile_key("tokens", layer, "massive_dim")] = float(found.dims[0])
-            massive.append(
-                {
-                    "magnitudes": list(found.magnitudes),
-                    "idx": capture.probe_idx[at[:, 0]].tolist(),
-                    "positions": at[:, 1].tolist(),
-                    "dims": list(found.dims),
-                }
-            )
-        return values, massive
-
-    def profiles(self) -> dict[int, dict[str, dict[int, dict[str, float]]]]:
-        """The layer profiles of every epoch measured: epoch -> level -> layer -> measure."""
-        profiles: dict[int, dict[str, dict[int, dict[str, float]]]] = {}
-        prefix = profile_key("", 0, "").split("/")[:2]
-        for epoch, values in sorted(self.history.items()):
-            for key, value in values.items():
-                parts = key.split("/")
-                if parts[:2] == prefix:
-                    level, layer, measure = parts[2], int(parts[3].removeprefix("layer")), parts[4]
-                    levels = profiles.setdefault(epoch, {})
-                    levels.setdefault(level, {}).setdefault(layer, {})[measure] = value
-        return profiles
-
-    def profile_tables(self) -> dict[str, tuple[list[str], list[list[float]]]]:
-        """The layer profiles of every epoch measured as one table per level (columns, rows):
-        a row per epoch and layer, columns :data:`PROFILE_EPOCH`, :data:`PROFILE_LAYER` and the
-        level's measures. Tables, because a W&B line plot draws keys against a step, never
-        against the layer; the dashboard's custom charts draw these with the layer on the
-        x-axis and one line per epoch, as ``layer_profiles.png``."""
-        tables: dict[str, tuple[list[str], list[list[float]]]] = {}
-        for epoch, levels in self.profiles().items():
-            for level, layers in levels.items():
-                measures = list(next(iter(layers.values())))
-                columns, rows = tables.setdefault(
-                    level, ([PROFILE_EPOCH, PROFILE_LAYER, *measures], [])
-                )
-                rows += [
-                    [epoch, layer, *(found[m] for m in columns[2:])]
-                    for layer, found in sorted(layers.items())
-                ]
-        return tables
-
-    def _log_profile_tables(self, trainer: L.Trainer) -> None:
-        """Every epoch's profiles so far, whole, as :func:`profile_table_key` tables (W&B)."""
-        tables = self.profile_tables()
-        for logger in trainer.loggers:
-            if hasattr(logger, "log_table"):  # W&B
-                for level, (columns, rows) in tables.items():
-                    logger.log_table(
-                        key=profile_table_key(level),
-                        columns=columns,
-                        data=rows,
-                        step=trainer.global_step,
-                    )
-
-    def _figure(self, trainer: L.Trainer, measures: CloudMeasures, view: str, epoch: int) -> Path:
-        path = save_geometry_figure(
-            measures,
-            f"{view} sentence vectors, epoch {epoch}",
-            self._figure_folder(trainer) / f"{view}_epoch{epoch:02d}.png",
-        )
-        self._log_image(trainer, iso_key(view, "figure"), path)
-        return path
-
-    def _figure_copy(self, trainer: L.Trainer, shared: Path) -> Path:
-        """A shared entry's figure, copied into this run's figures (the run keeps its own)."""
-        return write_bytes(self._figure_folder(trainer) / shared.name, shared.read_bytes())
-
-    def _figure_folder(self, trainer: L.Trainer) -> Path:
-        return (self.output_dir or Path(trainer.default_root_dir)) / "isotropy"
-
-    def _profile_figure(self, trainer: L.Trainer) -> None:
-        path = save_layer_profile_figure(
-            self.profiles(), self._figure_folder(trainer) / "layer_profiles.png"
-        )
-        self._log_image(trainer, "iso/profile/figure", path)
-
-    @staticmethod
-    def _log_image(trainer: L.Trainer, key: str, path: Path) -> None:
-        for logger in trainer.loggers:
-            if hasattr(logger, "log_image"):  # W&B
-                logger.log_image(key=key, images=[str(path)], step=trainer.global_step)
 
     # -- results --------------------------------------------------------------------------------
     def summary(self, best_epoch: int | None) -> dict:

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from isotune.data.batches import LengthGroupedBatchSampler
+from isotune.data.own_data import FILE_KEYS
 from isotune.data.padding import batch_collate
 from isotune.data.reading import Example, TaskSplits
 from isotune.data.tasks import TaskSpec
@@ -25,10 +26,6 @@ log = logging.getLogger(__name__)
 # Lightning warns that a checkpoint written mid-epoch resumes unreliably unless the loader is
 # stateful; here the data module's state carries the batch sampler's position instead.
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before")
-
-
-# data.* keys that name a task=files task's files: its task holds them (own_data.own_task)
-FILE_KEYS = ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name")
 
 
 def module_options(data: Mapping[str, Any]) -> dict[str, Any]:

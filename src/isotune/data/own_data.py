@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf, open_dict
+
 from isotune.data.tables import SHOWN_ROWS, Table, hub_table, named_lines, read_table
-from isotune.data.tasks import TaskSpec
+from isotune.data.tasks import TaskSpec, task_kind
 from isotune.errors import IsotuneError
 
 # The text columns looked for when task.text_fields is null, in this order (run_glue.py's own
@@ -367,3 +369,33 @@ def _score(value: Any, where: str, task: TaskSpec) -> float:
             "task.regression=false to read the labels as classes."
         ) from None
     return score  # a nan or inf is refused by TaskSpec.check_label, naming the row
+
+
+# data.* keys that name a task=files task's files: its task holds them (own_task)
+FILE_KEYS = ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name")
+
+
+def complete_own_task(cfg: DictConfig) -> OwnData | None:
+    """A ``task=files`` task completed in ``cfg`` from its files (text columns, labels, metrics:
+    :func:`own_task`), so that the run, its checkpoints and its records see a whole task, and
+    each bad file is refused before anything trains; once per config. Returns what reading the
+    files gave (None: no files read, a GLUE task or one completed before). A GLUE task with
+    ``data.*_file`` set is refused: it reads GLUE's files, never those."""
+    files = {key: cfg.data.get(key) for key in FILE_KEYS}
+    if not task_kind(cfg.task).own_data:
+        named = [f"data.{key}={value}" for key, value in files.items() if value is not None]
+        if named:
+            raise IsotuneError(
+                f"{' '.join(named)} names your own data, but task={cfg.task.name} reads GLUE's "
+                f"{cfg.task.name} files. Fix: task=files {' '.join(named)}, or leave them "
+                "unset for GLUE."
+            )
+        return None
+    if cfg.task.num_labels is not None:
+        return None
+    own_data = own_task(
+        OmegaConf.to_container(cfg.task, resolve=True), test=bool(cfg.write_test_predictions)
+    )
+    with open_dict(cfg):
+        cfg.task = own_data.task
+    return own_data

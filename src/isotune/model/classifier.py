@@ -42,7 +42,6 @@ from isotune.model.families import (
     takes_token_types,
 )
 from isotune.model.regularization import Regularization
-from isotune.model.sentence_views import first_token
 from isotune.norms.registry import build_norm
 from isotune.tracking.metric_keys import (
     EPOCH,
@@ -86,7 +85,7 @@ class GLUEClassifier(L.LightningModule):
         select_epoch: str = "best",
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(logger=False)  # training.run logs the whole config itself
+        self.save_hyperparameters(logger=False)  # training.run_loggers logs the whole config
         self.task = TaskSpec.from_config(task)
         self.select_epoch = select_epoch  # isotune.training.epoch_choice
         pooling = model.get("pooling")
@@ -433,3 +432,10 @@ def model_from_checkpoint(checkpoint: Mapping[str, Any], file: Path) -> GLUEClas
             f"Cannot read {file} as a checkpoint written by train.py "
             f"({type(error).__name__}: {reason}). Is it from this project?"
         ) from error
+
+
+def first_token(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """Each example's state at the first position its attention mask keeps (n x d): position 0
+    with right padding, after the padding on families that pad left (Llama, Gemma)."""
+    first = attention_mask.argmax(dim=1)
+    return hidden[torch.arange(len(hidden), device=hidden.device), first]

@@ -13,17 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 from transformers.modeling_outputs import BaseModelOutput
 
 from isotune.model.adaptation import eval_mode
+from isotune.model.classifier import GLUEClassifier, first_token
 from isotune.tracking.metric_keys import POST_NORM, PRE_NORM
-
-if TYPE_CHECKING:
-    from isotune.model.classifier import GLUEClassifier
 
 
 @dataclass(frozen=True)
@@ -44,13 +41,6 @@ def sentence_views(
     pre_norm = module.pool(output, batch["attention_mask"])
     layers = tuple(output.hidden_states) if hidden_states else ()
     return SentenceViews(pre_norm, module.norm(pre_norm), layers)
-
-
-def first_token(hidden: Tensor, attention_mask: Tensor) -> Tensor:
-    """Each example's state at the first position its attention mask keeps (n x d): position 0
-    with right padding, after the padding on families that pad left (Llama, Gemma)."""
-    first = attention_mask.argmax(dim=1)
-    return hidden[torch.arange(len(hidden), device=hidden.device), first]
 
 
 def layer_sentence_vectors(

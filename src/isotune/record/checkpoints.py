@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,14 +32,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from isotune.atomic_files import write_atomically
 from isotune.errors import IsotuneError
-from isotune.record.resume import (
-    CONFIG_KEY,
-    KEEP_KEY,
-    MODEL_KEYS,
-    OVERRIDES_KEY,
-    PROVENANCE_KEY,
-    read_checkpoint,
-)
+from isotune.record.resume import KEEP_KEY, MODEL_KEYS, read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -68,21 +60,6 @@ def keep_of_completed_run(trainer: L.Trainer, keep: str) -> None:
         for path in {callback.best_model_path, callback.last_model_path} - {""}:
             Path(path).unlink(missing_ok=True)
             log.info("checkpoint.keep=%s: removed %s", keep, path)
-
-
-class RunConfigInCheckpoints(L.Callback):
-    """Writes the run's resolved config, command-line overrides and provenance (this attempt's,
-    :mod:`isotune.record.provenance`, set once the trainer is built) into every checkpoint."""
-
-    def __init__(self, config: dict[str, Any], overrides: Sequence[str]) -> None:
-        self.config = config
-        self.overrides = list(overrides)
-        self.provenance: dict[str, Any] = {}
-
-    def on_save_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict):
-        checkpoint[CONFIG_KEY] = self.config
-        checkpoint[OVERRIDES_KEY] = self.overrides
-        checkpoint[PROVENANCE_KEY] = self.provenance
 
 
 class RunCheckpointIO(TorchCheckpointIO):

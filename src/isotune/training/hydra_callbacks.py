@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,11 +26,7 @@ from isotune.errors import IsotuneError
 from isotune.record import folder_lock
 from isotune.record.results import RESULTS_FILE
 from isotune.record.resume import check_links_stay_inside
-
-
-def stop(message: str) -> None:
-    print(f"Error: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(1)
+from isotune.training.cli import stop
 
 
 class OutputFolderCheck(Callback):

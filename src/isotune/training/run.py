@@ -1,56 +1,38 @@
-"""One fine-tuning run from a composed config: data, model, trainer, fit, results.json.
-
-``train.py`` is only the Hydra entry point; everything a run does is here, top to bottom.
+"""One run as ``python train.py`` starts it: the fit core (:mod:`isotune.training.fit`) wrapped
+in what guards it here (the folder's lock, the start's checks, resume, the stop signals, the
+record's end, what the run keeps of its checkpoints) and in what it records, each in its module:
+results.json and the checkpoints' record with the provenance (:mod:`.recording`), the loggers'
+start (:mod:`.run_loggers`), test predictions (:mod:`.test_predictions`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
-from isotune.callbacks.isotropy import IsotropyMonitor
-from isotune.dashboard.loggers import declare_dashboard
 from isotune.data import GLUEDataModule
-from isotune.data.datamodule import FILE_KEYS, module_options
 from isotune.data.glue_format import prediction_files
-from isotune.data.own_data import OwnData, own_task
+from isotune.data.own_data import OwnData, complete_own_task
 from isotune.data.reading import check_data_unchanged
-from isotune.data.tasks import TaskSpec, task_kind
+from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError, NoSpaceLeft, RunInterrupted
-from isotune.model.adaptation import parameter_counts
 from isotune.model.classifier import GLUEClassifier
-from isotune.model.compiling import compile_encoder
-from isotune.model.encoders import load_tokenizer
 from isotune.norms.registry import statistics_never_updated
-from isotune.prediction.writer import (
-    check_test_files,
-    prediction_source,
-    write_prediction_files,
-)
+from isotune.prediction.writer import check_test_files
 from isotune.record import folder_lock
-from isotune.record.checkpoints import (
-    RunCheckpointIO,
-    RunConfigInCheckpoints,
-    keep_of_completed_run,
-)
-from isotune.record.csv_logging import RunCSVLogger
-from isotune.record.progress import EpochsFromOneProgressBar
+from isotune.record.checkpoints import RunCheckpointIO, keep_of_completed_run
 from isotune.record.results import RunRecord, describe_error
 from isotune.record.resume import (
     FIX_CKPT_PATH,
     FIX_OWN_LAST,
     LAST_CHECKPOINT,
-    PREDICTIONS_FOLDER,
     PROVENANCE_KEY,
     RECORD_KEY,
     check_links_stay_inside,
@@ -62,16 +44,14 @@ from isotune.record.resume import (
     run_config,
 )
 from isotune.record.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
-from isotune.tracking.metric_keys import params_key
 from isotune.tracking.reporting import counted
 from isotune.tracking.wandb_logging import finish_wandb_runs
-from isotune.training.cli import warn_of_interrupted_runs
+from isotune.training.cli import run_overrides, warn_of_interrupted_runs
 from isotune.training.config_checks import check_train_config
-from isotune.training.epoch_choice import callbacks_selecting
-from isotune.training.instantiate import instantiate_all
-from isotune.training.lightning_tips import silence_lightning_tips
-from isotune.training.run_provenance import run_provenance
-from isotune.training.trivial import TrivialScore, failure_record, trivial_score
+from isotune.training.fit import fit, plain
+from isotune.training.recording import RecordEveryEpoch, best_checkpoint, summary_line
+from isotune.training.run_loggers import start_loggers
+from isotune.training.test_predictions import write_test_predictions
 
 log = logging.getLogger(__name__)
 
@@ -136,85 +116,51 @@ def _run(
     resumed_at_step: int,
     own_data: OwnData | None,
 ) -> dict[str, Any]:
-    """Data, model, trainer, fit, predictions; the record's end, whatever happens.
-    ``own_data``: a ``task=files`` task's files as the start's check read them, handed to the
-    data module (read once), and their warnings."""
+    """The fit core (:func:`isotune.training.fit.fit`) with the record around it: its start once
+    the trainer is built, every epoch, its end whatever happens; then predictions and what to
+    keep. ``own_data``: a ``task=files`` task's files as the start's check read them, handed to
+    the data module (read once), and their warnings."""
     output_dir = Path(cfg.paths.output_dir)
-    trainer = model = trivial = None
-    margin = cfg.failure.margin
     data_warnings = own_data.warnings if own_data is not None else []
-    try:
-        model, datamodule = model_and_data(cfg, own_data)
-        task = model.task  # the run's one TaskSpec
-        parameters = parameter_counts(model)
-        for warning in data_warnings:
-            log.warning(warning)
-        record.update(parameters=parameters, data=datamodule.data_record(), warnings=data_warnings)
-        log.info(
-            "adapt=%s: %d of %d parameters train (%.3g%%)",
-            model.adaptation,
-            parameters["trainable"],
-            parameters["total"],
-            100 * parameters["trainable_fraction"],
-        )
-        in_checkpoints = RunConfigInCheckpoints(run_config(cfg), _overrides())
-        every_epoch = RecordEveryEpoch(record, margin)  # judged once the trainer is made
-        callbacks = [
-            *instantiate_all(callbacks_selecting(cfg.get("callbacks"), cfg.select_epoch)),
-            every_epoch,
-            in_checkpoints,
-            StopAtSafePoint(stop, output_dir / LAST_CHECKPOINT),  # after BatchRngState
-        ]
-        if cfg.trainer.get("enable_progress_bar", True):
-            callbacks.append(EpochsFromOneProgressBar())
-        silence_lightning_tips()  # the Trainer prints them as it sets its loggers up
-        trainer: L.Trainer = instantiate(
-            cfg.trainer,
-            callbacks=callbacks,
-            logger=instantiate_all(cfg.get("logger")) or False,
-            plugins=[*cluster_plugins(), RunCheckpointIO()],
-        )
-        # The trivial predictor of the examples validation scores: under limit_val_batches
-        # (debug=limit) the longest few, whose majority need not be the whole split's.
-        scored = scored_examples(datamodule, task.primary_split, trainer)
-        labels = datamodule.dataset(task.primary_split).labels
-        trivial = trivial_score(task, [labels[i] for i in scored]) if scored else None
-        every_epoch.trivial = trivial
-        record.update(
-            dev_examples={"scored": len(scored), "of": len(labels)},
-            **(failure_record(trivial, margin, {}) if trivial else {}),
-        )
-        if cfg.get("compile", False):  # before anything runs the encoder
-            compile_encoder(model.encoder, trainer.strategy.root_device)
-        in_checkpoints.provenance = run_provenance(cfg, model, trainer)
-        record.note_provenance(in_checkpoints.provenance)
+    every_epoch = RecordEveryEpoch(record, cfg)
+
+    def before_fit(model: GLUEClassifier, datamodule: GLUEDataModule, trainer: L.Trainer) -> None:
+        parameters = every_epoch.start(model, datamodule, trainer, data_warnings)
         continuing_in_folder = resume_from is not None and record.has_earlier_attempts
-        declare_dashboard(trainer.loggers, task)  # iso/* against its epoch; the layout
-        for logger in trainer.loggers:
-            logger.log_hyperparams({**_plain(cfg), "provenance": in_checkpoints.provenance})
-            if isinstance(logger, RunCSVLogger) and record.has_earlier_attempts:
-                # the steps trained again; all of them when the run starts from the beginning
-                logger.drop_rows_after(resumed_at_step if continuing_in_folder else None)
-            if not continuing_in_folder:  # else logged by the run's first attempt
-                logger.log_metrics({params_key(name): n for name, n in parameters.items()}, step=0)
-        trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
+        start_loggers(
+            trainer.loggers,
+            model.task,
+            {**plain(cfg), "provenance": every_epoch.provenance},
+            parameters,
+            record.has_earlier_attempts,
+            resumed_at_step if continuing_in_folder else None,
+        )
+
+    try:
+        model, datamodule, trainer = fit(
+            cfg,
+            own_data,
+            callbacks=[
+                every_epoch,
+                StopAtSafePoint(stop, output_dir / LAST_CHECKPOINT),  # after BatchRngState
+            ],
+            plugins=[*cluster_plugins(), RunCheckpointIO()],
+            ckpt_path=resume_from,
+            before_fit=before_fit,
+        )
         stop.hold()  # trained to the end: a signal now waits for the record, then stops the job
-        outcome = _outcome(model, trainer, trivial, margin)  # before predict reloads the best
+        outcome = every_epoch.outcome()  # before predict reloads the best
         if cfg.write_test_predictions:
-            source = _prediction_source(
-                cfg, trainer, task, in_checkpoints.provenance, outcome["best_epoch"]
-            )
-            write_test_predictions(
-                trainer, model, datamodule, output_dir / PREDICTIONS_FOLDER, source
-            )
+            provenance, epoch = every_epoch.provenance, outcome["best_epoch"]
+            write_test_predictions(trainer, model, datamodule, output_dir, provenance, epoch)
         keep_of_completed_run(trainer, cfg.checkpoint.keep)  # last.ckpt only serves a continuation
-        outcome["best_checkpoint"] = _best_checkpoint(trainer)
+        outcome["best_checkpoint"] = best_checkpoint(trainer)
     except BaseException as error:
         stop.hold()  # a signal now must not cut the record short
+        trainer = every_epoch.trainer
         stopped_by = _stopping_signal(error, trainer)
-        judge = (trivial, margin)
         try:
-            results = _record_end(record, error, stopped_by, model, trainer, resumed_at_step, judge)
+            results = _record_end(record, error, stopped_by, every_epoch, resumed_at_step)
         except OSError as unwritten:  # a full disk: W&B and the requeue hand-over still follow
             log.error("Could not record the run's end in results.json: %s", unwritten)
             results = record.results
@@ -231,49 +177,6 @@ def _run(
     return results
 
 
-def model_and_data(
-    cfg: DictConfig, own_data: OwnData | None
-) -> tuple[GLUEClassifier, GLUEDataModule]:
-    """The run's model and data module as ``cfg`` names them (``own_data``: a ``task=files``
-    task's files as read, or None): a run's, and those a preview times a few steps of
-    (:mod:`isotune.training.step_timing`)."""
-    # The global generators: the new layers' initialisation and dropout. The batch order and
-    # the subsets drawn from the data have generators of their own, seeded by seed_data.
-    L.seed_everything(cfg.seed_init, workers=True)
-    model = GLUEClassifier(
-        task=_plain(cfg.task),
-        model=_plain(cfg.model),
-        norm=_plain(cfg.norm),
-        optim=_plain(cfg.optim),
-        reg=_plain(cfg.reg),
-        adapt=_plain(cfg.adapt),
-        select_epoch=cfg.select_epoch,
-    )
-    datamodule = GLUEDataModule(
-        model.task,
-        load_tokenizer(cfg.model.name_or_path),
-        glue_dir=cfg.paths.glue_dir,
-        seed=cfg.seed_data,
-        examples=own_data.examples if own_data is not None else None,
-        **module_options(cfg.data),
-    )
-    return model, datamodule
-
-
-def summary_line(results: dict[str, Any]) -> str:
-    """The run's outcome in one line: the best dev score, the trivial predictor's, the verdict."""
-    metric, trivial = results["primary_metric"], results.get("trivial")
-    best = results["best"].get(metric)
-    shown = "none" if best is None else f"{best:.4f} (epoch {results['best_epoch']})"
-    if trivial is None:  # limit_val_batches=0: no dev example scored
-        return f"Best dev {metric}: {shown}; no dev example scored, so no verdict"
-    verdict = {True: "learned", False: "FAILED TO LEARN", None: "no verdict"}[results["learned"]]
-    return (
-        f"Best dev {metric}: {shown}; {trivial['predictor']}: {trivial['score']:.4f}; "
-        f"{verdict} (margin {results['margin']:g})"
-    )
-
-
 def _warnings(model: GLUEClassifier) -> list[str]:
     """What makes a completed run not what its record names, logged and kept in results.json."""
     warnings = []
@@ -288,6 +191,44 @@ def _warnings(model: GLUEClassifier) -> list[str]:
     return warnings
 
 
+def _record_end(
+    record: RunRecord,
+    error: BaseException,
+    stopped_by: signal.Signals | None,
+    every_epoch: RecordEveryEpoch,
+    resumed_at_step: int,
+) -> dict[str, Any]:
+    """End the record ``interrupted`` or ``failed``, even when gathering the results fails too:
+    then ``failed`` with both errors, so no record outlives its process as ``running``. An
+    attempt that ended before training got past its checkpoint keeps the record's results."""
+    try:
+        trainer = every_epoch.trainer
+        trained = trainer is not None and trainer.global_step >= max(resumed_at_step, 1)
+        outcome = every_epoch.outcome() if trained else {}
+    except Exception as second:
+        log.exception("Could not gather the results after %s", describe_error(error))
+        both = f"{describe_error(error)}; then, while recording it: {describe_error(second)}"
+        return record.finish("failed", both)
+    if stopped_by is None:
+        return record.finish("failed", error, **outcome)
+    return record.finish("interrupted", interrupted_by=stopped_by.name, **outcome)
+
+
+def _stopping_signal(error: BaseException, trainer: L.Trainer | None) -> signal.Signals | None:
+    """The signal that stopped the run, None for an error. SIGTERM and SIGUSR2: the
+    :class:`StopRequested` of :mod:`isotune.record.stopping`. SIGINT: a ``KeyboardInterrupt``, or
+    the plain ``SystemExit`` Lightning raises after catching one inside ``fit`` (it marks the
+    trainer interrupted then, as for any error, hence the exact type)."""
+    if isinstance(error, StopRequested):
+        return error.signal
+    if isinstance(error, SIGTERMException):  # Lightning's own handler, where ours is not set
+        return signal.SIGTERM
+    lightning_ctrl_c = type(error) is SystemExit and trainer is not None and trainer.interrupted
+    if isinstance(error, KeyboardInterrupt) or lightning_ctrl_c:
+        return signal.SIGINT
+    return None
+
+
 def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None, OwnData | None]:
     """Check the config and that no link leads out of the run folder, and read the checkpoint to
     continue from (data only) and compare it with the config: the checkpoint's path and contents,
@@ -299,7 +240,7 @@ def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None, Ow
     check_links_stay_inside(cfg.paths.output_dir)
     own_data = complete_own_task(cfg)
     if cfg.write_test_predictions:  # MNLI's three test files, before it trains
-        task = TaskSpec.from_config(_plain(cfg.task))
+        task = TaskSpec.from_config(plain(cfg.task))
         check_test_files(prediction_files(task), cfg.paths.glue_dir)
     resume_from = checkpoint_to_resume(cfg, recorded_settings(cfg))
     if resume_from is None:
@@ -308,35 +249,10 @@ def check_start(cfg: DictConfig) -> tuple[Path | None, dict[str, Any] | None, Ow
         resume_from, fix=FIX_CKPT_PATH if cfg.ckpt_path is not None else FIX_OWN_LAST
     )
     recorded_data = (checkpoint.get(PROVENANCE_KEY) or {}).get("data") or {}
-    task = TaskSpec.from_config(_plain(cfg.task))
+    task = TaskSpec.from_config(plain(cfg.task))
     check_data_unchanged(recorded_data, task, cfg.paths.glue_dir, resume_from)
     check_same_run(checkpoint, resume_from, run_config(cfg))
     return resume_from, checkpoint, own_data
-
-
-def complete_own_task(cfg: DictConfig) -> OwnData | None:
-    """A ``task=files`` task completed in ``cfg`` from its files (text columns, labels, metrics:
-    :func:`isotune.data.own_data.own_task`), so that the run, its checkpoints and its records
-    see a whole task, and each bad file is refused before anything trains; once per config.
-    Returns what reading the files gave (None: no files read, a GLUE task or one completed
-    before). A GLUE task with ``data.*_file`` set is refused: it reads GLUE's files, never
-    those."""
-    files = {key: cfg.data.get(key) for key in FILE_KEYS}
-    if not task_kind(cfg.task).own_data:
-        named = [f"data.{key}={value}" for key, value in files.items() if value is not None]
-        if named:
-            raise IsotuneError(
-                f"{' '.join(named)} names your own data, but task={cfg.task.name} reads GLUE's "
-                f"{cfg.task.name} files. Fix: task=files {' '.join(named)}, or leave them "
-                "unset for GLUE."
-            )
-        return None
-    if cfg.task.num_labels is not None:
-        return None
-    own_data = own_task(_plain(cfg.task), test=bool(cfg.write_test_predictions))
-    with open_dict(cfg):
-        cfg.task = own_data.task
-    return own_data
 
 
 def _checked_start(
@@ -368,172 +284,6 @@ def _checked_start(
     return resume_from, step, own_data
 
 
-def _record_end(
-    record: RunRecord,
-    error: BaseException,
-    stopped_by: signal.Signals | None,
-    model: GLUEClassifier | None,
-    trainer: L.Trainer | None,
-    resumed_at_step: int,
-    judge: tuple[TrivialScore | None, float],
-) -> dict[str, Any]:
-    """End the record ``interrupted`` or ``failed``, even when gathering the results fails too:
-    then ``failed`` with both errors, so no record outlives its process as ``running``. An
-    attempt that ended before training got past its checkpoint keeps the record's results."""
-    try:
-        trained = trainer is not None and trainer.global_step >= max(resumed_at_step, 1)
-        outcome = _outcome(model, trainer, *judge) if trained else {}
-    except Exception as second:
-        log.exception("Could not gather the results after %s", describe_error(error))
-        both = f"{describe_error(error)}; then, while recording it: {describe_error(second)}"
-        return record.finish("failed", both)
-    if stopped_by is None:
-        return record.finish("failed", error, **outcome)
-    return record.finish("interrupted", interrupted_by=stopped_by.name, **outcome)
-
-
-def _outcome(
-    model: GLUEClassifier | None,
-    trainer: L.Trainer | None,
-    trivial: TrivialScore | None,
-    margin: float,
-) -> dict[str, Any]:
-    """Best-epoch and final dev metrics, whether the best beat the ``trivial`` predictor by the
-    ``margin``, isotropy, history and step count, as far as they exist."""
-    history = model.history if model is not None else []
-    best = model.best_epoch() if model is not None else None
-    callbacks = trainer.callbacks if trainer is not None else []
-    monitor = next((c for c in callbacks if isinstance(c, IsotropyMonitor)), None)
-    return {
-        "best_epoch": best["epoch"] if best else None,
-        "best": _metrics_only(best) if best else {},
-        **(failure_record(trivial, margin, best or {}) if trivial is not None else {}),
-        "final": _metrics_only(history[-1]) if history else {},
-        "history": history,
-        "isotropy": monitor.summary(best["epoch"] if best else None) if monitor else {},
-        "steps": trainer.global_step if trainer is not None else 0,
-        "best_checkpoint": _best_checkpoint(trainer),
-    }
-
-
-class RecordEveryEpoch(L.Callback):
-    """Rewrites results.json at every epoch end with the results so far, so that a job killed
-    without a chance to record its end (SIGKILL) is told from a slow one by ``updated_at``; and
-    keeps it in every checkpoint, so a results.json lost or cut short is rebuilt on resume. Its
-    ``trivial`` score is set once the trainer says which examples validation scores."""
-
-    def __init__(self, record: RunRecord, margin: float) -> None:
-        self.record = record
-        self.trivial: TrivialScore | None = None
-        self.margin = margin
-
-    def on_train_epoch_end(self, trainer: L.Trainer, module: GLUEClassifier) -> None:
-        self.record.update(**_outcome(module, trainer, self.trivial, self.margin))
-
-    def on_save_checkpoint(self, trainer: L.Trainer, module: GLUEClassifier, checkpoint: dict):
-        """The record so far, as JSON data (what results.json holds), to rebuild it from."""
-        checkpoint[RECORD_KEY] = json.loads(json.dumps(self.record.results, default=str))
-
-
-def scored_examples(datamodule: GLUEDataModule, split: str, trainer: L.Trainer) -> list[int]:
-    """The examples of ``split`` that validation scores, in index order: on each process, the
-    first batches of its share of the length-sorted batches (:meth:`GLUEDataModule.eval_batches`)
-    that the trainer's ``limit_val_batches`` keeps, by Lightning's rule (an int: that many
-    batches; a fraction: that share, rounded down). All of them by default; under ``debug=limit``
-    (2 batches) the longest 2 x ``data.eval_batch_size``."""
-    limit, processes = trainer.limit_val_batches, trainer.world_size
-    scored = []
-    for rank in range(processes):
-        batches = list(datamodule.eval_batches(split, processes, rank))
-        kept = min(len(batches), limit) if isinstance(limit, int) else int(len(batches) * limit)
-        scored += [index for batch in batches[:kept] for index in batch]
-    return sorted(scored)
-
-
-def _stopping_signal(error: BaseException, trainer: L.Trainer | None) -> signal.Signals | None:
-    """The signal that stopped the run, None for an error. SIGTERM and SIGUSR2: the
-    :class:`StopRequested` of :mod:`isotune.record.stopping`. SIGINT: a ``KeyboardInterrupt``, or
-    the plain ``SystemExit`` Lightning raises after catching one inside ``fit`` (it marks the
-    trainer interrupted then, as for any error, hence the exact type)."""
-    if isinstance(error, StopRequested):
-        return error.signal
-    if isinstance(error, SIGTERMException):  # Lightning's own handler, where ours is not set
-        return signal.SIGTERM
-    lightning_ctrl_c = type(error) is SystemExit and trainer is not None and trainer.interrupted
-    if isinstance(error, KeyboardInterrupt) or lightning_ctrl_c:
-        return signal.SIGINT
-    return None
-
-
-def _metrics_only(entry: dict[str, float]) -> dict[str, float]:
-    return {key: value for key, value in entry.items() if key not in ("epoch", "step")}
-
-
-def _best_checkpoint(trainer: L.Trainer | None) -> str | None:
-    """The path of the monitored checkpoint (best.ckpt), not of the every-epoch last.ckpt."""
-    callbacks = trainer.checkpoint_callbacks if trainer is not None else []
-    monitored = [callback for callback in callbacks if callback.monitor is not None]
-    best = monitored[0].best_model_path if monitored else ""
-    return best if best and Path(best).is_file() else None  # checkpoint.keep=none removes it
-
-
-def write_test_predictions(
-    trainer: L.Trainer,
-    model: GLUEClassifier,
-    datamodule: GLUEDataModule,
-    folder: Path,
-    source: dict[str, Any],
-) -> dict[str, int]:
-    """Predict the test set with the best checkpoint and write it as ``predict.py`` does
-    (:mod:`isotune.prediction.writer`): GLUE's submission files (MNLI: MNLI-m, MNLI-mm, AX),
-    or a ``task=files`` task's ``<task.name>.tsv``, each with its sidecar; the task's own test
-    split as the data module holds it (a ``task=files`` file read once)."""
-    data = {
-        "tokenizer": datamodule.tokenizer,
-        "max_length": datamodule.max_length,
-        "eval_batch_size": datamodule.eval_batch_size,
-    }
-    task = datamodule.task
-    files = [
-        replace(file, examples=tuple(datamodule.splits[task.test_split]))
-        if file.spec == task
-        else file
-        for file in prediction_files(task)
-    ]
-    return write_prediction_files(
-        trainer,
-        model,
-        files,
-        folder,
-        datamodule.glue_dir,
-        data,
-        source,
-        ckpt_path=source["checkpoint"],
-    )
-
-
-def _prediction_source(
-    cfg: DictConfig, trainer: L.Trainer, task: TaskSpec, provenance: Any, epoch: int | None
-) -> dict[str, Any]:
-    """The sidecars' record of the weights predicted with: the best checkpoint; without a
-    checkpoint callback (``callbacks=none``), the last epoch's weights (no file)."""
-    best = _best_checkpoint(trainer)
-    checkpoint = Path(best) if best is not None else None
-    name_or_path = cfg.model.name_or_path
-    output_dir = Path(cfg.paths.output_dir)
-    return prediction_source(output_dir, checkpoint, provenance, task, name_or_path, epoch)
-
-
-def _as_float(value: Any) -> Any:
-    """A number as a float, so that tables see reg.weight=-1 and -1.0 as one weight; anything
-    else as given, for the config check to report."""
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
-
-
-def _plain(cfg: DictConfig) -> dict:
-    return OmegaConf.to_container(cfg, resolve=True)
-
-
 def recorded_settings(cfg: DictConfig) -> dict[str, Any]:
     """What a run records in its results.json of what it runs: the tables' axes, its seeds and
     its command-line overrides."""
@@ -549,14 +299,11 @@ def recorded_settings(cfg: DictConfig) -> dict[str, Any]:
         "seed_init": cfg.seed_init,
         "seed_data": cfg.seed_data,
         "primary_metric": cfg.task.primary_metric,
-        "overrides": _overrides(),
+        "overrides": run_overrides(),
     }
 
 
-def _overrides() -> list[str]:
-    """The command-line overrides of this job (empty outside a Hydra app)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return []
-    return list(HydraConfig.get().overrides.task)
+def _as_float(value: Any) -> Any:
+    """A number as a float, so that tables see reg.weight=-1 and -1.0 as one weight; anything
+    else as given, for the config check to report."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value

@@ -1,7 +1,7 @@
 """A job's time from a few of its training steps timed on this machine: the preview's estimate
 where no run of the sweep has completed yet (docs/sweeps.md#preview).
 
-The job's config is built as its run builds it (:func:`isotune.training.run.model_and_data`, its
+The job's config is built as its run builds it (:func:`isotune.training.fit.model_and_data`, its
 trainer from ``trainer``), without its callbacks, logger or checkpoints, and nothing is written:
 the trainer's folder is a temporary one, removed after. :data:`TIMED_STEPS` batches are timed end
 (forward, backward, optimizer step), the first not counted (its warm-up), and the job's
@@ -29,8 +29,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from isotune.data.own_data import complete_own_task
 from isotune.sweeps.time_estimate import JobTime
 from isotune.tracking.reporting import counted
+from isotune.training.fit import model_and_data
 from isotune.training.lightning_tips import silence_lightning_tips
 
 TIMED_STEPS = 6  # batches run; the first warms up and is not counted
@@ -71,8 +73,6 @@ def bound_elsewhere(job: DictConfig, launcher: DictConfig) -> str | None:
 def time_training_steps(job: DictConfig, what: str, steps: int = TIMED_STEPS) -> JobTime:
     """``job``'s time (the config of one job, named ``what`` in the estimate's
     ``measured_from``) from ``steps`` of its training batches run here; nothing is written."""
-    from isotune.training.run import complete_own_task, model_and_data  # the training stack
-
     job = copy.deepcopy(job)
     own_data = complete_own_task(job)
     timer = BatchTimer(steps)

@@ -56,7 +56,7 @@ class TrivialScore:
 
 def trivial_score(task: TaskSpec, labels: Sequence[float] | torch.Tensor) -> TrivialScore:
     """The trivial predictor of ``labels`` (those of the dev examples the run scores, in any
-    order: :func:`isotune.training.run.scored_examples`) and its score."""
+    order: :func:`isotune.training.recording.scored_examples`) and its score."""
     labels = torch.as_tensor(labels)
     if task.is_regression:
         mean = float(labels.float().mean())

@@ -1,6 +1,7 @@
 """Check a saved view's panels against what runs really logged: every key a panel names, and the
-axis it draws against, must be one that some run's W&B file holds (:mod:`.run_file`); a custom
-chart's table must be in some run's summary, with every column the chart draws.
+axis it draws against, must be one that some run's W&B file holds
+(:mod:`isotune.dashboard.run_file`); a custom chart's table must be in some run's summary, with
+every column the chart draws.
 
 Works on the JSON of :func:`isotune.dashboard.views.view_json` (what ``--dry-run`` writes), so a
 dashboard can be checked against a sweep's runs without W&B's servers.
