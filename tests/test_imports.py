@@ -242,20 +242,10 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# The study sweeper and its driver, until the driver moves to isotune/study/ (issue 69).
-KNOWN_CIRCLES = [
-    [
-        "hydra_plugins.isotune_launcher._study_search",
-        "hydra_plugins.isotune_launcher.study_sweeper",
-    ]
-]
-
-
 def test_no_module_imports_itself_round_a_circle():
     """A circle, even through an import inside a function, makes each module of it need the
     others to be read or moved (issue 69 item 2)."""
-    found = circles(module_graph())
-    assert [part for part in found if part not in KNOWN_CIRCLES] == []
+    assert circles(module_graph()) == []
 
 
 def test_no_import_runs_up_from_isotune_to_the_plugins_or_a_script():
