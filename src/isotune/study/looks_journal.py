@@ -59,6 +59,13 @@ class FrozenLook:
     taken_at: str
     recorded: str = "when taken"
 
+    def differences(self) -> np.ndarray:
+        """The look's paired differences, arm minus baseline, as it decided on them."""
+        scores = [run.score for pair in self.pairs.values() for run in pair]
+        return at_resolution(
+            np.array([arm.score - base.score for base, arm in self.pairs.values()]), scores
+        )
+
     def as_record(self) -> dict[str, Any]:
         return {
             **asdict(self.decision),

@@ -282,9 +282,7 @@ def exact_decision(
         p = _nonzero_signed_rank_p(d)
         return by_interval if p is not None and p <= nominal else undecided
     if by_interval == EQUIVALENT and margin is not None:
-        below = _one_sided_p(d - margin, below=True)
-        above = _one_sided_p(d + margin, below=False)
-        return by_interval if max(below, above) <= nominal / 2 else undecided
+        return by_interval if equivalence_p(d, margin) <= nominal / 2 else undecided
     return by_interval
 
 
@@ -293,6 +291,12 @@ def _nonzero_signed_rank_p(d: np.ndarray) -> float | None:
     convention), None where none is left."""
     nonzero = d[d != 0]
     return signed_rank_p(nonzero) if nonzero.size else None
+
+
+def equivalence_p(d: np.ndarray, margin: float) -> float:
+    """The exact p of equivalence within ``margin``: the larger of the one-sided signed-rank p
+    that d - margin lies below 0 and that d + margin lies above it (two one-sided tests)."""
+    return max(_one_sided_p(d - margin, below=True), _one_sided_p(d + margin, below=False))
 
 
 def _one_sided_p(d: np.ndarray, below: bool) -> float:

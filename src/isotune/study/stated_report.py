@@ -16,13 +16,22 @@ from typing import Any
 
 from isotune.study.comparison import StatedAnswer
 from isotune.study.preregistration import PLAN_FILE
-from isotune.study.sequential import BOUNDED, EXACT
+from isotune.study.sequential import BOUNDED, EQUIVALENT, EXACT, equivalence_p
 from isotune.study.stated import StatedTest
 from isotune.study.stated_looks import STATED_FAILURES, Looks
 from isotune.tracking.reporting import counted
 
 MISSING = "n/a"  # a value not there: never `none`, which is the name of the baseline arm
 SPENDING_NAMES = {"obf": "O'Brien-Fleming type", "pocock": "Pocock type"}
+EARLY_STOP = {  # a mean at an early stop is biased, away from 0 or towards it
+    False: "The study stopped early: a mean at an early stop is biased away from 0 (a study "
+    "stops for a difference when its differences happen to be far from 0), so the mean above "
+    "overstates the difference; the repeated interval holds its coverage.",
+    True: "The study stopped early for equivalence: a mean at such a stop is biased towards 0 (a "
+    "study stops there when its differences happen to lie close to 0), so the mean above may "
+    "understate a difference; the repeated interval, inside the margin, is the answer and holds "
+    "its coverage.",
+}
 RULE_NAMES = {
     EXACT: "and the exact signed-rank tests (with ties) agree at the look's nominal level: "
     "different only where the two-sided test rejects, equivalent only where both one-sided "
@@ -186,13 +195,16 @@ def _sequential_lines(test: StatedTest, looks: Looks) -> list[str]:
         f"({counted(len(used), 'pair')}); alpha spent: "
         f"{looks.taken[-1].alpha_spent if looks.taken else 0:.4f} of {plan.alpha:g}.",
     ]
-    if decided is not None and decided.look < len(plan.looks):
+    if decided is not None and decided.decision == EQUIVALENT and plan.margin is not None:
+        d = looks.frozen[-1].differences()
         lines += [
             "",
-            "The study stopped early: a mean at an early stop is biased away from 0 (a study "
-            "stops when its differences happen to be far from 0), so the mean above "
-            "overstates the difference; the repeated interval holds its coverage.",
+            f"The exact one-sided signed-rank tests of d - margin and d + margin at look "
+            f"{decided.look}: p {equivalence_p(d, plan.margin):.2g} at most, against half the "
+            f"look's nominal level, {decided.nominal / 2:.2g}.",
         ]
+    if decided is not None and decided.look < len(plan.looks):
+        lines += ["", EARLY_STOP[decided.decision == EQUIVALENT]]
     return lines
 
 
