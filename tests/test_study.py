@@ -34,6 +34,7 @@ from isotune.data.reading import check_task_offline
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
 from isotune.search.space import parse_space
+from isotune.study import loop as study_loop
 from isotune.study.comparison import (
     ALL_TASKS,
     across_tasks,
@@ -867,7 +868,7 @@ def _stopped_by_ctrl_c(monkeypatch):
     def stopped(*_):
         raise KeyboardInterrupt
 
-    return lambda: monkeypatch.setattr(_study_search, "run_searches", stopped)
+    return lambda: monkeypatch.setattr(study_loop, "run_searches", stopped)
 
 
 def _run_made_elsewhere(study: Path) -> Path:

@@ -181,13 +181,15 @@ def take_due_looks(
 
 
 def append_look(folder: Path, look: FrozenLook) -> None:
-    """Add ``look``'s record at the end of the journal, whole or not at all."""
+    """Add ``look``'s record at the end of the journal, whole or not at all. A record a kill cut
+    short (no newline after it) is no look taken: it is dropped first, as every read drops it."""
     path = folder / LOOKS_FILE
     line = (json.dumps(look.as_record(), sort_keys=False) + "\n").encode()
-    if path.is_file():
+    journal = path.read_bytes() if path.is_file() else b""
+    if journal and journal == complete_lines(journal):
         append_bytes(path, line)
     else:
-        write_bytes(path, line)
+        write_bytes(path, complete_lines(journal) + line)
 
 
 def paired_run(folder: Path, run: str, score: float) -> PairedRun:
