@@ -13,19 +13,30 @@ or one typed again while jobs it sent to SLURM are still queued or running
 (:mod:`isotune.sweeps.slurm_jobs`), and a sweep stopped by a signal prints the summary before
 it exits with the signal's status.
 
-A sweep typed again in its folder starts each job in the job's folder, where Hydra's ``run_job``
-writes ``.hydra/*.yaml`` and opens ``train.log`` before any callback or the run can check it. So
-a job whose folder already holds a link leading out of it
-(:func:`~isotune.record.resume.check_links_stay_inside`) is refused here, before it is handed
-to the launcher (basic, gpus or SLURM alike): nothing of its folder is rewritten, and the refusal
-is recorded in its results.json (a failed attempt after the earlier ones), so that the summary
-reports it rather than how the job ended before.
+A sweep typed again in its folder, as it was or grown (a seed or a task added), runs each job in
+the folder that holds its configuration, and a new configuration in a new numbered folder
+(:mod:`isotune.sweeps.job_folders`, set as the job's ``hydra.sweep.subdir``): Hydra's numbering by
+place would start the grown sweep's jobs in other configurations' folders. Only what is new or
+did not complete runs.
+
+Hydra's ``run_job`` writes ``.hydra/*.yaml`` into a job's folder and opens ``train.log`` there
+before any callback or the run can check it, so two kinds of job are refused here, before they
+are handed to the launcher (basic, gpus or SLURM alike), nothing of their folder rewritten:
+
+- one whose folder holds another configuration's run, or is an earlier job's (only where
+  ``hydra.sweep.subdir`` is set otherwise than numbered): the summary names it as refused, and
+  nothing is written in that folder, which is not the job's own;
+- one whose folder holds a link leading out of it
+  (:func:`~isotune.record.resume.check_links_stay_inside`): the refusal is recorded in its
+  results.json (a failed attempt after the earlier ones), so that the summary reports it rather
+  than how the job ended before.
 """
 
 import dataclasses
 import itertools
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,26 +44,28 @@ from pathlib import Path
 from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf
-from hydra.core.config_loader import ConfigLoader
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from hydra_plugins.isotune_launcher.preview import PreviewConf, say_preview
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.errors import IsotuneError
 from isotune.record.results import RESULTS_FILE
-from isotune.record.resume import check_links_stay_inside, record_refusal
+from isotune.record.resume import check_links_stay_inside, record_refusal, result_overrides
+from isotune.sweeps.job_folders import job_folders, recorded_run
 from isotune.sweeps.runs import Run
 from isotune.sweeps.slurm_jobs import check_no_live_jobs
 from isotune.sweeps.summary import summarize_sweep
 from isotune.tracking.reporting import counted
 
 log = logging.getLogger(__name__)
+
+NUMBERED = "${hydra.job.num}"  # hydra.sweep.subdir as conf/hydra/default.yaml sets it
 
 
 @dataclass
@@ -65,34 +78,61 @@ ConfigStore.instance().store(
 )
 
 
+@dataclass(frozen=True)
+class _Job:
+    """One job of the sweep as planned before any starts."""
+
+    overrides: list[str]
+    # Composed as the launcher will compose it (composing one takes a noticeable fraction of a
+    # second, so it is done once), its folder set as hydra.runtime.output_dir.
+    config: DictConfig
+    placed: list[str]  # the override that puts it in its folder; [] where subdir is the user's
+    run: Run | None  # what its folder records
+    refused: str | None  # why it may not start in that folder, which is not its own
+
+    @property
+    def folder(self) -> str:
+        return str(self.config.hydra.runtime.output_dir)
+
+    @property
+    def completed(self) -> bool:
+        """Whether it completed before with these very overrides (a sweep typed again): it is not
+        launched. One whose folder holds it completed with other bookkeeping (another
+        ``paths.glue_dir``, ``write_test_predictions=true``) is, and its run says what stands."""
+        return (
+            self.refused is None
+            and self.run is not None
+            and self.run.completed
+            and set(self.run.overrides) == set(self.overrides)
+        )
+
+
 class _KeepingLauncher:
     """Runs each batch on the real launcher and keeps its returns; tells the basic sweeper every
-    job completed, so it neither re-raises a job's error nor stops before the next batch. A job
-    refused before it starts (:meth:`refusal`) is kept out of the launcher's hands; the jobs
-    around it are launched with their own numbers."""
+    job completed, so it neither re-raises a job's error nor stops before the next batch. Each job
+    goes to its planned folder; one completed there before, or refused before it starts
+    (:meth:`unlaunched`), is kept out of the launcher's hands, and the jobs around it are
+    launched with their own numbers."""
 
-    def __init__(self, launcher: Launcher, config: DictConfig, config_loader: ConfigLoader) -> None:
+    def __init__(self, launcher: Launcher) -> None:
         self.launcher = launcher
-        self.config = config
-        self.config_loader = config_loader
         self.returns: list[Sequence[JobReturn]] = []
-        # Each job's config as the sweeper composed it for the disk check, by job number and
-        # overrides: composing one takes a noticeable fraction of a second, so it is done once.
-        self.composed: dict[tuple[int, tuple[str, ...]], DictConfig] = {}
+        self.jobs: dict[int, _Job] = {}  # by job number, planned by the sweeper
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list:
-        refusals = [
-            self.refusal(list(overrides), initial_job_idx + index)
-            for index, overrides in enumerate(job_overrides)
-        ]
+        numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
+        unlaunched = [self.unlaunched(number) for number in numbers]
         returns: list[JobReturn] = []
         start = 0
-        for refused, group in itertools.groupby(refusals, key=lambda job: job is not None):
+        for kept_out, group in itertools.groupby(unlaunched, key=lambda job: job is not None):
             size = len(group := list(group))
-            if refused:
+            if kept_out:
                 returns += group
             else:
-                batch = job_overrides[start : start + size]
+                batch = [
+                    [*job.overrides, *job.placed]
+                    for job in (self.jobs[n] for n in numbers[start : start + size])
+                ]
                 returns += self.launcher.launch(batch, initial_job_idx=initial_job_idx + start)
             start += size
         self.returns.append(returns)
@@ -101,26 +141,32 @@ class _KeepingLauncher:
             for job in returns
         ]
 
-    def refusal(self, overrides: list[str], number: int) -> JobReturn | None:
-        """A failed return for job ``number`` if its folder (as Hydra's ``run_job`` will make it)
-        holds a link leading out, with the refusal recorded in its results.json; else None."""
-        config = self.composed.pop((number, tuple(overrides)), None)
-        if config is None:  # not composed before (a job the sweeper numbered otherwise)
-            config = self.config_loader.load_sweep_config(self.config, overrides)
-            _job_folder(config, number)
-        folder = str(config.hydra.runtime.output_dir)  # set by _job_folder, here or in sweep()
-        try:
-            check_links_stay_inside(folder, "hydra.sweep.dir")
-        except IsotuneError as error:
-            log.error(f"#{number} : {' '.join(filter_overrides(overrides))} refused: {error}")
-            record_refusal(folder, overrides, error)
+    def unlaunched(self, number: int) -> JobReturn | None:
+        """The return of job ``number`` where it is not launched: completed, if it completed in
+        its folder before; failed, if its folder is not its own, or holds a link leading out
+        (that refusal recorded in its results.json). None: launch it."""
+        job = self.jobs[number]
+        if job.completed:
+            log.info(f"#{number} : {' '.join(filter_overrides(job.overrides))} completed before")
             return JobReturn(
-                overrides=overrides,
-                hydra_cfg=config,
-                status=JobStatus.FAILED,
-                _return_value=error,
+                overrides=job.overrides, hydra_cfg=job.config, status=JobStatus.COMPLETED
             )
-        return None
+        if job.refused is not None:
+            error = IsotuneError(job.refused)
+        else:
+            try:
+                check_links_stay_inside(job.folder, "hydra.sweep.dir")
+                return None
+            except IsotuneError as leaving:
+                record_refusal(job.folder, job.overrides, leaving)
+                error = leaving
+        log.error(f"#{number} : {' '.join(filter_overrides(job.overrides))} refused: {error}")
+        return JobReturn(
+            overrides=job.overrides,
+            hydra_cfg=job.config,
+            status=JobStatus.FAILED,
+            _return_value=error,
+        )
 
 
 def _job_folder(config: DictConfig, number: int) -> str:
@@ -153,7 +199,7 @@ class SummarizingSweeper(BasicSweeper):
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
-        self.launcher = _KeepingLauncher(self.launcher, config, hydra_context.config_loader)
+        self.launcher = _KeepingLauncher(self.launcher)
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and isinstance(self.launcher, _KeepingLauncher)
@@ -163,31 +209,34 @@ class SummarizingSweeper(BasicSweeper):
         log.info(f"Sweep folder: {sweep_dir}")
         with stops_with_a_summary(sweep_dir, self.launcher.launcher):
             check_no_live_jobs(sweep_dir, "Typing the sweep again")
-            self.launcher.composed = self._job_configs(arguments)
-            done = {
-                job: _completed(_job_folder(config, job[0]))
-                for job, config in self.launcher.composed.items()
-            }
-            left = [config for job, config in self.launcher.composed.items() if not done[job]]
+            jobs = self.launcher.jobs = self._plan(arguments, sweep_dir)
+            left = [n for n, job in jobs.items() if not job.completed and job.refused is None]
             fits_at_once = jobs_at_once(self.config.hydra.launcher, len(left))
-            completed = len(self.launcher.composed) - len(left)
-            check_sweep_fits(sweep_dir, left, fits_at_once, completed)
+            completed = sum(job.completed for job in jobs.values())
+            check_sweep_fits(sweep_dir, [jobs[n].config for n in left], fits_at_once, completed)
             if self.preview:
-                timed = next((job for job in done if not done[job]), next(iter(done)))
+                timed = left[0] if left else 0
                 say_preview(
                     sweep_dir,
-                    _plan([(overrides, completed) for (_, overrides), completed in done.items()]),
+                    _plan_lines(list(jobs.values()), sweep_dir),
                     len(left),
                     fits_at_once,
-                    self.launcher.composed[timed],
-                    f"job #{timed[0]}",
+                    jobs[timed].config,
+                    f"job #{timed}",
                     self.config.hydra.launcher,
                 )
                 return []
             super().sweep(arguments)
         returns = [job for batch in self.launcher.returns for job in batch]
-        summary = summarize_sweep(sweep_dir)
-        unrecorded = [job for job in returns if _failed_without_record(job)]
+        refused = {n: job for n, job in jobs.items() if job.refused is not None}
+        summary = summarize_sweep(
+            sweep_dir, {tuple(job.overrides): job.refused for job in refused.values()}
+        )
+        unrecorded = [
+            job
+            for job in returns
+            if _failed_without_record(job) and job.hydra_cfg.hydra.job.num not in refused
+        ]
         for job in unrecorded:  # failed before its run could write results.json
             log.error(f"Job {' '.join(job.overrides)} failed: {job._return_value}")
         if summary.all_completed and not unrecorded:
@@ -196,48 +245,75 @@ class SummarizingSweeper(BasicSweeper):
         log.error(summary.text)
         sys.exit(1)
 
-    def _job_configs(self, arguments: list[str]) -> dict[tuple[int, tuple[str, ...]], DictConfig]:
-        """Every job's composed config, as the basic sweeper will make them, by job number and
-        overrides (in job-number order)."""
+    def _plan(self, arguments: list[str], sweep_dir: Path) -> dict[int, _Job]:
+        """Every job, by job number (as the basic sweeper numbers them): its overrides, its
+        folder (:func:`~isotune.sweeps.job_folders.job_folders`, where ``hydra.sweep.subdir`` is
+        numbered) and what that folder records."""
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
         parsed = OverridesParser.create(config_loader=loader).parse_overrides(
             [*self._parse_config(), *arguments]
         )
-        jobs = [tuple(job) for batch in self.split_arguments(parsed, None) for job in batch]
-        return {
-            (number, job): loader.load_sweep_config(self.config, list(job))
-            for number, job in enumerate(jobs)
-        }
+        jobs = [list(job) for batch in self.split_arguments(parsed, None) for job in batch]
+        if OmegaConf.to_container(self.config.hydra.sweep)["subdir"] == NUMBERED:
+            placed = [[f"hydra.sweep.subdir={name}"] for name in job_folders(sweep_dir, jobs)]
+        else:  # the user's own folders: each job is checked against what its folder holds
+            placed = [[] for _ in jobs]
+        planned: dict[int, _Job] = {}
+        owners: dict[str, int] = {}  # each folder's first job
+        for number, (overrides, placing) in enumerate(zip(jobs, placed, strict=True)):
+            config = loader.load_sweep_config(self.config, [*overrides, *placing])
+            folder = _job_folder(config, number)
+            run = recorded_run(Path(folder))
+            owner = owners.setdefault(folder, number)
+            refused = _not_its_folder(folder, overrides, run, None if owner == number else owner)
+            planned[number] = _Job(overrides, config, placing, run, refused)
+        return planned
 
 
-def _plan(jobs: list[tuple[tuple[str, ...], bool]]) -> list[str]:
-    """A multirun's jobs (each its overrides, and whether it completed before) as its preview
-    says them: by the keys that differ between them (the swept ones), job by job."""
+def _not_its_folder(
+    folder: str, overrides: list[str], run: Run | None, owner: int | None
+) -> str | None:
+    """Why a job with ``overrides`` may not start in ``folder`` (recording ``run``; ``owner``:
+    the earlier job of the sweep that goes there); None where it may."""
+    if owner is not None:
+        holds = f"is also job #{owner}'s"
+    elif run is not None and result_overrides(run.overrides) != result_overrides(overrides):
+        holds = f"holds the run of another configuration ({shlex.join(run.overrides)})"
+    else:
+        return None
+    return (
+        f"Its folder {folder} {holds}: started there, Hydra would rewrite that run's .hydra/ "
+        f"before the run could refuse. Fix: leave hydra.sweep.subdir at {NUMBERED} (each "
+        "configuration in its own numbered folder) or make it tell these jobs apart, or sweep "
+        "into another hydra.sweep.dir."
+    )
+
+
+def _plan_lines(jobs: list[_Job], sweep_dir: Path) -> list[str]:
+    """A multirun's jobs as its preview says them: by the keys that differ between them (the
+    swept ones), job by job, each by its folder and whether it completed there before."""
     values: dict[str, list[str]] = {}
-    for overrides, _ in jobs:
-        for override in filter_overrides(list(overrides)):
+    for job in jobs:
+        for override in filter_overrides(job.overrides):
             key, _, value = override.partition("=")
             values.setdefault(key, [])
             if value not in values[key]:
                 values[key].append(value)
     swept = [key for key, seen in values.items() if len(seen) > 1]
-    done = sum(completed for _, completed in jobs)
+    done = sum(job.completed for job in jobs)
+    refused = sum(job.refused is not None for job in jobs)
     sweeps = "; ".join(f"{key}={','.join(values[key])}" for key in swept) or "no key swept"
     lines = [
         f"A multirun of {counted(len(jobs), 'job')} ({sweeps}): {done} completed in the "
-        f"folder, {len(jobs) - done} to run."
+        f"folder, {len(jobs) - done - refused} to run"
+        + (f", {refused} refused (its folder is another job's)." if refused else ".")
     ]
-    for number, (overrides, completed) in enumerate(jobs):
-        shown = [o for o in filter_overrides(list(overrides)) if o.partition("=")[0] in swept]
-        lines.append(f"  #{number} {' '.join(shown)}{' (completed)' if completed else ''}")
+    for job in jobs:
+        shown = [o for o in filter_overrides(job.overrides) if o.partition("=")[0] in swept]
+        state = " (completed)" if job.completed else " (refused)" if job.refused else ""
+        lines.append(f"  #{os.path.relpath(job.folder, sweep_dir)} {' '.join(shown)}{state}")
     return lines
-
-
-def _completed(folder: str) -> bool:
-    """Whether the job in ``folder`` completed before (a sweep typed again): it runs no more."""
-    results = Path(folder) / RESULTS_FILE
-    return results.is_file() and Run.read(results).completed
 
 
 def _failed_without_record(job: JobReturn) -> bool:

@@ -17,7 +17,7 @@ import os
 import pickle
 import re
 import zipfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -276,15 +276,17 @@ def recorded_differences(record: Mapping[str, Any], settings: Mapping[str, Any])
     for key, value in settings.items():
         recorded = record.get(key)
         if key == "overrides" and recorded is not None:
-            old, new = (
-                {o for o in overrides if not _bookkeeping(o.lstrip("+~").split("=", 1)[0])}
-                for overrides in (recorded, value)
-            )
+            old, new = result_overrides(recorded), result_overrides(value)
             if old != new:
                 differences.append(f"{key}: {sorted(old - new)} -> {sorted(new - old)}")
         elif recorded is not None and recorded != value:
             differences.append(f"{key}: {recorded!r} -> {value!r}")
     return differences
+
+
+def result_overrides(overrides: Iterable[str]) -> frozenset[str]:
+    """The ``overrides`` that change a result (not bookkeeping), in any order: one computation's."""
+    return frozenset(o for o in overrides if not _bookkeeping(o.lstrip("+~").split("=", 1)[0]))
 
 
 def check_links_stay_inside(folder: str | Path, folder_key: str = "hydra.run.dir") -> None:

@@ -21,6 +21,7 @@ from isotune.errors import IsotuneError
 from isotune.record.results import RESULTS_FILE, read_results
 
 SWEEP_FILE = "multirun.yaml"
+HYDRA_OVERRIDES = Path(".hydra", "overrides.yaml")  # Hydra's record of a job's task overrides
 # The sweepers of a search (docs/search.md) and of a study's searches (docs/study.md), as a search
 # folder's multirun.yaml names them: our own, whose folders continue by their command (the
 # official hydra-optuna-sweeper lays its folders out otherwise).
@@ -96,12 +97,17 @@ class Run:
 
     @cached_property
     def overrides(self) -> tuple[str, ...]:
-        """The job's task overrides: Hydra's own record in ``.hydra/overrides.yaml``, else the
-        copy in results.json."""
-        hydra_record = self.job_dir / ".hydra" / "overrides.yaml"
-        if hydra_record.is_file():
-            return tuple(_read_yaml(hydra_record) or ())
-        return tuple(self.result.get("overrides") or ())
+        """The job's task overrides: those results.json records, else (a record without them,
+        written before they were recorded or by no run) Hydra's ``.hydra/overrides.yaml``.
+
+        results.json comes first because Hydra rewrites ``.hydra/`` as a job starts, before the
+        run can refuse it: a job started in a folder that holds another configuration's run
+        (refused, its results.json left as it was) leaves its own overrides there."""
+        recorded = self.result.get("overrides")
+        if recorded is not None:
+            return tuple(recorded)
+        hydra_record = self.job_dir / HYDRA_OVERRIDES
+        return tuple(_read_yaml(hydra_record) or ()) if hydra_record.is_file() else ()
 
     def field(self, name: str) -> Any:
         if self.result.get(name) is None:

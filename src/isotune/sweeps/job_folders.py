@@ -1,0 +1,65 @@
+"""Which folder each job of a plain multirun runs in: the one that holds its configuration.
+
+Hydra names a multirun's job folders by the jobs' places in the sweep (``hydra.sweep.subdir:
+${hydra.job.num}``). A sweep typed again in its folder with a seed or a task added puts other
+configurations at those places, so by place its jobs would start in folders holding other runs:
+refused there (rightly), while the new configurations never ran. Here a job goes to the folder
+whose recorded overrides (:attr:`~isotune.sweeps.runs.Run.overrides`) are its own, in any order
+and but for those that change no result (:func:`~isotune.record.resume.result_overrides`: a
+sweep typed again with another ``paths.glue_dir`` or ``data.num_workers`` is the same
+computation), so what completed stands and what was cut continues; a new configuration goes to
+the lowest number no folder has, so a new sweep's folders are Hydra's own 0, 1, 2, ... The
+isotune sweeper sets each job's ``hydra.sweep.subdir`` from :func:`job_folders`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+
+from isotune.record.results import RESULTS_FILE
+from isotune.record.resume import result_overrides
+from isotune.sweeps.runs import HYDRA_OVERRIDES, Run
+
+
+def recorded_run(folder: Path) -> Run | None:
+    """The run ``folder`` records: its results.json's; a job that died before writing one, by
+    Hydra's record of its overrides alone (not completed); None for a folder that records no
+    job (or none at all)."""
+    results = folder / RESULTS_FILE
+    if results.is_file():
+        return Run.read(results)
+    if (folder / HYDRA_OVERRIDES).is_file():
+        return Run(results, {})
+    return None
+
+
+def job_folders(sweep_dir: Path, jobs: Sequence[Sequence[str]]) -> list[str]:
+    """The folder (a name in ``sweep_dir``) of each of ``jobs`` (each its overrides, in job
+    order): the folder recording the same computation (a completed one first, where a job ran in
+    several), else the lowest number that names nothing in ``sweep_dir`` nor an earlier job's
+    folder. Two jobs with the same overrides (a value typed twice) get two folders."""
+    recorded: dict[frozenset[str], list[tuple[bool, str]]] = {}
+    existing = set()
+    if sweep_dir.is_dir():
+        for path in sweep_dir.iterdir():
+            existing.add(path.name)
+            run = recorded_run(path) if path.is_dir() else None
+            if run is not None:
+                recorded.setdefault(result_overrides(run.overrides), []).append(
+                    (not run.completed, path.name)
+                )
+    for folders in recorded.values():
+        folders.sort(key=lambda folder: (folder[0], _number(folder[1])))
+    numbers = (str(n) for n in itertools.count() if str(n) not in existing)
+    chosen = []
+    for job in jobs:
+        same = recorded.get(result_overrides(job))
+        chosen.append(same.pop(0)[1] if same else next(numbers))
+    return chosen
+
+
+def _number(name: str) -> float:
+    """A folder's number, for the order of folders recording one job (a name: after them)."""
+    return int(name) if name.isdigit() else float("inf")
