@@ -77,6 +77,8 @@ class TaskSpec(ABC):
     dataset: str | None = None  # files: a Hugging Face data set by name, read in place of files
     dataset_config: str | None = None  # its config (SuperGLUE's boolq)
     regression: bool | None = None  # files: null decides from the train file's labels
+    id_column: str | None = None  # files: the test file's ids; null: first of id, idx, index
+    keeps_ids: bool = False  # files: predictions keep its ids (false: a checkpoint from before)
     tsv_header: bool = True
     columns: Mapping[str, int] = field(default_factory=dict)
     test_columns: Mapping[str, int] = field(default_factory=dict)
