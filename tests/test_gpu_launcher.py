@@ -487,19 +487,24 @@ def test_one_ctrl_c_stops_a_sweep_whose_jobs_take_every_signal_for_their_own(tmp
     assert not (sweep / "2").exists()  # no job starts once the sweep is stopping
 
 
-def _ignore_sigterm_and_sleep() -> None:
+def _ignore_sigterm_and_sleep(ready) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
     time.sleep(600)
 
 
 def test_a_worker_that_does_not_end_when_told_is_killed_at_the_deadline():
-    worker = multiprocessing.get_context("fork").Process(target=_ignore_sigterm_and_sleep)
+    """The launcher never waits for a worker without a deadline: one that ignores its stop (as a
+    worker did whose finished run had left its own SIGTERM handler behind) is killed then."""
+    fork = multiprocessing.get_context("fork")
+    ready = fork.Event()
+    worker = fork.Process(target=_ignore_sigterm_and_sleep, args=(ready,))
     worker.start()
-    time.sleep(0.2)
+    assert ready.wait(60)
     worker.terminate()  # ignored
     started = time.monotonic()
     _join_or_kill(worker, time.monotonic() + 0.5)
-    assert 0.4 < time.monotonic() - started < 10
+    assert 0.4 < time.monotonic() - started < 30
     assert worker.exitcode == -signal.SIGKILL
 
 

@@ -403,8 +403,8 @@ def test_the_id_column_is_task_id_column_else_the_first_of_id_idx_index(tmp_path
         read_own_split(dataclasses.replace(named, files={"test": str(no_id)}), "test")
 
 
-@pytest.mark.parametrize(("id_", "what"), [("a\tb", "tab"), ("a\nb", "line break")])
-def test_an_id_holding_a_tab_or_a_line_break_is_refused_naming_its_line(tmp_path, id_, what):
+@pytest.mark.parametrize("id_", ["a\tb", "a\nb"], ids=["tab", "line break"])
+def test_an_id_holding_a_tab_or_a_line_break_is_refused_naming_its_line(tmp_path, id_):
     rows = [["fine-1", "fine"], [id_, "dull"], ["fine-3", "fine"]]
     test_file = write_delimited(tmp_path / "test.csv", ["id", "sentence"], rows, ",")
     with pytest.raises(

@@ -103,7 +103,7 @@ def serve_jobs(
             else:
                 signal.signal(signal.SIGINT, ctrl_c_in_a_sweep)
                 job_return = _execute_job(context, *job)
-                signal.signal(signal.SIGINT, note)  # Lightning leaves it ignored after Ctrl-C
+                signal.signal(signal.SIGINT, note)  # between jobs: only noted
             conn.send_bytes(_portable(job_return))
             # A job's trainer, model and data hold one another in reference cycles, which only
             # the collector frees: collected now, before the next job allocates, they are not
