@@ -5,6 +5,7 @@ devices."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hydra_plugins.isotune_launcher.gpus_launcher import GpusLauncher
+from hydra_plugins.isotune_launcher.gpus_launcher import GpusLauncher, _join_or_kill
 from isotune.errors import IsotuneError
 from isotune.sweeps import gpu_slots
 from tests.conftest import CONF_DIR, ROOT
@@ -258,8 +259,9 @@ def main(cfg):
     if hydra_cfg.job.num < cfg.gather:
         gather(Path(hydra_cfg.sweep.dir, "gathered"), hydra_cfg.job.num, cfg.gather)
     if cfg.mode == "stoppable":  # as a training run stops: records its end, exits 128 + signal
-        stopped = []
-        signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
+        stopped = []  # its handlers outlive it, as a run's can (Lightning's restore them late)
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop, lambda signum, frame: stopped.append(signum))
         Path(hydra_cfg.sweep.dir, "stoppable").touch()
         while not stopped:
             time.sleep(0.02)
@@ -442,6 +444,68 @@ def test_a_stopped_sweeps_jobs_are_each_reported_stopped_once(tmp_path):
     assert (
         output.count("#1 (gather=2 sleep=120 mode=ok) stopped by SIGTERM before returning") == 1
     ), output
+
+
+@pytest.mark.slow
+def test_one_ctrl_c_stops_a_sweep_whose_jobs_take_every_signal_for_their_own(tmp_path):
+    """Ctrl-C as a terminal sends it, to the whole process group: each job records its end and
+    returns, its worker (whose job left its own SIGTERM handler behind) is told to stop, and the
+    sweep ends within seconds, each job one "stopped by SIGINT" line. Before, the launcher sent
+    SIGTERM to the workers and joined them without a timeout: a worker back in its wait for the
+    next job took that SIGTERM for its job's, and the sweep waited for a second Ctrl-C."""
+    (tmp_path / "my_app.py").write_text(textwrap.dedent(APP))
+    (tmp_path / "config.yaml").write_text("sleep: 0.0\nmode: ok\ngather: 0\n")
+    launcher_yaml = tmp_path / "hydra" / "launcher" / "gpus.yaml"
+    launcher_yaml.parent.mkdir(parents=True)
+    shutil.copy(CONF_DIR / "hydra" / "launcher" / "gpus.yaml", launcher_yaml)
+    sweep = tmp_path / "sweep"
+    overrides = ["hydra/launcher=gpus", "hydra.launcher.n_jobs=2", "gather=2", "mode=stoppable"]
+    process = subprocess.Popen(
+        [sys.executable, "my_app.py", "-m", f"hydra.sweep.dir={sweep}", *overrides, "sleep=1,2,3"],
+        cwd=tmp_path,
+        env={**_env_with_src(), "CUDA_VISIBLE_DEVICES": ""},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell's foreground job
+    )
+    try:
+        deadline = time.monotonic() + 120  # a safety stop, not a measurement
+        while not (sweep / "stoppable").exists() or len(list((sweep / "gathered").iterdir())) < 2:
+            assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
+            time.sleep(0.05)
+        time.sleep(0.5)  # both jobs past installing their handlers
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert "killing it" not in output, output  # every worker ended when told to
+    for job in ("0", "1"):
+        stopped = f"stopped by SIGINT: {sweep / job / 'results.json'} says completed"
+        assert output.count(stopped) == 1, output
+    assert not (sweep / "2").exists()  # no job starts once the sweep is stopping
+
+
+def _ignore_sigterm_and_sleep(ready) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(600)
+
+
+def test_a_worker_that_does_not_end_when_told_is_killed_at_the_deadline():
+    """The launcher never waits for a worker without a deadline: one that ignores its stop (as a
+    worker did whose finished run had left its own SIGTERM handler behind) is killed then."""
+    fork = multiprocessing.get_context("fork")
+    ready = fork.Event()
+    worker = fork.Process(target=_ignore_sigterm_and_sleep, args=(ready,))
+    worker.start()
+    assert ready.wait(60)
+    worker.terminate()  # ignored
+    started = time.monotonic()
+    _join_or_kill(worker, time.monotonic() + 0.5)
+    assert 0.4 < time.monotonic() - started < 30
+    assert worker.exitcode == -signal.SIGKILL
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from sklearn.metrics import accuracy_score, f1_score
 
 from isotune.analysis.run import analyze
 from isotune.data import load_split, own_data
+from isotune.data.example_ids import example_ids
 from isotune.data.glue_format import SubmissionFile, submission_text
 from isotune.data.metrics import build_metrics, compute_scores
 from isotune.data.own_data import own_task, read_own_split
@@ -308,24 +309,92 @@ def test_more_classes_than_a_quarter_of_the_train_rows_is_warned_naming_the_coun
     assert not own_task({**config, "files": {"train": str(few), "validation": str(few)}}).warnings
 
 
-def test_a_test_files_own_index_column_names_its_predictions(tmp_path):
-    """A test file's index column (5000, 5007, ...) names its predictions, as GLUE's test
-    files' does; without one, the row's position from 0; one that is not distinct integers is
-    refused."""
+def _test_task(tmp_path: Path, test_file: Path, **settings) -> TaskSpec:
     train_file, dev_file = small_files(tmp_path, GOOD, GOOD)
+    task = files_task(train_file, dev_file, **settings)
+    return dataclasses.replace(task, files={"test": str(test_file)}, test_split="test")
+
+
+def _predictions(task: TaskSpec) -> list[str]:
+    """The predictions file's lines as the writer makes them, each example predicted class 0."""
+    examples = read_own_split(task, "test")
+    rows = [(example["idx"], 0) for example in examples]
+    return submission_text(
+        SubmissionFile(task.name, task), rows, example_ids(examples)
+    ).splitlines()
+
+
+def test_a_test_files_own_ids_name_its_predictions_as_written_in_file_order(tmp_path):
+    """Ids of any kind (strings; integers out of order) name the predictions as the file writes
+    them, in its order, under the column's own header; a file without one is named by position."""
+    reviews = write_delimited(
+        tmp_path / "test.csv",
+        ["id", "sentence"],
+        [["rev-0042", "fine"], ["b 7", "dull"], ["rev-0001", "fine again"]],
+        ",",
+    )
+    assert _predictions(_test_task(tmp_path, reviews)) == [
+        "id\tprediction",
+        "rev-0042\tneg",
+        "b 7\tneg",
+        "rev-0001\tneg",
+    ]
+    numbered = write_json_lines(
+        tmp_path / "test.jsonl", [{"index": n, "sentence": "x"} for n in (9, 3, 5)]
+    )
+    assert _predictions(_test_task(tmp_path, numbered))[1:] == ["9\tneg", "3\tneg", "5\tneg"]
+    by_position = write_lines(tmp_path / "rows.csv", ["sentence", "fine", "dull"])
+    assert _predictions(_test_task(tmp_path, by_position)) == [
+        "index\tprediction",
+        "0\tneg",
+        "1\tneg",
+    ]
+
+
+def test_the_id_column_is_task_id_column_else_the_first_of_id_idx_index(tmp_path):
+    columns = ["index", "idx", "uid", "id", "sentence"]
+    rows = [["i1", "x1", "u1", "d1", "fine"]]
+    every = write_delimited(tmp_path / "every.csv", columns, rows, ",")
+    assert _predictions(_test_task(tmp_path, every))[:2] == ["id\tprediction", "d1\tneg"]
+    no_id = write_delimited(
+        tmp_path / "no_id.csv", ["index", "idx", "sentence"], [["i1", "x1", "fine"]], ","
+    )
+    assert _predictions(_test_task(tmp_path, no_id))[:2] == ["idx\tprediction", "x1\tneg"]
+    named = _test_task(tmp_path, every, id_column="uid")
+    assert named.keeps_ids and named.id_column == "uid"
+    assert _predictions(named)[:2] == ["uid\tprediction", "u1\tneg"]
+    with pytest.raises(IsotuneError, match=r"no_id.csv has no column 'uid' \(task.id_column"):
+        read_own_split(dataclasses.replace(named, files={"test": str(no_id)}), "test")
+
+
+@pytest.mark.parametrize("id_", ["a\tb", "a\nb"], ids=["tab", "line break"])
+def test_an_id_holding_a_tab_or_a_line_break_is_refused_naming_its_line(tmp_path, id_):
+    rows = [["fine-1", "fine"], [id_, "dull"], ["fine-3", "fine"]]
+    test_file = write_delimited(tmp_path / "test.csv", ["id", "sentence"], rows, ",")
+    with pytest.raises(
+        IsotuneError, match=r"test.csv, line 3: the id column 'id' holds a tab or a line break"
+    ):
+        read_own_split(_test_task(tmp_path, test_file), "test")
+
+
+def test_a_checkpoint_from_before_ids_were_kept_predicts_by_its_integer_index(tmp_path):
+    """A task completed before ``keeps_ids`` (its checkpoint's) reads its test file as it did: an
+    index column (5000, 5007, ...) names the predictions in index order; without one, the row's
+    position from 0; one that is not distinct integers is refused."""
     indices = [5000 + 7 * i for i in range(4)]
     test_file = write_lines(
-        tmp_path / "test.tsv", ["index\tsentence", *(f"{i}\tfine {i}" for i in indices)]
+        tmp_path / "test.tsv", ["index\tsentence", *(f"{i}\tfine {i}" for i in reversed(indices))]
     )
-    task = dataclasses.replace(
-        files_task(train_file, dev_file), files={"test": str(test_file)}, test_split="test"
-    )
+    train_file, dev_file = small_files(tmp_path, GOOD, GOOD)
+    files = {"train": str(train_file), "validation": str(dev_file), "test": str(test_file)}
+    config = {"name": "files", "source": "files", "files": files, "eval_splits": ["validation"]}
+    completed = own_task({**config, "test_split": "test"}).task
+    before = {key: value for key, value in completed.items() if key != "keeps_ids"}
+    task = TaskSpec.from_config(before)  # as a checkpoint from before holds it
+    assert not task.keeps_ids
     examples = read_own_split(task, "test")
-    assert [example["idx"] for example in examples] == indices
-    predictions = submission_text(
-        SubmissionFile(task.name, task), [(ex["idx"], 0) for ex in examples]
-    )
-    assert predictions.splitlines() == ["index\tprediction", *(f"{i}\tneg" for i in indices)]
+    assert [example["idx"] for example in examples] == list(reversed(indices))
+    assert _predictions(task) == ["index\tprediction", *(f"{i}\tneg" for i in indices)]
     ids = write_json_lines(
         tmp_path / "ids.jsonl", [{"idx": 9 - i, "sentence": "x"} for i in (0, 1)]
     )
@@ -333,7 +402,7 @@ def test_a_test_files_own_index_column_names_its_predictions(tmp_path):
     for file, expected in ((ids, [9, 8]), (by_position, [0, 1])):
         test = dataclasses.replace(task, files={"test": str(file)})
         assert [example["idx"] for example in read_own_split(test, "test")] == expected
-    for rows, problem in ((["5000\ta", "5000\tb"], "by an index"), (["5.5\ta"], "integer")):
+    for rows, problem in ((["5000\ta", "5000\tb"], "by an index"), (["rev-1\ta"], "integer")):
         bad = write_lines(tmp_path / "bad.tsv", ["index\tsentence", *rows])
         with pytest.raises(IsotuneError, match=rf"the index column 'index' .*{problem}.*lines 2"):
             read_own_split(dataclasses.replace(task, files={"test": str(bad)}), "test")

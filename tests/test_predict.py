@@ -14,13 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from isotune.data.example_ids import example_ids
 from isotune.data.glue_format import (
     LABELS,
     SubmissionFile,
     prediction_cell,
     submission_files,
+    submission_text,
 )
 from isotune.data.own_data import own_task
+from isotune.data.reading import load_split
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
@@ -198,6 +201,20 @@ def real_glue_with_mnli_tests(tmp_path: Path) -> Path:
         lines += [f"{i}\t0\t0\tg\tb\tb\tp\tp\tA cat sat {name}.\tA dog ran." for i in range(7)]
         (root / "MNLI" / f"{name}.tsv").write_text("\n".join(lines) + "\n")
     return root
+
+
+def test_glues_files_keep_their_index_header_and_index_order(glue_dir):
+    """Keeping a task=files test file's own ids leaves GLUE's files as the server reads them:
+    GLUE's test examples carry no ids of their own, and each file is ``index<TAB>prediction`` in
+    index order."""
+    rte = task_spec("rte")
+    examples = load_split(rte, rte.test_split, str(glue_dir))
+    assert example_ids(examples) is None
+    rows = [(example["idx"], example["idx"] % 2) for example in reversed(examples)]
+    lines = submission_text(SubmissionFile("RTE", rte), rows, example_ids(examples)).splitlines()
+    assert lines[0] == "index\tprediction"
+    assert [line.split("\t")[0] for line in lines[1:]] == [str(i) for i in range(len(examples))]
+    assert {line.split("\t")[1] for line in lines[1:]} == {"entailment", "not_entailment"}
 
 
 @pytest.mark.skipif(not REAL_GLUE.is_dir(), reason="no GLUE test files on this machine")

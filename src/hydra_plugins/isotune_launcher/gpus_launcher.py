@@ -12,19 +12,20 @@ share of one GPU) through :mod:`isotune.sweeps.gpu_slots` and sets ``CUDA_VISIBL
 has ``jobs_per_gpu`` slots and jobs beyond ``n_jobs`` queue, so a GPU never runs more than
 ``jobs_per_gpu`` jobs at once whatever their durations. A job that raises is recorded as FAILED;
 a worker that dies (``os._exit``, killed for memory) fails only the job it was running and is
-replaced, and the other jobs go on. A job stopped by a signal (SIGTERM, SIGUSR2, Ctrl-C) records how
-it ended and exits with the shell's status for the signal: that is one "stopped" line, with the
-status its results.json holds, not a crash. Workers are reused, so a job must release what it opened
-(e.g. ``wandb.finish()``)."""
+replaced, and the other jobs go on. A job stopped by a signal (SIGTERM, SIGUSR2, Ctrl-C) records
+how it ended and exits with the shell's status for the signal: that is one "stopped" line, with
+the status its results.json holds, not a crash (:mod:`.gpus_worker`, what runs in a worker). One
+Ctrl-C stops the sweep as SIGTERM does (:class:`_ForwardedStop`): each running job at its safe
+point, idle workers told to stop, a worker still alive after the grace period killed; a second
+Ctrl-C kills them at once. Workers are reused, so a job must release what it opened (e.g.
+``wandb.finish()``)."""
 
-import gc
 import logging
 import multiprocessing
 import os
 import signal
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,23 +36,19 @@ from typing import Any
 
 import cloudpickle
 from hydra.core.config_store import ConfigStore
-from hydra.core.hydra_config import HydraConfig
-from hydra.core.singleton import Singleton
-from hydra.core.utils import (
-    JobReturn,
-    JobStatus,
-    configure_log,
-    filter_overrides,
-    run_job,
-    setup_globals,
-)
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import MISSING, DictConfig, open_dict
+from omegaconf import MISSING, DictConfig
 
+from hydra_plugins.isotune_launcher.gpus_worker import (
+    STOPPED_EXIT_CODES,
+    SWEEP_STOP_SIGNALS,
+    JobStopped,
+    job_context,
+    serve_jobs,
+)
 from isotune.errors import IsotuneError, RunInterrupted
-from isotune.record.results import RESULTS_FILE, read_results
-from isotune.record.stopping import STOP_SIGNALS
 from isotune.sweeps import gpu_slots
 from isotune.tracking.reporting import counted
 
@@ -77,52 +74,11 @@ ConfigStore.instance().store(
 )
 
 
-class JobFailedError(RuntimeError):
-    """A job raised in its worker; the message carries the worker's traceback."""
-
-
 class WorkerCrashedError(RuntimeError):
     """A worker process died while running a job, so the job returned nothing."""
 
 
-class JobStopped(RuntimeError):
-    """A job stopped by a signal, after recording how it ended (completed where the signal came
-    as it finished, else interrupted): the launcher says so once, as the sweep's summary will."""
-
-
-# The exit statuses a stopped run ends with (training.cli: 128 + the signal, as a shell's).
-STOPPED_EXIT_CODES = {128 + stop: stop for stop in (signal.SIGINT, *STOP_SIGNALS)}
-
-
-@dataclass
-class JobContext:
-    """What every worker needs to run any job of the sweep; sent once, at worker start."""
-
-    hydra_context: HydraContext
-    config: DictConfig
-    task_function: TaskFunction
-    singleton_state: dict[Any, Any]
-    task_source_file: str | None  # cloudpickle renames it "<dynamic-code>"; tracebacks need it
-
-    def restore_task_source_file(self) -> None:
-        code = getattr(self.task_function, "__code__", None)
-        if code is not None and self.task_source_file is not None:
-            self.task_function.__code__ = code.replace(co_filename=self.task_source_file)
-
-
-def job_context(
-    hydra_context: HydraContext, config: DictConfig, task_function: TaskFunction
-) -> bytes:
-    """What a worker needs to run any job of the sweep, pickled as it travels to workers."""
-    code = getattr(task_function, "__code__", None)
-    context = JobContext(
-        hydra_context,
-        config,
-        task_function,
-        Singleton.get_state(),
-        task_source_file=None if code is None else code.co_filename,
-    )
-    return cloudpickle.dumps(context)
+STOP_GRACE_S = 60.0  # how long a stopped job, or a worker told to stop, has before it is killed
 
 
 @dataclass
@@ -272,12 +228,14 @@ class SlotPool:
                 if stop.signal is not None:  # no new job after a stop signal
                     stop.kill_stragglers()
                 waiting = [w.conn for w in busy] + [w.process.sentinel for w in busy]
-                ready = set(wait(waiting, timeout=None if stop.signal is None else 1.0))
+                # Bounded, so that a stop signal (its handler runs inside the wait, which then
+                # goes on) is acted on within a second even while no job returns.
+                ready = set(wait(waiting, timeout=1.0))
                 for worker in [w for w in busy if {w.conn, w.process.sentinel} & ready]:
                     job_num, overrides = jobs[worker.job_index]
                     job_return = _receive(worker.conn)
                     if job_return is None:
-                        worker.process.join()
+                        _join_or_kill(worker.process, time.monotonic() + STOP_GRACE_S)
                         job_return = _crashed_return(job_num, overrides, worker.process)
                     returns[worker.job_index] = job_return
                     queue.finished(worker.job_index, job_return)
@@ -296,15 +254,16 @@ class SlotPool:
                     elif following is not None:
                         worker.job_index = following
                         worker.conn.send(jobs[following])
-                    else:
+                    else:  # an idle worker is told to stop; it ends, or is killed
                         worker.conn.send(None)
-                        worker.process.join()
+                        _join_or_kill(worker.process, time.monotonic() + STOP_GRACE_S)
                         busy.remove(worker)
         finally:
             stop.uninstall()
-            for worker in busy:
+            for worker in busy:  # the loop raised: stop its jobs as a signal would
                 worker.process.terminate()
-                worker.process.join()
+            for worker in busy:
+                _join_or_kill(worker.process, time.monotonic() + STOP_GRACE_S)
         if stop.signal is not None:  # every job stopped and recorded itself: the sweep stops
             raise RunInterrupted(stop.signal)
         failed = [
@@ -321,7 +280,7 @@ class SlotPool:
     def _start_worker(self, jobs: list[tuple[int, list[str]]], job_index: int) -> _Worker:
         parent_conn, child_conn = self.spawn.Pipe()
         process = self.spawn.Process(
-            target=_serve_jobs,
+            target=serve_jobs,
             args=(child_conn, self.slot_dir, self.slots, self.threads, self.context_payload),
             name=f"gpus-launcher-worker-{job_index}",
         )
@@ -332,25 +291,33 @@ class SlotPool:
 
 
 class _ForwardedStop:
-    """Passes SIGTERM and SIGUSR2 sent to the sweep on to every worker, whose job then stops
-    where it can continue from and records itself interrupted (:mod:`isotune.record.stopping`); a
-    worker still alive ``grace_s`` seconds later is killed. Without this, ``kill <sweep pid>``
-    (what a scheduler or a user does) left the workers running their jobs as orphans."""
+    """Passes Ctrl-C, SIGTERM and SIGUSR2 sent to the sweep on to every worker, whose job then
+    stops where it can continue from and records itself interrupted
+    (:mod:`isotune.record.stopping`); no new job starts, a worker whose job returns is told to
+    stop, and a worker still alive ``grace_s`` seconds later is killed. A second Ctrl-C kills them
+    at once. Without this, ``kill <sweep pid>`` (what a scheduler or a user does) left the workers
+    running their jobs as orphans, and Ctrl-C (which a terminal sends to the workers too) waited
+    for ever on a worker whose run had taken the launcher's SIGTERM for its own."""
 
-    def __init__(self, workers: Callable[[], list[_Worker]], grace_s: float = 60.0) -> None:
+    def __init__(self, workers: Callable[[], list[_Worker]], grace_s: float = STOP_GRACE_S) -> None:
         self.workers = workers
         self.grace_s = grace_s
         self.signal: signal.Signals | None = None
         self.deadline = 0.0
         self.previous = {}
         if threading.current_thread() is threading.main_thread():
-            for stop in STOP_SIGNALS:
+            for stop in SWEEP_STOP_SIGNALS:
                 self.previous[stop] = signal.signal(stop, self.forward)
 
     def forward(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.signal is not None and signum == signal.SIGINT:
+            log.warning(f"Received {name} again: killing the workers now")
+            self.deadline = time.monotonic()
+            return
         self.signal = self.signal or signal.Signals(signum)
         self.deadline = time.monotonic() + self.grace_s
-        log.warning(f"Received {signal.Signals(signum).name}: passing it to the running jobs")
+        log.warning(f"Received {name}: passing it to the running jobs")
         for worker in self.workers():
             if worker.process.is_alive():
                 os.kill(worker.process.pid, signum)
@@ -369,6 +336,17 @@ class _ForwardedStop:
     def uninstall(self) -> None:
         for stop, handler in self.previous.items():
             signal.signal(stop, handler)
+
+
+def _join_or_kill(process: SpawnProcess, deadline: float) -> None:
+    """Wait for ``process`` to end until ``deadline`` (``time.monotonic``), then kill it: a
+    worker that never ends (a job's handler that took its stop for its own) must not hold up the
+    sweep for ever."""
+    process.join(max(0.0, deadline - time.monotonic()))
+    if process.is_alive():
+        log.error(f"Worker {process.pid} did not end when told to stop: killing it")
+        process.kill()
+        process.join()
 
 
 def _receive(conn: Connection) -> JobReturn | None:
@@ -400,90 +378,3 @@ def _crashed_return(job_num: int, overrides: list[str], process: SpawnProcess) -
         "The other jobs went on."
     )
     return job_return
-
-
-def _serve_jobs(
-    conn: Connection,
-    slot_dir: Path,
-    slots: list[gpu_slots.Slot],
-    threads: int,
-    context_payload: bytes,
-) -> None:
-    """Worker main: claim a slot first (before anything can touch CUDA), take its share of the
-    CPU threads, then run jobs until told to stop."""
-    gpu_slots.claim_process_slot(slot_dir, slots)
-    import torch  # after the claim; importing torch does not initialise CUDA
-
-    torch.set_num_threads(threads)
-    context: JobContext = cloudpickle.loads(context_payload)
-    context.restore_task_source_file()
-    try:
-        while (job := conn.recv()) is not None:
-            conn.send_bytes(_portable(_execute_job(context, *job)))
-            # A job's trainer, model and data hold one another in reference cycles, which only
-            # the collector frees: collected now, before the next job allocates, they are not
-            # still held beside it (without it a worker's resident memory grew 15% over 12 tiny
-            # jobs, with it 2%: docs/performance.md).
-            gc.collect()
-    except EOFError:  # the launcher is gone
-        return
-
-
-def _execute_job(context: JobContext, job_num: int, overrides: list[str]) -> JobReturn:
-    setup_globals()
-    Singleton.set_state(context.singleton_state)
-    sweep_config = context.hydra_context.config_loader.load_sweep_config(context.config, overrides)
-    with open_dict(sweep_config):
-        sweep_config.hydra.job.id = job_num
-        sweep_config.hydra.job.num = job_num
-    HydraConfig.instance().set_config(sweep_config)
-    try:
-        return run_job(
-            hydra_context=context.hydra_context,
-            task_function=context.task_function,
-            config=sweep_config,
-            job_dir_key="hydra.sweep.dir",
-            job_subdir_key="hydra.sweep.subdir",
-        )
-    except SystemExit as stop:  # a run stopped by a signal exits 128 + its number, once recorded
-        stopped_by = STOPPED_EXIT_CODES.get(stop.code)
-        if stopped_by is None:
-            raise
-        # run_job wrote the job's folder into the config it was given.
-        return _stopped_return(
-            job_num, overrides, stopped_by, sweep_config.hydra.runtime.output_dir
-        )
-
-
-def _stopped_return(
-    job_num: int, overrides: list[str], stopped_by: signal.Signals, output_dir: str
-) -> JobReturn:
-    """A stopped job's return: COMPLETED where its results.json says it completed (the signal
-    came as it ended), else FAILED, with the one line the launcher logs."""
-    results = Path(output_dir) / RESULTS_FILE
-    try:
-        recorded = read_results(results).get("status", "unknown")
-    except (OSError, ValueError):
-        recorded = "unrecorded"
-    status = JobStatus.COMPLETED if recorded == "completed" else JobStatus.FAILED
-    job_return = JobReturn(overrides=overrides, status=status)
-    job_return.return_value = JobStopped(
-        f"#{job_num} ({' '.join(overrides)}) stopped by {stopped_by.name}: {results} says "
-        f"{recorded}"
-    )
-    return job_return
-
-
-def _portable(job_return: JobReturn) -> bytes:
-    """Pickle a job's return for the launcher. A job's exception travels as text with its
-    traceback (the traceback itself can't be pickled, nor can every exception be rebuilt); a return
-    value that can't be pickled travels as its repr."""
-    error = job_return._return_value
-    if job_return.status == JobStatus.FAILED and not isinstance(error, JobStopped):
-        job_return.return_value = JobFailedError("".join(traceback.format_exception(error)))
-    try:
-        return cloudpickle.dumps(job_return)
-    except Exception as error:
-        log.warning(f"Job return value can't be pickled ({error}); returning its repr instead")
-        job_return.return_value = repr(job_return._return_value)
-        return cloudpickle.dumps(job_return)

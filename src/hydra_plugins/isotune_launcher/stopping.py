@@ -9,7 +9,10 @@
   run): the summary so far, why it stopped, the jobs that go on without it with the ``scancel`` that
   stops them, exit status 1.
 - Ctrl-C or SIGTERM (:mod:`.waiting`): the summary so far and the jobs that go on, then the
-  signal's exit status (130, 143).
+  signal's exit status (130, 143). Where the jobs run in this process (Hydra's basic launcher), a
+  job's run takes Ctrl-C as it takes SIGTERM, stopping at its safe point
+  (:func:`~isotune.record.stopping.ctrl_c_in_a_sweep`); the ``gpus`` launcher does the same in its
+  workers.
 
 ``again`` is the line that says how to continue (a search: the same command).
 """
@@ -20,14 +23,18 @@ import contextlib
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
 from hydra_plugins.isotune_launcher.waiting import sigterm_stops_the_wait
 from isotune.errors import IsotuneError, JobsNotEnded
 from isotune.record.folder_lock import LOCK_FILE
+from isotune.record.stopping import ctrl_c_in_a_sweep
 from isotune.sweeps.runs import SWEEP_FILE
 from isotune.sweeps.slurm_jobs import jobs_going_on
 from isotune.sweeps.summary import summarize_sweep
@@ -40,7 +47,7 @@ def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) 
     """Run the block (the sweep, search or study in ``folder``) and stop as the module docstring
     says."""
     try:
-        with sigterm_stops_the_wait(launcher):
+        with sigterm_stops_the_wait(launcher), _ctrl_c_stops_jobs_here(launcher):
             yield
     except JobsNotEnded as stopped:
         _stop(folder, str(stopped), again, log.error)
@@ -66,6 +73,23 @@ def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) 
         )
         _stop(folder, why, again, log.error)
         sys.exit(1)
+
+
+@contextmanager
+def _ctrl_c_stops_jobs_here(launcher: Any) -> Iterator[None]:
+    """While the block runs, SIGINT is :func:`ctrl_c_in_a_sweep` where ``launcher`` runs the jobs
+    in this process (Hydra's basic launcher); any other launcher is left as it is."""
+    if (
+        not isinstance(launcher, BasicLauncher)
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, ctrl_c_in_a_sweep)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def remove_if_only_locked(folder: Path) -> None:

@@ -13,7 +13,7 @@ files (``task=files``), which the server does not score, is written in the same 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -147,9 +147,15 @@ def prediction_cell(file: SubmissionFile, predicted: float) -> str:
     return label
 
 
-def submission_text(file: SubmissionFile, rows: Iterable[tuple[int, float]]) -> str:
+def submission_text(
+    file: SubmissionFile,
+    rows: Iterable[tuple[int, float]],
+    ids: tuple[str, Sequence[str]] | None = None,
+) -> str:
     """The whole file: the header, then ``index<TAB>prediction`` in index order. Raises if an
-    index comes twice (the server scores one row per example)."""
+    index comes twice (the server scores one row per example). ``ids``: a ``task=files`` test
+    file's id column and its examples' ids, by position (:mod:`isotune.data.example_ids`): each
+    row then names its example by its id, in file order, under the column's name."""
     ordered = sorted(rows)
     indices = [index for index, _ in ordered]
     if len(set(indices)) != len(indices):
@@ -158,5 +164,8 @@ def submission_text(file: SubmissionFile, rows: Iterable[tuple[int, float]]) -> 
             f"{file.file_name} would hold two predictions for them. Fix: use the official GLUE "
             "test file."
         )
-    lines = [f"{index}\t{prediction_cell(file, value)}" for index, value in ordered]
-    return "\n".join([HEADER, *lines]) + "\n"
+    header, names = HEADER, {index: str(index) for index in indices}
+    if ids is not None:
+        header, names = f"{ids[0]}\tprediction", dict(enumerate(ids[1]))
+    lines = [f"{names[index]}\t{prediction_cell(file, value)}" for index, value in ordered]
+    return "\n".join([header, *lines]) + "\n"

@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from isotune.data.example_ids import checked_ids, test_id_column
 from isotune.data.tables import SHOWN_ROWS, Table, hub_table, named_lines, read_table
 from isotune.data.tasks import TaskSpec, task_kind
 from isotune.errors import IsotuneError
@@ -98,6 +99,7 @@ def own_task(config: Mapping[str, Any], test: bool = False) -> OwnData:
         "metrics": list(config.get("metrics") or _metrics(regression)),
         "eval_splits": ["validation"],
         "test_split": "test",
+        "keeps_ids": True,  # its predictions name examples by the test file's own ids
     }
     completed["primary_metric"] = config.get("primary_metric") or completed["metrics"][0]
     task = TaskSpec.from_config(completed)
@@ -289,22 +291,24 @@ def _metrics(regression: bool) -> tuple[str, ...]:
 def read_own_split(
     task: TaskSpec, split: str, table: Table | None = None, text_fix: str | None = None
 ) -> list[dict[str, Any]]:
-    """One split of a ``task=files`` task (a :class:`~isotune.data.tasks.TaskSpec`) as
-    ``{text fields..., "label", "idx"}`` examples; a test file's labels are not read (-1), and
-    its ``idx`` is its own index column's where it has one (:func:`_test_indices`), as GLUE's
-    test files name their examples; else, and in the other splits, the row's position from 0.
-    ``text_fix``: the fix for a file without a text column where the caller's differs from
-    training's ``task.text_fields=`` (predict.py's text columns are its checkpoint's)."""
+    """One split of a ``task=files`` task as ``{text fields..., "label", "idx"}`` examples, ``idx``
+    the row's position from 0; a test file's labels are not read (-1), and its examples carry
+    their ids (:mod:`.example_ids`; a checkpoint's from before: ``idx`` its integer index).
+    ``text_fix``: the fix for a file lacking a text column, where predict.py's differs from
+    training's ``task.text_fields=`` (its text columns are its checkpoint's)."""
     table = table or _split_table(task, split)
     texts = {
         name: [value for _, value in _column_values(table, name, "text", text_fix)]
         for name in task.text_fields
     }
-    indices = range(len(table.rows))
-    if split == task.test_split:
+    indices, ids = range(len(table.rows)), None
+    if split == task.test_split and not task.keeps_ids:
         indices = _test_indices(table) or indices
+    elif split == task.test_split and (column := test_id_column(task, table.columns, table.path)):
+        ids = checked_ids(table.path, column, list(_column_values(table, column, "id")))
     examples = [
         {**{name: str(values[i]) for name, values in texts.items()}, "idx": index}
+        | (ids[i] if ids else {})
         for i, index in enumerate(indices)
     ]
     if split == task.test_split:
@@ -331,9 +335,7 @@ def read_own_split(
 
 
 def _test_indices(table: Table) -> list[int] | None:
-    """The test file's own index column (``index``, as GLUE's test files name it, or ``idx``, as
-    its Hugging Face data set does), which the predictions file names each example by; None
-    when it has neither. Refused unless every value is a distinct integer."""
+    """A checkpoint's from before ids were kept: the integer ``index`` (or ``idx``) column."""
     column = next((name for name in INDEX_COLUMNS if name in table.columns), None)
     if column is None:
         return None

@@ -80,6 +80,8 @@ class TaskSpec(ABC):
     # files: labels that differ only in case or surrounding whitespace are distinct classes
     # (else refused: own_data._one_spelling_each)
     distinct_label_spellings: bool = False
+    id_column: str | None = None  # files: the test file's ids; null: first of id, idx, index
+    keeps_ids: bool = False  # files: predictions keep its ids (false: a checkpoint from before)
     tsv_header: bool = True
     columns: Mapping[str, int] = field(default_factory=dict)
     test_columns: Mapping[str, int] = field(default_factory=dict)

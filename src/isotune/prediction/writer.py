@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
 from isotune.atomic_files import write_text
+from isotune.data.example_ids import example_ids
 from isotune.data.glue_format import SubmissionFile, submission_text
 from isotune.data.reading import HUB_DATASET, load_split, split_file
 from isotune.data.tasks import TaskSpec
@@ -85,7 +86,8 @@ def write_prediction_files(
         batches = trainer.predict(model, dataloaders=loader, ckpt_path=ckpt_path)
         indices = torch.cat([index for index, _ in batches]).tolist()
         predicted = torch.cat([prediction for _, prediction in batches]).tolist()
-        text = submission_text(file, zip(indices, predicted, strict=True))
+        ids = example_ids(examples)  # a task=files test file's own, kept as written
+        text = submission_text(file, zip(indices, predicted, strict=True), ids)
         path = write_text(folder / file.file_name, text)
         sidecar = {
             "file": file.file_name,

@@ -59,8 +59,7 @@ FIX_OWN_LAST = (
 )
 
 # Keys the config gained after checkpoints were written, each with the value that reproduces a run
-# made before the key existed: a checkpoint that lacks one ran as that value, and compares as it
-# (else every new option would refuse to continue every run started before it).
+# made before the key existed: a checkpoint lacking one ran as that value, and compares as it.
 KEYS_ADDED_SINCE = {
     "callbacks.isotropy.layer_profiles": False,  # the layer-by-layer geometry, off before it came
     "callbacks.isotropy.profile_tokens": 2000,  # read only when layer_profiles is on
@@ -79,8 +78,8 @@ KEYS_ADDED_SINCE = {
     "select_epoch": "best",  # the dev metric's epoch, as before the option
 }
 
-# Dotted keys (or prefixes ending in ".") that do not change what a run computes: where files go,
-# what is logged where, how the console looks. Everything else must match to resume.
+# Dotted keys (or prefixes ending in ".") that change nothing a run computes (where files go,
+# what is logged where, how the console looks); everything else must match to resume.
 BOOKKEEPING_KEYS = (
     "paths.",
     "ckpt_path",
@@ -97,6 +96,8 @@ BOOKKEEPING_KEYS = (
     "trainer.log_every_n_steps",
     "trainer.default_root_dir",
     "data.num_workers",
+    "task.id_column",  # task=files: how its test predictions name the examples, as
+    "task.keeps_ids",  # isotune.data.example_ids says (absent from a checkpoint from before)
     "callbacks.isotropy.figures",
     "callbacks.isotropy.output_dir",
     "callbacks.isotropy.shared_dir",  # where epoch 0's measures are shared, equal to measuring
@@ -108,9 +109,8 @@ BOOKKEEPING_KEYS = (
 SPLIT_SEEDS = ("seed_init", "seed_data")
 # Sections of the model's hyperparameters, compared for checkpoints older than CONFIG_KEY.
 MODEL_SECTIONS = ("task", "model", "norm", "optim", "reg", "adapt")
-# Where each top-level module went when the modules moved into wings by concern: a checkpoint
-# saved before names the old paths in its config's ``_target_``s (``isotune.checkpoints.
-# RunCheckpoint``), read as the new ones (:func:`current_targets`) so that it still resumes.
+# Where each top-level module went when the modules moved into wings: a checkpoint saved before
+# names the old paths in its ``_target_``s, read as the new ones (:func:`current_targets`).
 MOVED_MODULES = {
     "isotune.norms": "isotune.norms.registry",
     "isotune.whitening": "isotune.norms.whitening",

@@ -15,6 +15,13 @@ handler was installed before the run (submitit's, in a SLURM job), it is called 
 afterwards, and requeues the job. That is the one requeue mechanism: Lightning's own SLURM
 requeueing is turned off (:func:`cluster_plugins`), since with submitit's it would requeue the
 job twice and save checkpoints submitit's bookkeeping does not know.
+
+Ctrl-C (SIGINT) alone stops a run at once, from its last epoch end, and a second one is Python's
+own. In a sweep's process (the basic launcher's, a ``gpus`` worker) Ctrl-C is a stop signal too:
+the process sets :func:`ctrl_c_in_a_sweep` as its SIGINT handler, and a run started under it
+handles SIGINT as SIGTERM, so that one Ctrl-C stops every job of the sweep at its safe point
+(a terminal sends it to the whole process group, and the gpus launcher passes it on as well: a
+run acts on the first and notes the others).
 """
 
 from __future__ import annotations
@@ -32,6 +39,12 @@ import lightning as L
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+
+
+def ctrl_c_in_a_sweep(signum: int, frame: FrameType | None) -> None:
+    """SIGINT's handler in a sweep's process: Python's own Ctrl-C (``KeyboardInterrupt``) outside
+    a run; a run started under it stops on Ctrl-C as on SIGTERM (:meth:`StopRequest.install`)."""
+    raise KeyboardInterrupt
 
 
 class StopRequested(BaseException):
@@ -58,7 +71,9 @@ class StopRequest:
         """Handle the stop signals (from the main thread only, as Python allows)."""
         if threading.current_thread() is not threading.main_thread():
             return
-        for stop in STOP_SIGNALS:
+        in_a_sweep = self.previous.get(signal.SIGINT, signal.getsignal(signal.SIGINT))
+        ctrl_c = (signal.SIGINT,) if in_a_sweep is ctrl_c_in_a_sweep else ()
+        for stop in (*STOP_SIGNALS, *ctrl_c):
             current = signal.getsignal(stop)
             if current != self.handle:
                 self.previous.setdefault(stop, current)
@@ -87,7 +102,7 @@ class StopRequest:
         """The handler that was there before the run (submitit's requeue), bound to the signal,
         to call once the run has recorded its end; None where there was none."""
         previous = self.previous.get(self.signal) if self.signal is not None else None
-        if not callable(previous) or previous in (signal.default_int_handler,):
+        if not callable(previous) or previous in (signal.default_int_handler, ctrl_c_in_a_sweep):
             return None
         stopped_by = self.signal
         return lambda: previous(stopped_by, None)
