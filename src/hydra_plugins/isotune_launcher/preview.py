@@ -44,7 +44,7 @@ def say_preview(
     the time of the ``jobs_left``, ``at_once`` at a time on ``launcher``, each as long as
     ``job`` (a composed job of the sweep, named ``what``) or as the runs completed in
     ``folder``; then leave no folder made for the preview behind."""
-    from isotune.training.step_timing import bound_elsewhere, time_training_steps  # torch
+    from isotune.training.step_timing import bound_elsewhere, job_threads, time_job  # torch
 
     if not jobs_left:
         time = "nothing left to run: every job completed in the folder"
@@ -53,7 +53,8 @@ def say_preview(
     elif (elsewhere := bound_elsewhere(job, launcher)) is not None:
         time = f"no estimate: {elsewhere}"
     else:
-        time = sweep_time(time_training_steps(job, what), jobs_left, at_once)
+        threads = job_threads(launcher, at_once)
+        time = sweep_time(time_job(job, threads).job_time(what), jobs_left, at_once)
     log.info(
         "\n".join(
             [
