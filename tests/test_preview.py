@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hydra_plugins.isotune_launcher.preview import PreviewConf
+from hydra_plugins.isotune_launcher.preview import PreviewConf, folder_line
 from hydra_plugins.isotune_launcher.summarizing_sweeper import SummarizingSweeperConf
+from isotune.record.folder_lock import LOCK_FILE
 from isotune.sweeps.time_estimate import JobParts, completed_runs_time, duration, sweep_time
 from isotune.training.step_timing import bound_elsewhere, job_threads, time_job
 from tests.conftest import compose_train_config
@@ -140,6 +141,19 @@ def test_each_part_of_a_job_is_timed_here_and_counted_writing_nothing(
     assert time_job(job, steps=2).probe < parts.probe / 10
 
 
+def test_a_previews_folder_line_says_it_makes_no_folder(tmp_path):
+    sweep = tmp_path / "sweep"
+    not_made = f"Sweep folder: {sweep} (not made: a preview makes none; the sweep would)"
+    assert folder_line("Sweep", sweep, preview=True) == not_made
+    sweep.mkdir()
+    (sweep / LOCK_FILE).touch()  # the lock its start took, removed as the preview ends
+    assert folder_line("Sweep", sweep, preview=True) == not_made
+    assert folder_line("Search", sweep, preview=True).endswith("the search would)")
+    assert folder_line("Sweep", sweep, preview=False) == f"Sweep folder: {sweep}"
+    (sweep / "0").mkdir()  # a sweep typed again: its folder holds its runs
+    assert folder_line("Sweep", sweep, preview=True) == f"Sweep folder: {sweep}"
+
+
 def test_every_sweeper_takes_the_one_preview_setting():
     from hydra_plugins.isotune_launcher.optuna_sweeper import OptunaSweeperConf
     from hydra_plugins.isotune_launcher.study_sweeper import StudySweeperConf
@@ -179,6 +193,7 @@ def test_a_plain_multiruns_preview_lists_its_jobs_and_times_one_writing_nothing(
     assert "The sweep needs about" in out and "free in" in out  # the disk against the disk free
     assert "Time: about" in out and "job #0 timed here on CPU with" in out
     assert "the epoch-0 isotropy probe" in out and "validation batches" in out
+    assert f"Sweep folder: {sweep} (not made: a preview makes none" in out
     assert not sweep.exists() and _nothing_written(tmp_path) == []
 
     ran = run_script("train.py", "-m", "seed=1,2", f"hydra.sweep.dir={sweep}", *tiny, cwd=tmp_path)
@@ -189,6 +204,7 @@ def test_a_plain_multiruns_preview_lists_its_jobs_and_times_one_writing_nothing(
     assert "A multirun of 3 jobs (seed=1,2,3): 2 completed in the folder, 1 to run" in out
     assert "  #1 seed=2 (completed)\n  #2 seed=3\n" in out
     assert "measured from the wall times of the 2 runs completed in" in out
+    assert f"Sweep folder: {sweep}\n" in out  # made by the sweep before
     assert {path: path.read_bytes() for path in sweep.rglob("*") if path.is_file()} == written
 
 
@@ -205,7 +221,7 @@ def test_a_searchs_preview_counts_its_budget_writing_nothing(tmp_path, tiny_bert
         "completed in the folder, 8 to run."
     ) in out
     assert "searched: reg.weight=tag(log, signed, interval(0.01, 1))" in out
-    assert "the baseline's job timed here on CPU" in out
+    assert "the baseline's job timed here on CPU" in out and "(not made" in out
     assert not (tmp_path / "logs" / "search" / "istar_rte_minilm").exists()
     assert _nothing_written(tmp_path) == []
 
