@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from matplotlib.collections import PathCollection
+from torchmetrics import PearsonCorrCoef
 
 from isotune.data import GLUEDataModule
 from isotune.data.metrics import build_metrics, compute_scores
@@ -44,6 +45,23 @@ def test_a_constant_scores_0_correlation_on_stsb():
     stsb = trivial_score(load_task("stsb"), [0.5, 1.0, 4.5, 2.0])
     assert (stsb.metric, stsb.score) == ("pearson", 0.0)  # undefined (NaN) counts as 0
     assert stsb.predictor == "mean of the dev labels (2)"
+
+
+def test_a_constant_scores_exactly_0_correlation_where_float_noise_gave_a_tiny_one():
+    """Issue 70 item 6: the running mean of 1,500 copies of a mean label is not quite that label,
+    and torchmetrics scored the constant from the noise (7.9e-08 here, -1.65e-07 on a dev set);
+    the docs promise 0. A collapsed run, scored batch by batch, scores 0 too; a prediction that
+    varies scores as torchmetrics scores it."""
+    labels = torch.tensor([(i * 0.37) % 5 for i in range(1500)])
+    assert trivial_score(load_task("stsb"), labels).score == 0.0
+    collapsed = build_metrics(["pearson", "spearmanr"], 1)
+    for batch in labels.split(64):
+        collapsed.update(torch.full_like(batch, 2.49), batch)
+    assert compute_scores(collapsed) == {"pearson": 0.0, "spearmanr": 0.0, "combined_score": 0.0}
+    varied, reference = build_metrics(["pearson"], 1), PearsonCorrCoef()
+    for metric in (varied, reference):
+        metric.update(labels + torch.sin(labels), labels)
+    assert compute_scores(varied)["pearson"] == float(reference.compute())
 
 
 def test_a_collapsed_cola_run_is_not_above_its_trivial_predictor():

@@ -7,15 +7,17 @@ the tiny model."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from hydra_plugins.isotune_launcher.preview import PreviewConf
+from hydra_plugins.isotune_launcher.preview import PreviewConf, folder_line
 from hydra_plugins.isotune_launcher.summarizing_sweeper import SummarizingSweeperConf
-from isotune.sweeps.time_estimate import completed_runs_time, duration, sweep_time
-from isotune.training.step_timing import bound_elsewhere, time_training_steps
+from isotune.record.folder_lock import LOCK_FILE
+from isotune.sweeps.time_estimate import JobParts, completed_runs_time, duration, sweep_time
+from isotune.training.step_timing import bound_elsewhere, job_threads, time_job
 from tests.conftest import compose_train_config
 from tests.helpers.cli import run_script, tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
@@ -69,21 +71,87 @@ def test_a_job_sent_to_slurm_or_to_a_gpu_this_machine_lacks_gets_no_estimate_and
     assert bound_elsewhere(cpu, cpu.hydra.launcher) is None
 
 
+def test_a_jobs_time_counts_each_of_its_parts_as_often_as_the_job_does_it():
+    """Training batches alone were 2.9x short (issue 70 item 5): the load, the epoch-0 probe and
+    each validation pass count too."""
+    parts = JobParts(
+        load=2.0,
+        probe=5.0,
+        train=(1.0, 3.0, 2.0),
+        train_count=10,
+        val=(0.5, 1.5),
+        val_count=4,
+        val_end=0.25,
+        validations=3,
+        timed_on="CPU with 2 torch threads",
+    )
+    job = parts.job_time("job #0")
+    # load + probe + 10 training batches + 3 passes of (4 validation batches + the pass's end)
+    assert job.typical == 2 + 5 + 10 * 2.0 + 3 * (4 * 1.0 + 0.25)
+    assert (job.low, job.high) == (2 + 5 + 10 + 3 * 2.25, 2 + 5 + 30 + 3 * 6.25)
+    once = {"load": 2.0, "probe": 5.0}
+    for part, seconds in once.items():  # once a job
+        assert parts.seconds(2.0, 1.0) - replace(parts, **{part: 0.0}).seconds(2.0, 1.0) == seconds
+    base = parts.seconds(2.0, 1.0)
+    assert replace(parts, train_count=20).seconds(2.0, 1.0) - base == 10 * 2.0
+    assert replace(parts, val_count=8).seconds(2.0, 1.0) - base == 3 * 4 * 1.0
+    assert replace(parts, val_end=1.25).seconds(2.0, 1.0) - base == 3 * 1.0
+    assert replace(parts, validations=6).seconds(2.0, 1.0) - base == 3 * 4.25
+    for said in (
+        "job #0 timed here on CPU with 2 torch threads: model and data loaded in 2 s",
+        "the epoch-0 isotropy probe 5 s",
+        "3 training batches 2 s each (the median) x 10",
+        "2 validation batches 1 s each x 4 a pass and 0.25 s at its end (metrics, isotropy) x 3",
+    ):
+        assert said in job.measured_from
+
+
+def test_under_the_gpus_launcher_a_job_is_timed_with_its_share_of_the_threads(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    basic = compose_train_config([])
+    assert job_threads(basic.hydra.launcher, 1) is None  # the process's threads, as its job
+    gpus = compose_train_config(["hydra/launcher=gpus", "hydra.launcher.n_jobs=2"])
+    assert job_threads(gpus.hydra.launcher, 2) == 4  # 8 cores over 2 jobs at once
+    given = compose_train_config(["hydra/launcher=gpus", "hydra.launcher.threads_per_job=3"])
+    assert job_threads(given.hydra.launcher, 2) == 3
+
+
 @pytest.mark.slow  # a model and a trainer built: seconds on a busy machine
-def test_a_few_training_batches_of_a_job_are_timed_here_writing_nothing(
+def test_each_part_of_a_job_is_timed_here_and_counted_writing_nothing(
     tmp_path, tiny_bert, glue_dir, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)
     job = compose_train_config(
-        [*tiny_cli_overrides(tiny_bert, glue_dir), "trainer=cpu", "trainer.max_epochs=3"],
+        # validation in batches of 4, of which debug=limit keeps 2
+        tiny_cli_overrides(
+            tiny_bert, glue_dir, "trainer=cpu", "trainer.max_epochs=3", "data.eval_batch_size=4"
+        ),
         output_dir=tmp_path / "run",
     )
-    timed = time_training_steps(job, "job #0", steps=3)
-    # debug=limit: 4 batches an epoch, 3 epochs; the first batch timed is not counted
-    assert "2 training batches of job #0 timed here on CPU" in timed.measured_from
-    assert "x 12 batches" in timed.measured_from
-    assert 0 < timed.low <= timed.typical <= timed.high
+    threads = torch.get_num_threads()
+    parts = time_job(job, threads=1, steps=3)
+    # debug=limit: 4 training batches an epoch, 3 epochs; 2 validation batches a pass, each epoch
+    assert (parts.train_count, parts.val_count, parts.validations) == (12, 2, 3)
+    assert (len(parts.train), len(parts.val)) == (2, 2)  # the first training batch not counted
+    assert min(parts.load, parts.probe, parts.val_end, *parts.train, *parts.val) > 0
+    assert parts.timed_on == "CPU with 1 torch thread" and torch.get_num_threads() == threads
     assert list(tmp_path.iterdir()) == []
+    job.callbacks.isotropy = None  # no isotropy callback: no probe to time
+    assert time_job(job, steps=2).probe < parts.probe / 10
+
+
+def test_a_previews_folder_line_says_it_makes_no_folder(tmp_path):
+    sweep = tmp_path / "sweep"
+    not_made = f"Sweep folder: {sweep} (not made: a preview makes none; the sweep would)"
+    assert folder_line("Sweep", sweep, preview=True) == not_made
+    sweep.mkdir()
+    (sweep / LOCK_FILE).touch()  # the lock its start took, removed as the preview ends
+    assert folder_line("Sweep", sweep, preview=True) == not_made
+    assert folder_line("Search", sweep, preview=True).endswith("the search would)")
+    assert folder_line("Sweep", sweep, preview=False) == f"Sweep folder: {sweep}"
+    (sweep / "0").mkdir()  # a sweep typed again: its folder holds its runs
+    assert folder_line("Sweep", sweep, preview=True) == f"Sweep folder: {sweep}"
 
 
 def test_every_sweeper_takes_the_one_preview_setting():
@@ -123,7 +191,9 @@ def test_a_plain_multiruns_preview_lists_its_jobs_and_times_one_writing_nothing(
     )
     assert "  #5 seed=3 task=mrpc\n" in out
     assert "The sweep needs about" in out and "free in" in out  # the disk against the disk free
-    assert "Time: about" in out and "training batches of job #0 timed here on CPU" in out
+    assert "Time: about" in out and "job #0 timed here on CPU with" in out
+    assert "the epoch-0 isotropy probe" in out and "validation batches" in out
+    assert f"Sweep folder: {sweep} (not made: a preview makes none" in out
     assert not sweep.exists() and _nothing_written(tmp_path) == []
 
     ran = run_script("train.py", "-m", "seed=1,2", f"hydra.sweep.dir={sweep}", *tiny, cwd=tmp_path)
@@ -134,6 +204,7 @@ def test_a_plain_multiruns_preview_lists_its_jobs_and_times_one_writing_nothing(
     assert "A multirun of 3 jobs (seed=1,2,3): 2 completed in the folder, 1 to run" in out
     assert "  #1 seed=2 (completed)\n  #2 seed=3\n" in out
     assert "measured from the wall times of the 2 runs completed in" in out
+    assert f"Sweep folder: {sweep}\n" in out  # made by the sweep before
     assert {path: path.read_bytes() for path in sweep.rglob("*") if path.is_file()} == written
 
 
@@ -150,7 +221,7 @@ def test_a_searchs_preview_counts_its_budget_writing_nothing(tmp_path, tiny_bert
         "completed in the folder, 8 to run."
     ) in out
     assert "searched: reg.weight=tag(log, signed, interval(0.01, 1))" in out
-    assert "training batches of the baseline's job timed here on CPU" in out
+    assert "the baseline's job timed here on CPU" in out and "(not made" in out
     assert not (tmp_path / "logs" / "search" / "istar_rte_minilm").exists()
     assert _nothing_written(tmp_path) == []
 

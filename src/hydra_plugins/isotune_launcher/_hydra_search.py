@@ -18,7 +18,7 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.isotune_launcher.preview import say_preview
+from hydra_plugins.isotune_launcher.preview import folder_line, say_preview
 from hydra_plugins.isotune_launcher.search_schema import KeepsItsLauncher
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.data.reading import check_task_offline
@@ -324,7 +324,7 @@ def run_search(sweeper: KeepsItsLauncher, arguments: list[str]) -> None:
     assert sweeper.config is not None and sweeper.hydra_context is not None
     config, loader = sweeper.config, sweeper.hydra_context.config_loader
     folder = Path(str(config.hydra.sweep.dir)).resolve()
-    log.info(f"Search folder: {folder}")
+    log.info(folder_line("Search", folder, sweeper.settings["preview"]))
     with stops_with_a_summary(folder, sweeper.launcher, AGAIN):
         settings = search_settings(config, sweeper.settings, arguments, folder)
         settings.check()  # as its Search will, but before the dry run, and writing nothing

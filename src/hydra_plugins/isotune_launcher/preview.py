@@ -7,7 +7,8 @@ preview (and no plan), composes its jobs (a plain multirun every job; a search, 
 sampled as it goes, its dry run's; a study one job per (task, arm)) and says its disk against the
 free space (the disk check every sweep has). Then, instead of launching, :func:`say_preview` says
 what would run and the time it would take (:mod:`isotune.sweeps.time_estimate`), and removes the
-sweep folder the folder lock made for it where it holds only that lock.
+sweep folder the folder lock made for it where it holds only that lock: the folder line the sweep
+starts with (:func:`folder_line`) says so, not naming as made a folder the preview never keeps.
 """
 
 import logging
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from hydra_plugins.isotune_launcher.stopping import remove_if_only_locked
+from hydra_plugins.isotune_launcher.stopping import only_locked, remove_if_only_locked
 from isotune.sweeps.time_estimate import completed_runs_time, sweep_time
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,15 @@ class PreviewConf:
     """The setting every sweeper of the project takes (its schema extends this one)."""
 
     preview: bool = False  # say what would run, its disk and its time, and exit: nothing launched
+
+
+def folder_line(what: str, folder: Path, preview: bool) -> str:
+    """The line a sweep starts with, ``what`` (``Sweep``, ``Search``) naming its ``folder``. A
+    preview's says it makes none where the folder is not there but for the lock its start took
+    (removed as the preview ends), not naming as made a folder it leaves no trace of."""
+    if preview and (only_locked(folder) or not folder.exists()):
+        return f"{what} folder: {folder} (not made: a preview makes none; the {what.lower()} would)"
+    return f"{what} folder: {folder}"
 
 
 def say_preview(
@@ -44,7 +54,7 @@ def say_preview(
     the time of the ``jobs_left``, ``at_once`` at a time on ``launcher``, each as long as
     ``job`` (a composed job of the sweep, named ``what``) or as the runs completed in
     ``folder``; then leave no folder made for the preview behind."""
-    from isotune.training.step_timing import bound_elsewhere, time_training_steps  # torch
+    from isotune.training.step_timing import bound_elsewhere, job_threads, time_job  # torch
 
     if not jobs_left:
         time = "nothing left to run: every job completed in the folder"
@@ -53,7 +63,8 @@ def say_preview(
     elif (elsewhere := bound_elsewhere(job, launcher)) is not None:
         time = f"no estimate: {elsewhere}"
     else:
-        time = sweep_time(time_training_steps(job, what), jobs_left, at_once)
+        threads = job_threads(launcher, at_once)
+        time = sweep_time(time_job(job, threads).job_time(what), jobs_left, at_once)
     log.info(
         "\n".join(
             [

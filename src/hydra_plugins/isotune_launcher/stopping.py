@@ -96,11 +96,17 @@ def remove_if_only_locked(folder: Path) -> None:
     """Remove ``folder`` if its lock file is all it holds: the folder lock made it for a sweep
     refused before anything was written. Another process that took the lock meanwhile made the
     folder hold its own file again, and it stays."""
-    if not folder.is_dir() or [path.name for path in folder.iterdir()] != [LOCK_FILE]:
+    if not only_locked(folder):
         return
     (folder / LOCK_FILE).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         folder.rmdir()
+
+
+def only_locked(folder: Path) -> bool:
+    """Whether ``folder`` holds its lock file and nothing else: the folder lock made it as the
+    sweep started, and nothing has been written to it yet."""
+    return folder.is_dir() and [path.name for path in folder.iterdir()] == [LOCK_FILE]
 
 
 def _stop(folder: Path, why: str | None, again: str | None, say: Callable[[str], None]) -> None:

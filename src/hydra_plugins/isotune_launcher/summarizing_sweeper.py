@@ -52,7 +52,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from hydra_plugins.isotune_launcher.preview import PreviewConf, say_preview
+from hydra_plugins.isotune_launcher.preview import PreviewConf, folder_line, say_preview
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.errors import IsotuneError
 from isotune.record.results import RESULTS_FILE
@@ -206,7 +206,7 @@ class SummarizingSweeper(BasicSweeper):
         from isotune.training.sweep_space import check_sweep_fits, jobs_at_once  # imports torch
 
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).resolve()
-        log.info(f"Sweep folder: {sweep_dir}")
+        log.info(folder_line("Sweep", sweep_dir, self.preview))
         with stops_with_a_summary(sweep_dir, self.launcher.launcher):
             check_no_live_jobs(sweep_dir, "Typing the sweep again")
             jobs = self.launcher.jobs = self._plan(arguments, sweep_dir)

@@ -7,7 +7,9 @@ of a task's metrics when it has several (MRPC, QQP, STS-B).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -40,6 +42,41 @@ class MatthewsCorrelation(MulticlassMatthewsCorrCoef):
         return super().compute()
 
 
+class ConstantScoresZero:
+    """A correlation (mixed into torchmetrics' Pearson or Spearman) that is exactly 0 when the
+    predictions are constant, where it is 0/0: the value docs/training.md promises for the
+    trivial predictor (a constant) and for a collapsed regression run.
+
+    torchmetrics answers a constant from float noise: its running mean of 1,500 copies of STS-B's
+    mean label is not quite that label, and the trivial predictor scored Pearson -1.65e-07. The
+    lowest and highest prediction are kept (reduced across processes) to tell a constant exactly.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_state("lowest", default=torch.tensor(math.inf), dist_reduce_fx="min")
+        self.add_state("highest", default=torch.tensor(-math.inf), dist_reduce_fx="max")
+
+    def update(self, preds: Tensor, target: Tensor) -> None:
+        super().update(preds, target)
+        if preds.numel():
+            self.lowest = torch.minimum(self.lowest, preds.detach().min().to(self.lowest))
+            self.highest = torch.maximum(self.highest, preds.detach().max().to(self.highest))
+
+    def compute(self) -> Tensor:
+        if self.lowest == self.highest:  # one value predicted: no variance
+            return torch.zeros((), device=self.lowest.device)
+        return super().compute()
+
+
+class PearsonCorrelation(ConstantScoresZero, PearsonCorrCoef):
+    """Pearson's r, 0 for constant predictions (:class:`ConstantScoresZero`)."""
+
+
+class SpearmanCorrelation(ConstantScoresZero, SpearmanCorrCoef):
+    """Spearman's rho, 0 for constant predictions (:class:`ConstantScoresZero`)."""
+
+
 METRICS: dict[str, Callable[[int], Metric]] = {
     "accuracy": lambda num_labels: Accuracy(task="multiclass", num_classes=num_labels),
     "f1": lambda num_labels: F1Score(task="binary"),
@@ -48,8 +85,8 @@ METRICS: dict[str, Callable[[int], Metric]] = {
         task="multiclass", num_classes=num_labels, average="macro"
     ),
     "matthews_correlation": lambda num_labels: MatthewsCorrelation(num_classes=num_labels),
-    "pearson": lambda num_labels: PearsonCorrCoef(),
-    "spearmanr": lambda num_labels: SpearmanCorrCoef(),
+    "pearson": lambda num_labels: PearsonCorrelation(),
+    "spearmanr": lambda num_labels: SpearmanCorrelation(),
 }
 
 

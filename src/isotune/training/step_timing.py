@@ -1,13 +1,16 @@
-"""A job's time from a few of its training steps timed on this machine: the preview's estimate
-where no run of the sweep has completed yet (docs/sweeps.md#preview).
+"""A job's time from its parts timed on this machine: the preview's estimate where no run of the
+sweep has completed yet (docs/sweeps.md#preview).
 
 The job's config is built as its run builds it (:func:`isotune.training.fit.model_and_data`, its
-trainer from ``trainer``), without its callbacks, logger or checkpoints, and nothing is written:
-the trainer's folder is a temporary one, removed after. :data:`TIMED_STEPS` batches are timed end
-(forward, backward, optimizer step), the first not counted (its warm-up), and the job's
-time is the median batch times the batches it trains, the range from the fastest to the slowest
-timed batch. Training batches only: the validation of each epoch, the isotropy probe and the
-model's loading add to each job, so the estimate is low for a job with a large dev set.
+trainer from ``trainer``, its isotropy callback), without its logger or checkpoints, and nothing
+is written: the trainer's folder is a temporary one, removed after. It trains
+:data:`TIMED_STEPS` batches and validates up to as many batches a split, and each part of the
+job is timed and counted as often as the job does it (:class:`~isotune.sweeps.time_estimate.
+JobParts`): the model's and data's loading and the epoch-0 isotropy probe once, the median
+training batch times the batches it trains, and each validation pass (the median validation
+batch times the batches a pass validates, then its metrics and isotropy measures) times the passes
+it runs. Under the ``gpus`` launcher the steps run with the job's share of the CPU threads
+(:func:`job_threads`), as its worker gives it.
 
 A job bound elsewhere cannot be timed here (:func:`bound_elsewhere`): one sent to SLURM, or one
 that trains on a GPU this machine lacks; its preview says so and how to get an estimate.
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import logging
-import statistics
+import math
 import tempfile
 import time
 from collections.abc import Iterator
@@ -30,7 +33,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from isotune.data.own_data import complete_own_task
-from isotune.sweeps.time_estimate import JobTime
+from isotune.sweeps.gpu_slots import cpu_share
+from isotune.sweeps.time_estimate import JobParts
 from isotune.tracking.reporting import counted
 from isotune.training.fit import model_and_data
 from isotune.training.lightning_tips import silence_lightning_tips
@@ -70,46 +74,80 @@ def bound_elsewhere(job: DictConfig, launcher: DictConfig) -> str | None:
     return None
 
 
-def time_training_steps(job: DictConfig, what: str, steps: int = TIMED_STEPS) -> JobTime:
-    """``job``'s time (the config of one job, named ``what`` in the estimate's
-    ``measured_from``) from ``steps`` of its training batches run here; nothing is written."""
+def time_job(job: DictConfig, threads: int | None = None, steps: int = TIMED_STEPS) -> JobParts:
+    """The parts of ``job`` (the config of one job) run and timed here (:class:`JobTimer`), with
+    ``threads`` torch threads (None: this process's); nothing is written."""
     job = copy.deepcopy(job)
     own_data = complete_own_task(job)
-    timer = BatchTimer(steps)
-    with tempfile.TemporaryDirectory() as scratch, _lightning_quiet():
+    with tempfile.TemporaryDirectory() as scratch, _quiet(), _torch_threads(threads):
+        started = time.perf_counter()
         model, datamodule = model_and_data(job, own_data)
+        limit = job.trainer.get("limit_val_batches", 1.0)
+        per_split = [
+            _kept(len(datamodule.eval_batches(split)), limit) for split in model.task.eval_splits
+        ]
+        timer = JobTimer(started, steps, sum(per_split))
         trainer: L.Trainer = instantiate(
             job.trainer,
-            callbacks=[timer],
+            callbacks=[timer, *_isotropy_monitor(job, scratch)],  # the probe after the load
             logger=False,
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
-            limit_val_batches=0,
-            num_sanity_val_steps=0,
+            limit_val_batches=min(steps, max(per_split, default=0)),
             default_root_dir=scratch,
         )
         trainer.fit(model, datamodule=datamodule)
-    timed = timer.times[1:] or timer.times  # a job of one batch: its only one
-    typical = statistics.median(timed)
+        used = torch.get_num_threads()
     device = trainer.strategy.root_device.type.upper()
-    return JobTime(
-        typical * timer.batches,
-        min(timed) * timer.batches,
-        max(timed) * timer.batches,
-        f"{counted(len(timed), 'training batch', 'training batches')} of {what} timed here on "
-        f"{device} ({typical:.3g} s each, the median, x {timer.batches} batches; the range from "
-        "the fastest to the slowest batch; training only: each epoch's validation and isotropy "
-        "probe, and the model's loading, add to it)",
-    )
+    return timer.parts(f"{device} with {counted(used, 'torch thread')}")
+
+
+def job_threads(launcher: DictConfig, at_once: int) -> int | None:
+    """The torch threads of each job ``launcher`` runs ``at_once``: the ``gpus`` launcher's share
+    (``threads_per_job``, else the cores split over the jobs at once, as it splits them), which
+    a step takes longer with than with every core; None for the others (a job has the process's
+    threads)."""
+    if not str(launcher.get("_target_", "")).endswith("GpusLauncher"):
+        return None
+    return launcher.get("threads_per_job") or cpu_share(at_once)
+
+
+def _kept(batches: int, limit: int | float) -> int:
+    """The batches of a loader of ``batches`` that Lightning's ``limit_*_batches`` keeps (an int:
+    that many; a fraction: that share, rounded down)."""
+    return min(batches, limit) if isinstance(limit, int) else int(batches * limit)
+
+
+def _isotropy_monitor(job: DictConfig, scratch: str) -> list[L.Callback]:
+    """The job's isotropy callback, its figures in ``scratch`` and sharing nothing (so that its
+    epoch-0 probe runs here), or none where the job has none."""
+    settings = (job.get("callbacks") or {}).get("isotropy")
+    if not settings:
+        return []
+    return [instantiate(settings, output_dir=scratch, shared_dir=None)]
 
 
 @contextmanager
-def _lightning_quiet() -> Iterator[None]:
-    """Lightning's and Fabric's info lines (the seed set, the devices found) kept out of the
-    preview while it times: they speak of a run that is not one."""
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """torch on ``threads`` threads meanwhile (None: as it is)."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Lightning's and Fabric's info lines (the seed set, the devices found) and the isotropy
+    callback's (its measures) kept out of the preview while it times: they speak of a run that
+    is not one."""
     silence_lightning_tips()
-    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    quieted = ("lightning.pytorch", "lightning.fabric", "isotune.callbacks.isotropy")
+    loggers = [logging.getLogger(name) for name in quieted]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.WARNING)
@@ -120,23 +158,71 @@ def _lightning_quiet() -> Iterator[None]:
             logger.setLevel(level)
 
 
-class BatchTimer(L.Callback):
-    """Times each training batch (its forward, backward and optimizer step) and stops the fit
-    after ``steps`` of them; ``batches``: how many the job trains in all."""
+class JobTimer(L.Callback):
+    """Times a job's parts as the fit goes (:class:`JobParts`), and stops it after ``steps``
+    training batches and the validation that follows: the load from ``started`` to the start
+    of training (the sanity validation included), the epoch-0 probe (the callbacks' train start
+    after this one's, the isotropy monitor's), each training batch (its forward, backward and
+    optimizer step; the first, its warm-up, not counted) and validation batch, and the time from
+    the last validation batch to validation's end (the metrics and the isotropy measures). The
+    job validates ``val_count`` batches a pass; how many training batches and passes it runs
+    come from the trainer, as it sets up the job."""
 
-    def __init__(self, steps: int) -> None:
+    def __init__(self, started: float, steps: int, val_count: int) -> None:
         self.steps = steps
-        self.times: list[float] = []
-        self.batches = 0
-        self._started = 0.0
+        self.val_count = val_count
+        self.train: list[float] = []
+        self.val: list[float] = []
+        self.load = self.probe = self.val_end = 0.0
+        self.train_count = self.validations = 0
+        self._started = self._mark = started
+
+    def parts(self, timed_on: str) -> JobParts:
+        timed = self.train[1:] or self.train  # a job of one batch: its only one
+        return JobParts(
+            self.load,
+            self.probe,
+            tuple(timed),
+            self.train_count,
+            tuple(self.val),
+            self.val_count,
+            self.val_end,
+            self.validations,
+            timed_on,
+        )
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
-        self.batches = int(trainer.estimated_stepping_batches) * trainer.accumulate_grad_batches
+        self._mark = time.perf_counter()
+        self.load = self._mark - self._started
+        self.train_count = int(trainer.estimated_stepping_batches) * trainer.accumulate_grad_batches
+        per_epoch, every = trainer.num_training_batches, trainer.val_check_batch
+        if trainer.check_val_every_n_epoch is None:  # every val_check_batch batches
+            self.validations = self.train_count // every
+        else:
+            epochs = math.ceil(self.train_count / per_epoch)
+            passes = max(1, per_epoch // every) if every <= per_epoch else 1
+            self.validations = epochs // trainer.check_val_every_n_epoch * passes
+
+    def on_train_epoch_start(self, *args: Any) -> None:
+        if not self.train:  # the callbacks' train start, after this one's: the probe
+            self.probe = time.perf_counter() - self._mark
 
     def on_train_batch_start(self, *args: Any) -> None:
-        self._started = time.perf_counter()
+        self._mark = time.perf_counter()
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        self.times.append(time.perf_counter() - self._started)
-        if len(self.times) >= self.steps:
-            trainer.should_stop = True
+        self.train.append(time.perf_counter() - self._mark)
+        if len(self.train) >= self.steps:
+            trainer.should_stop = True  # validation follows, then the fit ends
+
+    def on_validation_batch_start(self, *args: Any) -> None:
+        self._mark = time.perf_counter()
+
+    def on_validation_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self._mark, started = time.perf_counter(), self._mark
+        if not trainer.sanity_checking:
+            self.val.append(self._mark - started)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        if not trainer.sanity_checking:
+            self.val_end = time.perf_counter() - self._mark
