@@ -14,7 +14,7 @@ has ``jobs_per_gpu`` slots and jobs beyond ``n_jobs`` queue, so a GPU never runs
 a worker that dies (``os._exit``, killed for memory) fails only the job it was running and is
 replaced, and the other jobs go on. A job stopped by a signal (SIGTERM, SIGUSR2, Ctrl-C) records
 how it ended and exits with the shell's status for the signal: that is one "stopped" line, with
-the status its results.json holds, not a crash (:mod:`.gpus_worker`, what runs in a worker). One
+the status its results.json holds, not a crash (:mod:`._gpus_worker`, what runs in a worker). One
 Ctrl-C stops the sweep as SIGTERM does (:class:`_ForwardedStop`): each running job at its safe
 point, idle workers told to stop, a worker still alive after the grace period killed; a second
 Ctrl-C kills them at once. Workers are reused, so a job must release what it opened (e.g.
@@ -41,7 +41,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import MISSING, DictConfig
 
-from hydra_plugins.isotune_launcher.gpus_worker import (
+from hydra_plugins.isotune_launcher._gpus_worker import (
     STOPPED_EXIT_CODES,
     SWEEP_STOP_SIGNALS,
     JobStopped,

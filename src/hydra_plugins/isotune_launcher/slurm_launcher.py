@@ -30,8 +30,8 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, SlurmQue
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import OmegaConf
 
+from hydra_plugins.isotune_launcher._gpus_worker import JobStopped, job_context
 from hydra_plugins.isotune_launcher.gpus_launcher import JobQueue, SlotPool
-from hydra_plugins.isotune_launcher.gpus_worker import JobStopped, job_context
 from isotune.errors import IsotuneError, RunInterrupted
 from isotune.sweeps import gpu_slots, slurm_jobs
 from isotune.sweeps.job_claims import JobClaims, new_claims_folder
@@ -196,7 +196,7 @@ class Allocation:
     """What one array task of a packed sweep runs: a worker pool over the jobs it claims.
     Pickled by submitit; called in the allocation, again after each requeue."""
 
-    context: bytes  # gpus_worker.job_context
+    context: bytes  # _gpus_worker.job_context
     jobs: list[tuple[int, list[str]]]  # (job number, overrides), by position in the launch
     claims_folder: str
     sweep_dir: str

@@ -5,7 +5,12 @@ A job stopped by a signal records how it ended and exits with the shell's status
 the worker turns that into one "stopped" return, not a crash. Ctrl-C (a terminal sends it to the
 workers as to the launcher, which passes it on as well) stops a running job at its safe point
 (:func:`~isotune.record.stopping.ctrl_c_in_a_sweep`); between jobs it is only noted, and a job
-sent meanwhile is returned stopped, not started: the launcher is stopping the sweep."""
+sent meanwhile is returned stopped, not started: the launcher is stopping the sweep.
+
+Its name starts with ``_`` so that Hydra's plugin scan does not import it a second time: the
+workers are spawned with :func:`serve_jobs` pickled by reference, which must be the object the
+module in ``sys.modules`` holds.
+"""
 
 import gc
 import logging
