@@ -80,6 +80,11 @@ def test_sigterm_to_a_gpus_sweep_stops_every_job_within_a_minute(overrides, mark
     assert f"Sweep {sweep}: 0 of 2 jobs completed, 2 did not:" in output
 
 
+@pytest.mark.xfail(
+    reason="issue 70, open: failed once in the full CI run of 2026-12-07 (passed alone, 55 s); "
+    "its cause not yet found",
+    strict=False,
+)
 def test_one_ctrl_c_to_a_gpus_sweep_stops_every_job_at_its_safe_point(tmp_path):
     """Ctrl-C as a terminal sends it, once, to the sweep's whole process group while both jobs
     train: each job stops at its next batch end, saved and recorded interrupted by SIGINT, no
