@@ -27,6 +27,7 @@ such runs, gets ``--allow-unknown-code``; from a clean one (CI's clone) it runs 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -93,13 +94,10 @@ STUDY_SIZE = {
 # seeds, its task, level and date as typed.
 STATED = "hydra.sweeper.stated="
 STATED_SIZE = {"hydra.sweeper.stated.arm": "isobn", "hydra.sweeper.stated.seeds": "[2,3]"}
-# A sequential stated test, cut to one look, in a study of its own: the cut maps every stated
-# test onto the same two seeds, and a study holding stated runs of a fixed-size test refuses a
-# plan written after them, as it refuses a user (docs/study.md).
-STATED_LOOKS_SIZE = {
-    "hydra.sweeper.stated.looks": "[2]",
-    "hydra.sweeper.study_name": "sequential_looks",
-}
+# A sequential stated test, cut to one look, in a study of its own for each plan the pages state:
+# the cut maps every stated test onto the same two seeds, and a study refuses a plan other than
+# the one it stored, as it refuses a user (docs/study.md).
+STATED_LOOKS_SIZE = {"hydra.sweeper.stated.looks": "[2]"}
 ANALYZE_SIZE = {
     "data.dev_examples": "32",
     "data.train_examples": "32",
@@ -347,8 +345,11 @@ class Workdir:
             cut.update(STUDY_SIZE)
         if any(arg.startswith(STATED) for arg in args):
             cut.update(STATED_SIZE)
-            if any("looks:" in arg for arg in args):  # a sequential one: its looks within them
+            stated = next(arg for arg in args if arg.startswith(STATED))
+            if "looks:" in stated:  # a sequential one: its looks within them, its plan its own
                 cut.update(STATED_LOOKS_SIZE)
+                plan = hashlib.sha256(stated.encode()).hexdigest()[:8]
+                cut["hydra.sweeper.study_name"] = f"sequential_looks_{plan}"
         return [*sizes_not_given(sizes, args), *(f"{key}={value}" for key, value in cut.items())]
 
     def copy_from_repository(self, arg: str) -> None:
