@@ -27,15 +27,66 @@ EPOCH_ZERO_PASS = "Isotropy at epoch 0: encoding the probe"
 SIGMA_S_PASS = "I-STAR: Sigma_S for epoch 1"
 
 
-def _wait_for_both(sweep_root: Path, marker: str, process: subprocess.Popen) -> Path:
+def _wait_for_both(sweep_root: Path, marker: str, process: subprocess.Popen, output: Path) -> Path:
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        assert process.poll() is None, "the sweep ended before the jobs got there"
+        assert process.poll() is None, (
+            f"the sweep ended before the jobs got there:\n{_tail(output)}"
+        )
         logs = list(sweep_root.glob("*/*/train.log"))
         if len(logs) == 2 and all(marker in log.read_text() for log in logs):
             return logs[0].parent.parent
         time.sleep(0.2)
-    raise AssertionError(f"the jobs never logged {marker!r}")
+    raise AssertionError(f"the jobs never logged {marker!r}\n{_where_it_stood(sweep_root, output)}")
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.exists() else f"({path} missing)"
+
+
+def _where_it_stood(sweep_root: Path, output: Path) -> str:
+    """What a sweep that never got there had done: the sweep's output, each job's log, and the
+    machine's busiest processes (another test's leftovers would show there)."""
+    busy = sorted(
+        psutil.process_iter(["pid", "cpu_times", "status", "cmdline"]),
+        key=lambda p: sum(p.info["cpu_times"][:2]) if p.info["cpu_times"] else 0,
+        reverse=True,
+    )
+    lines = [f"sweep output:\n{_tail(output)}"]
+    lines += [f"{log}:\n{_tail(log, 1500)}" for log in sorted(sweep_root.glob("*/*/train.log"))]
+    lines += ["processes, by CPU seconds:"] + [
+        f"  {p.info['pid']} {p.info['status']} {sum(p.info['cpu_times'][:2]):.0f}s "
+        f"{' '.join(p.info['cmdline'] or [])[:160]}"
+        for p in busy[:15]
+        if p.info["cpu_times"] and p.info["cmdline"]
+    ]
+    return "\n".join(lines)
+
+
+def _start_sweep(arguments: list[str], tmp_path: Path, **popen) -> tuple[subprocess.Popen, Path]:
+    """``train.py -m hydra/launcher=gpus hydra.launcher.n_jobs=2 <arguments>`` in ``tmp_path``,
+    its output in a file there (a pipe nobody reads while it runs could fill and stall it)."""
+    output = tmp_path / "sweep_output.txt"
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        "hydra/launcher=gpus",
+        "hydra.launcher.n_jobs=2",
+        "trainer.enable_progress_bar=false",
+        *arguments,
+    ]
+    with output.open("w") as sink:
+        process = subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            text=True,
+            **popen,
+        )
+    return process, output
 
 
 @pytest.mark.parametrize(
@@ -44,33 +95,18 @@ def _wait_for_both(sweep_root: Path, marker: str, process: subprocess.Popen) -> 
     ids=["epoch-0 isotropy pass", "Sigma_S pass"],
 )
 def test_sigterm_to_a_gpus_sweep_stops_every_job_within_a_minute(overrides, marker, tmp_path):
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "train.py"),
-            "-m",
-            "hydra/launcher=gpus",
-            "hydra.launcher.n_jobs=2",
-            "seed=1,2",
-            "trainer.enable_progress_bar=false",
-            *overrides,
-        ],
-        cwd=tmp_path,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process, log = _start_sweep(["seed=1,2", *overrides], tmp_path)
     try:
-        sweep = _wait_for_both(tmp_path / "logs" / "multirun", marker, process)
+        sweep = _wait_for_both(tmp_path / "logs" / "multirun", marker, process, log)
         children = psutil.Process(process.pid).children()
         workers = [child for child in children if "spawn_main" in " ".join(child.cmdline())]
         assert len(workers) == 2  # (besides multiprocessing's resource tracker)
         process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=60)
+        process.wait(timeout=60)
     finally:  # nothing left behind, whatever failed
         for leftover in psutil.Process().children(recursive=True):
             leftover.kill()
+    output = log.read_text()
     assert process.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert not [worker.pid for worker in workers if worker.is_running()], "orphaned workers"
     assert "Traceback" not in output, output[-3000:]
@@ -91,28 +127,15 @@ def test_one_ctrl_c_to_a_gpus_sweep_stops_every_job_at_its_safe_point(tmp_path):
     third job starts, and the sweep ends within the grace period with its summary and the rerun
     line, exit status 130. Before, it waited for ever on a worker that had taken the launcher's
     SIGTERM for its finished run's."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "train.py"),
-            "-m",
-            "hydra/launcher=gpus",
-            "hydra.launcher.n_jobs=2",
-            "task=rte",
-            "seed=1,2,3",
-            "debug=limit",
-            "trainer.max_epochs=1",
-            "trainer.enable_progress_bar=false",
-        ],
-        cwd=tmp_path,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    process, log = _start_sweep(
+        ["task=rte", "seed=1,2,3", "debug=limit", "trainer.max_epochs=1"],
+        tmp_path,
         start_new_session=True,  # its own process group, as a shell's foreground job
     )
     try:
-        sweep = _wait_for_both(tmp_path / "logs" / "multirun", "Isotropy at epoch 0 (", process)
+        sweep = _wait_for_both(
+            tmp_path / "logs" / "multirun", "Isotropy at epoch 0 (", process, log
+        )
         workers = [
             child
             for child in psutil.Process(process.pid).children()
@@ -120,11 +143,12 @@ def test_one_ctrl_c_to_a_gpus_sweep_stops_every_job_at_its_safe_point(tmp_path):
         ]
         started = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)
-        output, _ = process.communicate(timeout=90)
+        process.wait(timeout=90)
         took = time.monotonic() - started
     finally:
         for leftover in psutil.Process().children(recursive=True):
             leftover.kill()
+    output = log.read_text()
     assert process.returncode == 128 + signal.SIGINT, output[-3000:]
     assert took < 60, took  # the grace period: no worker had to be killed
     assert not [worker.pid for worker in workers if worker.is_running()], "orphaned workers"
