@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
@@ -262,16 +263,18 @@ class SignalAtBatch(L.Callback):
     ids=["isobn-SIGUSR2", "istar-SIGTERM"],
 )
 def test_a_signal_mid_epoch_saves_that_step_and_the_run_continues_there_exactly(
-    overrides, signum, train_config, tmp_path
+    overrides, signum, train_config, tmp_path, caplog
 ):
     run = (*overrides, "debug=limit", "trainer.max_epochs=3", "seed=7")  # 4 batches an epoch
     send = (
         f"+callbacks.signal={{_target_:{__name__}.SignalAtBatch,epoch:1,batch:1,signum:{signum}}}"
     )
     full = train(train_config(*run, output_dir=tmp_path / "full"))
+    caplog.set_level(logging.INFO)
     with pytest.raises(RunInterrupted) as stopped:
         train(train_config(*run, send, output_dir=tmp_path / "run"))
     assert stopped.value.signal == signum
+    assert "weights_only" not in caplog.text  # the save says what it writes: no alarming notice
 
     record = json.loads((tmp_path / "run" / "results.json").read_text())
     assert (record["status"], record["interrupted_by"]) == ("interrupted", signum.name)

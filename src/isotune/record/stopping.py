@@ -149,8 +149,10 @@ class StopAtSafePoint(L.Callback):
 
     def save(self, trainer: L.Trainer) -> None:
         """Write this step's checkpoint as last.ckpt (atomically, as every checkpoint is:
-        :class:`~isotune.record.checkpoints.RunCheckpointIO`)."""
-        trainer.save_checkpoint(self.last_checkpoint)
+        :class:`~isotune.record.checkpoints.RunCheckpointIO`), the whole training state: saying
+        so keeps Lightning from logging "`weights_only` was not set", which reads as if the
+        checkpoint were loaded unsafely."""
+        trainer.save_checkpoint(self.last_checkpoint, weights_only=False)
         log.warning(
             "Saved %s at step %d (epoch %d, batch %d) to continue from",
             self.last_checkpoint,
