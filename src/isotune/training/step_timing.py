@@ -30,7 +30,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from isotune.data.own_data import complete_own_task
 from isotune.sweeps.gpu_slots import cpu_share
@@ -100,7 +100,15 @@ def time_job(job: DictConfig, threads: int | None = None, steps: int = TIMED_STE
         trainer.fit(model, datamodule=datamodule)
         used = torch.get_num_threads()
     device = trainer.strategy.root_device.type.upper()
-    return timer.parts(f"{device} with {counted(used, 'torch thread')}")
+    return timer.parts(f"{device} with {counted(used, 'torch thread')}", _probe_shared(job))
+
+
+def _probe_shared(job: DictConfig) -> bool:
+    """Whether the sweep's jobs share the epoch-0 measures: an isotropy callback whose
+    ``shared_dir`` is set (read unresolved: it names the sweep's folder, which a preview has not
+    made)."""
+    settings = (job.get("callbacks") or {}).get("isotropy")
+    return bool(settings) and OmegaConf.to_container(settings).get("shared_dir") is not None
 
 
 def job_threads(launcher: DictConfig, at_once: int) -> int | None:
@@ -177,7 +185,7 @@ class JobTimer(L.Callback):
         self.train_count = self.validations = 0
         self._started = self._mark = started
 
-    def parts(self, timed_on: str) -> JobParts:
+    def parts(self, timed_on: str, probe_shared: bool) -> JobParts:
         timed = self.train[1:] or self.train  # a job of one batch: its only one
         return JobParts(
             self.load,
@@ -189,6 +197,7 @@ class JobTimer(L.Callback):
             self.val_end,
             self.validations,
             timed_on,
+            probe_shared,
         )
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
