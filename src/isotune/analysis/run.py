@@ -42,6 +42,7 @@ from transformers import DataCollatorWithPadding
 from isotune.analysis.config_checks import check_analyze_config
 from isotune.analysis.directions import changed_directions, intruder_matrices
 from isotune.analysis.experiments import (
+    Inputs,
     enhancement_experiment,
     isotropy_by_layer,
     local_structure,
@@ -139,39 +140,19 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
         )
     }
     lap("isotropy")
-    directions, direction_counts = changed_directions(
-        models,
-        dev_vectors,
-        cfg.directions.k,
-        cfg.directions.threshold,
-        cfg.directions.matrices,
-        matrices,
-    )
+    dev_labels, train_labels = labels_of(dev_set, task), labels_of(train_set, task)
+    inputs = Inputs(models, dev_vectors, train_vectors, dev_labels, train_labels, cfg.seed)
+    directions, direction_counts = changed_directions(inputs, cfg.directions, matrices)
     lap("directions")
     tables["local_structure"] = local_structure(dev_vectors, token_labels, cfg.local, cfg.seed)
     lap("local_structure")
-    dev_labels, train_labels = labels_of(dev_set, task), labels_of(train_set, task)
     tables["enhancement"] = enhancement_experiment(
-        finetuned,
-        dev_vectors,
-        train_vectors,
-        dev_labels=dev_labels,
-        train_labels=train_labels,
-        settings=cfg.enhance,
-        dominant_factor=cfg.isotropy.dominant_factor,
-        seed=cfg.seed,
+        inputs, cfg.enhance, cfg.isotropy.dominant_factor
     )
     lap("enhancement")
     finetuned_dev = metric_values(tables["enhancement"], "finetuned_head", "none")
-    tables["outlier_dimensions"], outliers = outlier_experiment(
-        train_vectors,
-        dev_vectors,
-        train_labels,
-        dev_labels,
-        task,
-        full_score=finetuned_dev[task.primary_metric],
-        settings=cfg.outliers,
-    )
+    full_score = finetuned_dev[task.primary_metric]
+    tables["outlier_dimensions"], outliers = outlier_experiment(inputs, full_score, cfg.outliers)
     lap("outlier_dimensions")
 
     num_layers = dev_vectors["finetuned"].num_layers
