@@ -1,25 +1,15 @@
 """Measure the isotropy of the embedding space before training and after every validation epoch.
 
-On a fixed probe set (a seeded subset of the dev split, the same in every epoch and in every run
-with the same seed) it measures the sentence vector before the norm (``pre_norm``) and after it
-(``post_norm``, the classifier's input), and optionally token vectors of chosen layers. The
-vectors come from validation itself: forward hooks on the norm (its input and output) and, when
-token layers are asked for, on the encoder (hidden states requested only then) keep the probe's
-rows of every dev batch, found by the examples' ``idx``. Only what validation did not encode runs
-in a pass of its own, in validation's batches and at its precision: all of the probe at epoch 0
-(before training), and the rest under ``limit_val_batches``, ``debug=limit`` or sharded DDP
-validation. Every scalar of :func:`isotune.isotropy.measure_all`, and IsoScore* with the
+On a fixed, seeded probe subset of the dev split it measures the sentence vector before the norm
+(``pre_norm``) and after it (``post_norm``, the classifier's input), and optionally token vectors
+of chosen layers. The vectors come from validation itself (forward hooks, :mod:`.probe_capture`);
+only what validation did not encode runs in a pass of its own (all of the probe at epoch 0, the
+rest under ``limit_val_batches``, ``debug=limit`` or sharded validation). Measures are logged as
+``iso/<view>/<metric>`` with the epoch (0 = the pre-trained geometry), with IsoScore* at the
 library's default shrinkage target (one rule for every run, never a regularized run's own
-Sigma_S), and the outlier-dimension scalars of :func:`isotune.isotropy.measure_outliers` with the
-number of epoch 0's outlier dimensions still outliers, all measured on the device that encoded the
-vectors (:func:`isotune.isotropy.views.measure_view`), is logged as ``iso/<view>/<metric>`` with
-the epoch (epoch 0 = the pre-trained geometry); figures drawn from the same measurement are saved
-under ``<output_dir>/isotropy/`` and sent to W&B; the per-epoch values and outlier dimensions
-(their indices) are kept in checkpoints and returned for ``results.json``. In a sweep, epoch 0's
-measures are shared by the jobs that would compute the same ones
-(:mod:`isotune.callbacks.shared_pretrained`). The hooks that keep the probe's vectors:
-:mod:`.probe_capture`; the layer profiles and figures: :mod:`.profiles_and_figures`. Views,
-settings and measures: ``docs/isotropy.md``.
+Sigma_S); figures go under ``<output_dir>/isotropy/`` (:mod:`.profiles_and_figures`); per-epoch
+values are kept in checkpoints and ``results.json``. Epoch 0 is shared within a sweep
+(:mod:`isotune.callbacks.shared_pretrained`). Views, settings and measures: ``docs/isotropy.md``.
 """
 
 from __future__ import annotations
