@@ -1,22 +1,12 @@
 """An encoder's embedding space layer by layer, and what its local structure encodes.
 
-Rajaee & Pilehvar (Findings of EMNLP 2021) compare the geometry of a pre-trained encoder with that
-of its fine-tuned self: isotropy per layer, for tokens and for sentences, and the local structure
-of the token space (do tokens cluster by type and by frequency?). This module provides the pieces:
-
-- :func:`sample_tokens`: a seeded sample of the non-special tokens of some examples, each labelled
-  with its type (punctuation, stop word, sub-word, other);
-- :func:`collect_layer_vectors`: in one no-grad pass of a
-  :class:`~isotune.model.classifier.GLUEClassifier`
-  (:func:`isotune.model.sentence_views.collect_views`: the same views the isotropy callback
-  measures), the sampled tokens' vectors and the sentence vectors (the model's pooling) of every
-  layer, plus the sentence vector before and after the norm (``pre_norm``, ``post_norm``);
-- :func:`token_counts` and :func:`frequency_buckets`: token frequency on training text;
-- :func:`separability`: how well k-means clusters and a linear probe recover a labelling;
-- :func:`probe_predictions`: the same linear probe, trained on one set of vectors and applied to
-  another (e.g. a task probe on sentence vectors).
-
-How the analysis uses them: ``docs/analysis.md``.
+The pieces of Rajaee & Pilehvar's (Findings of EMNLP 2021) comparison of a pre-trained encoder
+with its fine-tuned self: a seeded, typed token sample (:func:`sample_tokens`); every layer's
+token and sentence vectors and the sentence vector around the norm in one no-grad pass
+(:func:`collect_layer_vectors`, the views the isotropy callback measures); token frequency
+(:func:`token_counts`, :func:`frequency_buckets`); and how well clusters and a linear probe
+recover a labelling (:func:`separability`, :func:`probe_predictions`). How the analysis uses
+them: ``docs/analysis.md``.
 """
 
 from __future__ import annotations

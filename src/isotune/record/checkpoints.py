@@ -1,20 +1,14 @@
 """What a run's checkpoints hold beyond Lightning's own, how Lightning reads and writes them, how
 best.ckpt survives a resume, and what a completed run keeps of them (``checkpoint.keep``).
 
-Every checkpoint carries the run's config and overrides (:mod:`isotune.record.resume` compares them
-before continuing); Lightning reads every checkpoint through the project's data-only loader and
-writes it atomically in its own folder (:class:`RunCheckpointIO`); and the checkpoint callbacks
-keep their best file right when a run continues from a checkpoint of another folder
-(``ckpt_path=`` pointing elsewhere): Lightning then forgets the best score ("The dirpath has
-changed ...") and its first epoch overwrites best.ckpt whatever its score, so best.ckpt and
-results.json's ``best_epoch`` would disagree.
-
-A run folder's size is its checkpoints: AdamW's two moments make a full checkpoint three times
-its model, and last.ckpt only serves a run that may still continue. So by default
-(``checkpoint.keep=slim``) best.ckpt is written without the optimizer's and the scheduler's state
-(:func:`model_only`; for ``adapt=lora`` or ``frozen`` the model is already only what trained), and
-last.ckpt is removed once the run has completed (:func:`keep_of_completed_run`); a failed or
-interrupted run keeps it to continue from. ``full`` keeps both whole; ``none`` keeps no model.
+Every checkpoint carries the run's config and overrides (compared by :mod:`isotune.record.resume`);
+Lightning reads them through the project's data-only loader and writes them atomically
+(:class:`RunCheckpointIO`). When a run continues from a checkpoint of another folder, Lightning
+forgets the best score and its first epoch would overwrite best.ckpt whatever its score, so the
+callbacks keep it right. AdamW's moments make a full checkpoint three times its model, so by
+default (``slim``) best.ckpt keeps the model only (:func:`model_only`) and last.ckpt is removed
+once the run completes (:func:`keep_of_completed_run`); ``full`` keeps both whole, ``none`` no
+model.
 """
 
 from __future__ import annotations
