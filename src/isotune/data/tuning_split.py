@@ -1,18 +1,13 @@
 """A tuning split: part of the train set held out to choose on, so that dev reports on data that
 chose nothing.
 
-A search picks its trial (and each run its best epoch) by the dev score; the same dev set then
-reporting the winner flatters it. With ``data.tuning_split=true`` a run trains on train minus a
-split carved from it and evaluates on that split instead. The split is stratified by label (a
-regression's by quantile bins of its scores), so that it and the remaining train keep train's
-label shares, and drawn with a seed of its own (``data.tuning_split_seed``), not the run's: every
-trial and seed of a search sees the same split. Its size is the dev set's unless
-``data.tuning_split_size`` gives a count or a fraction of train.
-
-Examples whose text fields are identical are held out or kept together: RTE's train has exact
-duplicates (rows 459 and 2241, 420 and 526), and one drawn onto each side would score the tuning
-runs on an example they trained on. Train without duplicates gets the split it got before this
-rule; RTE's changed (:data:`RULE_CHANGE`).
+With ``data.tuning_split=true`` a run trains on train minus a split carved from it and evaluates
+on that split: the dev set that chose a search's trial would flatter it. The split is stratified
+by label (a regression's by quantile bins), drawn with its own seed (``data.tuning_split_seed``)
+so every trial and seed sees the same one, and the dev set's size unless
+``data.tuning_split_size`` says otherwise. Examples with identical text are held out or kept
+together (RTE's train has exact duplicates, which would score tuning runs on trained examples);
+only RTE's split changed with that rule (:data:`RULE_CHANGE`).
 """
 
 from __future__ import annotations

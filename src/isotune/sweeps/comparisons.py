@@ -1,18 +1,12 @@
 """Configurations of a sweep, their baselines, and the paired statistics between them.
 
-A configuration is what sets a run apart other than its task and seed: its axes (the fields of
-``results.json`` named in :data:`AXES`) and its other overrides, minus bookkeeping that changes no
-result (paths, launcher, logger, ``hydra.*``). Its baseline is the same configuration with the
-baseline values of the axes (``norm=none`` by default, ``--baseline norm=batchnorm`` to choose
-another), every other axis and override the same (model, adaptation, ...). A configuration's runs
-and its baseline's runs of one task that share the seed that varies (:mod:`isotune.sweeps.seeds`)
-are paired, and
-:mod:`isotune.sweeps.statistics` compares them.
-
-In a search folder the runs of a trial on the tuning seeds and the runs of the report on the report
-seeds are different configurations (``search=tuning``, ``search=report``): the winner's runs on
-the two are never pooled, and only the report's runs have a baseline (the search runs its
-baseline on the report seeds only, which share no seed with the tuning ones).
+A configuration is what sets a run apart other than its task and seed: its axes (:data:`AXES`)
+and other overrides, minus bookkeeping that changes no result (paths, launcher, logger,
+``hydra.*``). Its baseline is the same configuration with the axes' baseline values (``norm=none``
+by default, ``--baseline`` to choose another); runs of the two on one task that share the seed
+that varies (:mod:`isotune.sweeps.seeds`) are paired for :mod:`isotune.sweeps.statistics`. In a
+search folder, tuning and report runs are different configurations (``search=tuning``,
+``search=report``), never pooled, and only the report's have a baseline.
 """
 
 from __future__ import annotations

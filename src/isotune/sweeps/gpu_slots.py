@@ -1,19 +1,14 @@
 """Pin each sweep worker process to one GPU by holding an exclusive lock on one of that GPU's
 slot files.
 
-Why a lock and not ``job.num % n_gpus``: a worker pool hands jobs to whichever worker is free, so
-arithmetic on job numbers overloads a GPU as soon as job durations differ. A GPU has
-``jobs_per_gpu`` slots (``<slot_dir>/<gpu>#<share>.lock``); a worker that locks one slot once, at
-its start, owns that share of the GPU for its whole life, so a GPU never runs more than
-``jobs_per_gpu`` jobs at once. The operating system drops the lock when the process dies, so a
-crashed worker never leaks its slot. The lock of the current process is kept in this importable
-module (not in a ``__main__`` script), so every job a worker runs sees the same slot.
-
-The slot folder lies in the sweep folder by default. One that another user controls (a shared
-``/tmp``) could hold symlinks whose targets a worker's lock would truncate, locks held forever,
-or refuse every worker's write; so a slot folder must be a folder of this user's own, and a lock
-file a plain file of this user's, opened without following symlinks. Anything else is one
-message, from the launcher before any worker starts.
+Why a lock and not ``job.num % n_gpus``: a worker pool hands jobs to whichever worker is free,
+so arithmetic on job numbers overloads a GPU as soon as job durations differ. A GPU has
+``jobs_per_gpu`` slots (``<slot_dir>/<gpu>#<share>.lock``); a worker locks one once, at its
+start, for its whole life, and the operating system drops the lock when it dies, so a crashed
+worker never leaks its slot. The lock is kept in this importable module so every job a worker
+runs sees the same slot. A slot folder another user controls (a shared ``/tmp``) could hold
+symlinks a lock would truncate through, or locks held forever: so it must be this user's own
+folder, and a lock file a plain file of this user's, opened without following symlinks.
 """
 
 from __future__ import annotations
