@@ -1,16 +1,12 @@
 """Each look of a sequential stated test frozen when it is taken (docs/study.md, "A plan no one
 can bend").
 
-A look recomputed from the files at every read is a look that moves: a run replaced or rerun
-after its look would change a decision already taken, and nothing would say so. So the study
-command (never a report) takes a look once its pairs are in, and appends its record to
-:data:`LOOKS_FILE` in the study folder: the look, its pairs (seed, both runs' folders, their
-scores and the sha256 of each ``results.json``), the interval, the decision, the alpha spent,
-the exact p, the plan's digest, the commit of the code that took it and when. Later reads never
-rewrite it: a report gives the frozen looks, and names any run whose ``results.json`` changed
-since its look (the frozen decision stands); a later look adds its new pairs to the frozen ones;
-a look is never taken twice, also after a kill between looks (the record is appended whole or
-not at all).
+A look recomputed at every read moves: a run replaced after its look would change a decision
+already taken, silently. So the study command (never a report) takes a look once its pairs are
+in and appends its record to :data:`LOOKS_FILE`, whole or not at all: its pairs (with the sha256
+of each ``results.json``), interval, decision, alpha spent, exact p, the plan's digest, the
+commit and when. Nothing rewrites it: a report gives the frozen looks and names any run changed
+since (the decision stands), and a look is never taken twice, also after a kill.
 """
 
 from __future__ import annotations
