@@ -55,30 +55,11 @@ def one_thread() -> Iterator[None]:
 class IsotropyMonitor(ProfilesAndFigures, L.Callback):
     """Isotropy of the sentence vectors (and token vectors of ``token_layers``) per epoch.
 
-    Args:
-        probe_size: dev examples in the probe set (all of them when the split is smaller).
-        seed: chooses the probe set; the run's seed by default in the config.
-        token_layers: hidden-state indices (0 = embeddings, -1 = last layer) whose token vectors
-            (special tokens and padding excluded) are measured too; empty: sentence level only.
-        max_tokens: token vectors per layer, sampled with ``seed`` (the same tokens every epoch).
-        local_k: also measure local isotropy with this many k-means clusters (None: skip).
-        dominant_factor: a direction is dominant when its variance exceeds this times the mean.
-        outlier_factor: a dimension is an outlier when its variance is at least this times the
-            mean variance (Rudman et al. 2023: 5).
-        rogue_k: the dimensions of largest contribution to the average cosine whose share is
-            logged (Timkey & van Schijndel 2021: 3).
-        figures: save (and log) the std / correlation / spectrum figures every epoch.
-        output_dir: where figures go (``<output_dir>/isotropy``).
-        layer_profiles: also measure every layer (:func:`isotune.isotropy.layers.layer_profile`
-            of its pooled sentence vectors and of a token sample, and its massive activations)
-            and draw every epoch's profiles when training ends (``layer_profiles.png``).
-        profile_tokens: about this many non-special tokens per layer for the profiles, the same
-            number from each probe example.
-        shared_dir: the sweep's folder (``${hydra:sweep.dir}`` in the config). Where it exists
-            (Hydra makes it before a sweep's first job; a run alone names one that does not),
-            epoch 0's measures are kept in and read from its :data:`SHARED_FOLDER`, so that one
-            job of the sweep measures the pre-trained model and the others with the same
-            weights, probe batches and settings read its numbers. None: every run measures.
+    Each argument is a key of ``conf/callbacks/isotropy``, described with its default in
+    docs/isotropy.md's settings table. ``shared_dir`` is the sweep's folder: where it exists (Hydra
+    makes it before a sweep's first job; a run alone names one that does not), one job measures
+    epoch 0 into its :data:`SHARED_FOLDER` and the others with the same weights, probe batches and
+    settings read its numbers; None: every run measures.
     """
 
     def __init__(

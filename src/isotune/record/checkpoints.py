@@ -60,19 +60,13 @@ class RunCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint files, read as data and written whole in their own folder.
 
     Read by :func:`isotune.record.resume.read_checkpoint`: data only, whatever
-    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (Lightning's own read passes no ``weights_only``,
-    which that variable turns into ``False``). Resuming (``fit``) and predicting with best.ckpt
-    both read here.
-
-    Written through :func:`~isotune.atomic_files.write_atomically`: Lightning's own writer
-    stages each checkpoint in memory and, on a local path, in a temporary file under /tmp that
-    is then moved; across filesystems (/tmp local, logs on NFS or Lustre) the move is a copy
-    straight into ``last.ckpt``, so a kill or a full disk mid-copy leaves a truncated checkpoint
-    under its final name. Here ``torch.save`` writes into a temporary file beside the
-    checkpoint, which replaces it once synced. Every save goes through it: best.ckpt, last.ckpt
-    and the checkpoint of a stop at a safe point. The files in :attr:`model_only_files` are
-    written :func:`model_only` (a :class:`RunCheckpoint` with ``keep`` other than ``full`` names
-    its file there before each save)."""
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (it turns Lightning's unset ``weights_only`` into
+    ``False``). Written through :func:`~isotune.atomic_files.write_atomically`, into a temporary
+    file beside the checkpoint that replaces it once synced: Lightning's own move from /tmp is a
+    copy across filesystems (logs on NFS), so a kill mid-copy would leave a truncated
+    ``last.ckpt``. Every save goes through it; the files in :attr:`model_only_files` are written
+    :func:`model_only` (a :class:`RunCheckpoint` with ``keep`` other than ``full`` names its file
+    there before each save)."""
 
     def __init__(self) -> None:
         super().__init__()
