@@ -1,13 +1,9 @@
 """TensorBoard, the offline twin of the W&B dashboard: the same sections and charts
 (:func:`isotune.dashboard.layout.dashboard_sections`) as a custom-scalars layout, and a logger
-that writes each key at the step of its axis.
-
-TensorBoard draws every scalar against its step, so the logger writes ``iso/*`` at step
-``iso/epoch`` (0 = the pre-trained model) and the dev scores at step ``epoch``, as W&B's
-``define_metric`` draws them (:func:`isotune.tracking.metric_keys.axis_of`); the training curves
-stay at the global step. ``tensorboard --logdir logs/multirun/<sweep>`` merges the runs' layouts
-into one page (the "Custom Scalars" tab). A scatter of one summary value per run, and a layer
-profile drawn against the layer, have no custom-scalars chart: they are W&B's only.
+that writes each key at the step of its axis (:func:`isotune.tracking.metric_keys.axis_of`), as
+W&B's ``define_metric`` draws it, since TensorBoard draws every scalar against its step. A
+scatter of one summary value per run, and a layer profile drawn against the layer, have no
+custom-scalars chart: they are W&B's only.
 """
 
 from __future__ import annotations

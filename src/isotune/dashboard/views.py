@@ -1,12 +1,9 @@
 """The dashboard's sections as W&B views, with ``wandb-workspaces`` (W&B's workspace and report
 API): a project's saved workspace, and a sweep's report.
 
-Every chart of :mod:`isotune.dashboard.layout` becomes a panel: a line plot of its keys against
-its axis, runs grouped by their W&B group (the configuration, seeds together: one line and a
-band per group), a bar plot of summary values, a scatter of one point per run, or a custom
-chart of a run summary's table (a layer profile: the layer on the x-axis). Building a
-view needs no network; :func:`view_json` writes what was built (the library's objects, field by
-field) for ``--dry-run`` and for runs without credentials.
+Every chart of :mod:`isotune.dashboard.layout` becomes a panel (runs grouped by their W&B group:
+one line and a band per configuration). Building a view needs no network; :func:`view_json`
+writes what was built for ``--dry-run`` and for runs without credentials.
 """
 
 from __future__ import annotations

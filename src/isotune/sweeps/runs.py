@@ -1,11 +1,9 @@
 """The bookkeeping of a directory of runs: which completed, which failed, which jobs are missing.
 
-Every run writes a ``results.json``; a Hydra sweep directory also holds ``multirun.yaml``. Runs
-that did not complete (failed, interrupted, or still ``running``: alive, or killed if its last
-update is old) and the jobs of a sweep that never left a ``results.json`` are listed here, never a
-crash. A job is its sweep and job number (a run outside a sweep: its folder), so a completed run
-stands in only for a failed run of the same job. :mod:`isotune.sweeps.aggregate` tabulates the
-completed runs; :mod:`isotune.sweeps.rerun` reruns the others.
+Runs that did not complete (failed, interrupted, ``running``: alive, or killed if its last update
+is old) and a sweep's jobs that left no ``results.json`` are listed here, never a crash. A job is
+its sweep and job number (outside a sweep: its folder), so a completed run stands in only for a
+failed run of the same job.
 """
 
 from __future__ import annotations

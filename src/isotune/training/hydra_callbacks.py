@@ -1,13 +1,11 @@
 """Checks that must pass before Hydra makes a run's or a sweep's folder, or rewrites one, and the
 folder's lock.
 
-Hydra creates the output folder (and writes ``.hydra/`` into it) before the task function starts,
-so a folder that cannot be created ends in Hydra's chained tracebacks, a run refused by its
-own checks leaves an empty folder behind, and a refused start in a folder that holds a run
-would leave that run's ``.hydra/`` and ``train.log`` rewritten. These callbacks run first
-(``on_run_start``, ``on_multirun_start``) and stop with one message and exit status 1. Hydra
-turns an ``Exception`` raised in a callback into a warning and goes on, so they exit
-(``SystemExit``) instead.
+Hydra creates the output folder (and ``.hydra/``) before the task function starts, so an
+uncreatable folder ends in chained tracebacks, a refused run leaves an empty folder, and a
+refused start in a run's folder would rewrite its ``.hydra/`` and ``train.log``. These callbacks
+run first and stop with one message and exit status 1, raising ``SystemExit``: Hydra turns an
+``Exception`` raised in a callback into a warning and goes on.
 """
 
 from __future__ import annotations
