@@ -210,7 +210,6 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-# -- inputs -------------------------------------------------------------------------------------
 def literal(values: Any) -> Any:
     """``values`` (read from a checkpoint) with every ``${`` escaped, so that merged into the
     Hydra config a saved ``${oc.env:WANDB_API_KEY}`` stays that string: saved settings are data,

@@ -98,7 +98,6 @@ class IsotropyMonitor(ProfilesAndFigures, L.Callback):
         self._probe: list[int] | None = None
         self._capture: ProbeCapture | None = None  # attached during a measured validation
 
-    # -- hooks ----------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         """Token layers the encoder has (its family's layer count), or one error before fitting."""
         layer_count = num_layers(module.encoder.config)
@@ -221,7 +220,6 @@ class IsotropyMonitor(ProfilesAndFigures, L.Callback):
         self.outliers = {int(epoch): dims for epoch, dims in state_dict.get("outliers", {}).items()}
         self.massive = {int(epoch): found for epoch, found in state_dict.get("massive", {}).items()}
 
-    # -- collecting -----------------------------------------------------------------------------
     def probe_indices(self, datamodule) -> list[int]:
         """The fixed probe set: seeded positions in the primary dev split, shortest first (ties
         in split order: a probe of the whole split is the same for every seed, and so are its
@@ -308,7 +306,6 @@ class IsotropyMonitor(ProfilesAndFigures, L.Callback):
             collected[view] = points.to(module.device)  # the sample is measured where it runs
         return collected
 
-    # -- measuring ------------------------------------------------------------------------------
     def _measure(
         self, trainer: L.Trainer, module: L.LightningModule, capture: ProbeCapture, epoch: int
     ) -> dict[str, Path]:
@@ -372,7 +369,6 @@ class IsotropyMonitor(ProfilesAndFigures, L.Callback):
             ", ".join(f"{view} I(W)={values[iso_key(view, 'iw')]:.3g}" for view in SENTENCE_VIEWS),
         )
 
-    # -- results --------------------------------------------------------------------------------
     def summary(self, best_epoch: int | None) -> dict:
         """Pre-trained, best-epoch and final values, plus every epoch, for ``results.json``."""
         if not self.history:

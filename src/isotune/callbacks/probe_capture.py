@@ -119,7 +119,6 @@ class ProbeCapture:
                 ordered[name] = torch.cat([pieces[i] for i in order.tolist()])
         return ordered
 
-    # -- hooks ----------------------------------------------------------------------------------
     def _keep(self, name: str, vectors: Tensor, counts: Tensor | None = None) -> None:
         if counts is not None:  # all the probe's tokens are many: off the accelerator at once
             vectors = vectors.cpu()

@@ -138,7 +138,6 @@ class Regularization(nn.Module):
         name, value = MEASURES[self.name]
         return name, value(penalty.detach())
 
-    # -- Sigma_S --------------------------------------------------------------------------------
     def needs_shrinkage(self, epoch: int) -> bool:
         """Whether Sigma_S must be computed for ``epoch`` (not if a checkpoint already holds it)."""
         return self.active and self.shrinkage is not None and int(self.shrinkage.epoch) != epoch
