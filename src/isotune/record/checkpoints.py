@@ -86,12 +86,10 @@ class RunCheckpointIO(TorchCheckpointIO):
 
 
 class RunCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` that, resumed from a checkpoint written in another folder, copies that
-    run's file (best.ckpt, last.ckpt) into its own folder and carries its score over, so the new
-    folder's best.ckpt is the best epoch of the whole run, as its results.json says.
-
-    ``keep`` (``checkpoint.keep``, for best.ckpt): ``full`` writes the whole training state,
-    ``slim`` and ``none`` the model only (:func:`model_only`), through :class:`RunCheckpointIO`."""
+    """``ModelCheckpoint`` that, resumed from a checkpoint of another folder, copies that run's file
+    into its own folder and carries its score over, so best.ckpt is the whole run's best epoch, as
+    results.json says. ``keep`` (``checkpoint.keep``): ``full`` writes best.ckpt whole, ``slim``
+    and ``none`` the model only (:func:`model_only`)."""
 
     def __init__(self, *args: Any, keep: str = "full", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

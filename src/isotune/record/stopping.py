@@ -96,12 +96,11 @@ class StopRequest:
 
 
 class StopAtSafePoint(L.Callback):
-    """Acts on a :class:`StopRequest` at the safe points of training (module docstring).
-
-    Lightning installs its own SIGTERM handler when training starts, which raises mid-validation
-    and so would lose the epoch's training; this callback puts the request's back. It must come
-    after :class:`~isotune.record.rng_state.BatchRngState` among the callbacks, so that the
-    checkpoint it writes holds the generators' state after the batch.
+    """Acts on a :class:`StopRequest` at the safe points of training (module docstring). Lightning's
+    own SIGTERM handler, installed as training starts, raises mid-validation and would lose the
+    epoch's training, so this callback puts the request's back. It comes after
+    :class:`~isotune.record.rng_state.BatchRngState`, so its checkpoint holds the generators' state
+    after the batch.
     """
 
     def __init__(self, request: StopRequest, last_checkpoint: Path) -> None:

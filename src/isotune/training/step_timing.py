@@ -152,14 +152,11 @@ def _quiet() -> Iterator[None]:
 
 
 class JobTimer(L.Callback):
-    """Times a job's parts as the fit goes (:class:`JobParts`), and stops it after ``steps``
-    training batches and the validation that follows: the load from ``started`` to the start
-    of training (the sanity validation included), the epoch-0 probe (the callbacks' train start
-    after this one's, the isotropy monitor's), each training batch (its forward, backward and
-    optimizer step; the first, its warm-up, not counted) and validation batch, and the time from
-    the last validation batch to validation's end (the metrics and the isotropy measures). The
-    job validates ``val_count`` batches a pass; how many training batches and passes it runs
-    come from the trainer, as it sets up the job."""
+    """Times a job's parts as the fit goes (:class:`JobParts`) and stops it after ``steps`` training
+    batches and the validation that follows: the load up to training (sanity validation included),
+    the epoch-0 probe, each training batch (the first, its warm-up, not counted) and validation
+    batch, and validation's end (metrics and isotropy measures). ``val_count``: the batches a pass
+    validates; the trainer says how many training batches and passes the job runs."""
 
     def __init__(self, started: float, steps: int, val_count: int) -> None:
         self.steps = steps
