@@ -53,14 +53,11 @@ def one_thread() -> Iterator[None]:
 
 
 class IsotropyMonitor(ProfilesAndFigures, L.Callback):
-    """Isotropy of the sentence vectors (and token vectors of ``token_layers``) per epoch.
-
-    Each argument is a key of ``conf/callbacks/isotropy``, described with its default in
-    docs/isotropy.md's settings table. ``shared_dir`` is the sweep's folder: where it exists (Hydra
-    makes it before a sweep's first job; a run alone names one that does not), one job measures
-    epoch 0 into its :data:`SHARED_FOLDER` and the others with the same weights, probe batches and
-    settings read its numbers; None: every run measures.
-    """
+    """Isotropy of the sentence vectors (and token vectors of ``token_layers``) per epoch. Each
+    argument is a key of ``conf/callbacks/isotropy`` (docs/isotropy.md's settings table).
+    ``shared_dir``: the sweep's folder; where it exists (a run alone names one that does not), one
+    job measures epoch 0 into its :data:`SHARED_FOLDER` and the others with the same weights, probe
+    batches and settings read its numbers; None: every run measures."""
 
     def __init__(
         self,

@@ -52,14 +52,10 @@ def custom_scalars_layout(sections: Iterable[Section]) -> layout_pb2.Layout:
 def tensorboard_logger(
     save_dir: str, seed: int, **configuration: Any
 ) -> EpochAxesTensorBoardLogger:
-    """The run's logger, writing to ``<save_dir>/tensorboard/<configuration>-seed<seed>``.
-
-    ``configuration`` (model, task, norm, overrides, reg, reg_weight: the config's, as for
-    :func:`isotune.tracking.wandb_logging.wandb_logger`) is named as the run's W&B group, so
-    TensorBoard's run list says what each run is (``0/tensorboard/minilm-rte-isobn-seed1``), not
-    only which job folder it came from. The name is one folder: a ``/`` in it (a path among the
-    overrides, or a name read from a checkpoint by analyze.py) becomes ``_``, so it never writes
-    elsewhere.
+    """The run's logger, writing to ``<save_dir>/tensorboard/<configuration>-seed<seed>``, the
+    configuration named as the run's W&B group (:func:`isotune.tracking.wandb_logging.wandb_logger`)
+    so TensorBoard's run list says what each run is. The name is one folder: a ``/`` in it (a path
+    among the overrides, a name read from a checkpoint) becomes ``_``, so it never writes elsewhere.
     """
     reg, weight = configuration.pop("reg", "none"), configuration.pop("reg_weight", 0.0)
     group = run_group(**configuration, reg=reg_label(reg, weight))

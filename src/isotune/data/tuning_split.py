@@ -138,17 +138,13 @@ def carve_tuning_split(
     names: Sequence[str] | None = None,
     texts: Sequence[Hashable] | None = None,
 ) -> TuningSplit:
-    """Hold ``size`` of the examples with ``labels`` out, stratified, examples of equal
-    ``texts`` (their text fields; None: every example's own) on one side; refused when a class
-    of train would be missing from the split or from what remains (``names``: the classes'
-    labels, for the message).
-
-    Each group of identical examples counts in the stratum of its first; within a stratum the
-    groups are drawn in a random order and each is held out while it fits the stratum's quota,
-    so the split holds ``size`` examples unless only groups larger than what is left remain
-    (then a few fewer). Groups of one example are drawn exactly as examples were before groups
-    were kept together: a train set without duplicates gets the same split, bit for bit.
-    """
+    """Hold ``size`` of the examples with ``labels`` out, stratified, examples of equal ``texts``
+    (their text fields; None: every example's own) on one side; refused when a class of train would
+    be missing from either side (``names``: the classes' labels, for the message). Each group of
+    identical examples counts in its first's stratum; groups are drawn in a random order and held
+    out while they fit the stratum's quota (so a few fewer than ``size`` where only large groups
+    remain). Groups of one are drawn exactly as examples were before groups were kept together: a
+    train set without duplicates gets the same split, bit for bit."""
     copies = identical_groups(texts if texts is not None else range(len(labels)))
     first_of = np.empty(len(labels), dtype=int)
     for group in copies:

@@ -91,12 +91,9 @@ def define_axes(run, val_prefixes: Sequence[str], primary_metric: str) -> None:
 
 
 def finish_wandb_runs(loggers: Sequence[Logger], results: dict) -> None:
-    """Put the run's outcome into the W&B summary and close the run (also after a failure).
-
-    Only a run that started is finished: reading ``logger.experiment`` would start one, also
-    where starting is what failed. This runs in the failure handler too, so a run that cannot be
-    finished is one warning, not a second error over the first.
-    """
+    """Put the run's outcome into the W&B summary and close the run (also after a failure). Only a
+    run that started is finished (reading ``logger.experiment`` would start one); a run that cannot
+    be finished is one warning, not a second error over the first."""
     for logger in loggers:
         run = logger._experiment if isinstance(logger, WandbLogger) else None
         if run is None:
