@@ -54,12 +54,9 @@ def _checked(X: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def exact_stumps(X: Tensor, y: Tensor, num_classes: int) -> Stumps:
-    """The best stump of every dimension over all split points (see the module docstring).
-
-    Ties between splits go to the lowest threshold, and between classes to the lowest class id.
-    The last candidate, "everything at or below the largest value", is the constant majority
-    rule, so a stump is never worse than predicting the majority class.
-    """
+    """The best stump of every dimension over all split points (module docstring); ties go to the
+    lowest threshold, then the lowest class id. The last candidate, "everything at or below the
+    largest value", is the constant majority rule, so a stump is never worse than it."""
     X, y = _checked(X, y)
     n, d = X.shape
     values, order = X.sort(dim=0)

@@ -239,13 +239,11 @@ POOLED, WITHIN_ARMS = "pooled", "within arms"  # the two scopes of a geometry co
 
 
 def geometry_correlations(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
-    """Spearman's rho of each geometry measure against the score over the held-out runs, per
-    task and over all tasks (each value centred on its task's median; with one task, those rows
-    would repeat its own, and are left out), in two scopes: pooled
-    over the arms, and within arms (:func:`stratified_spearman`: centred on each (task, arm)'s
-    median, p from orderings within each (task, arm)). The pooled rho mixes what sets arms
-    apart with run-to-run variation; the within-arm one asks whether, under one arm's settings,
-    a more isotropic run scored better."""
+    """Spearman's rho of each geometry measure against the score over the held-out runs, per task
+    and, with several tasks, over all (each value centred on its task's median), pooled over the
+    arms and within arms (:func:`stratified_spearman`): the pooled rho mixes what sets arms apart
+    with run-to-run variation; the within-arm one asks whether, under one arm's settings, a more
+    isotropic run scored better."""
     rows = []
     every: dict[str, list[tuple[float, float, tuple[str, str]]]] = {m: [] for m in GEOMETRY}
     for task, arms in _by_task(outcomes).items():
@@ -329,13 +327,11 @@ class StatedAnswer:
 def stated_answer(
     test: StatedTest, outcomes: Sequence[ArmOutcome], looks: Looks | None = None
 ) -> StatedAnswer:
-    """The stated ``test`` (:mod:`isotune.study.stated`) on the held-out runs of ``outcomes``:
-    the paired comparison of its arm with its baseline on its seeds alone, at its alpha, given
-    only when every stated seed has a pair (a test on part of its seeds would be a look the
-    statement did not plan). A sequential test is answered by its frozen ``looks`` instead
-    (:func:`isotune.study.stated_looks.looks_in`), and by nothing between them. A stated run
-    that failed twice counts at its trivial score
-    (:func:`isotune.study.stated_looks.stated_scores`), and the answer names it."""
+    """The stated ``test`` on the held-out runs of ``outcomes``: its arm against its baseline on its
+    seeds alone, at its alpha, given only when every stated seed has a pair (a test on part of them
+    would be a look the statement did not plan); a sequential test is answered by its frozen
+    ``looks`` instead, and by nothing between them. A stated run that failed twice counts at its
+    trivial score (:func:`isotune.study.stated_looks.stated_scores`), and the answer names it."""
     stated = stated_scores(test, outcomes)
     early: dict[int, str] = {}
     for run in stated.runs.values():
