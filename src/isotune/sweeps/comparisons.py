@@ -156,12 +156,10 @@ def baseline_values(choices: Sequence[str] = ()) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Configurations:
-    """The configurations of a set of runs in display order, their names, and their baselines.
-
-    A configuration's name is its parts (:attr:`Configuration.parts`) that not every
-    configuration shares; the shared ones are listed once (:attr:`shared`). A configuration
-    whose parts are all shared is named by its axes (a sweep of one configuration).
-    """
+    """The configurations of a set of runs in display order, their names, and their baselines. A
+    name is the configuration's parts (:attr:`Configuration.parts`) that not every configuration
+    shares, the shared ones listed once (:attr:`shared`); one whose parts are all shared is named by
+    its axes."""
 
     ordered: tuple[Configuration, ...]
     shared: tuple[str, ...]
@@ -201,16 +199,12 @@ def paired_statistics(
     without_score: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per compared configuration and task: the paired comparison with its baseline over seeds
-    (``scores``: one row per run, as :func:`isotune.sweeps.tables.scores_frame` makes it, whose
-    row order this keeps), and Holm-adjusted p over every comparison with a pair
-    (:data:`HOLM_FAMILY`, named in the ``holm_family`` column: in a study folder, the same
-    comparisons as study_report.md's, every arm against the baseline arm on every task).
-
-    With ``without_score`` (the runs that ended without a score, as
-    :func:`isotune.sweeps.tables.without_score_frame` makes it), also its intention-to-treat
-    sensitivity (:data:`ITT_COLUMNS`: those runs at their trivial score,
-    :mod:`isotune.sweeps.intention_to_treat`; ``itt_substituted`` 0 where none was paired), and
-    a row for a configuration and task whose runs all ended without one."""
+    (``scores``: one row per run, as :func:`isotune.sweeps.tables.scores_frame` makes it, whose row
+    order this keeps), and Holm-adjusted p over every comparison with a pair (:data:`HOLM_FAMILY`,
+    named in the ``holm_family`` column: in a study folder, the family of study_report.md). With
+    ``without_score`` (:func:`isotune.sweeps.tables.without_score_frame`), also the
+    intention-to-treat sensitivity (:data:`ITT_COLUMNS`; ``itt_substituted`` 0 where no run was
+    paired), and a row for a configuration and task whose runs all ended without a score."""
     by_cell = {
         key: dict(zip(group["seed"], group["score"], strict=True))
         for key, group in scores.groupby(["configuration", "task"], sort=False)
