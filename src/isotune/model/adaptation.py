@@ -106,12 +106,9 @@ def adapt_encoder(encoder: PreTrainedModel, adapt: Mapping, train_pooler: bool) 
 
 def lora_targets(encoder: PreTrainedModel, entries: Sequence[str] | None) -> list[str]:
     """The full names of the modules LoRA adapts: those whose name is an entry or ends with
-    ``.<entry>`` (peft's rule), except the pooler's, which trains whole or not at all.
-
-    ``entries`` null: the family's attention query and value projections
-    (:func:`isotune.model.families.lora_target_modules`). An entry that matches nothing is an error,
-    not silently skipped (peft only complains when none matches).
-    """
+    ``.<entry>`` (peft's rule), but the pooler's, which trains whole or not at all; ``entries``
+    null: the family's attention query and value projections. An entry that matches nothing is an
+    error, not silently skipped (peft only complains when none matches)."""
     model_type = encoder.config.model_type
     if entries is None:
         entries = lora_target_modules(encoder.config, _linear_layers(encoder))

@@ -68,11 +68,9 @@ SCHEDULES = {
 
 
 class GLUEClassifier(L.LightningModule):
-    """Fine-tunes a Hugging Face encoder on one GLUE task with a normalised sentence vector.
-
-    Args mirror the config groups (``task``, ``model``, ``norm``, ``optim``, ``reg``, ``adapt``)
-    as plain mappings, so a checkpoint's hyperparameters rebuild the same model.
-    """
+    """Fine-tunes a Hugging Face encoder on one GLUE task with a normalised sentence vector. Args
+    mirror the config groups as plain mappings, so a checkpoint's hyperparameters rebuild the same
+    model."""
 
     def __init__(
         self,

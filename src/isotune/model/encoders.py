@@ -259,11 +259,8 @@ def parameter_count(name_or_path: str) -> int:
 
 def load_encoder(name_or_path: str) -> PreTrainedModel:
     """The pretrained encoder (``AutoModel``; an encoder-decoder's encoder alone:
-    :func:`encoder_class`), reporting weights that were newly initialised.
-
-    RoBERTa checkpoints carry no trained pooler, so ``pooling=pooler`` on RoBERTa trains a fresh
-    dense + tanh layer; the warning makes that visible instead of silent.
-    """
+    :func:`encoder_class`), warning of weights that were newly initialised (RoBERTa's untrained
+    pooler under ``pooling=pooler``) instead of training them silently."""
 
     def load(path: str, **options):
         config = AutoConfig.from_pretrained(path, **options)

@@ -56,13 +56,10 @@ class ShrinkageTarget(Float32Statistics):
 
 
 class Regularization(nn.Module):
-    """The penalty of one ``reg`` config on a batch's encoder output, weight not applied.
-
-    ``widths``, the width of each of the encoder's hidden states (0 = the embeddings, the last
-    the sentence vector's: :func:`~isotune.model.families.hidden_state_widths`), resolves
-    ``layers``; an index the model does not have, or layers of different widths, which one X
-    cannot stack, is an :class:`IsotuneError`.
-    """
+    """The penalty of one ``reg`` config on a batch's encoder output, weight not applied. ``widths``
+    (of each hidden state, 0 = the embeddings: :func:`~isotune.model.families.hidden_state_widths`)
+    resolves ``layers``; an index the model lacks, or layers of different widths, which one X cannot
+    stack, is an :class:`IsotuneError`."""
 
     def __init__(
         self,

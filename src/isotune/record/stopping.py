@@ -100,8 +100,7 @@ class StopAtSafePoint(L.Callback):
     own SIGTERM handler, installed as training starts, raises mid-validation and would lose the
     epoch's training, so this callback puts the request's back. It comes after
     :class:`~isotune.record.rng_state.BatchRngState`, so its checkpoint holds the generators' state
-    after the batch.
-    """
+    after the batch."""
 
     def __init__(self, request: StopRequest, last_checkpoint: Path) -> None:
         self.request = request
