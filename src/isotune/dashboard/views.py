@@ -92,11 +92,9 @@ def sweep_report(
     sections: Iterable[Section],
     searches: Sequence[tuple[str, str, Sequence[str]]] = (),
 ) -> wr.Report:
-    """A report of one sweep: each of ``searches`` first (heading, Markdown: the search's report,
-    names of its figures), then ``texts`` (heading, Markdown: the results table, the paired
-    statistics), the aggregate's ``figures``, and a panel grid per section over the sweep's runs
-    (``run_ids``). Every figure is a name the aggregate's summary run in the sweep's group
-    ``title`` logged."""
+    """A report of one sweep: each of ``searches`` first, then ``texts`` (heading, Markdown), the
+    aggregate's ``figures`` (names its summary run in the sweep's group ``title`` logged), and a
+    panel grid per section over the sweep's runs (``run_ids``)."""
     summary_run = wr.Runset(
         entity=entity,
         project=project,

@@ -43,10 +43,9 @@ def predict(
     cfg: DictConfig, checked: tuple[KeptModel, list[SubmissionFile]] | None = None
 ) -> dict[str, Any]:
     """Score the dev set and write the test predictions as ``cfg`` (``conf/predict.yaml``) says;
-    return (and write) ``predictions.json``. ``checked``: what :func:`check_inputs` found for
-    ``cfg``'s inputs before the output folder was made (predict.py's Hydra callback
-    :class:`isotune.training.hydra_callbacks.InputsChecked` hands it over), so that the
-    checkpoint is read and the data files hashed once; None: they are checked here."""
+    return (and write) ``predictions.json``. ``checked``: what :func:`check_inputs` found before the
+    output folder was made (handed over by :class:`isotune.training.hydra_callbacks.InputsChecked`),
+    so the checkpoint is read and the data hashed once; None: checked here."""
     output_dir = Path(cfg.paths.output_dir)
     kept, files = checked if checked is not None else check_inputs(*inputs_of(cfg, output_dir))
     if cfg.test and not files:

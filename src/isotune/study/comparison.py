@@ -286,12 +286,11 @@ def _correlation_row(task: str, measure: str, scope: str, correlation: Correlati
 @dataclass(frozen=True)
 class StatedAnswer:
     """The stated test on the study's runs: its comparison on the stated seeds (None until every
-    stated seed has a pair, and always for a sequential test, which its frozen ``looks``
-    answer), the stated seeds still without one, those whose run, of either arm, started before
-    the statement (with the earliest such start), and the stated runs counted at their trivial
-    score (``at_trivial``: (arm, seed, folder relative to the study), see :func:`stated_answer`).
-    For a sequential test, ``held_back``: the stated seeds with a report run on its task that
-    every exploratory output leaves out (:func:`isotune.study.stated_looks.seeds_held_back`)."""
+    stated seed has a pair, and always for a sequential test, which its frozen ``looks`` answer),
+    the stated seeds still without one, those whose run started before the statement (with the
+    earliest such start), and the stated runs counted at their trivial score (``at_trivial``: (arm,
+    seed, folder relative to the study)). ``held_back``: a sequential test's stated seeds that every
+    exploratory output leaves out (:func:`isotune.study.stated_looks.seeds_held_back`)."""
 
     test: StatedTest
     comparison: PairedComparison | None

@@ -131,12 +131,11 @@ def next_looks(
     metric_scores: Sequence[float],
     recorded: str = "when taken",
 ) -> list[FrozenLook]:
-    """The looks due after those of ``journal``, in order: each whose pairs are all in and
-    which no earlier look's stop forbids. ``runs``: each stated seed's baseline and arm run as
-    they are now (None: no score yet); the pairs of looks already taken are the frozen ones,
-    whatever their runs are now. ``metric_scores``: every score of the study's runs on the
-    task, which set the metric's resolution. ``recorded``: how the looks came to be recorded,
-    where not when taken (a migration)."""
+    """The looks due after those of ``journal``, in order: each whose pairs are all in and which no
+    earlier look's stop forbids. ``runs``: each stated seed's baseline and arm run as they are now
+    (None: no score yet; the pairs of looks taken are the frozen ones); ``metric_scores``: every
+    score of the study's runs on the task, which set the metric's resolution; ``recorded``: how the
+    looks came to be recorded, where not when taken (a migration)."""
     plan, seeds = registration.plan, registration.seeds
     looks = list(journal)
     while len(looks) < len(plan.looks) and not (looks and looks[-1].decision.stops):

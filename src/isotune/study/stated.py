@@ -40,12 +40,11 @@ EXAMPLE = (
 
 @dataclass(frozen=True)
 class StatedTest:
-    """The comparison a study states before its runs: ``arm`` minus ``baseline`` on ``task``,
-    on the report ``seeds``, two-sided at ``alpha``; ``stated_at`` is when it was written (a
-    date, or a time with its UTC offset). With ``looks`` (pair counts, the first n of the
-    sorted ``seeds`` at each) it is sequential, its ``spending`` function and equivalence
-    ``margin`` (the metric's units; None: no equivalence stop) those of its plan, and each
-    stated run is scored at the epoch ``select_epoch`` takes (``last`` unless typed: no epoch
+    """The comparison a study states before its runs: ``arm`` minus ``baseline`` on ``task``, on the
+    report ``seeds``, two-sided at ``alpha``, written at ``stated_at`` (a date, or a time with its
+    UTC offset). With ``looks`` (pair counts of the sorted ``seeds``) it is sequential, with its
+    plan's ``spending`` and equivalence ``margin`` (the metric's units; None: no equivalence stop),
+    each stated run scored at the epoch ``select_epoch`` takes (``last`` unless typed: no epoch
     chosen on the scored examples)."""
 
     task: str

@@ -96,13 +96,11 @@ class Configuration:
     def with_values(self, values: Mapping[str, str]) -> Configuration:
         """This configuration with some axes set to ``values``; an axis that changes loses its
         sub-options (``norm.beta=0.3`` goes with ``norm=isobn``)."""
-        changed = [name for name, value in values.items() if self.value(name) != value]
+        changed = tuple(f"{name}." for name, value in values.items() if self.value(name) != value)
         return replace(
             self,
             axes=tuple((name, values.get(name, value)) for name, value in self.axes),
-            overrides=tuple(
-                o for o in self.overrides if not override_key(o).startswith(_sub_keys(changed))
-            ),
+            overrides=tuple(o for o in self.overrides if not override_key(o).startswith(changed)),
         )
 
     def sort_key(self) -> tuple[Any, ...]:
@@ -124,10 +122,6 @@ def _axis_value(run: Run, name: str, axis: Axis) -> str:
 def override_key(override: str) -> str:
     """``optim.lr`` of ``optim.lr=1e-4``, ``+trainer.x=1`` or ``~callbacks.isotropy``."""
     return override.lstrip("+~").split("=", 1)[0]
-
-
-def _sub_keys(axes: Sequence[str]) -> tuple[str, ...]:
-    return tuple(f"{name}." for name in axes)
 
 
 def _not_a_setting(key: str) -> bool:
