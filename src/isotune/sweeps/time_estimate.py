@@ -1,12 +1,10 @@
 """How long a sweep's jobs take, estimated from something measured: a preview's time
 (docs/sweeps.md#preview).
 
-A job's time comes from the wall times of the runs that completed in the sweep's folder (a sweep,
-search or study typed again), else from the parts of one job timed on this machine
-(:mod:`isotune.training.step_timing`), each counted as often as the job does it
-(:class:`JobParts`); never from a constant. A sweep's time is its jobs in waves
-of the launcher's slots, each wave as long as one job: the jobs of a wave are taken alike, so
-the range runs from every job at the shortest to every job at the longest. Stdlib only.
+A job's time comes from the wall times of the runs completed in the sweep's folder, else from
+one job's parts timed on this machine (:mod:`isotune.training.step_timing`, :class:`JobParts`);
+never from a constant. A sweep's time is its jobs in waves of the launcher's slots, ranging from
+every job at the shortest to every job at the longest. Stdlib only.
 """
 
 from __future__ import annotations

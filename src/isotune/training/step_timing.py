@@ -1,19 +1,12 @@
 """A job's time from its parts timed on this machine: the preview's estimate where no run of the
 sweep has completed yet (docs/sweeps.md#preview).
 
-The job's config is built as its run builds it (:func:`isotune.training.fit.model_and_data`, its
-trainer from ``trainer``, its isotropy callback), without its logger or checkpoints, and nothing
-is written: the trainer's folder is a temporary one, removed after. It trains
-:data:`TIMED_STEPS` batches and validates up to as many batches a split, and each part of the
-job is timed and counted as often as the job does it (:class:`~isotune.sweeps.time_estimate.
-JobParts`): the model's and data's loading and the epoch-0 isotropy probe once, the median
-training batch times the batches it trains, and each validation pass (the median validation
-batch times the batches a pass validates, then its metrics and isotropy measures) times the passes
-it runs. Under the ``gpus`` launcher the steps run with the job's share of the CPU threads
-(:func:`job_threads`), as its worker gives it.
-
-A job bound elsewhere cannot be timed here (:func:`bound_elsewhere`): one sent to SLURM, or one
-that trains on a GPU this machine lacks; its preview says so and how to get an estimate.
+The job is built as its run builds it (:func:`isotune.training.fit.model_and_data`), without
+logger or checkpoints and in a temporary folder; it trains :data:`TIMED_STEPS` batches and
+validates as many a split, and each part counts as often as the job does it
+(:class:`~isotune.sweeps.time_estimate.JobParts`), with a ``gpus`` job's share of the CPU threads
+(:func:`job_threads`). A job bound elsewhere (SLURM, a GPU this machine lacks) cannot be timed
+here (:func:`bound_elsewhere`); its preview says so.
 """
 
 from __future__ import annotations
@@ -167,14 +160,11 @@ def _quiet() -> Iterator[None]:
 
 
 class JobTimer(L.Callback):
-    """Times a job's parts as the fit goes (:class:`JobParts`), and stops it after ``steps``
-    training batches and the validation that follows: the load from ``started`` to the start
-    of training (the sanity validation included), the epoch-0 probe (the callbacks' train start
-    after this one's, the isotropy monitor's), each training batch (its forward, backward and
-    optimizer step; the first, its warm-up, not counted) and validation batch, and the time from
-    the last validation batch to validation's end (the metrics and the isotropy measures). The
-    job validates ``val_count`` batches a pass; how many training batches and passes it runs
-    come from the trainer, as it sets up the job."""
+    """Times a job's parts as the fit goes (:class:`JobParts`) and stops it after ``steps`` training
+    batches and the validation that follows: the load up to training (sanity validation included),
+    the epoch-0 probe, each training batch (the first, its warm-up, not counted) and validation
+    batch, and validation's end (metrics and isotropy measures). ``val_count``: the batches a pass
+    validates; the trainer says how many training batches and passes the job runs."""
 
     def __init__(self, started: float, steps: int, val_count: int) -> None:
         self.steps = steps
