@@ -24,24 +24,26 @@ from isotune.model.regularization import MEASURES
 from isotune.norms.registry import NORMS
 from isotune.training.config_checks import RULES
 from tests.conftest import CONF_DIR, ROOT
+from tests.helpers.norms import (
+    CODE_SPAN,
+    code_words,
+    documented_options,
+    norms_with_interventions,
+    unchecked_options,
+    unranged_norm_options,
+)
 from tests.helpers.presets import load, options, overrides, stated_job_counts, sweep_params
 
 CONF = CONF_DIR
 DOCS = ROOT / "docs"
 ANALYSIS = ROOT / "src" / "isotune" / "analysis"
 RULE_KEYS = {rule[0] for rule in RULES if not callable(rule)}  # a norm's: on its entry in NORMS
-CODE_SPAN = re.compile(r"`([^`]+)`")
 # What the isotropy callback logs besides measure_cloud's and measure_outliers' scalars.
 CALLBACK_MEASURES = ("isoscore_star", "outliers_kept")
 
 
 def swept_interventions() -> set[str]:
     return set(sweep_params("interventions")["intervention"])
-
-
-def code_words(text: str) -> set[str]:
-    """Every word of every code span in ``text``: `a b`, `c` -> {a, b, c}."""
-    return {word for span in CODE_SPAN.findall(text) for word in span.split()}
 
 
 def table_column(markdown: str, header: str) -> set[str]:
@@ -59,38 +61,6 @@ def table_column(markdown: str, header: str) -> set[str]:
 
 CONFIG_GROUPS_HEADER = "| group | options |"  # docs/training.md's config groups table
 GROUPS = sorted(path.name for path in CONF.iterdir() if path.is_dir())  # as --help lists them
-
-
-def config_group_options(group: str) -> set[str]:
-    """The options docs/training.md's config groups table names for ``group`` (the row whose
-    first cell names it: `paths`, `hydra` share one)."""
-    training = (DOCS / "training.md").read_text()
-    row = next(
-        line
-        for line in training.splitlines()
-        if line.startswith("| `") and group in code_words(line.split("|")[1])
-    )
-    return code_words(row.split("|")[2])
-
-
-def unchecked_options(group: str, name: str, checked: set[str]) -> list[str]:
-    """``group.option`` for each option of ``conf/<group>/<name>.yaml`` not among the ``checked``
-    keys; ``name`` and values taken from elsewhere (``${seed}``) need none."""
-    config = load(group, name)
-    return [
-        f"{group}.{option}"
-        for option, value in config.items()
-        if option != "name"
-        and not (isinstance(value, str) and value.startswith("${"))
-        and f"{group}.{option}" not in checked
-    ]
-
-
-def norms_with_interventions() -> list[str]:
-    """The norms an intervention preset sets: an intervention, the study's arm and the docs rows
-    are optional for a norm (docs/extending.md), and checked for those that have one."""
-    chosen = {overrides(intervention).get("norm") for intervention in options("intervention")}
-    return [name for name in NORMS if name in chosen]
 
 
 # -- tasks and models -------------------------------------------------------------------------
@@ -118,9 +88,7 @@ def test_the_config_groups_table_names_every_group_and_no_other():
 
 @pytest.mark.parametrize("group", GROUPS)
 def test_the_config_groups_table_names_every_option_and_no_other(group):
-    documented, expected = config_group_options(group), set(options(group))
-    if group == "norm":  # a norm without an intervention may go unnamed
-        expected = (documented & expected) | set(norms_with_interventions())
+    documented, expected = documented_options(group)
     assert documented == expected, (
         f"update the `{group}` row of the config groups table in docs/training.md"
     )
@@ -143,8 +111,7 @@ def test_every_norm_with_an_intervention_has_its_own_in_the_interventions_sweep(
 
 @pytest.mark.parametrize("name", list(NORMS))
 def test_every_norm_option_has_a_range_on_its_entry(name):
-    checked = {f"norm.{option}" for option in NORMS[name].options}
-    assert unchecked_options("norm", name, checked) == [], "add its range to the entry in NORMS"
+    assert unranged_norm_options(name) == [], "add its range to the entry in NORMS"
 
 
 # -- regularizers ------------------------------------------------------------------------------
