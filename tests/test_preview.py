@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from hydra_plugins.isotune_launcher._step_timing import bound_elsewhere, job_threads, time_job
 from hydra_plugins.isotune_launcher.preview import PreviewConf, folder_line
 from hydra_plugins.isotune_launcher.summarizing_sweeper import SummarizingSweeperConf
 from isotune.record.folder_lock import LOCK_FILE
 from isotune.sweeps.time_estimate import JobParts, completed_runs_time, duration, sweep_time
-from isotune.training.step_timing import bound_elsewhere, job_threads, time_job
 from tests.conftest import compose_train_config
 from tests.helpers.cli import run_script, tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
@@ -119,7 +119,7 @@ def test_a_probe_the_sweeps_jobs_share_is_counted_in_the_first_wave_only():
 
 
 def test_a_job_shares_its_probe_where_its_isotropy_callback_names_a_shared_folder(tmp_path):
-    from isotune.training.step_timing import _probe_shared
+    from hydra_plugins.isotune_launcher._step_timing import _probe_shared
 
     assert _probe_shared(compose_train_config([]))  # the default: the sweep's folder
     assert not _probe_shared(compose_train_config(["callbacks.isotropy.shared_dir=null"]))

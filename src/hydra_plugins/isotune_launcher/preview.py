@@ -51,7 +51,11 @@ def say_preview(
     the time of the ``jobs_left``, ``at_once`` at a time on ``launcher``, each as long as
     ``job`` (a composed job of the sweep, named ``what``) or as the runs completed in
     ``folder``; then leave no folder made for the preview behind."""
-    from isotune.training.step_timing import bound_elsewhere, job_threads, time_job  # torch
+    from hydra_plugins.isotune_launcher._step_timing import (  # torch
+        bound_elsewhere,
+        job_threads,
+        time_job,
+    )
 
     if not jobs_left:
         time = "nothing left to run: every job completed in the folder"

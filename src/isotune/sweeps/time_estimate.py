@@ -2,9 +2,10 @@
 (docs/sweeps.md#preview).
 
 A job's time comes from the wall times of the runs completed in the sweep's folder, else from
-one job's parts timed on this machine (:mod:`isotune.training.step_timing`, :class:`JobParts`);
-never from a constant. A sweep's time is its jobs in waves of the launcher's slots, ranging from
-every job at the shortest to every job at the longest. Stdlib only.
+one job's parts timed on this machine (:class:`JobParts`, timed by the preview's
+:mod:`hydra_plugins.isotune_launcher._step_timing`); never from a constant. A sweep's time is
+its jobs in waves of the launcher's slots, ranging from every job at the shortest to every job
+at the longest. Stdlib only.
 """
 
 from __future__ import annotations
