@@ -1,17 +1,10 @@
-"""Hydra launcher ``slurm``: hydra-submitit-launcher's, with allocations as worker pools.
+"""Hydra launcher ``slurm``: hydra-submitit-launcher's, with allocations as worker pools
+(docs/sweeps.md#slurm-allocations-as-worker-pools).
 
-With ``jobs_per_gpu: 1`` (conf/hydra/launcher/slurm.yaml) it is submitit's launcher as it is: one
-array task, and one GPU, per job. With ``jobs_per_gpu`` above 1 the sweep is packed: it goes out
-as ``allocations`` array tasks of ``gpus_per_node`` GPUs each, and each runs the ``gpus``
-launcher's worker pool (:class:`~hydra_plugins.isotune_launcher.gpus_launcher.SlotPool`: k jobs
-per GPU, warm workers that keep the tokenizer, model files and the shared probe pass of one job
-for the next) over the jobs no allocation has taken yet, claimed through
-:mod:`isotune.sweeps.job_claims`. An allocation warned of its time limit (SIGUSR2) or preempted
-(SIGTERM) passes the signal to its workers, whose jobs stop where they can continue from, and
-then hands it to submitit's handler, which requeues it; requeued, it first continues the jobs it
-had claimed. The command that sent them waits for every allocation and reads each job's return
-from its claim; a job no allocation finished is a failed return, its results.json saying how far
-it got (``isotune.rerun`` continues it).
+With ``jobs_per_gpu: 1`` it is submitit's launcher as it is. Above 1, each array task runs the
+``gpus`` launcher's :class:`~hydra_plugins.isotune_launcher.gpus_launcher.SlotPool` over jobs
+claimed through :mod:`isotune.sweeps.job_claims`; a job no allocation finished is a failed return,
+its results.json saying how far it got.
 """
 
 import logging

@@ -77,9 +77,8 @@ def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) 
 
 
 def remove_if_only_locked(folder: Path) -> None:
-    """Remove ``folder`` if its lock file is all it holds: the folder lock made it for a sweep
-    refused before anything was written. Another process that took the lock meanwhile made the
-    folder hold its own file again, and it stays."""
+    """Remove ``folder`` if its lock file is all it holds (a sweep refused before anything was
+    written); one another process locked meanwhile stays."""
     if not only_locked(folder):
         return
     (folder / LOCK_FILE).unlink(missing_ok=True)
@@ -88,8 +87,7 @@ def remove_if_only_locked(folder: Path) -> None:
 
 
 def only_locked(folder: Path) -> bool:
-    """Whether ``folder`` holds its lock file and nothing else: the folder lock made it as the
-    sweep started, and nothing has been written to it yet."""
+    """Whether ``folder`` holds its lock file and nothing else."""
     return folder.is_dir() and [path.name for path in folder.iterdir()] == [LOCK_FILE]
 
 

@@ -1,35 +1,13 @@
-"""Hydra sweeper ``isotune`` (conf/hydra/default.yaml): the basic sweeper, with an account.
+"""Hydra sweeper ``isotune`` (conf/hydra/default.yaml): the basic sweeper, with an account
+(docs/faults.md#in-a-sweep, docs/sweeps.md#growing-a-sweep).
 
-The same jobs in the same order and numbering as Hydra's basic sweeper (it is one, with
-``params`` and ``max_batch_size``), but a sweep prints its folder when it starts, runs every job
-whatever fails, and ends by printing how each job ended (from the jobs' results.json, whichever
-launcher ran them: :mod:`isotune.sweeps.summary`), with exit status 1 if any did not complete.
-Hydra's basic sweeper instead re-raises the first failed job's error, which Hydra prints as a
-traceback of the whole sweep (and stops before later batches); here the launcher's returns are
-kept aside and handed to it as completed, so that only the summary speaks. A launcher's refusal
-of its own settings (an :class:`~isotune.errors.IsotuneError`) is one message too, as is a sweep
-that cannot fit on its disk (:mod:`isotune.training.sweep_space`, checked before any job starts)
-or one typed again while jobs it sent to SLURM are still queued or running
-(:mod:`isotune.sweeps.slurm_jobs`), and a sweep stopped by a signal prints the summary before
-it exits with the signal's status.
-
-A sweep typed again in its folder, as it was or grown (a seed or a task added), runs each job in
-the folder that holds its configuration, and a new configuration in a new numbered folder
-(:mod:`isotune.sweeps.job_folders`, set as the job's ``hydra.sweep.subdir``): Hydra's numbering by
-place would start the grown sweep's jobs in other configurations' folders. Only what is new or
-did not complete runs.
-
-Hydra's ``run_job`` writes ``.hydra/*.yaml`` into a job's folder and opens ``train.log`` there
-before any callback or the run can check it, so two kinds of job are refused here, before they
-are handed to the launcher (basic, gpus or SLURM alike), nothing of their folder rewritten:
-
-- one whose folder holds another configuration's run, or is an earlier job's (only where
-  ``hydra.sweep.subdir`` is set otherwise than numbered): the summary names it as refused, and
-  nothing is written in that folder, which is not the job's own;
-- one whose folder holds a link leading out of it
-  (:func:`~isotune.record.resume.check_links_stay_inside`): the refusal is recorded in its
-  results.json (a failed attempt after the earlier ones), so that the summary reports it rather
-  than how the job ended before.
+Hydra's basic sweeper re-raises the first failed job's error as a traceback of the whole sweep
+and stops before later batches; here the launcher's returns are kept aside and handed to it as
+completed, so that only the summary (:mod:`isotune.sweeps.summary`) speaks. Each job runs in the
+folder that holds its configuration (:mod:`isotune.sweeps.job_folders`): Hydra's numbering by place
+would start a grown sweep's jobs in other configurations' folders. Hydra's ``run_job`` writes
+``.hydra/*.yaml`` and opens ``train.log`` before any callback can check the folder, so a job whose
+folder is not its own, or holds a link leading out, is refused here, before the launcher.
 """
 
 import dataclasses

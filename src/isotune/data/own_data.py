@@ -1,15 +1,9 @@
-"""A researcher's own data: classification or regression examples in CSV, TSV or JSON Lines files
-named by path (``task=files data.train_file=... data.validation_file=... data.test_file=...``, the
-names of Hugging Face's ``run_glue.py``), with no task config of their own to write.
-
-The files decide the task, as ``run_glue.py`` decides it: the text columns (``sentence1`` and
-``sentence2``, else ``sentence``, else ``text``, unless ``task.text_fields`` names them), the
-labels (the train file's, sorted; a label column of decimal numbers is a regression), and from
-those the metrics. :func:`own_task` completes the task config from the files once, before a run
-builds anything, so the run's saved config and every checkpoint name the labels and metrics it
-used; each bad file is refused there, with its fix, before training starts. Labels are classes
-as written, so what would make one class two is refused too: a label spelled two ways by case
-or whitespace (unless ``task.distinct_label_spellings=true``), a label of another JSON type.
+"""A researcher's own data (``task=files``): CSV, TSV or JSON Lines files whose columns and
+labels decide the task as Hugging Face's ``run_glue.py`` decides it
+(docs/data.md#what-the-files-decide). :func:`own_task` completes the task config once, before a run
+builds anything, so the saved config and every checkpoint name the labels and metrics used, and
+each bad file is refused, with its fix, before training starts
+(docs/data.md#one-spelling-one-name-one-type).
 """
 
 from __future__ import annotations
