@@ -1,15 +1,6 @@
-"""Turn sweep folders into tables, paired statistics, figures and a report; list unfinished runs.
-
-``python -m isotune.aggregate <dir> [<dir> ...]`` reads every ``results.json`` below the folders
-(the bookkeeping of :mod:`isotune.sweeps.runs`; the same configuration, task and seeds twice count
-once, the latest completed run), pairs runs by the seed that varies (:mod:`isotune.sweeps.seeds`),
-counts the runs that failed to learn (:mod:`isotune.sweeps.failures`), and writes into the first
-folder (or ``--out``) the tables of :mod:`isotune.sweeps.tables` as Markdown and CSV, the paired
-statistics of :mod:`isotune.sweeps.comparisons`, the figures of :mod:`isotune.sweeps.figures` and
-``sweep_report.md`` (:mod:`isotune.sweeps.report`); with ``--wandb`` also one W&B summary run.
-Runs that did not complete and jobs that never left a ``results.json`` are listed;
-:mod:`isotune.sweeps.rerun` reruns them. Counted runs that differ in code, packages, model or
-data (:mod:`isotune.sweeps.mixed`) are said so in a paragraph; ``--strict`` refuses them.
+"""Turn sweep folders into tables, paired statistics, figures and a report; list unfinished runs
+(docs/sweeps.md#tables-statistics-report). The same configuration, task and seeds twice count
+once, the latest completed run.
 
     python -m isotune.aggregate SWEEP [SWEEP ...] [--out DIR] [--baseline norm=batchnorm] [--wandb]
 """
@@ -148,9 +139,8 @@ class Aggregate:
         return above + tables + (searches and f"\n{searches}")
 
     def status(self) -> str:
-        return report.status_markdown(
-            self.runs, self.unfinished, self.missing, self.sweeps, self.duplicates, self.checked_at
-        )
+        shown = (self.runs, self.unfinished, self.missing, self.sweeps, self.duplicates)
+        return report.status_markdown(*shown, self.checked_at)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """The tables written as ``<name>.csv`` and logged to W&B."""
@@ -235,6 +225,14 @@ def aggregate(
     def identity(run: Run) -> tuple[Configuration, str, int, int]:
         return Configuration.of(run), run.field("task"), *run_seeds(run)
 
+    def placed(run: Run) -> Hashable | None:
+        """None for a record that does not say its settings (an unreadable file, a start refused
+        before recording them): listed among the failed runs, counted in no comparison."""
+        try:
+            return identity(run)
+        except IsotuneError:
+            return None
+
     left_out = list(held_back(sweeps)) if held_back is not None else []
     held = {job_dir.resolve() for group in left_out for job_dir in group.job_dirs}
     counted_runs = [run for run in runs if run.job_dir.resolve() not in held]
@@ -253,9 +251,7 @@ def aggregate(
     configurations = Configurations.of((Configuration.of(run) for run in kept), baseline_axes)
     seeds = SeedAxis.of(kept)
     scores = scores_frame(kept, configurations, seeds)
-    without_score = without_score_frame(
-        ended_without_score(runs, _placed(identity)), configurations, seeds
-    )
+    without_score = without_score_frame(ended_without_score(runs, placed), configurations, seeds)
     summary = summarize_scores(scores, configurations)
     failures = failure_counts(scores)
     baselines = configurations.baseline_names
@@ -301,20 +297,6 @@ def aggregate(
         checked_at=now or datetime.now().astimezone(),
         held_back=left_out,
     )
-
-
-def _placed(identity: Callable[[Run], Hashable]) -> Callable[[Run], Hashable | None]:
-    """``identity``, or None for a record that does not say the settings it needs (an
-    unreadable file, a start refused before recording them): such a run is listed among the
-    failed runs and counted in no comparison."""
-
-    def placed(run: Run) -> Hashable | None:
-        try:
-            return identity(run)
-        except IsotuneError:
-            return None
-
-    return placed
 
 
 def _check_measures(measures: Sequence[str], isotropy_runs: pd.DataFrame) -> None:
