@@ -1,17 +1,10 @@
 """What one search of a study gave: its tuned value, every trial's value, and every run, the
 held-out ones with the geometry of their classifier input and their score at the last epoch.
 
-The geometry is read at one fixed point, the last epoch, beside the score of that same epoch:
-read at the best epoch, which the dev score chose, a run that peaked early would carry its early
-geometry (isotropy falls epoch by epoch as fine-tuning goes on), and the score that chose the
-epoch would be set against geometry it selected.
-
-Read from the search's folder as :mod:`isotune.search.report` leaves it (``trials.csv``,
-``optimization_results.yaml``, ``report/trial-<n>/seed-<s>/``); a search that has not reached its
-report yet gives the trials its Optuna journal holds, and the study report says which searches
-are unfinished. A whole
-study is read from its folder and its record alone (:func:`read_study`), so that its report can be
-made again from a folder carried anywhere, by any later code, without running anything.
+The geometry is read at the last epoch, beside that epoch's score: read at the best epoch, which
+the dev score chose, a run that peaked early would carry its early geometry, and the score that
+chose the epoch would be set against geometry it selected. A study is read from its folder and
+record alone (:func:`read_study`), so its report can be made again from a folder carried anywhere.
 """
 
 from __future__ import annotations
@@ -157,15 +150,10 @@ def _typed_tasks(overrides: Sequence[str]) -> list[str]:
 
 
 def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> ArmOutcome:
-    """The outcome of the search in ``folder`` (see the module docstring), its held-out runs
-    those on the study's ``report_seeds``: a folder continued under other report seeds keeps
-    the old seeds' runs, which are not this study's pairs.
-
-    Read top to bottom: the trials and their jobs (``trials.csv``), the chosen trial
-    (``optimization_results.yaml``), checked against the trials, then each report run, checked
-    against the chosen trial's values, so that a file edited or left from another search is
-    refused by name rather than reported as this arm's.
-    """
+    """The outcome of the search in ``folder``, its held-out runs those on the study's
+    ``report_seeds`` (a folder continued under other report seeds keeps the old seeds' runs).
+    The chosen trial is checked against ``trials.csv``, each report run against its values, so
+    that a file edited or left from another search is refused by name."""
     trials = _trial_rows(folder)
     record = _read_yaml(folder / SEARCH_RESULTS_FILE)
     best, best_params = record.get("best_trial"), dict(record.get("best_params") or {})
