@@ -1,22 +1,8 @@
 """The checks on a search's settings beyond their own ranges (:mod:`isotune.search.settings`):
-what is checked before its first job, and which settings a study typed again must keep.
-
-Checked before any job, so that a bad setting costs no trial:
-- the seeds: one or more different integers each, in numpy's range, tuning and report seeds apart
-  (the fix named for one list never overlaps the other);
-- no ``task``, ``model`` or ``adapt`` sweep: those are the question's axes, never knobs to tune (a
-  search would pick the task that scores higher);
-- the jobs composed as a dry run, each once, by the caller's ``compose`` (the Hydra sweeper's
-  composes as its launcher will): the baseline (its group options, e.g. ``reg=none``, and its
-  values in range on a report seed) and, for a searched config group, each of its options.
-
-A study continued is held only to what ranks its trials (:data:`RANKING`): the space, the fixed
-overrides that change a run, the tuning seeds, the direction and the sampler (another sampler, or
-another seed of it, would ask the rest of the trials by another rule than the first ones). The
-report's settings (the baseline, the report seeds) and overrides that change no score
-(:data:`NOT_A_RUN_CHANGE`, such as the logger) may change: the report is made again, its runs for
-the new setting run, and the runs of the old one stay in their folders (a baseline other than the
-study's first runs in ``report/baseline-<k>``).
+what is checked before its first job, so that a bad setting costs no trial, and which settings a
+study typed again must keep (docs/search.md#settings). A continued study is held only to what
+ranks its trials (:data:`RANKING`; another sampler, or another seed of it, would ask the rest of
+the trials by another rule than the first ones); the report's settings may change.
 """
 
 from __future__ import annotations
@@ -58,7 +44,6 @@ def key_name(key: str) -> str:
     return key.lstrip("+~").split("@")[0]
 
 
-# ---- before the first job ----
 def check_seeds(seeds: Any, report_seeds: Any) -> None:
     """Tuning and report seeds: non-empty lists of different seeds (:func:`check_seed_list`),
     none of them in both. Each fix named leaves the other list as typed, and overlaps it in no
@@ -175,7 +160,6 @@ def dry_run(
     return composed
 
 
-# ---- a study continued ----
 def changes_a_run(override: str) -> bool:
     """Whether an override can change a run's score (``logger=wandb`` cannot)."""
     name = key_name(override.split("=", 1)[0])

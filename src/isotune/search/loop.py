@@ -1,24 +1,10 @@
-"""The ask-launch-tell loop: the jobs of one or several searches, launched together in batches.
+"""The ask-launch-tell loop: the jobs of one or several searches, launched together in batches,
+so that several searches share a launcher's slots instead of running one after another.
 
-Each round starts new trials, one per search in turn, until ``trials_at_once`` trials are in flight
-over all of them, gathers the next jobs of every search
-(:meth:`~isotune.search.search.Search.next_jobs`) and hands those that did not complete before to
-the launcher as one batch; how each job ended is read from its results.json,
-not from what the launcher returns or raises (:mod:`isotune.search.outcomes`), and each search is
-told its own (:meth:`~isotune.search.search.Search.tell`). So several searches share a launcher's
-slots instead of running one after another.
-
-Before a batch starts, as in every plain sweep: a job whose folder a live process holds (a job of
-a stopped search that outlived it on SLURM) stops the search in one message, since a second job
-there would be refused by the folder lock and fail its trial for good; and a job whose folder
-holds a link leading out of it (:func:`~isotune.record.resume.check_links_stay_inside`) is refused,
-the refusal recorded in its results.json, without reaching the launcher.
-
-A job that has not ended after its batch (still running or interrupted when the launcher raised, as
-submitit's does at the first job SLURM killed; interrupted by its own signal; never started) is no
-result: its trial stays unfinished, and the loop stops with :class:`JobsNotEnded` once the other
-jobs' outcomes are told. The same command continues: a completed job is read, an interrupted one
-resumes from its last.ckpt.
+How each job ended is read from its results.json, not from what the launcher returns or raises
+(:mod:`isotune.search.outcomes`). A job that has not ended after its batch is no result: its trial
+stays unfinished, and the loop stops with :class:`JobsNotEnded` once the other jobs' outcomes are
+told; the same command continues (docs/search.md#how-it-works).
 """
 
 from __future__ import annotations
@@ -155,11 +141,8 @@ def _clock(seconds: float) -> str:
 
 def check_reports_complete(searches: Sequence[Search]) -> None:
     """Stop, in one message naming them, if report runs of any of ``searches`` did not complete.
-
-    Called once every search has ended and its report (and a study's report) is written, so that
-    one failed held-out run (a NaN on one report seed) neither stops the other searches nor
-    keeps the report from counting it as a failure; the command still exits 1, since the
-    comparison lacks that run."""
+    Called once every report is written, so that one failed held-out run neither stops the other
+    searches nor keeps the report from counting it as a failure."""
     lacking = [search for search in searches if search.missing_report_runs]
     if not lacking:
         return

@@ -1,16 +1,9 @@
 """What one job of a search gave, read from its ``results.json`` whichever launcher ran it, and a
 trial's value over its seeds.
 
-A run that completed has a score, its best dev primary metric, even when it failed to learn (not
-above its dev set's trivial predictor): it counts at that score and is counted, since dropping it
-would flatter a setting that breaks training. A job that crashed, went NaN, was refused or left no
-record has no score: its trial fails, and the reason says which job and why, never a made-up value.
-A job that has not ended (still running, interrupted, never started) is no result at all: its
-trial waits for it.
-
-A report's paired test counts only the runs with a score, so an arm that fails more often is
-flattered there; its sensitivity line counts a failed report run at the score of its dev set's
-trivial predictor instead (:mod:`isotune.sweeps.intention_to_treat`), never a trial's value.
+A run that completed counts at its score even when it failed to learn, since dropping it would
+flatter a setting that breaks training. A job with no score fails its trial, the reason naming
+the job, never a made-up value; a job that has not ended is no result at all: its trial waits.
 """
 
 from __future__ import annotations

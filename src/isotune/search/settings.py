@@ -31,20 +31,14 @@ REPORTED_ON = {"dev": (), "train_split": ("select_epoch=last",)}  # what its rep
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """One search: its space, seeds, baseline, budget, failure rule, study and sampler.
+    """One search: its space, seeds, baseline, budget, failure rule, study and sampler
+    (docs/search.md#settings for the keys a user types).
 
-    ``make_sampler(seed)`` makes the sampler (``seed`` None: unseeded); ``sampler`` is its config
-    as given (``_target_`` and arguments; its ``seed``, None: none), which the study records.
-    ``pruner`` is an Optuna pruner, None for none.
-    ``baseline`` is the baseline's overrides, the fixed ones included; None: no baseline runs
-    (a study's search, whose baseline is an arm of the study). ``tag_runs``: tag each
-    run with the search and its trial (``logger=wandb``); ``wandb_group``: a study's search, its
-    runs grouped as ``<study>-<task>-<arm>`` with the job type ``tuning`` or ``report``.
-    ``retry_failed``: run each FAILED trial's configuration again as a new trial (the cause of
-    its failure since fixed), the failed one left out of the budget, the failure rule and the
-    tables. ``tune_on``: the data that chooses (:data:`TUNE_ON`). ``report_overrides``: what
-    only the held-out report's runs add besides :data:`REPORTED_ON`'s (a study's
-    ``keep_report_models``: ``checkpoint.keep=slim``, so that its winners can be submitted)."""
+    ``sampler`` is the sampler's config as given, which the study records; ``make_sampler(seed)``
+    makes it. ``baseline`` None: no baseline runs (a study's search, whose baseline is an arm).
+    ``retry_failed``: run each FAILED trial's configuration again as a new trial, the failed one
+    left out of the budget, the failure rule and the tables. ``report_overrides``: what only the
+    held-out report's runs add besides :data:`REPORTED_ON`'s (a study's ``keep_report_models``)."""
 
     space: SearchSpace
     seeds: tuple[int, ...]
