@@ -1,10 +1,9 @@
-"""The IsoBN paper's pictures of an embedding space: per-dimension std, correlations, spectrum;
-and the layer profiles of every epoch (measures over the layers, one line per epoch).
+"""The IsoBN paper's pictures of an embedding space (per-dimension std, correlations, spectrum)
+and the layer profiles of every epoch, drawn from measures already computed.
 
-Drawn from what :func:`isotune.isotropy.measure_cloud` already computed (nothing is measured
-again), with matplotlib's object API and the headless Agg canvas: no display, no pyplot state,
-so figures are drawn on servers and in worker processes. A fixed layout instead of
-``tight_layout``, which measured every tick label and took as long as the drawing.
+matplotlib's object API on the headless Agg canvas (no display, no pyplot state), so figures are
+drawn on servers and in worker processes; a fixed layout, as ``tight_layout`` measured every tick
+label and took as long as the drawing.
 """
 
 from __future__ import annotations
