@@ -87,10 +87,8 @@ class _Job:
 
 class _KeepingLauncher:
     """Runs each batch on the real launcher and keeps its returns; tells the basic sweeper every
-    job completed, so it neither re-raises a job's error nor stops before the next batch. Each job
-    goes to its planned folder; one completed there before, or refused before it starts
-    (:meth:`unlaunched`), is kept out of the launcher's hands, and the jobs around it are
-    launched with their own numbers."""
+    job completed. A job completed or refused before it starts (:meth:`unlaunched`) is kept out
+    of the launcher's hands, and the jobs around it are launched with their own numbers."""
 
     def __init__(self, launcher: Launcher) -> None:
         self.launcher = launcher
@@ -148,11 +146,9 @@ class _KeepingLauncher:
 
 
 def _job_folder(config: DictConfig, number: int) -> str:
-    """The folder Hydra's ``run_job`` makes for job ``number`` of the sweep (``hydra.sweep.dir``
-    / ``hydra.sweep.subdir``, resolved as the job sees them), also set as its
+    """The folder Hydra's ``run_job`` makes for job ``number``, also set as its
     runtime.output_dir."""
-    # As the launchers number a job; read_write: an earlier call left the hydra node read-only
-    # (HydraConfig.set_config makes it so).
+    # read_write: an earlier call left the hydra node read-only (HydraConfig.set_config does)
     with read_write(config.hydra.job), open_dict(config.hydra.job):
         config.hydra.job.id = number
         config.hydra.job.num = number

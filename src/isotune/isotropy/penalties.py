@@ -1,10 +1,6 @@
-"""Isotropy penalties added to the task loss: I-STAR, Cor-Reg and CosReg.
-
-Each penalty maps a (points, dims) matrix of representations to a differentiable scalar, and the
-training loss becomes ``task loss + weight * penalty``. A positive weight pushes the points towards
-isotropy, a negative one away from it (I-STAR's released example uses -5). Each follows its
-authors' released code, as documented per function; ``REGULARIZERS`` names the options and the
-view each one is computed on by default.
+"""Isotropy penalties added to the task loss (``task loss + weight * penalty``): I-STAR, Cor-Reg
+and CosReg, each as its authors released it (per function, with the departures). A negative weight
+pushes away from isotropy (I-STAR's released example uses -5).
 
 The statistics are computed in at least float32 with autocast disabled, so a bf16 or fp16 forward
 pass does not degrade a covariance, an eigendecomposition or a sum over thousands of cosines.
@@ -32,8 +28,8 @@ __all__ = [
 
 
 def _in_float32(penalty: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    """Check that ``points`` is a (points, dims) matrix of at least two points, then run
-    ``penalty`` on it with autocast disabled, in float32 (float64 input stays float64)."""
+    """Run ``penalty`` on a checked (points >= 2, dims) matrix, autocast off, in float32 or
+    float64."""
 
     @functools.wraps(penalty)
     def checked(points: Tensor, *args, **kwargs) -> Tensor:

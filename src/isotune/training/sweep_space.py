@@ -1,13 +1,7 @@
-"""A sweep that cannot fit on its disk is refused before any job starts.
-
-A university cluster's home or project quota fills silently mid-sweep: the runs that reach a full
-disk fail, and a 160-run study of BERT-base with whole checkpoints needs about 400 GB. Before the
-first job, the sweep's expected size (:mod:`isotune.sweeps.footprint`: each job's model and
-``checkpoint.keep``, the jobs running at once at their peak) is compared with the free space of the
-file system the sweep folder is on; a sweep that cannot fit stops with one message naming the
-numbers and the ways out, unless ``check_free_space=false`` says to start it anyway. A sweep or
-study typed again (after a time limit, a preemption, a failed job) is sized by the jobs it has left:
-its completed runs take their disk already, counted in the free space, and run no more.
+"""A sweep that cannot fit on its disk is refused before any job starts (docs/sweeps.md#disk-space):
+a cluster's quota fills silently mid-sweep, and a 160-run study of BERT-base with whole
+checkpoints needs about 400 GB. A sweep typed again is sized by the jobs it has left: its
+completed runs take their disk already, counted in the free space.
 """
 
 from __future__ import annotations
@@ -106,10 +100,7 @@ def _existing(folder: Path) -> Path:
 
 
 def jobs_at_once(launcher: DictConfig, jobs: int) -> int:
-    """How many of ``jobs`` the launcher runs at once: one for Hydra's basic launcher, its
-    ``array_parallelism`` (SLURM) or ``n_jobs`` (gpus) where set, else every job. A packed SLURM
-    sweep (``jobs_per_gpu`` above 1) runs each allocation's jobs at once in every allocation
-    running at once."""
+    """How many of ``jobs`` the launcher runs at once (docs/sweeps.md#disk-space)."""
     if str(launcher.get("_target_", "")).endswith("BasicLauncher"):
         return 1
     if "array_parallelism" in launcher and launcher.get("jobs_per_gpu", 1) > 1:
