@@ -64,3 +64,9 @@ class RunInterrupted(KeyboardInterrupt):
         self.signal = stopped_by
         self.hand_over = hand_over
         self.completed = completed  # the signal came as the run, trained, recorded its end
+
+
+def first_line(error: BaseException) -> str:
+    """``error`` in one line: its type and the first line of its message."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"

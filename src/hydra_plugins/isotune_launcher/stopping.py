@@ -31,7 +31,7 @@ from typing import Any
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
 from hydra_plugins.isotune_launcher.waiting import handled_by, sigterm_stops_the_wait
-from isotune.errors import IsotuneError, JobsNotEnded
+from isotune.errors import IsotuneError, JobsNotEnded, first_line
 from isotune.record.folder_lock import LOCK_FILE
 from isotune.record.stopping import ctrl_c_in_a_sweep
 from isotune.sweeps.runs import SWEEP_FILE
@@ -66,12 +66,8 @@ def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) 
     except Exception as error:
         if not (folder / SWEEP_FILE).is_file():
             raise  # no job was sent: Hydra's own error, as it is
-        text = str(error).strip()
-        first_line = text.splitlines()[0] if text else ""
-        why = (
-            f"The launcher stopped waiting: {type(error).__name__}: {first_line} (jobs still "
-            "running on a cluster go on)"
-        )
+        why = f"The launcher stopped waiting: {first_line(error)} (jobs still running on a cluster "
+        why += "go on)"
         _stop(folder, why, again, log.error)
         sys.exit(1)
 

@@ -43,9 +43,8 @@ def _split_table(settings: Mapping[str, Any] | TaskSpec, split: str) -> Table:
 
 @dataclass(frozen=True)
 class OwnData:
-    """A ``task=files`` task completed from its files, with what reading them gave: each split's
-    examples, handed on to the run (its data module, its test predictions) so that a process
-    reads each file once, and what the run warns of."""
+    """A ``task=files`` task completed from its files, with each split's examples (handed on, so
+    that a process reads each file once) and what the run warns of."""
 
     task: dict[str, Any]  # the completed task config
     examples: dict[str, list[dict[str, Any]]]  # {split: examples}, as read_own_split makes them
@@ -105,9 +104,8 @@ def own_task(config: Mapping[str, Any], test: bool = False) -> OwnData:
 
 
 def _many_classes(train: Table, classes: int, label_column: str) -> list[str]:
-    """The warning for more classes than a quarter of the train rows: real many-class data
-    trains, but so does a column of scores or IDs read as classes, each value a class of its
-    own that the model sees a few times at most."""
+    """The warning for more classes than a quarter of the train rows: a column of scores or IDs
+    read as classes trains too, each value a class the model sees a few times at most."""
     if classes * 4 <= len(train.rows):
         return []
     return [
@@ -192,10 +190,8 @@ def _json_type(value: Any) -> str:
 
 
 def _one_spelling_each(table: Table, values: Sequence[tuple[int, Any]]) -> None:
-    """Refuse train labels that differ only in case or surrounding whitespace (``pos``, ``Pos``,
-    ``pos ``): read as written, each is a class of its own, the model's examples of one class
-    split between them and a right answer scored wrong. ``task.distinct_label_spellings=true``
-    declares them distinct classes (the caller's to skip this check)."""
+    """Refuse train labels that differ only in case or surrounding whitespace (``pos``, ``Pos``):
+    read as written, each is a class of its own, one class's examples split between them."""
     first_line: dict[str, int] = {}
     for line, value in values:
         first_line.setdefault(label_text(value), line)
@@ -286,10 +282,8 @@ def read_own_split(
     task: TaskSpec, split: str, table: Table | None = None, text_fix: str | None = None
 ) -> list[dict[str, Any]]:
     """One split of a ``task=files`` task as ``{text fields..., "label", "idx"}`` examples, ``idx``
-    the row's position from 0; a test file's labels are not read (-1), and its examples carry
-    their ids (:mod:`.example_ids`; a checkpoint's from before: ``idx`` its integer index).
-    ``text_fix``: the fix for a file lacking a text column, where predict.py's differs from
-    training's ``task.text_fields=`` (its text columns are its checkpoint's)."""
+    the row's position from 0; a test file's labels are -1, and its examples carry their ids
+    (:mod:`.example_ids`). ``text_fix``: predict.py's fix for a file lacking a text column."""
     table = table or _split_table(task, split)
     texts = {
         name: [value for _, value in _column_values(table, name, "text", text_fix)]
@@ -372,11 +366,9 @@ FILE_KEYS = ("train_file", "validation_file", "test_file", "dataset_name", "data
 
 
 def complete_own_task(cfg: DictConfig) -> OwnData | None:
-    """A ``task=files`` task completed in ``cfg`` from its files (text columns, labels, metrics:
-    :func:`own_task`), so that the run, its checkpoints and its records see a whole task, and
-    each bad file is refused before anything trains; once per config. Returns what reading the
-    files gave (None: no files read, a GLUE task or one completed before). A GLUE task with
-    ``data.*_file`` set is refused: it reads GLUE's files, never those."""
+    """A ``task=files`` task completed in ``cfg`` from its files (:func:`own_task`), once per
+    config; what reading the files gave (None: a GLUE task, or one completed before). A GLUE task
+    with ``data.*_file`` set is refused: it reads GLUE's files, never those."""
     files = {key: cfg.data.get(key) for key in FILE_KEYS}
     if not task_kind(cfg.task).own_data:
         named = [f"data.{key}={value}" for key, value in files.items() if value is not None]

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from isotune.errors import IsotuneError, JobsNotEnded
+from isotune.errors import IsotuneError, JobsNotEnded, first_line
 from isotune.record import folder_lock
 from isotune.record.resume import check_links_stay_inside, record_refusal
 from isotune.search.outcomes import JobOutcome, completed_before, failure_reason, read_outcome
@@ -59,7 +59,7 @@ def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int
         if unended:
             raise JobsNotEnded(_not_ended(unended, launcher_error))
         if launcher_error is not None:
-            log.error(f"The launcher stopped: {_first_line(launcher_error)} (every job had ended)")
+            log.error(f"The launcher stopped: {first_line(launcher_error)} (every job had ended)")
 
 
 def _interleaved(queues: Sequence[list]) -> list:
@@ -230,7 +230,7 @@ def _refused(job: Job) -> bool:
 def _not_ended(unended: Sequence[JobOutcome], launcher_error: Exception | None) -> str:
     jobs = "\n".join(f"  {outcome.job_dir}: {outcome.status}" for outcome in unended)
     why = (
-        f"The launcher stopped waiting ({_first_line(launcher_error)}), and these"
+        f"The launcher stopped waiting ({first_line(launcher_error)}), and these"
         if launcher_error is not None
         else "These"
     )
@@ -240,8 +240,3 @@ def _not_ended(unended: Sequence[JobOutcome], launcher_error: Exception | None) 
         "once they end (or are cancelled), type the same command again: a completed job is "
         "read, an interrupted one resumes from its last.ckpt."
     )
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
