@@ -1,8 +1,7 @@
-"""Reading a task's split: a GLUE task's official TSVs under ``GLUE_DIR`` (the layout of the GLUE
-download script) or the Hugging Face Hub, a ``task=files`` task's own files
-(:mod:`isotune.data.own_data`), as ``{text fields..., "label", "idx"}`` examples with every label
-checked against the task; the check that a continued run reads the files it read before, and
-the check before a search or study that its GLUE tasks can be read offline."""
+"""Reading a task's split (GLUE's official TSVs under ``GLUE_DIR``, the Hugging Face Hub, or a
+``task=files`` task's own files) as ``{text fields..., "label", "idx"}`` examples, every label
+checked against the task; and the checks that a continued run reads the files it read before and
+that a search's GLUE tasks can be read offline."""
 
 from __future__ import annotations
 
@@ -23,11 +22,8 @@ Example = dict[str, object]
 
 
 def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
-    """Rows of an official GLUE TSV as ``{text fields..., "label", "idx"}`` dicts.
-
-    Test files carry no labels; their ``label`` is -1 as on the Hub. Labels of the other splits
-    are checked here (:meth:`TaskSpec.encode_label`), where file and line are still known.
-    """
+    """Rows of an official GLUE TSV as examples; a test file's ``label`` is -1 as on the Hub, the
+    other splits' labels checked here, where file and line are still known."""
     is_test = split == task.test_split
     columns = task.test_columns if is_test else task.columns
     examples = []
