@@ -72,13 +72,9 @@ def baseline_score(task: TaskSpec, train_labels: Tensor, dev_labels: Tensor) -> 
 def outlier_experiment(
     inputs: Inputs, full_score: float, settings: Mapping
 ) -> tuple[pd.DataFrame, dict]:
-    """The per-dimension table of both models and the summary the verdicts O1 and O2 read.
-
-    Table: model, dim, variance (training subset, ddof 0), variance_ratio (to the mean),
-    variance_rank (1 = largest), outlier, tabulated (an outlier or among the ``top_dims`` of
-    largest variance: the report's rows), and the 1-D rule's threshold (or slope), training
-    accuracy and dev score. ``full_score``: the fine-tuned model's own dev score.
-    """
+    """The per-dimension table of both models (variances of the training subset, ddof 0; the
+    1-D rule's scores) and the summary the verdicts O1 and O2 read. ``full_score``: the
+    fine-tuned model's own dev score."""
     if settings.search not in SEARCHES:
         raise IsotuneError(
             f"outliers.search={settings.search!r}: must be one of {list(SEARCHES)}. "

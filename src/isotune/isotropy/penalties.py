@@ -57,18 +57,12 @@ def _inverse_norms(x: Tensor, dim: int) -> Tensor:
 
 @_in_float32
 def istar_penalty(points: Tensor, shrinkage_cov: Tensor | None = None, zeta: float = 0.2) -> Tensor:
-    """I-STAR penalty ``1 - IsoScore*(points)`` (Rudman & Eickhoff, ICLR 2024).
-
-    IsoScore* is IsoScore of the shrunk covariance ``S = (1 - zeta) cov(points) + zeta Sigma_S``:
-    with ``l`` the eigenvalues of S (its singular values, as S is symmetric positive
-    semi-definite) and n the number of dimensions (not of points),
-    ``l_hat = sqrt(n) l / ||l||``, ``delta = ||l_hat - 1|| / sqrt(2 (n - sqrt n))``,
-    ``IsoScore* = ((n - delta^2 (n - sqrt n))^2 - n) / (n (n - 1))``. The released code
-    (``bcbi-edu/p_eickhoff_isoscore``, ``I-STAR/``) takes ``Sigma_S`` from up to 250,000 of the
-    model's own points, rebuilt every epoch (:class:`ShrinkageCovariance`); shrinkage keeps the
-    score informative on a mini-batch with fewer points than dimensions. ``zeta = 0`` uses the
-    batch covariance alone; ``shrinkage_cov=None`` uses ``isoscore_star``'s default target (the
-    identity scaled to the batch's mean variance). Returns a 0-d tensor in [0, 1].
+    """I-STAR penalty ``1 - IsoScore*(points)`` (Rudman & Eickhoff, ICLR 2024), a 0-d tensor in
+    [0, 1]; IsoScore* is IsoScore of ``(1 - zeta) cov(points) + zeta Sigma_S``
+    (docs/isotropy.md#isoscore-and-isoscore). The released code (``bcbi-edu/p_eickhoff_isoscore``,
+    ``I-STAR/``) takes ``Sigma_S`` from up to 250,000 of the model's own points, rebuilt every
+    epoch (:class:`ShrinkageCovariance`); shrinkage keeps the score informative on a mini-batch
+    with fewer points than dimensions. ``shrinkage_cov=None``: ``isoscore_star``'s default target.
     """
     return 1 - isoscore_star(points, shrinkage_cov, zeta)
 
