@@ -329,25 +329,17 @@ def _same_value(typed: str, chosen: Any) -> bool:
 
 def runs_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
     """One row per run of the study (the study's CSV)."""
+    fields = ("task", "arm", "phase", "trial", "seed", "score", "learned", "status", "final_score")
     rows = [
         {
-            "task": run.task,
-            "arm": run.arm,
-            "phase": run.phase,
-            "trial": run.trial,
-            "seed": run.seed,
-            "score": run.score,
-            "learned": run.learned,
-            "status": run.status,
-            "final_score": run.final_score,
+            **{name: getattr(run, name) for name in fields},
             **{measure: run.geometry.get(measure) for measure in GEOMETRY},
             "job_dir": run.job_dir,
         }
         for outcome in outcomes
         for run in outcome.runs
     ]
-    columns = ["task", "arm", "phase", "trial", "seed", "score", "learned", "status"]
-    table = pd.DataFrame(rows, columns=[*columns, "final_score", *GEOMETRY, "job_dir"])
+    table = pd.DataFrame(rows, columns=[*fields, *GEOMETRY, "job_dir"])
     return table.astype({"trial": "Int64"})  # a report run has no trial: blank, not 0.0
 
 
