@@ -17,14 +17,11 @@ from isotune.search.checks import check_no_axis, check_seeds, key_name, ranking_
 from isotune.search.space import SearchSpace
 
 SEED_KEY = "seed"  # what each job of a trial varies
-# seed and the keys that follow it (${seed} in conf/train.yaml): the initialisation and the batch
-# order. The search sets seed per job; fixed, any of them would be shared by every tuning and
-# report run, and the report's seeds would not be held out in what it sets.
+# seed and the keys that follow it (${seed}): fixed, one would be shared by every tuning and report
+# run, and the report's seeds would not be held out in what it sets.
 SEED_KEYS = (SEED_KEY, "seed_init", "seed_data")
-# hydra.sweeper.tune_on: the data that chooses a trial. train_split: the tuning runs train on
-# train minus a split carved from it and evaluate on that split (data.tuning_split, a run's
-# option: isotune.data.tuning_split); the report runs train on all of train and report on dev,
-# their last epoch (select_epoch=last: isotune.training.epoch_choice), so dev chooses nothing.
+# hydra.sweeper.tune_on: the data that chooses a trial (docs/search.md, "Data that tunes apart from
+# data that reports"); with train_split the report runs take their last epoch: dev chooses nothing.
 TUNE_ON = {"dev": (), "train_split": ("data.tuning_split=true",)}
 REPORTED_ON = {"dev": (), "train_split": ("select_epoch=last",)}  # what its report runs add
 
