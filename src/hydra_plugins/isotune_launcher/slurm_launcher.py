@@ -62,12 +62,6 @@ class IsotuneSlurmLauncher(SlurmLauncher):
         self.jobs_per_allocation: int | None = packing["jobs_per_allocation"]
         self.allocations: int | None = packing["allocations"]
 
-    def slots_per_allocation(self) -> int:
-        """Jobs one allocation runs at once: ``jobs_per_gpu`` on each of its GPUs, or on a
-        CPU-only allocation (``gpus_per_node: 0``) ``jobs_per_gpu`` CPU jobs."""
-        gpus = self.params.get("gpus_per_node") or 1
-        return gpus * self.jobs_per_gpu
-
     def plan(self, job_overrides: Sequence[Sequence[str]]) -> tuple[int, int]:
         """How many allocations, each running how many jobs at once; refuses settings a packed
         sweep cannot run, before anything is submitted."""
@@ -76,7 +70,7 @@ class IsotuneSlurmLauncher(SlurmLauncher):
             "per job) or more (each allocation runs that many jobs on each of its GPUs).",
             jobs_per_gpu=self.jobs_per_gpu,
         )
-        slots = self.slots_per_allocation()
+        slots = (self.params.get("gpus_per_node") or 1) * self.jobs_per_gpu  # 0 GPUs: CPU jobs
         per_allocation = self.jobs_per_allocation or slots
         if not 1 <= per_allocation <= slots:
             raise IsotuneError(

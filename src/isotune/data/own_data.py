@@ -89,7 +89,9 @@ def own_task(config: Mapping[str, Any], test: bool = False) -> OwnData:
         "regression": bool(regression),
         "labels": None if regression else labels,
         "num_labels": 1 if regression else len(labels),
-        "metrics": list(config.get("metrics") or _metrics(regression)),
+        "metrics": list(
+            config.get("metrics") or (REGRESSION_METRICS if regression else CLASSIFICATION_METRICS)
+        ),
         "eval_splits": ["validation"],
         "test_split": "test",
         "keeps_ids": True,  # its predictions name examples by the test file's own ids
@@ -272,10 +274,6 @@ def _sorted_labels(values: Sequence[Any]) -> list[str]:
     if all(_integer_literal(label) for label in labels):
         labels.sort(key=int)
     return labels
-
-
-def _metrics(regression: bool) -> tuple[str, ...]:
-    return REGRESSION_METRICS if regression else CLASSIFICATION_METRICS
 
 
 def read_own_split(

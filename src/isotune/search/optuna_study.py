@@ -108,19 +108,15 @@ def report_baseline_folder(study: Any, baseline: tuple[str, ...]) -> str:
 def trial_sampler(settings: SearchSettings, trial_number: int, current: Any = None) -> Any:
     """The sampler that asks trial ``trial_number`` (see the module docstring); ``current`` is
     the study's sampler until now, kept where it is unseeded or keeps a sequence."""
-    if current is not None and (settings.sampler_seed is None or _keeps_a_sequence(current)):
+    if current is not None and (settings.sampler_seed is None or isinstance(current, QMCSampler)):
         return current
     if settings.sampler_seed is None:
         return settings.make_sampler(None)
     sampler = settings.make_sampler(int(settings.sampler_seed))
-    if _keeps_a_sequence(sampler):
+    if isinstance(sampler, QMCSampler):  # keeps a sequence: reseeded, it would scramble anew
         return sampler
     (seed,) = np.random.SeedSequence([int(settings.sampler_seed), trial_number]).generate_state(1)
     return settings.make_sampler(int(seed))
-
-
-def _keeps_a_sequence(sampler: Any) -> bool:
-    return isinstance(sampler, QMCSampler)
 
 
 def owner(folder: Path) -> dict[str, Any]:

@@ -155,7 +155,8 @@ def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> 
     The chosen trial is checked against ``trials.csv``, each report run against its values, so
     that a file edited or left from another search is refused by name."""
     trials = _trial_rows(folder)
-    record = _read_yaml(folder / SEARCH_RESULTS_FILE)
+    path = folder / SEARCH_RESULTS_FILE
+    record = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
     best, best_params = record.get("best_trial"), dict(record.get("best_params") or {})
     held_out = record.get("held_out") or {}
     if best is not None:
@@ -341,12 +342,6 @@ def runs_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
     ]
     table = pd.DataFrame(rows, columns=[*fields, *GEOMETRY, "job_dir"])
     return table.astype({"trial": "Int64"})  # a report run has no trial: blank, not 0.0
-
-
-def _read_yaml(path: Path) -> Mapping[str, Any]:
-    if not path.is_file():
-        return {}
-    return yaml.safe_load(path.read_text()) or {}
 
 
 def _number(value: Any) -> float | None:

@@ -34,7 +34,8 @@ def check_sweep_fits(
         return
     at_once = max(1, min(at_once, len(jobs)))
     need = _need(jobs, at_once, keep=None)
-    free = shutil.disk_usage(_existing(sweep_dir)).free
+    made = next(path for path in [sweep_dir, *sweep_dir.parents] if path.exists())  # made later
+    free = shutil.disk_usage(made).free
     keeps = sorted({str(job.checkpoint.keep) for job in jobs})
     left = counted(len(jobs), "job")
     if completed:
@@ -92,11 +93,6 @@ def _parameters(name_or_path: str) -> int:
             "Not counting the checkpoints of %s in the sweep's size: %s", name_or_path, error
         )
         return 0
-
-
-def _existing(folder: Path) -> Path:
-    """``folder`` or its nearest parent that exists (the sweep folder is made later)."""
-    return next(path for path in [folder, *folder.parents] if path.exists())
 
 
 def jobs_at_once(launcher: DictConfig, jobs: int) -> int:
