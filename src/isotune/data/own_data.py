@@ -223,11 +223,9 @@ def label_text(value: Any) -> str:
 
 
 def _scores(table: Table, column: str, values: Sequence[tuple[int, Any]]) -> bool:
-    """Whether a label column (``(line, value)`` each) holds scores: every value a number, some
-    written with a decimal point or exponent (``3.8``, ``5.000``; JSON floats): integers alone
-    name classes. A column of such scores but for some values that are not numbers (more than
-    half of the values numbers) is refused, naming those rows: read as classes, each distinct
-    score would be a class of its own."""
+    """Whether a label column holds scores: every value a number, some written with a decimal
+    point or exponent (``5.000``); integers alone name classes. Mostly such scores but for some
+    words is refused: read as classes, each distinct score would be a class of its own."""
     numbers = [value for _, value in values if _number(value)]
     decimals = [v for v in numbers if isinstance(v, float) or not _integer_literal(str(v))]
     if not decimals:

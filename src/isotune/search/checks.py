@@ -255,10 +255,8 @@ def _number(value: float) -> str:
 
 
 def baseline_folder(baselines: list[list[str]], baseline: Sequence[str]) -> str:
-    """The report folder of ``baseline`` among the study's ``baselines`` (each sorted overrides,
-    the first the study's first): ``report/baseline`` for the first, ``report/baseline-<k>`` for
-    the k-th, so that a report remade with another baseline keeps the old one's runs. A new
-    baseline is appended to ``baselines``."""
+    """The report folder of ``baseline`` among the study's ``baselines`` (appended when new):
+    ``report/baseline-<k>`` for the k-th, so a report remade with another keeps the old runs."""
     key = sorted(o for o in baseline if changes_a_run(o))
     if key not in baselines:
         baselines.append(key)

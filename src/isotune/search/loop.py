@@ -69,10 +69,8 @@ def _interleaved(queues: Sequence[list]) -> list:
 
 
 class Progress:
-    """Where the searches stand, as the field's tools say it: runs done of the runs planned (no
-    trial more pruned or failing), the time this command has run and an estimate of the time
-    left, from the runs this command has done so far (several at once: the time per run is the
-    wall time over the runs done, which the estimate needs)."""
+    """Where the searches stand: runs done of the runs planned, the time this command has run
+    and the time left at its pace so far (wall time over the runs done, several at once)."""
 
     def __init__(self, searches: Sequence[Search]) -> None:
         self.searches = searches
@@ -93,10 +91,8 @@ class Progress:
 
     @contextlib.contextmanager
     def watching(self, jobs: Sequence[Job]) -> Iterator[None]:
-        """Say where the searches stand while a batch runs, each time more of its ``jobs`` have
-        ended (every :data:`POLL_SECONDS`, read from their results.json): a study's report can
-        be one batch of hours. The searches are read here, before the batch, never from the
-        watching thread."""
+        """Say where the searches stand as more of a batch's ``jobs`` end (a study's report can be
+        one batch of hours); the searches are read before the batch, never from the thread."""
         done, total = self.runs()
         ended_before = _ended(jobs)
         stop = threading.Event()
@@ -160,10 +156,9 @@ def check_reports_complete(searches: Sequence[Search]) -> None:
 
 
 def _start_trials(searches: Sequence[Search], room: int, first: int) -> int:
-    """Start up to ``room`` new trials, one per search in turn (``searches`` from the one whose
-    turn it is, at index ``first`` of the caller's order), so that every search gets its share
-    of the slots; the caller's index of the search whose turn comes next. With one slot, the
-    searches take turns trial by trial instead of the first running its whole budget first."""
+    """Start up to ``room`` new trials, one per search in turn (``searches`` from the one at
+    index ``first`` of the caller's order), so every search gets its share of the slots, trial by
+    trial; the caller's index of the search whose turn comes next."""
     starting = list(searches)
     turn = 0
     while room > 0 and starting:

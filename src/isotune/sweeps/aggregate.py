@@ -198,11 +198,8 @@ def aggregate(
     held_back: Callable[[Sequence[Sweep]], Sequence[HeldBack]] | None = None,
 ) -> Aggregate:
     """Read every run below ``directories`` (and their sweeps' multirun.yaml); ``baseline``:
-    ``AXIS=VALUE`` choices over the default baseline; ``now`` (default: the current time, with
-    its UTC offset) dates the age of running runs; ``strict`` refuses counted runs that do not
-    all come from one known environment, runs of unknown or uncommitted code among them unless
-    ``allow_unknown_code``; ``held_back(sweeps)`` names the runs a wing above leaves out of the
-    tables (they stay in the runs' status)."""
+    ``AXIS=VALUE`` choices over the default baseline; ``now`` dates the age of running runs;
+    ``held_back(sweeps)`` names the runs a wing above leaves out of the tables."""
     directories = [Path(directory) for directory in directories]
     for directory in directories:
         if not directory.is_dir():
@@ -349,11 +346,9 @@ def main(
     study_reports: Callable[[Sequence[Sweep], Path | None], Sequence[Path]] | None = None,
     held_back: Callable[[Sequence[Sweep]], Sequence[HeldBack]] | None = None,
 ) -> int:
-    """The command; ``study_reports(sweeps, --out)`` makes the reports of the study folders among
-    the sweeps and gives their paths, and ``held_back(sweeps)`` names the runs the tables leave
-    out (the study wing's, above this one: ``python -m isotune.aggregate`` passes
-    :func:`isotune.study.report.write_study_reports` and
-    :func:`isotune.study.report.stated_runs_held_back`)."""
+    """The command; ``study_reports(sweeps, --out)`` writes the study folders' reports and
+    ``held_back(sweeps)`` names the runs the tables leave out (the study wing's, above this one,
+    which ``python -m isotune.aggregate`` passes)."""
     parser = argparse.ArgumentParser(
         prog="python -m isotune.aggregate",
         description="Tables over seeds, paired statistics against a baseline, figures and "
