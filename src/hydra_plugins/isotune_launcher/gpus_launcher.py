@@ -173,8 +173,7 @@ class JobQueue:
         raise NotImplementedError
 
     def finished(self, index: int, job_return: JobReturn) -> None:
-        """Job ``index`` returned ``job_return`` (or its worker died: a crashed or stopped
-        return)."""
+        """Job ``index`` returned ``job_return`` (a crashed or stopped one if its worker died)."""
 
 
 class InOrder(JobQueue):
@@ -326,8 +325,7 @@ class _ForwardedStop:
 
 def _join_or_kill(process: SpawnProcess, deadline: float) -> None:
     """Wait for ``process`` to end until ``deadline`` (``time.monotonic``), then kill it: a
-    worker that never ends (a job's handler that took its stop for its own) must not hold up the
-    sweep for ever."""
+    worker whose job took its stop for its own must not hold up the sweep for ever."""
     process.join(max(0.0, deadline - time.monotonic()))
     if process.is_alive():
         log.error(f"Worker {process.pid} did not end when told to stop: killing it")

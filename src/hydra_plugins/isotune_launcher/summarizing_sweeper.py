@@ -118,9 +118,8 @@ class _KeepingLauncher:
         ]
 
     def unlaunched(self, number: int) -> JobReturn | None:
-        """The return of job ``number`` where it is not launched: completed, if it completed in
-        its folder before; failed, if its folder is not its own, or holds a link leading out
-        (that refusal recorded in its results.json). None: launch it."""
+        """The return of job ``number`` where it is not launched (completed before, or refused);
+        None: launch it."""
         job = self.jobs[number]
         if job.completed:
             log.info(f"#{number} : {' '.join(filter_overrides(job.overrides))} completed before")
@@ -220,9 +219,8 @@ class SummarizingSweeper(BasicSweeper):
         sys.exit(1)
 
     def _plan(self, arguments: list[str], sweep_dir: Path) -> dict[int, _Job]:
-        """Every job, by job number (as the basic sweeper numbers them): its overrides, its
-        folder (:func:`~isotune.sweeps.job_folders.job_folders`, where ``hydra.sweep.subdir`` is
-        numbered) and what that folder records."""
+        """Every job by number, as the basic sweeper numbers them, with its folder and what that
+        folder records."""
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
         parsed = OverridesParser.create(config_loader=loader).parse_overrides(
@@ -267,13 +265,11 @@ def _not_its_folder(
 def _plan_lines(jobs: list[_Job], sweep_dir: Path) -> list[str]:
     """A multirun's jobs as its preview says them: by the keys that differ between them (the
     swept ones), job by job, each by its folder and whether it completed there before."""
-    values: dict[str, list[str]] = {}
+    values: dict[str, dict[str, None]] = {}  # each key's values, in order
     for job in jobs:
         for override in filter_overrides(job.overrides):
             key, _, value = override.partition("=")
-            values.setdefault(key, [])
-            if value not in values[key]:
-                values[key].append(value)
+            values.setdefault(key, {})[value] = None
     swept = [key for key, seen in values.items() if len(seen) > 1]
     done = sum(job.completed for job in jobs)
     refused = sum(job.refused is not None for job in jobs)

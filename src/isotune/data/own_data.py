@@ -158,10 +158,9 @@ def _blank(value: Any) -> bool:
 
 
 def _label_values(table: Table, column: str) -> list[tuple[int, Any]]:
-    """``(line, label)`` of every row (:func:`_column_values`), refused when the labels are not
-    all of one JSON type: a label ``1`` among ``"pos"`` and ``"neg"`` (a number among strings,
-    or ``true`` among them) would train as a class of its own, ``"1"``, never as the class its
-    writer meant. Integers and decimals are both numbers (a regression's scores mix them)."""
+    """``(line, label)`` of every row, refused when the labels are not all of one JSON type: a
+    label ``1`` among ``"pos"`` and ``"neg"`` would train as a class ``"1"`` of its own. Integers
+    and decimals are both numbers (a regression's scores mix them)."""
     values = list(_column_values(table, column, "label"))
     types = Counter(_json_type(value) for _, value in values)
     if len(types) == 1:

@@ -142,10 +142,8 @@ def dry_run_jobs(
 def dry_run(
     compose: Callable[[list[str]], Any], jobs: Sequence[tuple[str, list[str]]]
 ) -> list[Any]:
-    """Compose each job's config as the launcher will (``compose`` raises where it cannot, or
-    where a value is out of its range), so that a job bound to be refused stops the search
-    before its first job instead of after every trial; the configs, in the order of ``jobs``,
-    for the checks that follow (a composition costs a second or more)."""
+    """Compose each job's config as the launcher will, so that a job bound to be refused stops
+    the search before its first job, not after every trial; the configs, in order."""
     composed = []
     for what, overrides in jobs:
         try:

@@ -95,10 +95,8 @@ class ArmOutcome:
 
 @dataclass(frozen=True)
 class StudyOutcome:
-    """A study's searches as its record (``multirun.yaml``) plans them: each (task, arm)'s
-    outcome, task by task, the baseline arm, whether a higher score is better, the test it
-    stated before its runs (None: none): for a sequential one, its plan is locked in the
-    study folder (:mod:`isotune.study.stated_looks` reads it)."""
+    """A study's searches as its record (``multirun.yaml``) plans them, with the test it stated
+    before its runs (None: none; a sequential one's plan: :mod:`isotune.study.stated_looks`)."""
 
     outcomes: tuple[ArmOutcome, ...]
     baseline: str

@@ -26,10 +26,8 @@ log = logging.getLogger(__name__)
 def check_sweep_fits(
     sweep_dir: Path, jobs: Sequence[DictConfig], at_once: int, completed: int = 0
 ) -> None:
-    """Refuse (:class:`IsotuneError`) a sweep of ``jobs`` (the composed configs of the jobs it
-    has left to run; ``completed``: how many of its jobs completed before, in a sweep typed again)
-    that cannot fit in the free space under ``sweep_dir`` with ``at_once`` of them running; log
-    its size."""
+    """Refuse a sweep of ``jobs`` (the composed configs of those left to run; ``completed``: how
+    many completed before) that cannot fit under ``sweep_dir`` with ``at_once`` running."""
     if not jobs or not jobs[0].get("check_free_space", True):
         return
     at_once = max(1, min(at_once, len(jobs)))
