@@ -140,8 +140,7 @@ class GpusLauncher(Launcher):
         return [returns[index] for index in range(len(jobs))]
 
     def plan(self) -> tuple[list[gpu_slots.Slot], int]:
-        """The slots and how many jobs run at once: ``n_jobs``, by default one per slot. Without
-        GPUs, ``n_jobs`` (default 1) CPU slots."""
+        """The slots and how many jobs run at once (``n_jobs``, default one per slot; 1 on CPU)."""
         require_counts(
             ", but both count jobs: set them to 1 or more (n_jobs may be null: one job per slot).",
             jobs_per_gpu=self.jobs_per_gpu,
@@ -279,10 +278,9 @@ class SlotPool:
 
 
 class _ForwardedStop:
-    """Passes Ctrl-C, SIGTERM and SIGUSR2 sent to the sweep on to every worker; a worker still
-    alive ``grace_s`` seconds later is killed, and a second Ctrl-C kills them at once. Without
-    this, ``kill <sweep pid>`` left the workers running their jobs as orphans, and Ctrl-C waited
-    for ever on a worker whose run had taken the launcher's SIGTERM for its own."""
+    """Passes Ctrl-C, SIGTERM and SIGUSR2 on to every worker, killed ``grace_s`` seconds later (a
+    second Ctrl-C: at once). Without it, ``kill <sweep pid>`` left the workers as orphans, and
+    Ctrl-C waited for ever on a worker whose run had taken the launcher's SIGTERM for its own."""
 
     def __init__(self, workers: Callable[[], list[_Worker]], grace_s: float = STOP_GRACE_S) -> None:
         self.workers = workers

@@ -142,8 +142,7 @@ class IsotuneSlurmLauncher(SlurmLauncher):
         return [_return_of(ended, index, *job) for index, job in enumerate(jobs)]
 
     def executor(self, submitit: Any) -> Any:
-        """submitit's executor for the allocations, set up as hydra-submitit-launcher sets up
-        its array tasks' (its folder, requeues, time limit, resources, sbatch options)."""
+        """submitit's executor for the allocations, set up as hydra-submitit-launcher's."""
         executor = submitit.AutoExecutor(
             cluster="slurm",
             folder=self.params["submitit_folder"],
@@ -176,8 +175,8 @@ def _return_of(claims: JobClaims, index: int, job_num: int, overrides: list[str]
 
 @dataclass
 class Allocation:
-    """What one array task of a packed sweep runs: a worker pool over the jobs it claims.
-    Pickled by submitit; called in the allocation, again after each requeue."""
+    """What one array task of a packed sweep runs: a worker pool over the jobs it claims;
+    pickled by submitit, called again after each requeue."""
 
     context: bytes  # _gpus_worker.job_context
     jobs: list[tuple[int, list[str]]]  # (job number, overrides), by position in the launch

@@ -134,8 +134,7 @@ def _column_values(
     table: Table, column: str, role: str, fix: str | None = None
 ) -> Iterator[tuple[int, Any]]:
     """``(line, value)`` of ``column`` in every row; refused when the file has no such column
-    (``fix``: the caller's fix for that, None: training's, which names the column in the task's
-    config), or when rows lack a value (counted, and the first rows named)."""
+    (``fix``: the caller's fix, None: training's) or rows lack a value."""
     if column not in table.columns:
         key = "task.label_column" if role == "label" else "task.text_fields"
         fix = fix or f"{key}=<one of them>, or rename the column in the file"

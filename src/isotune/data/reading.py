@@ -77,9 +77,8 @@ def split_file(task: TaskSpec, split: str, glue_dir: str | Path | None) -> Path 
 def changed_splits(
     recorded: Mapping[str, Mapping[str, str]], task: TaskSpec, glue_dir: str | Path | None
 ) -> list[tuple[str, Path, str, str]]:
-    """The split files of ``task`` that read otherwise now than a run recorded them (its
-    provenance's ``data``: ``{split: {"file", "sha256"}}``): ``(split, path, sha256 then, sha256
-    now)`` each. Splits read from the Hub, not recorded, or absent now are not compared."""
+    """``(split, path, sha256 then, sha256 now)`` of each split file of ``task`` that reads
+    otherwise now than a run's provenance ``data`` recorded it (Hub splits not compared)."""
     changed = []
     for split, identity in recorded.items():
         path = split_file(task, split, glue_dir) if split in task.files else None
@@ -97,9 +96,8 @@ def check_data_unchanged(
     glue_dir: str | Path | None,
     ckpt: Path,
 ) -> None:
-    """Refuse to continue from the checkpoint ``ckpt`` when a split file it was trained on
-    (``recorded``: see :func:`changed_splits`) reads otherwise now: the continued run would have
-    learned from two data sets under one name."""
+    """Refuse to continue from ``ckpt`` when a split file it was trained on reads otherwise now:
+    the continued run would have learned from two data sets under one name."""
     changed = changed_splits(recorded, task, glue_dir)
     if changed:
         split, path, then, now = changed[0]
@@ -132,9 +130,8 @@ def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[
 
 
 class TaskSplits:
-    """The examples of a task's splits, each read once (:func:`load_split`), when first asked
-    for; those read already (a ``task=files`` task's, read as its task was completed:
-    :class:`~isotune.data.own_data.OwnData`) are handed on here, not read again."""
+    """The examples of a task's splits, each read once, when first asked for; those read already
+    (:class:`~isotune.data.own_data.OwnData`) are handed on here, not read again."""
 
     def __init__(
         self,
@@ -180,8 +177,7 @@ def check_task_offline(
     task: str, config: Mapping[str, Any] | None, glue_dir: str | Path | None
 ) -> None:
     """Refuse a task without a config (``config`` None) or whose files cannot be read offline,
-    before a search or study launches its jobs (``config``: the task's, as composed; a
-    ``task=files`` task's files are checked by each run, as it completes its task)."""
+    before a search or study launches its jobs (a ``task=files`` task's are checked by its runs)."""
     if config is None:
         raise IsotuneError(
             f"Task {task!r} has no conf/task/{task}.yaml. Fix: one of the tasks in conf/task/, "

@@ -70,11 +70,8 @@ def _slope_through_origin(x: Tensor, y: Tensor) -> float:
 
 
 def twonn_from_distances(distances: Tensor, discard_fraction: float = TWONN_DISCARD) -> float:
-    """Facco et al.'s TwoNN from each point's first two neighbour distances ((N, >= 2)).
-
-    Points with r1 = 0 (a duplicate) have no ratio and are dropped, as scikit-dimension drops
-    them; N counts the rest. NaN when fewer than 2 ratios are left for the fit.
-    """
+    """Facco et al.'s TwoNN from each point's first two neighbour distances ((N, >= 2)); a
+    duplicate (r1 = 0) is dropped, as scikit-dimension drops it. NaN below 2 ratios."""
     if not 0.0 <= discard_fraction < 1.0:
         raise ValueError(f"discard_fraction must lie in [0, 1), got {discard_fraction}")
     r1, r2 = distances[:, 0], distances[:, 1]

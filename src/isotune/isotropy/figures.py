@@ -92,10 +92,8 @@ def _measures_held(profiles: Mapping[int, Mapping[str, Mapping[int, Mapping]]], 
 
 
 def layer_profile_figure(profiles: Mapping[int, Mapping[str, Mapping[int, Mapping]]]) -> Figure:
-    """One panel per measure of each level (rows: the levels, e.g. sentence and tokens, each with
-    the measures of :data:`PROFILE_TITLES` its values hold, so no panel is left empty: the
-    largest activation is the tokens' alone), the layer on the x-axis and one line per epoch
-    (``profiles``: epoch -> level -> layer -> measure -> value)."""
+    """One panel per measure a level holds (rows: the levels; no panel left empty), the layer on
+    the x-axis, one line per epoch (``profiles``: epoch -> level -> layer -> measure -> value)."""
     levels = list(dict.fromkeys(level for epochs in profiles.values() for level in epochs))
     shown = {level: _measures_held(profiles, level) for level in levels}
     columns = max((len(measures) for measures in shown.values()), default=1)

@@ -87,9 +87,8 @@ class MassiveActivations:
 
 
 def massive_activations(states: Tensor, k: int = MASSIVE_K) -> MassiveActivations:
-    """The ``k`` largest ``|activation|`` of one layer's token ``states`` (tokens x d), with
-    their token and dimension, and the median magnitude (Sun et al. 2024). Give every token of
-    the sequences, special ones included: massive activations sit at the first token and at
+    """The ``k`` largest ``|activation|`` of one layer's token ``states`` (tokens x d), with their
+    token and dimension, and the median; give every token, as they sit at the first and at
     delimiters."""
     magnitudes = states.detach().abs().to(torch.float64)
     if magnitudes.ndim != 2 or not 1 <= k <= magnitudes.numel():

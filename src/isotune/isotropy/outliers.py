@@ -71,8 +71,7 @@ class OutlierDimensions:
 
 
 def outliers_from_variances(variances: Tensor, factor: float = OUTLIER_FACTOR) -> OutlierDimensions:
-    """The outlier dimensions of per-dimension ``variances``. A constant cloud (every variance 0)
-    has none: no dimension stands out."""
+    """The outlier dimensions of per-dimension ``variances``; none for a constant cloud."""
     POSITIVE.require(factor, "factor")
     variances = variances.detach().to(torch.float64).cpu()
     mean = variances.mean()
@@ -113,12 +112,9 @@ class RogueDimensions:
 
 
 def cosine_contributions(X: Tensor) -> Tensor:
-    """CC_i = mean over ordered pairs of distinct non-zero points of ``u_i v_i``, ``u = x / |x|``.
-
-    Over all pairs rather than Timkey & van Schijndel's sampled ones: with ``s = sum_n u_n``,
-    ``sum_{n != m} u_ni u_mi = s_i^2 - sum_n u_ni^2``, in O(N d). Zero points have no direction and
-    are left out, as in the average cosine; with fewer than two non-zero points every CC_i is NaN.
-    """
+    """CC_i = mean over ordered pairs of distinct non-zero points of ``u_i v_i``, ``u = x / |x|``:
+    over all pairs, not sampled ones, as ``s_i^2 - sum_n u_ni^2`` with ``s = sum_n u_n``, in
+    O(N d). Zero points are left out; below two non-zero points every CC_i is NaN."""
     return _cosine_contributions(_float64(X))
 
 

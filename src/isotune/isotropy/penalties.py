@@ -103,9 +103,8 @@ def cosreg_penalty(points: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class Regularizer:
-    """One ``reg`` option: its penalty (None for ``none``: the loss is the task loss alone) and
-    the view it is computed on by default: ``tokens`` (hidden states of token positions, flattened
-    to (tokens, hidden)) or ``sentence`` (the sentence vector before the norm)."""
+    """One ``reg`` option: its penalty (None for ``none``) and its default view: ``tokens``
+    (token states flattened to (tokens, hidden)) or ``sentence`` (before the norm)."""
 
     penalty: Callable[..., Tensor] | None
     view: str | None

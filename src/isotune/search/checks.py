@@ -66,10 +66,8 @@ def check_seeds(seeds: Any, report_seeds: Any) -> None:
 def check_seed_list(
     values: Any, setting: str, fix: str, refused: str, paired: bool = False
 ) -> tuple[int, ...]:
-    """``values``, typed as ``setting``, as sorted seeds: a list of different integers in
-    numpy's range, one or more (two or more where they are ``paired``: a paired test needs two
-    pairs to have a spread); else refused, saying that ``refused`` would be, with ``fix``. The
-    one check of a list of seeds, the search's and a study's stated test's alike."""
+    """``values``, typed as ``setting``, as sorted seeds: different integers in numpy's range, one
+    or more (two where ``paired``); else refused, with ``fix``. A search's and a stated test's."""
     enough = 2 if paired else 1
     if (
         not isinstance(values, list)
@@ -182,10 +180,8 @@ def ranking_settings(
 def check_same_ranking(
     recorded: Mapping[str, Any], settings: Mapping[str, Any], study: str, folder: Path
 ) -> None:
-    """Refuse to continue a study whose trials were ranked under other settings, naming each
-    as it is typed. A record older than this one may hold the report's settings and overrides
-    that change no run: neither is compared; one without a setting (the sampler, recorded since
-    a later version) is not held to it."""
+    """Refuse to continue a study whose trials were ranked under other settings, naming each as
+    typed; a record without a setting (older than it) is not held to it."""
     seen = {
         **recorded,
         "fixed": sorted(o for o in recorded.get("fixed", []) if changes_a_run(o)),

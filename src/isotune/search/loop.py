@@ -193,9 +193,8 @@ def run_batch(jobs: Sequence[Job], launch: Launch) -> tuple[list[JobOutcome], Ex
 
 
 def check_none_alive(job_dirs: Sequence[Path]) -> None:
-    """Refuse to launch a job into a folder a live process holds: a job of a stopped search
-    that outlived it (a SLURM job goes on after the command that submitted it stops). A second
-    job there would be refused by the folder lock and fail its trial for good."""
+    """Refuse to launch a job into a folder a live process holds (a stopped search's SLURM job):
+    a second job there would be refused by the folder lock and fail its trial for good."""
     holders = {folder: folder_lock.holder(folder) for folder in job_dirs}
     alive = {f: pid for f, pid in holders.items() if pid not in (None, os.getpid())}
     if alive:
@@ -211,8 +210,7 @@ def check_none_alive(job_dirs: Sequence[Path]) -> None:
 
 
 def _refused(job: Job) -> bool:
-    """Whether the job's folder holds a link leading out of it: then the refusal is recorded as
-    its failed attempt, and it is not launched."""
+    """Whether the job's folder holds a link leading out: the refusal recorded, it is not run."""
     try:
         check_links_stay_inside(job.folder, "hydra.sweep.dir")
     except IsotuneError as error:

@@ -73,10 +73,8 @@ def read_outcome(job_dir: Path, seed: int) -> JobOutcome:
 
 
 def completed_before(job_dir: Path, seed: int, overrides: Sequence[str]) -> JobOutcome | None:
-    """The outcome of a job whose run already completed in ``job_dir`` with these task
-    ``overrides`` (a search continued after a stop does not run it again), else None; overrides
-    that change no score (the logger) may differ. A completed run of other overrides there is
-    refused: the folder belongs to another search."""
+    """The outcome of a job whose run already completed in ``job_dir`` with these ``overrides``
+    (bar those that change no score), else None; one of other overrides is refused."""
     outcome = read_outcome(job_dir, seed)
     if not outcome.completed:
         return None
@@ -92,9 +90,8 @@ def completed_before(job_dir: Path, seed: int, overrides: Sequence[str]) -> JobO
 
 
 def evaluated_on(job_dirs: Iterable[Path]) -> str:
-    """The data the runs in ``job_dirs`` evaluated on, as their results.json says
-    (``data.evaluated_on``: ``dev``, or a tuning split of train), distinct values joined; a run
-    that says nothing (recorded before ``data.tuning_split``) evaluated on dev."""
+    """The data the runs in ``job_dirs`` evaluated on (``data.evaluated_on``), distinct values
+    joined; a run that says nothing (recorded before ``data.tuning_split``) evaluated on dev."""
     seen = dict.fromkeys(
         _evaluated_on(path)
         for path in (Path(job_dir) / RESULTS_FILE for job_dir in job_dirs)

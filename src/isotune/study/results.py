@@ -35,9 +35,8 @@ TUNING, REPORT = "tuning", "report"  # a run's phase
 
 @dataclass(frozen=True)
 class StudyRun:
-    """One run of a study: its phase, trial (None for a report run), seed and what it gave:
-    ``score`` at its best epoch (what the comparisons use), ``geometry`` and ``final_score`` at
-    its last epoch (what the geometry is set against)."""
+    """One run of a study (``trial`` None for a report run): ``score`` at its best epoch (what
+    the comparisons use), ``geometry`` and ``final_score`` at its last epoch."""
 
     task: str
     arm: str
@@ -66,9 +65,8 @@ class StudyRun:
 
 @dataclass(frozen=True)
 class ArmOutcome:
-    """One (task, arm) search: the best trial's values and tuning value, what each trial spent
-    adds to the expected best in trial order (:func:`isotune.search.report.spent_value`: None
-    for a failed trial), and every run (tuning and report)."""
+    """One (task, arm) search: the best trial's values and tuning value, each trial's
+    :func:`~isotune.search.report.spent_value` in trial order, and every run."""
 
     task: str
     arm: str
@@ -127,9 +125,8 @@ def read_study(folder: Path) -> StudyOutcome | None:
 
 
 def _stated_as_meant(stated: Any, config: Mapping[str, Any]) -> Any:
-    """A study's record of its stated test as it was meant: one written before a sequential
-    test named its statistic's epoch (its alpha still ``level``) scored its runs at the epoch
-    the study's runs took (``select_epoch``, ``best`` before that option)."""
+    """A study's stated test as it was meant: one recorded before a sequential test named its
+    statistic's epoch (alpha still ``level``) scored at the runs' ``select_epoch`` (``best``)."""
     if not isinstance(stated, Mapping) or OLD_ALPHA not in stated or not stated.get("looks"):
         return stated
     return {"select_epoch": config.get("select_epoch", "best"), **stated}
@@ -186,9 +183,8 @@ def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> 
 
 
 def _trial_rows(folder: Path) -> list[TrialRow]:
-    """The search's finished trials in trial order, each with its jobs (a trial that ran none:
-    no job): ``trials.csv`` as :mod:`isotune.search.report` wrote it at the search's end, else,
-    for a search stopped before its end, the trials its journal holds."""
+    """The search's finished trials in trial order, each with its jobs: ``trials.csv``, else, for
+    a search stopped before its end, the trials its journal holds."""
     path = folder / TRIALS_FILE
     if not path.is_file():
         return _journal_rows(folder / JOURNAL_FILE)

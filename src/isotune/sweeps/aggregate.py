@@ -85,9 +85,8 @@ RESULTS_MD, ISOTROPY_MD, REPORT_MD = "results_table.md", "isotropy_table.md", "s
 
 @dataclass(frozen=True)
 class HeldBack:
-    """Runs a wing above this one leaves out of the tables (a study's stated seeds between the
-    looks of its sequential test, :mod:`isotune.study.report`), by their job folders, and why:
-    one sentence, which the results tables print above them."""
+    """Runs a wing above leaves out of the tables (a sequential test's stated seeds between its
+    looks), by their job folders, and why: the sentence printed above the tables."""
 
     job_dirs: frozenset[Path]
     why: str
@@ -123,8 +122,7 @@ class Aggregate:
     held_back: list[HeldBack]  # runs left out of the tables, and why
 
     def report(self) -> str:
-        """The results tables, whether their runs came from one environment, and the
-        unfinished/missing/duplicate runs, as Markdown."""
+        """The results tables, their environment and the runs' status, as Markdown."""
         return f"{self.results()}\n{self.environments.markdown()}\n\n{self.status()}"
 
     def results(self) -> str:

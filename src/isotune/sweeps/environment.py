@@ -72,8 +72,8 @@ def compare(machine: dict[str, Any], recorded: Sequence[dict[str, Any] | None]) 
 def differences_from(
     machine: dict[str, Any], recorded: Sequence[dict[str, Any] | None]
 ) -> list[str]:
-    """A line for each field of the code and packages where a recorded provenance differs from
-    ``machine``'s, with each value's count of runs (a run without provenance: ``unknown``)."""
+    """A line per code or package field where a recorded provenance differs from ``machine``'s,
+    with each value's count of runs (none recorded: ``unknown``)."""
     ours = identity(machine)
     theirs = [identity(p) for p in recorded]
     differ = []

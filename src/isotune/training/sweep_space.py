@@ -65,8 +65,7 @@ def check_sweep_fits(
 
 
 def completed_runs(folder: Path) -> int:
-    """How many runs below ``folder`` completed (each run's results.json): a study or search
-    typed again runs them no more."""
+    """How many runs below ``folder`` completed: a study or search typed again runs them no more."""
     return sum(run.completed for run in load_runs(folder)) if folder.is_dir() else 0
 
 
