@@ -1,27 +1,12 @@
-"""Files written whole or not at all: checkpoints, results.json, metrics.csv, reports, figures.
+"""Files written whole or not at all: checkpoints, results.json, metrics.csv, reports, figures
+(the guarantees and the tests that hold them: docs/security.md#writes-and-run-folders).
 
-Every file the project writes into a run or sweep folder goes through :func:`write_atomically`:
-
-- into a uniquely named temporary file (``.<name>.<random>``) in the destination's own folder:
-  the same filesystem, so the last step is a rename, never a copy across filesystems (a /tmp
-  staging file moved to NFS or Lustre is copied straight into its final name), and two writers
-  never share a temporary name;
-- flushed and ``fsync``'d, then ``os.replace``'d onto the destination, and the folder fsync'd: a
-  reader, a kill or a crash of the machine sees the previous file or the new one, never a part;
-- on any error (a full disk, a kill's exception) the temporary file is removed and the error
-  re-raised (a system error as an ``OSError`` naming the destination): the previous file stays
-  whole and nothing is left behind.
-
-A record that grows at every save (metrics.csv) is appended to instead (:func:`append_bytes`):
-whole or not at all too, at the cost of the new rows rather than of the whole file.
-
-A symlink planted at the destination is replaced, never written through (``os.replace`` renames
-over the link itself), and the temporary name is created with ``O_EXCL``, which refuses to follow
-a symlink: a write never leaves its folder. A symlink planted in place of a *folder* on the way
-(``checkpoints -> /elsewhere``) would lead every write below it out, and so would a link that
-another program appends to (Hydra's ``train.log``): :func:`links_leaving` finds them, for a run
-that continues in a folder it did not make to refuse. Stdlib only: the library's figures use it
-too.
+The temporary file lies in the destination's own folder, so the last step is a rename, never a
+copy across filesystems (a /tmp staging file moved to NFS or Lustre is copied straight into its
+final name); it is created with ``O_EXCL``, which refuses to follow a symlink, and ``os.replace``
+renames over a link planted at the destination, so a write never leaves its folder. A link in
+place of a *folder* on the way would lead every write below it out: :func:`links_leaving` finds
+them. Stdlib only: the library's figures use it too.
 """
 
 from __future__ import annotations
@@ -35,7 +20,9 @@ from typing import Any, BinaryIO, NoReturn
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
-    """Call ``write`` with a binary file that becomes ``path`` once it returns (module doc)."""
+    """Call ``write`` with a binary file that becomes ``path`` once it returns: flushed, fsync'd,
+    renamed over ``path``, the folder fsync'd. On any error the temporary file is removed and the
+    error re-raised (a system error as an ``OSError`` naming ``path``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -54,13 +41,10 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
 
 
 def append_bytes(path: str | Path, data: bytes) -> Path:
-    """``data`` added at the end of the existing file ``path``, whole or not at all: flushed and
-    ``fsync``'d; on any error (a full disk, a kill's exception) the file is cut back to its
-    length before and the error re-raised, so its earlier content is never touched. A record
-    that grows at every save (metrics.csv) costs the size of the new rows, not of the file. A
-    SIGKILL mid-write can leave a last line cut short, which :func:`complete_lines` leaves out.
-    A symlink at ``path`` is refused (``O_NOFOLLOW``), as :func:`write_atomically` never writes
-    through one."""
+    """``data`` added at the end of the existing file ``path``, whole or not at all (a growing
+    record such as metrics.csv costs its new rows, not the file): on any error the file is cut
+    back to its length before. A SIGKILL mid-write can leave a last line cut short, which
+    :func:`complete_lines` leaves out. A symlink at ``path`` is refused (``O_NOFOLLOW``)."""
     path = Path(path)
     descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
     try:

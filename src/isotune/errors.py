@@ -40,10 +40,8 @@ class NoSpaceLeft(IsotuneError):
 
 
 class JobsNotEnded(IsotuneError):
-    """A search stopped because jobs of its last batch have not ended; the message names them.
-    Here, not beside the search loop that raises it, so that the sweepers' stop
-    (``hydra_plugins.isotune_launcher.stopping``) catches it without importing the search (and
-    Optuna) at Hydra's plugin scan."""
+    """A search stopped because jobs of its last batch have not ended. Here, not beside the
+    search loop, so the sweepers' stop catches it without importing Optuna at Hydra's scan."""
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -64,3 +62,9 @@ class RunInterrupted(KeyboardInterrupt):
         self.signal = stopped_by
         self.hand_over = hand_over
         self.completed = completed  # the signal came as the run, trained, recorded its end
+
+
+def first_line(error: BaseException) -> str:
+    """``error`` in one line: its type and the first line of its message."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"

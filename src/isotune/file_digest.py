@@ -1,9 +1,6 @@
-"""A file's sha256, streamed: the one hash the project identifies files by (weights, tokenizer
-files, untracked files of a checkout, a converted model's cache), whichever wing reads them.
-
-It lies on the ground beside ``errors.py`` and ``atomic_files.py`` because both a run's record
-(provenance) and the model (the GGUF cache checking its converted weights) need it, and the model
-wing may not import the record wing."""
+"""A file's sha256, streamed: the one hash the project identifies files by. On the ground beside
+``errors.py`` because both a run's record (provenance) and the model (the GGUF cache) need it, and
+the model wing may not import the record wing."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """What runs in a ``gpus`` launcher's worker process (:mod:`.gpus_launcher`): the sweep's context,
-sent once; each job it is sent, run as Hydra runs a job; its return, sent back whole.
-
-A job stopped by a signal records how it ended and exits with the shell's status for the signal;
-the worker turns that into one "stopped" return, not a crash. Ctrl-C (a terminal sends it to the
-workers as to the launcher, which passes it on as well) stops a running job at its safe point
-(:func:`~isotune.record.stopping.ctrl_c_in_a_sweep`); between jobs it is only noted, and a job
-sent meanwhile is returned stopped, not started: the launcher is stopping the sweep.
+sent once; each job it is sent, run as Hydra runs a job; its return, sent back whole. A job
+stopped by a signal is one "stopped" return, not a crash; Ctrl-C between jobs is only noted, and
+a job sent meanwhile is returned stopped, not started: the launcher is stopping the sweep.
 
 Its name starts with ``_`` so that Hydra's plugin scan does not import it a second time: the
 workers are spawned with :func:`serve_jobs` pickled by reference, which must be the object the
@@ -110,10 +106,8 @@ def serve_jobs(
                 job_return = _execute_job(context, *job)
                 signal.signal(signal.SIGINT, note)  # between jobs: only noted
             conn.send_bytes(_portable(job_return))
-            # A job's trainer, model and data hold one another in reference cycles, which only
-            # the collector frees: collected now, before the next job allocates, they are not
-            # still held beside it (without it a worker's resident memory grew 15% over 12 tiny
-            # jobs, with it 2%: docs/performance.md).
+            # A job's trainer, model and data hold one another in reference cycles: freed before
+            # the next job allocates (a worker's memory grew 15% over 12 tiny jobs without, 2%).
             gc.collect()
     except EOFError:  # the launcher is gone
         return

@@ -1,24 +1,10 @@
-"""Hydra launcher ``gpus``: run a sweep's jobs in parallel on one machine's GPUs.
+"""Hydra launcher ``gpus``: run a sweep's jobs in parallel on one machine's GPUs
+(docs/sweeps.md#launchers; knobs and reasons in ``conf/hydra/launcher/gpus.yaml``).
 
-    python train.py -m hydra/launcher=gpus task=rte,mrpc norm=none,isobn seed=1,2,3
-    python train.py -m hydra/launcher=gpus hydra.launcher.gpus=[0,2] ...   # only GPUs 0 and 2
-    python train.py -m hydra/launcher=gpus hydra.launcher.jobs_per_gpu=2 ...   # two jobs per GPU
-
-Its knobs, with their reasons, are in ``conf/hydra/launcher/gpus.yaml``. It starts ``n_jobs``
-worker processes (spawn, so no CUDA state is inherited); each worker first claims one slot (a
-share of one GPU) through :mod:`isotune.sweeps.gpu_slots` and sets ``CUDA_VISIBLE_DEVICES`` (and
-``ISOTUNE_GPU_SLOT``) before anything can initialise CUDA, takes its share of the CPU threads
-(``threads_per_job``), then runs jobs one after another. A GPU
-has ``jobs_per_gpu`` slots and jobs beyond ``n_jobs`` queue, so a GPU never runs more than
-``jobs_per_gpu`` jobs at once whatever their durations. A job that raises is recorded as FAILED;
-a worker that dies (``os._exit``, killed for memory) fails only the job it was running and is
-replaced, and the other jobs go on. A job stopped by a signal (SIGTERM, SIGUSR2, Ctrl-C) records
-how it ended and exits with the shell's status for the signal: that is one "stopped" line, with
-the status its results.json holds, not a crash (:mod:`._gpus_worker`, what runs in a worker). One
-Ctrl-C stops the sweep as SIGTERM does (:class:`_ForwardedStop`): each running job at its safe
-point, idle workers told to stop, a worker still alive after the grace period killed; a second
-Ctrl-C kills them at once. Workers are reused, so a job must release what it opened (e.g.
-``wandb.finish()``)."""
+Workers are spawned (no CUDA state inherited) and each claims its slot through
+:mod:`isotune.sweeps.gpu_slots` before anything can initialise CUDA (:mod:`._gpus_worker`). A
+dead worker fails only its job and is replaced. Workers are reused, so a job must release what it
+opened (e.g. ``wandb.finish()``)."""
 
 import logging
 import multiprocessing
@@ -154,8 +140,7 @@ class GpusLauncher(Launcher):
         return [returns[index] for index in range(len(jobs))]
 
     def plan(self) -> tuple[list[gpu_slots.Slot], int]:
-        """The slots and how many jobs run at once: ``n_jobs``, by default one per slot. Without
-        GPUs, ``n_jobs`` (default 1) CPU slots."""
+        """The slots and how many jobs run at once (``n_jobs``, default one per slot; 1 on CPU)."""
         require_counts(
             ", but both count jobs: set them to 1 or more (n_jobs may be null: one job per slot).",
             jobs_per_gpu=self.jobs_per_gpu,
@@ -187,8 +172,7 @@ class JobQueue:
         raise NotImplementedError
 
     def finished(self, index: int, job_return: JobReturn) -> None:
-        """Job ``index`` returned ``job_return`` (or its worker died: a crashed or stopped
-        return)."""
+        """Job ``index`` returned ``job_return`` (a crashed or stopped one if its worker died)."""
 
 
 class InOrder(JobQueue):
@@ -294,13 +278,9 @@ class SlotPool:
 
 
 class _ForwardedStop:
-    """Passes Ctrl-C, SIGTERM and SIGUSR2 sent to the sweep on to every worker, whose job then
-    stops where it can continue from and records itself interrupted
-    (:mod:`isotune.record.stopping`); no new job starts, a worker whose job returns is told to
-    stop, and a worker still alive ``grace_s`` seconds later is killed. A second Ctrl-C kills them
-    at once. Without this, ``kill <sweep pid>`` (what a scheduler or a user does) left the workers
-    running their jobs as orphans, and Ctrl-C (which a terminal sends to the workers too) waited
-    for ever on a worker whose run had taken the launcher's SIGTERM for its own."""
+    """Passes Ctrl-C, SIGTERM and SIGUSR2 on to every worker, killed ``grace_s`` seconds later (a
+    second Ctrl-C: at once). Without it, ``kill <sweep pid>`` left the workers as orphans, and
+    Ctrl-C waited for ever on a worker whose run had taken the launcher's SIGTERM for its own."""
 
     def __init__(self, workers: Callable[[], list[_Worker]], grace_s: float = STOP_GRACE_S) -> None:
         self.workers = workers
@@ -343,8 +323,7 @@ class _ForwardedStop:
 
 def _join_or_kill(process: SpawnProcess, deadline: float) -> None:
     """Wait for ``process`` to end until ``deadline`` (``time.monotonic``), then kill it: a
-    worker that never ends (a job's handler that took its stop for its own) must not hold up the
-    sweep for ever."""
+    worker whose job took its stop for its own must not hold up the sweep for ever."""
     process.join(max(0.0, deadline - time.monotonic()))
     if process.is_alive():
         log.error(f"Worker {process.pid} did not end when told to stop: killing it")

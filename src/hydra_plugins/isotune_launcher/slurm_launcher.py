@@ -1,17 +1,10 @@
-"""Hydra launcher ``slurm``: hydra-submitit-launcher's, with allocations as worker pools.
+"""Hydra launcher ``slurm``: hydra-submitit-launcher's, with allocations as worker pools
+(docs/sweeps.md#slurm-allocations-as-worker-pools).
 
-With ``jobs_per_gpu: 1`` (conf/hydra/launcher/slurm.yaml) it is submitit's launcher as it is: one
-array task, and one GPU, per job. With ``jobs_per_gpu`` above 1 the sweep is packed: it goes out
-as ``allocations`` array tasks of ``gpus_per_node`` GPUs each, and each runs the ``gpus``
-launcher's worker pool (:class:`~hydra_plugins.isotune_launcher.gpus_launcher.SlotPool`: k jobs
-per GPU, warm workers that keep the tokenizer, model files and the shared probe pass of one job
-for the next) over the jobs no allocation has taken yet, claimed through
-:mod:`isotune.sweeps.job_claims`. An allocation warned of its time limit (SIGUSR2) or preempted
-(SIGTERM) passes the signal to its workers, whose jobs stop where they can continue from, and
-then hands it to submitit's handler, which requeues it; requeued, it first continues the jobs it
-had claimed. The command that sent them waits for every allocation and reads each job's return
-from its claim; a job no allocation finished is a failed return, its results.json saying how far
-it got (``isotune.rerun`` continues it).
+With ``jobs_per_gpu: 1`` it is submitit's launcher as it is. Above 1, each array task runs the
+``gpus`` launcher's :class:`~hydra_plugins.isotune_launcher.gpus_launcher.SlotPool` over jobs
+claimed through :mod:`isotune.sweeps.job_claims`; a job no allocation finished is a failed return,
+its results.json saying how far it got.
 """
 
 import logging
@@ -69,12 +62,6 @@ class IsotuneSlurmLauncher(SlurmLauncher):
         self.jobs_per_allocation: int | None = packing["jobs_per_allocation"]
         self.allocations: int | None = packing["allocations"]
 
-    def slots_per_allocation(self) -> int:
-        """Jobs one allocation runs at once: ``jobs_per_gpu`` on each of its GPUs, or on a
-        CPU-only allocation (``gpus_per_node: 0``) ``jobs_per_gpu`` CPU jobs."""
-        gpus = self.params.get("gpus_per_node") or 1
-        return gpus * self.jobs_per_gpu
-
     def plan(self, job_overrides: Sequence[Sequence[str]]) -> tuple[int, int]:
         """How many allocations, each running how many jobs at once; refuses settings a packed
         sweep cannot run, before anything is submitted."""
@@ -83,7 +70,7 @@ class IsotuneSlurmLauncher(SlurmLauncher):
             "per job) or more (each allocation runs that many jobs on each of its GPUs).",
             jobs_per_gpu=self.jobs_per_gpu,
         )
-        slots = self.slots_per_allocation()
+        slots = (self.params.get("gpus_per_node") or 1) * self.jobs_per_gpu  # 0 GPUs: CPU jobs
         per_allocation = self.jobs_per_allocation or slots
         if not 1 <= per_allocation <= slots:
             raise IsotuneError(
@@ -155,8 +142,7 @@ class IsotuneSlurmLauncher(SlurmLauncher):
         return [_return_of(ended, index, *job) for index, job in enumerate(jobs)]
 
     def executor(self, submitit: Any) -> Any:
-        """submitit's executor for the allocations, set up as hydra-submitit-launcher sets up
-        its array tasks' (its folder, requeues, time limit, resources, sbatch options)."""
+        """submitit's executor for the allocations, set up as hydra-submitit-launcher's."""
         executor = submitit.AutoExecutor(
             cluster="slurm",
             folder=self.params["submitit_folder"],
@@ -189,8 +175,8 @@ def _return_of(claims: JobClaims, index: int, job_num: int, overrides: list[str]
 
 @dataclass
 class Allocation:
-    """What one array task of a packed sweep runs: a worker pool over the jobs it claims.
-    Pickled by submitit; called in the allocation, again after each requeue."""
+    """What one array task of a packed sweep runs: a worker pool over the jobs it claims;
+    pickled by submitit, called again after each requeue."""
 
     context: bytes  # _gpus_worker.job_context
     jobs: list[tuple[int, list[str]]]  # (job number, overrides), by position in the launch

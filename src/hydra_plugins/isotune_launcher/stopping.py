@@ -31,7 +31,7 @@ from typing import Any
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
 from hydra_plugins.isotune_launcher.waiting import handled_by, sigterm_stops_the_wait
-from isotune.errors import IsotuneError, JobsNotEnded
+from isotune.errors import IsotuneError, JobsNotEnded, first_line
 from isotune.record.folder_lock import LOCK_FILE
 from isotune.record.stopping import ctrl_c_in_a_sweep
 from isotune.sweeps.runs import SWEEP_FILE
@@ -66,20 +66,15 @@ def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) 
     except Exception as error:
         if not (folder / SWEEP_FILE).is_file():
             raise  # no job was sent: Hydra's own error, as it is
-        text = str(error).strip()
-        first_line = text.splitlines()[0] if text else ""
-        why = (
-            f"The launcher stopped waiting: {type(error).__name__}: {first_line} (jobs still "
-            "running on a cluster go on)"
-        )
+        why = f"The launcher stopped waiting: {first_line(error)} (jobs still running on a cluster "
+        why += "go on)"
         _stop(folder, why, again, log.error)
         sys.exit(1)
 
 
 def remove_if_only_locked(folder: Path) -> None:
-    """Remove ``folder`` if its lock file is all it holds: the folder lock made it for a sweep
-    refused before anything was written. Another process that took the lock meanwhile made the
-    folder hold its own file again, and it stays."""
+    """Remove ``folder`` if its lock file is all it holds (a sweep refused before anything was
+    written); one another process locked meanwhile stays."""
     if not only_locked(folder):
         return
     (folder / LOCK_FILE).unlink(missing_ok=True)
@@ -88,8 +83,7 @@ def remove_if_only_locked(folder: Path) -> None:
 
 
 def only_locked(folder: Path) -> bool:
-    """Whether ``folder`` holds its lock file and nothing else: the folder lock made it as the
-    sweep started, and nothing has been written to it yet."""
+    """Whether ``folder`` holds its lock file and nothing else."""
     return folder.is_dir() and [path.name for path in folder.iterdir()] == [LOCK_FILE]
 
 

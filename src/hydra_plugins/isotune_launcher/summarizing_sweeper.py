@@ -1,35 +1,13 @@
-"""Hydra sweeper ``isotune`` (conf/hydra/default.yaml): the basic sweeper, with an account.
+"""Hydra sweeper ``isotune`` (conf/hydra/default.yaml): the basic sweeper, with an account
+(docs/faults.md#in-a-sweep, docs/sweeps.md#growing-a-sweep).
 
-The same jobs in the same order and numbering as Hydra's basic sweeper (it is one, with
-``params`` and ``max_batch_size``), but a sweep prints its folder when it starts, runs every job
-whatever fails, and ends by printing how each job ended (from the jobs' results.json, whichever
-launcher ran them: :mod:`isotune.sweeps.summary`), with exit status 1 if any did not complete.
-Hydra's basic sweeper instead re-raises the first failed job's error, which Hydra prints as a
-traceback of the whole sweep (and stops before later batches); here the launcher's returns are
-kept aside and handed to it as completed, so that only the summary speaks. A launcher's refusal
-of its own settings (an :class:`~isotune.errors.IsotuneError`) is one message too, as is a sweep
-that cannot fit on its disk (:mod:`isotune.training.sweep_space`, checked before any job starts)
-or one typed again while jobs it sent to SLURM are still queued or running
-(:mod:`isotune.sweeps.slurm_jobs`), and a sweep stopped by a signal prints the summary before
-it exits with the signal's status.
-
-A sweep typed again in its folder, as it was or grown (a seed or a task added), runs each job in
-the folder that holds its configuration, and a new configuration in a new numbered folder
-(:mod:`isotune.sweeps.job_folders`, set as the job's ``hydra.sweep.subdir``): Hydra's numbering by
-place would start the grown sweep's jobs in other configurations' folders. Only what is new or
-did not complete runs.
-
-Hydra's ``run_job`` writes ``.hydra/*.yaml`` into a job's folder and opens ``train.log`` there
-before any callback or the run can check it, so two kinds of job are refused here, before they
-are handed to the launcher (basic, gpus or SLURM alike), nothing of their folder rewritten:
-
-- one whose folder holds another configuration's run, or is an earlier job's (only where
-  ``hydra.sweep.subdir`` is set otherwise than numbered): the summary names it as refused, and
-  nothing is written in that folder, which is not the job's own;
-- one whose folder holds a link leading out of it
-  (:func:`~isotune.record.resume.check_links_stay_inside`): the refusal is recorded in its
-  results.json (a failed attempt after the earlier ones), so that the summary reports it rather
-  than how the job ended before.
+Hydra's basic sweeper re-raises the first failed job's error as a traceback of the whole sweep
+and stops before later batches; here the launcher's returns are kept aside and handed to it as
+completed, so that only the summary (:mod:`isotune.sweeps.summary`) speaks. Each job runs in the
+folder that holds its configuration (:mod:`isotune.sweeps.job_folders`): Hydra's numbering by place
+would start a grown sweep's jobs in other configurations' folders. Hydra's ``run_job`` writes
+``.hydra/*.yaml`` and opens ``train.log`` before any callback can check the folder, so a job whose
+folder is not its own, or holds a link leading out, is refused here, before the launcher.
 """
 
 import dataclasses
@@ -109,10 +87,8 @@ class _Job:
 
 class _KeepingLauncher:
     """Runs each batch on the real launcher and keeps its returns; tells the basic sweeper every
-    job completed, so it neither re-raises a job's error nor stops before the next batch. Each job
-    goes to its planned folder; one completed there before, or refused before it starts
-    (:meth:`unlaunched`), is kept out of the launcher's hands, and the jobs around it are
-    launched with their own numbers."""
+    job completed. A job completed or refused before it starts (:meth:`unlaunched`) is kept out
+    of the launcher's hands, and the jobs around it are launched with their own numbers."""
 
     def __init__(self, launcher: Launcher) -> None:
         self.launcher = launcher
@@ -142,9 +118,8 @@ class _KeepingLauncher:
         ]
 
     def unlaunched(self, number: int) -> JobReturn | None:
-        """The return of job ``number`` where it is not launched: completed, if it completed in
-        its folder before; failed, if its folder is not its own, or holds a link leading out
-        (that refusal recorded in its results.json). None: launch it."""
+        """The return of job ``number`` where it is not launched (completed before, or refused);
+        None: launch it."""
         job = self.jobs[number]
         if job.completed:
             log.info(f"#{number} : {' '.join(filter_overrides(job.overrides))} completed before")
@@ -170,11 +145,9 @@ class _KeepingLauncher:
 
 
 def _job_folder(config: DictConfig, number: int) -> str:
-    """The folder Hydra's ``run_job`` makes for job ``number`` of the sweep (``hydra.sweep.dir``
-    / ``hydra.sweep.subdir``, resolved as the job sees them), also set as its
+    """The folder Hydra's ``run_job`` makes for job ``number``, also set as its
     runtime.output_dir."""
-    # As the launchers number a job; read_write: an earlier call left the hydra node read-only
-    # (HydraConfig.set_config makes it so).
+    # read_write: an earlier call left the hydra node read-only (HydraConfig.set_config does)
     with read_write(config.hydra.job), open_dict(config.hydra.job):
         config.hydra.job.id = number
         config.hydra.job.num = number
@@ -246,9 +219,8 @@ class SummarizingSweeper(BasicSweeper):
         sys.exit(1)
 
     def _plan(self, arguments: list[str], sweep_dir: Path) -> dict[int, _Job]:
-        """Every job, by job number (as the basic sweeper numbers them): its overrides, its
-        folder (:func:`~isotune.sweeps.job_folders.job_folders`, where ``hydra.sweep.subdir`` is
-        numbered) and what that folder records."""
+        """Every job by number, as the basic sweeper numbers them, with its folder and what that
+        folder records."""
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
         parsed = OverridesParser.create(config_loader=loader).parse_overrides(
@@ -293,13 +265,11 @@ def _not_its_folder(
 def _plan_lines(jobs: list[_Job], sweep_dir: Path) -> list[str]:
     """A multirun's jobs as its preview says them: by the keys that differ between them (the
     swept ones), job by job, each by its folder and whether it completed there before."""
-    values: dict[str, list[str]] = {}
+    values: dict[str, dict[str, None]] = {}  # each key's values, in order
     for job in jobs:
         for override in filter_overrides(job.overrides):
             key, _, value = override.partition("=")
-            values.setdefault(key, [])
-            if value not in values[key]:
-                values[key].append(value)
+            values.setdefault(key, {})[value] = None
     swept = [key for key, seen in values.items() if len(seen) > 1]
     done = sum(job.completed for job in jobs)
     refused = sum(job.refused is not None for job in jobs)

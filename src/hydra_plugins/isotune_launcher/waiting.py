@@ -1,16 +1,10 @@
 """A sweep or search whose jobs run on SLURM stops on SIGTERM as it does on Ctrl-C.
 
-With submitit's launcher the command that sent the jobs only waits for them. Python's default
-SIGTERM (``kill``, a login node's session limit, the job the command itself runs in reaching its
-time limit) ended that process at once, without the summary Ctrl-C prints: what ran, what is
-still queued, and how to continue. Here SIGTERM raises :class:`SweepStopped`, a
-``KeyboardInterrupt`` carrying the signal, which the sweepers handle as they handle Ctrl-C, and
-exit with the shell's status for it (143). The jobs themselves go on: SLURM holds them, not this
-process (:func:`isotune.sweeps.slurm_jobs.jobs_going_on` says which).
-
-Only where jobs run elsewhere. The basic launcher runs each job in the sweep's own process, whose
-run acts on SIGTERM where it can be continued from (:mod:`isotune.record.stopping`); the gpus
-launcher passes it on to its workers.
+With submitit's launcher the command that sent the jobs only waits for them, and Python's default
+SIGTERM (``kill``, a login node's session limit, its own job's time limit) ended it at once,
+without the summary Ctrl-C prints. Here SIGTERM raises :class:`SweepStopped`, which the sweepers
+handle as Ctrl-C (exit status 143); the jobs go on, held by SLURM. Other launchers are left as
+they are: their jobs act on SIGTERM themselves (:mod:`isotune.record.stopping`).
 """
 
 from __future__ import annotations
@@ -38,9 +32,8 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 
 def sigterm_stops_the_wait(launcher: Any) -> AbstractContextManager[None]:
-    """While the block runs, SIGTERM raises :class:`SweepStopped` if ``launcher`` is
-    submitit's, or built on it (it waits on jobs running elsewhere); any other launcher is left
-    as it is."""
+    """While the block runs, SIGTERM raises :class:`SweepStopped` if ``launcher`` is (built on)
+    submitit's."""
     waits = any(cls.__module__.startswith(SUBMITIT_PLUGIN) for cls in type(launcher).__mro__)
     return handled_by(signal.SIGTERM, _stop, waits)
 

@@ -1,25 +1,9 @@
-"""Directions that fine-tuning made dominant: in the vectors, and in the weight matrices.
-
-Shuttleworth et al. ("LoRA vs Full Fine-tuning: An Illusion of Equivalence", 2024) find that
-LoRA, unlike full fine-tuning, gives weight matrices new high-ranking singular vectors, which they
-call intruder dimensions. Two measures follow them, with the same ``k`` and ``threshold``:
-
-- :func:`new_dominant_directions`, the representation-space analogue: the top ``k`` principal
-  directions (right singular vectors of the centred ``n x d`` vectors) of the fine-tuned model,
-  each compared with the top ``k`` of the pre-trained model on the same inputs; a direction is
-  new when ``max_i |cos(v_j, u_i)| < threshold`` (absolute: a singular vector's sign is
-  arbitrary). It counts directions that became dominant, not only directions never seen: one that
-  was the pre-trained 50th counts as new when it is now among the top ``k``;
-- :func:`intruder_dimensions`, their measure on the weight matrices: the top ``k`` left singular
-  vectors (output directions) of each fine-tuned linear layer (a LoRA layer as
-  ``W + (alpha / r) B A``), each compared with every left singular vector of the pre-trained
-  matrix. Which layers (``matrices``): ``adapted``, the released ``find_intruder_dimensions.py``'s
-  set, the modules LoRA adapts (a LoRA checkpoint's own targets; for full fine-tuning the
-  family's default targets, so that full and LoRA compare on the same matrices); or
-  ``all``, every linear layer of the transformer blocks.
-
-:func:`changed_directions` applies both to an analysis's pre-trained and fine-tuned models: new
-directions of the last layer's token and sentence vectors, intruders of every block's matrices.
+"""Directions that fine-tuning made dominant: in the vectors (:func:`new_dominant_directions`), and
+in the weight matrices (:func:`intruder_dimensions`, Shuttleworth et al., "LoRA vs Full
+Fine-tuning: An Illusion of Equivalence", 2024). Definitions and the ``matrices`` choice:
+docs/analysis.md#directions-fine-tuning-made-dominant. Directions are compared by |cosine|, a
+singular vector's sign being arbitrary; :func:`changed_directions` applies both to an analysis's
+pre-trained and fine-tuned models.
 """
 
 from __future__ import annotations

@@ -86,11 +86,8 @@ def isotropy_by_layer(
     vectors: Mapping[str, LayerVectors], pooling: str, dominant_factor: float, seed: int
 ) -> pd.DataFrame:
     """Every measure of :func:`~isotune.isotropy.measure_all` and of
-    :func:`~isotune.isotropy.layer_profile` per model, view and layer.
-
-    Views: ``tokens`` (the token sample), ``sentence`` (the model's pooling of each layer; for
-    ``pooler`` pooling each layer's [CLS] state) and, for ``pooler`` pooling, ``pre_norm`` (the
-    pooler output, last layer only).
+    :func:`~isotune.isotropy.layer_profile` per model, view and layer: ``tokens``, ``sentence``
+    (each layer's pooling; [CLS] for ``pooler``) and, for ``pooler``, ``pre_norm`` (last layer).
     """
     rows = []
     for model, layers in vectors.items():
@@ -166,14 +163,9 @@ def task_scores(task: TaskSpec, predicted: Tensor, labels: Tensor) -> dict[str, 
 def enhancement_experiment(
     inputs: Inputs, settings: Mapping, dominant_factor: float
 ) -> pd.DataFrame:
-    """Isotropy and task metric after each enhancement method, in three settings.
-
-    ``finetuned_head``: the methods transform the fine-tuned ``post_norm`` vectors of the dev
-    set, and the fine-tuned head (eval mode) classifies the result. ``pretrained_probe`` /
-    ``finetuned_probe``: a linear probe is trained on the (transformed) ``pre_norm`` /
-    ``post_norm`` vectors of the training subset and scored on those of the dev set; the methods
-    are unsupervised and fitted on both splits together, so both get the same transformation.
-    Isotropy is measured on the dev vectors.
+    """Isotropy and task metric after each enhancement method, in the three settings of
+    docs/analysis.md#methods-behind-t2-t4-and-t5. A probe's training and dev vectors are
+    transformed together, so both get the same transformation; isotropy is of the dev vectors.
     """
     finetuned, seed = inputs.models["finetuned"], inputs.seed
     task = finetuned.task

@@ -1,12 +1,8 @@
-"""Outlier dimensions of the sentence vector, pre-trained against fine-tuned, and what one carries.
-
-Two statements of Rudman, Chen & Eickhoff (EMNLP 2023) on one checkpoint (rules:
-``docs/analysis.md``): the outlier dimensions of pre-training persist after fine-tuning (O1), and
-a single outlier dimension can do most of the task (O2). Both read the sentence vector before the
-norm (``pre_norm``: the encoder's own, as the paper reads its models' last-layer [CLS] state) of
-the training subset, where the released code measures variances and fits its thresholds; every
-dimension's 1-D rule (:mod:`.single_dimension`) is scored on the dev subset with the task's
-primary metric, like the full model.
+"""Outlier dimensions of the sentence vector, pre-trained against fine-tuned, and what one carries:
+Rudman, Chen & Eickhoff's (EMNLP 2023) O1 and O2 (docs/analysis.md#outlier-dimensions-o1-o2).
+Both read the sentence vector before the norm (``pre_norm``, as the paper reads its models'
+last-layer [CLS] state) of the training subset, where the released code measures variances and
+fits its thresholds; each dimension's 1-D rule is scored on the dev subset, like the full model.
 """
 
 from __future__ import annotations
@@ -76,13 +72,9 @@ def baseline_score(task: TaskSpec, train_labels: Tensor, dev_labels: Tensor) -> 
 def outlier_experiment(
     inputs: Inputs, full_score: float, settings: Mapping
 ) -> tuple[pd.DataFrame, dict]:
-    """The per-dimension table of both models and the summary the verdicts O1 and O2 read.
-
-    Table: model, dim, variance (training subset, ddof 0), variance_ratio (to the mean),
-    variance_rank (1 = largest), outlier, tabulated (an outlier or among the ``top_dims`` of
-    largest variance: the report's rows), and the 1-D rule's threshold (or slope), training
-    accuracy and dev score. ``full_score``: the fine-tuned model's own dev score.
-    """
+    """The per-dimension table of both models (variances of the training subset, ddof 0; the
+    1-D rule's scores) and the summary the verdicts O1 and O2 read. ``full_score``: the
+    fine-tuned model's own dev score."""
     if settings.search not in SEARCHES:
         raise IsotuneError(
             f"outliers.search={settings.search!r}: must be one of {list(SEARCHES)}. "

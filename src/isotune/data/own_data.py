@@ -1,15 +1,9 @@
-"""A researcher's own data: classification or regression examples in CSV, TSV or JSON Lines files
-named by path (``task=files data.train_file=... data.validation_file=... data.test_file=...``, the
-names of Hugging Face's ``run_glue.py``), with no task config of their own to write.
-
-The files decide the task, as ``run_glue.py`` decides it: the text columns (``sentence1`` and
-``sentence2``, else ``sentence``, else ``text``, unless ``task.text_fields`` names them), the
-labels (the train file's, sorted; a label column of decimal numbers is a regression), and from
-those the metrics. :func:`own_task` completes the task config from the files once, before a run
-builds anything, so the run's saved config and every checkpoint name the labels and metrics it
-used; each bad file is refused there, with its fix, before training starts. Labels are classes
-as written, so what would make one class two is refused too: a label spelled two ways by case
-or whitespace (unless ``task.distinct_label_spellings=true``), a label of another JSON type.
+"""A researcher's own data (``task=files``): CSV, TSV or JSON Lines files whose columns and
+labels decide the task as Hugging Face's ``run_glue.py`` decides it
+(docs/data.md#what-the-files-decide). :func:`own_task` completes the task config once, before a run
+builds anything, so the saved config and every checkpoint name the labels and metrics used, and
+each bad file is refused, with its fix, before training starts
+(docs/data.md#one-spelling-one-name-one-type).
 """
 
 from __future__ import annotations
@@ -49,9 +43,8 @@ def _split_table(settings: Mapping[str, Any] | TaskSpec, split: str) -> Table:
 
 @dataclass(frozen=True)
 class OwnData:
-    """A ``task=files`` task completed from its files, with what reading them gave: each split's
-    examples, handed on to the run (its data module, its test predictions) so that a process
-    reads each file once, and what the run warns of."""
+    """A ``task=files`` task completed from its files, with each split's examples (handed on, so
+    that a process reads each file once) and what the run warns of."""
 
     task: dict[str, Any]  # the completed task config
     examples: dict[str, list[dict[str, Any]]]  # {split: examples}, as read_own_split makes them
@@ -96,7 +89,9 @@ def own_task(config: Mapping[str, Any], test: bool = False) -> OwnData:
         "regression": bool(regression),
         "labels": None if regression else labels,
         "num_labels": 1 if regression else len(labels),
-        "metrics": list(config.get("metrics") or _metrics(regression)),
+        "metrics": list(
+            config.get("metrics") or (REGRESSION_METRICS if regression else CLASSIFICATION_METRICS)
+        ),
         "eval_splits": ["validation"],
         "test_split": "test",
         "keeps_ids": True,  # its predictions name examples by the test file's own ids
@@ -111,9 +106,8 @@ def own_task(config: Mapping[str, Any], test: bool = False) -> OwnData:
 
 
 def _many_classes(train: Table, classes: int, label_column: str) -> list[str]:
-    """The warning for more classes than a quarter of the train rows: real many-class data
-    trains, but so does a column of scores or IDs read as classes, each value a class of its
-    own that the model sees a few times at most."""
+    """The warning for more classes than a quarter of the train rows: a column of scores or IDs
+    read as classes trains too, each value a class the model sees a few times at most."""
     if classes * 4 <= len(train.rows):
         return []
     return [
@@ -140,8 +134,7 @@ def _column_values(
     table: Table, column: str, role: str, fix: str | None = None
 ) -> Iterator[tuple[int, Any]]:
     """``(line, value)`` of ``column`` in every row; refused when the file has no such column
-    (``fix``: the caller's fix for that, None: training's, which names the column in the task's
-    config), or when rows lack a value (counted, and the first rows named)."""
+    (``fix``: the caller's fix, None: training's) or rows lack a value."""
     if column not in table.columns:
         key = "task.label_column" if role == "label" else "task.text_fields"
         fix = fix or f"{key}=<one of them>, or rename the column in the file"
@@ -164,10 +157,9 @@ def _blank(value: Any) -> bool:
 
 
 def _label_values(table: Table, column: str) -> list[tuple[int, Any]]:
-    """``(line, label)`` of every row (:func:`_column_values`), refused when the labels are not
-    all of one JSON type: a label ``1`` among ``"pos"`` and ``"neg"`` (a number among strings,
-    or ``true`` among them) would train as a class of its own, ``"1"``, never as the class its
-    writer meant. Integers and decimals are both numbers (a regression's scores mix them)."""
+    """``(line, label)`` of every row, refused when the labels are not all of one JSON type: a
+    label ``1`` among ``"pos"`` and ``"neg"`` would train as a class ``"1"`` of its own. Integers
+    and decimals are both numbers (a regression's scores mix them)."""
     values = list(_column_values(table, column, "label"))
     types = Counter(_json_type(value) for _, value in values)
     if len(types) == 1:
@@ -198,10 +190,8 @@ def _json_type(value: Any) -> str:
 
 
 def _one_spelling_each(table: Table, values: Sequence[tuple[int, Any]]) -> None:
-    """Refuse train labels that differ only in case or surrounding whitespace (``pos``, ``Pos``,
-    ``pos ``): read as written, each is a class of its own, the model's examples of one class
-    split between them and a right answer scored wrong. ``task.distinct_label_spellings=true``
-    declares them distinct classes (the caller's to skip this check)."""
+    """Refuse train labels that differ only in case or surrounding whitespace (``pos``, ``Pos``):
+    read as written, each is a class of its own, one class's examples split between them."""
     first_line: dict[str, int] = {}
     for line, value in values:
         first_line.setdefault(label_text(value), line)
@@ -231,11 +221,9 @@ def label_text(value: Any) -> str:
 
 
 def _scores(table: Table, column: str, values: Sequence[tuple[int, Any]]) -> bool:
-    """Whether a label column (``(line, value)`` each) holds scores: every value a number, some
-    written with a decimal point or exponent (``3.8``, ``5.000``; JSON floats): integers alone
-    name classes. A column of such scores but for some values that are not numbers (more than
-    half of the values numbers) is refused, naming those rows: read as classes, each distinct
-    score would be a class of its own."""
+    """Whether a label column holds scores: every value a number, some written with a decimal
+    point or exponent (``5.000``); integers alone name classes. Mostly such scores but for some
+    words is refused: read as classes, each distinct score would be a class of its own."""
     numbers = [value for _, value in values if _number(value)]
     decimals = [v for v in numbers if isinstance(v, float) or not _integer_literal(str(v))]
     if not decimals:
@@ -284,18 +272,12 @@ def _sorted_labels(values: Sequence[Any]) -> list[str]:
     return labels
 
 
-def _metrics(regression: bool) -> tuple[str, ...]:
-    return REGRESSION_METRICS if regression else CLASSIFICATION_METRICS
-
-
 def read_own_split(
     task: TaskSpec, split: str, table: Table | None = None, text_fix: str | None = None
 ) -> list[dict[str, Any]]:
     """One split of a ``task=files`` task as ``{text fields..., "label", "idx"}`` examples, ``idx``
-    the row's position from 0; a test file's labels are not read (-1), and its examples carry
-    their ids (:mod:`.example_ids`; a checkpoint's from before: ``idx`` its integer index).
-    ``text_fix``: the fix for a file lacking a text column, where predict.py's differs from
-    training's ``task.text_fields=`` (its text columns are its checkpoint's)."""
+    the row's position from 0; a test file's labels are -1, and its examples carry their ids
+    (:mod:`.example_ids`). ``text_fix``: predict.py's fix for a file lacking a text column."""
     table = table or _split_table(task, split)
     texts = {
         name: [value for _, value in _column_values(table, name, "text", text_fix)]
@@ -378,11 +360,9 @@ FILE_KEYS = ("train_file", "validation_file", "test_file", "dataset_name", "data
 
 
 def complete_own_task(cfg: DictConfig) -> OwnData | None:
-    """A ``task=files`` task completed in ``cfg`` from its files (text columns, labels, metrics:
-    :func:`own_task`), so that the run, its checkpoints and its records see a whole task, and
-    each bad file is refused before anything trains; once per config. Returns what reading the
-    files gave (None: no files read, a GLUE task or one completed before). A GLUE task with
-    ``data.*_file`` set is refused: it reads GLUE's files, never those."""
+    """A ``task=files`` task completed in ``cfg`` from its files (:func:`own_task`), once per
+    config; what reading the files gave (None: a GLUE task, or one completed before). A GLUE task
+    with ``data.*_file`` set is refused: it reads GLUE's files, never those."""
     files = {key: cfg.data.get(key) for key in FILE_KEYS}
     if not task_kind(cfg.task).own_data:
         named = [f"data.{key}={value}" for key, value in files.items() if value is not None]

@@ -1,8 +1,7 @@
-"""Reading a task's split: a GLUE task's official TSVs under ``GLUE_DIR`` (the layout of the GLUE
-download script) or the Hugging Face Hub, a ``task=files`` task's own files
-(:mod:`isotune.data.own_data`), as ``{text fields..., "label", "idx"}`` examples with every label
-checked against the task; the check that a continued run reads the files it read before, and
-the check before a search or study that its GLUE tasks can be read offline."""
+"""Reading a task's split (GLUE's official TSVs under ``GLUE_DIR``, the Hugging Face Hub, or a
+``task=files`` task's own files) as ``{text fields..., "label", "idx"}`` examples, every label
+checked against the task; and the checks that a continued run reads the files it read before and
+that a search's GLUE tasks can be read offline."""
 
 from __future__ import annotations
 
@@ -23,11 +22,8 @@ Example = dict[str, object]
 
 
 def read_glue_tsv(path: Path, task: TaskSpec, split: str) -> list[Example]:
-    """Rows of an official GLUE TSV as ``{text fields..., "label", "idx"}`` dicts.
-
-    Test files carry no labels; their ``label`` is -1 as on the Hub. Labels of the other splits
-    are checked here (:meth:`TaskSpec.encode_label`), where file and line are still known.
-    """
+    """Rows of an official GLUE TSV as examples; a test file's ``label`` is -1 as on the Hub, the
+    other splits' labels checked here, where file and line are still known."""
     is_test = split == task.test_split
     columns = task.test_columns if is_test else task.columns
     examples = []
@@ -81,9 +77,8 @@ def split_file(task: TaskSpec, split: str, glue_dir: str | Path | None) -> Path 
 def changed_splits(
     recorded: Mapping[str, Mapping[str, str]], task: TaskSpec, glue_dir: str | Path | None
 ) -> list[tuple[str, Path, str, str]]:
-    """The split files of ``task`` that read otherwise now than a run recorded them (its
-    provenance's ``data``: ``{split: {"file", "sha256"}}``): ``(split, path, sha256 then, sha256
-    now)`` each. Splits read from the Hub, not recorded, or absent now are not compared."""
+    """``(split, path, sha256 then, sha256 now)`` of each split file of ``task`` that reads
+    otherwise now than a run's provenance ``data`` recorded it (Hub splits not compared)."""
     changed = []
     for split, identity in recorded.items():
         path = split_file(task, split, glue_dir) if split in task.files else None
@@ -101,9 +96,8 @@ def check_data_unchanged(
     glue_dir: str | Path | None,
     ckpt: Path,
 ) -> None:
-    """Refuse to continue from the checkpoint ``ckpt`` when a split file it was trained on
-    (``recorded``: see :func:`changed_splits`) reads otherwise now: the continued run would have
-    learned from two data sets under one name."""
+    """Refuse to continue from ``ckpt`` when a split file it was trained on reads otherwise now:
+    the continued run would have learned from two data sets under one name."""
     changed = changed_splits(recorded, task, glue_dir)
     if changed:
         split, path, then, now = changed[0]
@@ -136,9 +130,8 @@ def load_split(task: TaskSpec, split: str, glue_dir: str | Path | None) -> list[
 
 
 class TaskSplits:
-    """The examples of a task's splits, each read once (:func:`load_split`), when first asked
-    for; those read already (a ``task=files`` task's, read as its task was completed:
-    :class:`~isotune.data.own_data.OwnData`) are handed on here, not read again."""
+    """The examples of a task's splits, each read once, when first asked for; those read already
+    (:class:`~isotune.data.own_data.OwnData`) are handed on here, not read again."""
 
     def __init__(
         self,
@@ -184,8 +177,7 @@ def check_task_offline(
     task: str, config: Mapping[str, Any] | None, glue_dir: str | Path | None
 ) -> None:
     """Refuse a task without a config (``config`` None) or whose files cannot be read offline,
-    before a search or study launches its jobs (``config``: the task's, as composed; a
-    ``task=files`` task's files are checked by each run, as it completes its task)."""
+    before a search or study launches its jobs (a ``task=files`` task's are checked by its runs)."""
     if config is None:
         raise IsotuneError(
             f"Task {task!r} has no conf/task/{task}.yaml. Fix: one of the tasks in conf/task/, "

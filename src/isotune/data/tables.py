@@ -1,8 +1,7 @@
-"""One data file of one's own (``task=files``) as rows: a CSV or TSV file with a header row, or a
-JSON Lines file, chosen by its suffix, or a Hugging Face data set's split; each row with the line
-an editor shows it at, so that every message about a row names its line. What a file's shape
-gets wrong (a row of another length than the header, a column named twice, a line that is not a
-JSON object) is refused here; what its values mean (labels, scores) is :mod:`.own_data`'s.
+"""One data file of one's own (``task=files``) as rows: a CSV or TSV file with a header row, a JSON
+Lines file, or a Hugging Face data set's split; each row with the line an editor shows it at, so
+that every message about a row names its line. A file's shape is refused here; what its values
+mean is :mod:`.own_data`'s.
 """
 
 from __future__ import annotations
@@ -91,11 +90,8 @@ def _read_delimited(path: Path, delimiter: str) -> Table:
 
 def delimited_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
     """``(line, fields)`` of each non-empty row of a CSV (``delimiter`` ``,``) or TSV (``\\t``)
-    file, ``line`` the one it starts on; GLUE's files and one's own are read alike, as ``utf-8-sig``
-    (MRPC starts with a byte-order mark). A TSV has no quoting (bare quote characters, as in SST-2
-    and MRPC, are text); a CSV quotes a field holding a comma, a quote or a line break. A byte that
-    is not UTF-8 and a row csv cannot read are named with their line (the decoder's own error knows
-    only an offset in a buffered chunk)."""
+    file, ``line`` the one it starts on, read as ``utf-8-sig`` (MRPC starts with a byte-order
+    mark). A TSV has no quoting (bare quote characters, as in SST-2 and MRPC, are text)."""
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     try:
         with path.open(encoding="utf-8-sig", newline="") as file:
@@ -116,8 +112,7 @@ def delimited_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]
 
 def _not_utf8(path: Path) -> IsotuneError | None:
     """The refusal of the first byte of ``path`` that is not UTF-8, naming its line (a decoder's
-    own error knows only its offset in one buffered chunk of the file); None when the file
-    decodes now (it changed while it was read)."""
+    own error knows only an offset in a buffered chunk); None when the file decodes now."""
     raw = path.read_bytes()
     try:
         raw.decode("utf-8")
@@ -134,9 +129,7 @@ def _not_utf8(path: Path) -> IsotuneError | None:
 def _uneven_rows(
     path: Path, columns: int, uneven: Sequence[tuple[int, int]], delimiter: str
 ) -> IsotuneError:
-    """The refusal of rows with more or fewer fields than the header: a text holding an
-    unquoted delimiter is cut in two, and its second piece would be read as the label (a class
-    of its own), or a row lacks a column; neither is guessed at."""
+    """The refusal of rows with more or fewer fields than the header: neither is guessed at."""
     line, fields = uneven[0]
     if delimiter == "\t":
         fix = (

@@ -1,30 +1,18 @@
-"""Intrinsic dimension of a point cloud: how many coordinates its points need locally.
+"""Intrinsic dimension of a point cloud: how many coordinates its points need locally (formulas
+and the reference implementations matched:
+docs/isotropy.md#layer-profiles-anisotropy-intrinsic-dimension-massive-activations).
 
-Three estimators from nearest-neighbour distances (formulas, sources and blind spots:
-``docs/isotropy.md``, "Intrinsic dimension"):
-
-- :func:`twonn`: TwoNN of Facco, d'Errico, Rodriguez & Laio, "Estimating the intrinsic dimension of
-  datasets by a minimal neighborhood information" (Scientific Reports 2017). The ratio
-  mu = r2 / r1 of each point's second to first neighbour distance follows a Pareto law of shape d,
-  so -log(1 - F(mu)) = d log(mu): d is the slope, through the origin, of the empirical
-  cumulative distribution of the sorted ratios, without the largest ``discard_fraction`` of them
-  (the paper's 10%). As scikit-dimension's ``TwoNN`` (0.5.0, ``method='linear'``).
-- :func:`twonn_microscope`: the variant of Razzhigaev et al., "The Shape of Learning"
-  (Findings of EACL 2024; ``intrinsic_dimension`` of their package ``llm-microscope`` 0.0.7):
-  the points centred and scaled to mean norm 1, ratios with r1 < 1e-8 or mu <= 1 + 1e-8 left
-  out of the fit but counted in F, and the slope fitted on the smallest ``1 / reduction_factor``
-  of the remaining ratios only (5: a fifth).
-- :func:`mle_dimension`: Levina & Bickel, "Maximum Likelihood Estimation of Intrinsic Dimension"
-  (NeurIPS 2004): at each point, (k - 1) / sum_{j<k} log(T_k / T_j) over its k nearest
-  neighbours' distances T_j, averaged over the points (scikit-dimension's ``MLE`` with
-  ``comb='mean'``; its default ``'mle'`` averages the inverses, after MacKay & Ghahramani).
+- :func:`twonn`: Facco, d'Errico, Rodriguez & Laio (Scientific Reports 2017), as
+  scikit-dimension's ``TwoNN`` (0.5.0, ``method='linear'``).
+- :func:`twonn_microscope`: Razzhigaev et al., "The Shape of Learning" (Findings of EACL 2024), as
+  their package ``llm-microscope`` 0.0.7 computes it.
+- :func:`mle_dimension`: Levina & Bickel (NeurIPS 2004), scikit-dimension's ``MLE`` with
+  ``comb='mean'`` (its default ``'mle'`` averages the inverses, after MacKay & Ghahramani).
 
 Neighbours are searched in float32 on mean-centred points, k + 2 candidates per point, and their
-distances then computed as |x - y| of the points as given, in their own precision (float32 or
-float64; float32 vectors' distances to about 1e-7 relative, half the memory traffic of float64),
-so a duplicate point is at distance 0, never at a rounding error's distance; a point is never its
-own neighbour. Torch only, on the points' device; the distances cost O(N^2 d) in blocks of rows,
-so a cloud of 10,000 points takes seconds.
+distances then computed as |x - y| of the points as given, in their own precision, so a duplicate
+point is at distance 0, never at a rounding error's distance; a point is never its own neighbour.
+The distances cost O(N^2 d) in blocks of rows: 10,000 points take seconds.
 """
 
 from __future__ import annotations
@@ -82,11 +70,8 @@ def _slope_through_origin(x: Tensor, y: Tensor) -> float:
 
 
 def twonn_from_distances(distances: Tensor, discard_fraction: float = TWONN_DISCARD) -> float:
-    """Facco et al.'s TwoNN from each point's first two neighbour distances ((N, >= 2)).
-
-    Points with r1 = 0 (a duplicate) have no ratio and are dropped, as scikit-dimension drops
-    them; N counts the rest. NaN when fewer than 2 ratios are left for the fit.
-    """
+    """Facco et al.'s TwoNN from each point's first two neighbour distances ((N, >= 2)); a
+    duplicate (r1 = 0) is dropped, as scikit-dimension drops it. NaN below 2 ratios."""
     if not 0.0 <= discard_fraction < 1.0:
         raise ValueError(f"discard_fraction must lie in [0, 1), got {discard_fraction}")
     r1, r2 = distances[:, 0], distances[:, 1]

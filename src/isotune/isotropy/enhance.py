@@ -1,22 +1,10 @@
 """Isotropy enhancement: post-process an embedding space so that no direction dominates it.
 
-The four methods that Rajaee & Pilehvar (Findings of EMNLP 2021) apply to pre-trained and
-fine-tuned representations, to ask whether the dominant directions are noise (removing them is
-harmless) or task knowledge (removing them hurts), and a fifth that damps dimensions rather than
-directions:
-
-- ``zero_mean``: subtract the global mean;
-- ``cluster_zero_mean``: subtract each k-means cluster's own mean;
-- ``all_but_the_top`` (Mu & Viswanath, ICLR 2018): centre, then remove the projections on the top
-  D principal components;
-- ``cluster_based`` (Rajaee & Pilehvar, ACL 2021): per k-means cluster, centre and remove that
-  cluster's top principal components;
-- ``standardize`` (Timkey & van Schijndel, EMNLP 2021): centre each dimension and divide it by
-  its standard deviation, so that no rogue (outlier) dimension dominates cosine similarity.
-
-Pure torch and unsupervised: each takes an (N, d) tensor and returns the transformed points with
-the same shape and dtype, computed in float64. The clustered methods take the labels from
-:func:`cluster_labels`, so one clustering can serve several methods.
+The four methods Rajaee & Pilehvar (Findings of EMNLP 2021) apply to ask whether the dominant
+directions are noise or task knowledge, and ``standardize``, which damps dimensions rather than
+directions (sources: docs/analysis.md#methods-behind-t2-t4-and-t5). Each takes an (N, d) tensor
+and returns the transformed points with the same shape and dtype, computed in float64; the
+clustered methods take the labels from :func:`cluster_labels`, so one clustering serves several.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""The IsoBN paper's pictures of an embedding space: per-dimension std, correlations, spectrum;
-and the layer profiles of every epoch (measures over the layers, one line per epoch).
+"""The IsoBN paper's pictures of an embedding space (per-dimension std, correlations, spectrum)
+and the layer profiles of every epoch, drawn from measures already computed.
 
-Drawn from what :func:`isotune.isotropy.measure_cloud` already computed (nothing is measured
-again), with matplotlib's object API and the headless Agg canvas: no display, no pyplot state,
-so figures are drawn on servers and in worker processes. A fixed layout instead of
-``tight_layout``, which measured every tick label and took as long as the drawing.
+matplotlib's object API on the headless Agg canvas (no display, no pyplot state), so figures are
+drawn on servers and in worker processes; a fixed layout, as ``tight_layout`` measured every tick
+label and took as long as the drawing.
 """
 
 from __future__ import annotations
@@ -93,10 +92,8 @@ def _measures_held(profiles: Mapping[int, Mapping[str, Mapping[int, Mapping]]], 
 
 
 def layer_profile_figure(profiles: Mapping[int, Mapping[str, Mapping[int, Mapping]]]) -> Figure:
-    """One panel per measure of each level (rows: the levels, e.g. sentence and tokens, each with
-    the measures of :data:`PROFILE_TITLES` its values hold, so no panel is left empty: the
-    largest activation is the tokens' alone), the layer on the x-axis and one line per epoch
-    (``profiles``: epoch -> level -> layer -> measure -> value)."""
+    """One panel per measure a level holds (rows: the levels; no panel left empty), the layer on
+    the x-axis, one line per epoch (``profiles``: epoch -> level -> layer -> measure -> value)."""
     levels = list(dict.fromkeys(level for epochs in profiles.values() for level in epochs))
     shown = {level: _measures_held(profiles, level) for level in levels}
     columns = max((len(measures) for measures in shown.values()), default=1)

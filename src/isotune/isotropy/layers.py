@@ -1,13 +1,7 @@
-"""The geometry of a model layer by layer: a profile of measures per layer, and where its
-largest activations sit.
-
-Razzhigaev et al. (Findings of EACL 2024) read a transformer's anisotropy and intrinsic dimension
-as curves over its layers (decoders: bell-shaped anisotropy, peaking in the middle layers;
-encoders: flat); Sun et al., "Massive Activations in Large Language Models" (COLM 2024), find a
-few activations per layer up to 10,000 times the median, at fixed dimensions and at the first or
-delimiter tokens. :func:`layer_profile` measures one layer's cloud (sentence vectors or token
-states); :func:`massive_activations` finds one layer's largest magnitudes. Formulas, sources and
-blind spots: ``docs/isotropy.md``, "Layer profiles".
+"""The geometry of a model layer by layer (Razzhigaev et al., Findings of EACL 2024): a profile of
+measures per layer, and where its largest activations sit (Sun et al., "Massive Activations in
+Large Language Models", COLM 2024). Formulas, sources and blind spots:
+docs/isotropy.md#layer-profiles-anisotropy-intrinsic-dimension-massive-activations.
 """
 
 from __future__ import annotations
@@ -48,18 +42,12 @@ MASSIVE_K = 3  # Sun et al. report the top 3 magnitudes of each layer
 
 
 def layer_profile(X: Tensor, mle_neighbours: int = MLE_NEIGHBOURS) -> dict[str, float]:
-    """:data:`PROFILE_MEASURES` of one layer's cloud (N points x d dimensions).
+    """:data:`PROFILE_MEASURES` of one layer's cloud (N points x d dimensions), the covariance
+    and one nearest-neighbour search shared (the MLE with ``mle_neighbours``, at most N - 1).
 
-    ``anisotropy`` is Razzhigaev et al.'s (:func:`~isotune.isotropy.anisotropy`); IsoScore, the
-    average cosine and log I(W) are the project's measures (:mod:`.measures`); ``twonn``,
-    ``twonn_microscope`` and ``mle_id`` are the intrinsic dimension estimators of
-    :mod:`.dimension`, from one nearest-neighbour search (the MLE with ``mle_neighbours``, at most
-    N - 1). The covariance and its spectrum are computed once.
-
-    A layer's cloud can be smaller than its measures need (a probe of a few examples, or one
-    point per layer): the intrinsic dimensions are NaN below :data:`DIMENSION_MIN_POINTS` points
-    (each needs every point's two nearest neighbours), and every measure is NaN below 2 points,
-    so that no caller has to guard the call.
+    A cloud smaller than its measures need (a probe of a few examples) gives NaN, so that no
+    caller has to guard the call: the intrinsic dimensions below :data:`DIMENSION_MIN_POINTS`
+    points, every measure below 2.
     """
     if X.ndim == 2 and len(X) < 2:
         return dict.fromkeys(PROFILE_MEASURES, math.nan)
@@ -99,9 +87,8 @@ class MassiveActivations:
 
 
 def massive_activations(states: Tensor, k: int = MASSIVE_K) -> MassiveActivations:
-    """The ``k`` largest ``|activation|`` of one layer's token ``states`` (tokens x d), with
-    their token and dimension, and the median magnitude (Sun et al. 2024). Give every token of
-    the sequences, special ones included: massive activations sit at the first token and at
+    """The ``k`` largest ``|activation|`` of one layer's token ``states`` (tokens x d), with their
+    token and dimension, and the median; give every token, as they sit at the first and at
     delimiters."""
     magnitudes = states.detach().abs().to(torch.float64)
     if magnitudes.ndim != 2 or not 1 <= k <= magnitudes.numel():

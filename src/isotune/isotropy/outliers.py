@@ -1,26 +1,16 @@
-"""Outlier dimensions: the few coordinates of an embedding space that dominate it.
+"""Outlier dimensions: the few coordinates of an embedding space that dominate it, so that a run
+can be compared with its pre-trained self dimension by dimension. Definitions, sources and the
+departures from them: docs/isotropy.md#outlier-and-rogue-dimensions.
 
-The isotropy measures say *how* anisotropic a cloud is; these say *which dimensions* make it so,
-so that a run can be compared with its pre-trained self and with other runs dimension by
-dimension (formulas, sources and departures: ``docs/isotropy.md``).
+- **Outlier dimensions** (Rudman, Chen & Eickhoff, EMNLP 2023): variance (ddof 0) at least
+  ``factor`` (5) times the mean variance.
+- **Rogue dimensions** (Timkey & van Schijndel, EMNLP 2021): each dimension's contribution to the
+  average cosine; their share is taken of ``sum |CC_i|``, not of the average cosine, which is
+  undefined or explodes near 0 (after BatchNorm or whitening centre the space).
+- **Overlap** of two sets of dimensions: Jaccard index, and the share of the first still in the
+  second.
 
-- **Outlier dimensions** (Rudman, Chen & Eickhoff, *Outlier Dimensions Encode Task-Specific
-  Knowledge*, EMNLP 2023, Section 3): a dimension whose variance is at least ``factor`` (5) times
-  the mean variance of all dimensions. Variances are ddof 0, as ``np.var`` in the released
-  ``analysis.py``; the *principal outlier* is the dimension of largest variance (its
-  ``np.argmax(var)``). The released code computes the variances and the principal outlier, not
-  the set: the set is the paper's rule written out.
-- **Rogue dimensions** (Timkey & van Schijndel, *All Bark and No Bite*, EMNLP 2021): dimension
-  i's contribution to the average cosine similarity, ``CC_i = mean over pairs x != y of
-  x_i y_i / (|x| |y|)``; the contributions add up to the average cosine, and the k largest in
-  size show how few dimensions decide cosine similarity. Their share is taken of ``sum |CC_i|``,
-  not of the average cosine as in the paper: the two agree where every contribution is positive
-  (the anisotropic spaces the paper studies), and the paper's is undefined or explodes where the
-  average cosine is at or near 0, as after BatchNorm or whitening centre the space.
-- **Overlap** of two sets of dimensions: Jaccard index, and the share of the first set (e.g. the
-  pre-trained outliers) that is still in the second (the fine-tuned ones).
-
-Torch only, computed in float64 on a detached copy; input is checked as by the isotropy measures.
+Torch only, computed in float64 on a detached copy.
 """
 
 from __future__ import annotations
@@ -81,8 +71,7 @@ class OutlierDimensions:
 
 
 def outliers_from_variances(variances: Tensor, factor: float = OUTLIER_FACTOR) -> OutlierDimensions:
-    """The outlier dimensions of per-dimension ``variances``. A constant cloud (every variance 0)
-    has none: no dimension stands out."""
+    """The outlier dimensions of per-dimension ``variances``; none for a constant cloud."""
     POSITIVE.require(factor, "factor")
     variances = variances.detach().to(torch.float64).cpu()
     mean = variances.mean()
@@ -123,12 +112,9 @@ class RogueDimensions:
 
 
 def cosine_contributions(X: Tensor) -> Tensor:
-    """CC_i = mean over ordered pairs of distinct non-zero points of ``u_i v_i``, ``u = x / |x|``.
-
-    Over all pairs rather than Timkey & van Schijndel's sampled ones: with ``s = sum_n u_n``,
-    ``sum_{n != m} u_ni u_mi = s_i^2 - sum_n u_ni^2``, in O(N d). Zero points have no direction and
-    are left out, as in the average cosine; with fewer than two non-zero points every CC_i is NaN.
-    """
+    """CC_i = mean over ordered pairs of distinct non-zero points of ``u_i v_i``, ``u = x / |x|``:
+    over all pairs, not sampled ones, as ``s_i^2 - sum_n u_ni^2`` with ``s = sum_n u_n``, in
+    O(N d). Zero points are left out; below two non-zero points every CC_i is NaN."""
     return _cosine_contributions(_float64(X))
 
 

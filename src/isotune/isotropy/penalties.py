@@ -1,10 +1,6 @@
-"""Isotropy penalties added to the task loss: I-STAR, Cor-Reg and CosReg.
-
-Each penalty maps a (points, dims) matrix of representations to a differentiable scalar, and the
-training loss becomes ``task loss + weight * penalty``. A positive weight pushes the points towards
-isotropy, a negative one away from it (I-STAR's released example uses -5). Each follows its
-authors' released code, as documented per function; ``REGULARIZERS`` names the options and the
-view each one is computed on by default.
+"""Isotropy penalties added to the task loss (``task loss + weight * penalty``): I-STAR, Cor-Reg
+and CosReg, each as its authors released it (per function, with the departures). A negative weight
+pushes away from isotropy (I-STAR's released example uses -5).
 
 The statistics are computed in at least float32 with autocast disabled, so a bf16 or fp16 forward
 pass does not degrade a covariance, an eigendecomposition or a sum over thousands of cosines.
@@ -32,8 +28,8 @@ __all__ = [
 
 
 def _in_float32(penalty: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    """Check that ``points`` is a (points, dims) matrix of at least two points, then run
-    ``penalty`` on it with autocast disabled, in float32 (float64 input stays float64)."""
+    """Run ``penalty`` on a checked (points >= 2, dims) matrix, autocast off, in float32 or
+    float64."""
 
     @functools.wraps(penalty)
     def checked(points: Tensor, *args, **kwargs) -> Tensor:
@@ -61,18 +57,12 @@ def _inverse_norms(x: Tensor, dim: int) -> Tensor:
 
 @_in_float32
 def istar_penalty(points: Tensor, shrinkage_cov: Tensor | None = None, zeta: float = 0.2) -> Tensor:
-    """I-STAR penalty ``1 - IsoScore*(points)`` (Rudman & Eickhoff, ICLR 2024).
-
-    IsoScore* is IsoScore of the shrunk covariance ``S = (1 - zeta) cov(points) + zeta Sigma_S``:
-    with ``l`` the eigenvalues of S (its singular values, as S is symmetric positive
-    semi-definite) and n the number of dimensions (not of points),
-    ``l_hat = sqrt(n) l / ||l||``, ``delta = ||l_hat - 1|| / sqrt(2 (n - sqrt n))``,
-    ``IsoScore* = ((n - delta^2 (n - sqrt n))^2 - n) / (n (n - 1))``. The released code
-    (``bcbi-edu/p_eickhoff_isoscore``, ``I-STAR/``) takes ``Sigma_S`` from up to 250,000 of the
-    model's own points, rebuilt every epoch (:class:`ShrinkageCovariance`); shrinkage keeps the
-    score informative on a mini-batch with fewer points than dimensions. ``zeta = 0`` uses the
-    batch covariance alone; ``shrinkage_cov=None`` uses ``isoscore_star``'s default target (the
-    identity scaled to the batch's mean variance). Returns a 0-d tensor in [0, 1].
+    """I-STAR penalty ``1 - IsoScore*(points)`` (Rudman & Eickhoff, ICLR 2024), a 0-d tensor in
+    [0, 1]; IsoScore* is IsoScore of ``(1 - zeta) cov(points) + zeta Sigma_S``
+    (docs/isotropy.md#isoscore-and-isoscore). The released code (``bcbi-edu/p_eickhoff_isoscore``,
+    ``I-STAR/``) takes ``Sigma_S`` from up to 250,000 of the model's own points, rebuilt every
+    epoch (:class:`ShrinkageCovariance`); shrinkage keeps the score informative on a mini-batch
+    with fewer points than dimensions. ``shrinkage_cov=None``: ``isoscore_star``'s default target.
     """
     return 1 - isoscore_star(points, shrinkage_cov, zeta)
 
@@ -113,9 +103,8 @@ def cosreg_penalty(points: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class Regularizer:
-    """One ``reg`` option: its penalty (None for ``none``: the loss is the task loss alone) and
-    the view it is computed on by default: ``tokens`` (hidden states of token positions, flattened
-    to (tokens, hidden)) or ``sentence`` (the sentence vector before the norm)."""
+    """One ``reg`` option: its penalty (None for ``none``) and its default view: ``tokens``
+    (token states flattened to (tokens, hidden)) or ``sentence`` (before the norm)."""
 
     penalty: Callable[..., Tensor] | None
     view: str | None

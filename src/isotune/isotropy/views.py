@@ -1,13 +1,8 @@
-"""Every scalar the isotropy callback logs of one view of the probe, measured where its vectors
-are.
-
-A view (the probe's sentence vectors before or after the norm, or a layer's token sample) is
-measured on the device that encoded it: the measures are torch and compute in float64, so a GPU
-measures its own vectors instead of copying them to the CPU first, and gives the CPU's numbers to
-float64 rounding (1e-6 relative is what the tests and the GPU check hold it to). IsoScore* is
-measured in float64 here too: in training it is a float32 regulariser, but as a logged measure a
-float32 covariance (TF32 on a GPU) would make it the one number that depends on the device.
-No Lightning: a notebook measures a view as the callback does.
+"""Every scalar the isotropy callback logs of one view of the probe, measured on the device that
+encoded it, in float64: a GPU gives the CPU's numbers to float64 rounding (1e-6 relative is what
+the tests and the GPU check hold it to). IsoScore* too: a float32 covariance (TF32 on a GPU) would
+make it the one number that depends on the device. No Lightning: a notebook measures as the
+callback does.
 """
 
 from __future__ import annotations

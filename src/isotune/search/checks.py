@@ -1,22 +1,8 @@
 """The checks on a search's settings beyond their own ranges (:mod:`isotune.search.settings`):
-what is checked before its first job, and which settings a study typed again must keep.
-
-Checked before any job, so that a bad setting costs no trial:
-- the seeds: one or more different integers each, in numpy's range, tuning and report seeds apart
-  (the fix named for one list never overlaps the other);
-- no ``task``, ``model`` or ``adapt`` sweep: those are the question's axes, never knobs to tune (a
-  search would pick the task that scores higher);
-- the jobs composed as a dry run, each once, by the caller's ``compose`` (the Hydra sweeper's
-  composes as its launcher will): the baseline (its group options, e.g. ``reg=none``, and its
-  values in range on a report seed) and, for a searched config group, each of its options.
-
-A study continued is held only to what ranks its trials (:data:`RANKING`): the space, the fixed
-overrides that change a run, the tuning seeds, the direction and the sampler (another sampler, or
-another seed of it, would ask the rest of the trials by another rule than the first ones). The
-report's settings (the baseline, the report seeds) and overrides that change no score
-(:data:`NOT_A_RUN_CHANGE`, such as the logger) may change: the report is made again, its runs for
-the new setting run, and the runs of the old one stay in their folders (a baseline other than the
-study's first runs in ``report/baseline-<k>``).
+what is checked before its first job, so that a bad setting costs no trial, and which settings a
+study typed again must keep (docs/search.md#settings). A continued study is held only to what
+ranks its trials (:data:`RANKING`; another sampler, or another seed of it, would ask the rest of
+the trials by another rule than the first ones); the report's settings may change.
 """
 
 from __future__ import annotations
@@ -58,7 +44,6 @@ def key_name(key: str) -> str:
     return key.lstrip("+~").split("@")[0]
 
 
-# ---- before the first job ----
 def check_seeds(seeds: Any, report_seeds: Any) -> None:
     """Tuning and report seeds: non-empty lists of different seeds (:func:`check_seed_list`),
     none of them in both. Each fix named leaves the other list as typed, and overlaps it in no
@@ -81,10 +66,8 @@ def check_seeds(seeds: Any, report_seeds: Any) -> None:
 def check_seed_list(
     values: Any, setting: str, fix: str, refused: str, paired: bool = False
 ) -> tuple[int, ...]:
-    """``values``, typed as ``setting``, as sorted seeds: a list of different integers in
-    numpy's range, one or more (two or more where they are ``paired``: a paired test needs two
-    pairs to have a spread); else refused, saying that ``refused`` would be, with ``fix``. The
-    one check of a list of seeds, the search's and a study's stated test's alike."""
+    """``values``, typed as ``setting``, as sorted seeds: different integers in numpy's range, one
+    or more (two where ``paired``); else refused, with ``fix``. A search's and a stated test's."""
     enough = 2 if paired else 1
     if (
         not isinstance(values, list)
@@ -157,10 +140,8 @@ def dry_run_jobs(
 def dry_run(
     compose: Callable[[list[str]], Any], jobs: Sequence[tuple[str, list[str]]]
 ) -> list[Any]:
-    """Compose each job's config as the launcher will (``compose`` raises where it cannot, or
-    where a value is out of its range), so that a job bound to be refused stops the search
-    before its first job instead of after every trial; the configs, in the order of ``jobs``,
-    for the checks that follow (a composition costs a second or more)."""
+    """Compose each job's config as the launcher will, so that a job bound to be refused stops
+    the search before its first job, not after every trial; the configs, in order."""
     composed = []
     for what, overrides in jobs:
         try:
@@ -175,7 +156,6 @@ def dry_run(
     return composed
 
 
-# ---- a study continued ----
 def changes_a_run(override: str) -> bool:
     """Whether an override can change a run's score (``logger=wandb`` cannot)."""
     name = key_name(override.split("=", 1)[0])
@@ -200,10 +180,8 @@ def ranking_settings(
 def check_same_ranking(
     recorded: Mapping[str, Any], settings: Mapping[str, Any], study: str, folder: Path
 ) -> None:
-    """Refuse to continue a study whose trials were ranked under other settings, naming each
-    as it is typed. A record older than this one may hold the report's settings and overrides
-    that change no run: neither is compared; one without a setting (the sampler, recorded since
-    a later version) is not held to it."""
+    """Refuse to continue a study whose trials were ranked under other settings, naming each as
+    typed; a record without a setting (older than it) is not held to it."""
     seen = {
         **recorded,
         "fixed": sorted(o for o in recorded.get("fixed", []) if changes_a_run(o)),
@@ -271,10 +249,8 @@ def _number(value: float) -> str:
 
 
 def baseline_folder(baselines: list[list[str]], baseline: Sequence[str]) -> str:
-    """The report folder of ``baseline`` among the study's ``baselines`` (each sorted overrides,
-    the first the study's first): ``report/baseline`` for the first, ``report/baseline-<k>`` for
-    the k-th, so that a report remade with another baseline keeps the old one's runs. A new
-    baseline is appended to ``baselines``."""
+    """The report folder of ``baseline`` among the study's ``baselines`` (appended when new):
+    ``report/baseline-<k>`` for the k-th, so a report remade with another keeps the old runs."""
     key = sorted(o for o in baseline if changes_a_run(o))
     if key not in baselines:
         baselines.append(key)

@@ -1,29 +1,14 @@
 """The expected best dev score of a search as a function of the trials it spent (Dodge et al.,
 "Show Your Work: Improved Reporting of Experimental Results", EMNLP 2019; allentune's
-``samplemax``).
+``samplemax``). Formulas and why with replacement is the default:
+docs/search.md#the-expected-best-curve.
 
-With the N trials spent ranked from worst to best, v(1) <= ... <= v(N), the best of n trials
-drawn from them is v(i) with probability p_i = F(i) - F(i-1), where F(i), the chance that all n
-draws rank at most i, is
-
-- with replacement (Dodge et al.'s eq. 1, allentune's default): F(i) = (i/N)^n;
-- without replacement (allentune's other option): F(i) = C(i, n) / C(N, n), so that the best of
-  all N is the observed best.
-
-E[best of n] = sum_i p_i v(i), and its standard deviation sqrt(sum_i p_i (v(i) - E)^2) is
-allentune's closed form (its field ``var`` is this SD); the band E +- SD is clipped to the
-observed minimum and maximum, as allentune and ``show_your_work`` draw it. With replacement is
-the default: it is the published curve, and of the estimators Card, Dodge et al. (2021) compared,
-the biased ones gave fewer wrong comparisons than the unbiased one.
-
-A trial spent without a value (it failed: a crash, a NaN) ranks below every value: a draw that
-found nothing. The curve is then the expected best given that one of the n draws has a value,
-p_i renormalised by 1 - F(F0) for the F0 trials without one, and ``none`` is F(F0), the chance
-that n trials found none; so failures cost budget on the x-axis instead of leaving it.
-
-The draws are assumed i.i.d.: true of random search, not of a sampler that chooses each trial
-from the earlier ones (TPE), whose curve describes that search and is no budget law. For a search
-that minimises, the best is the smallest and everything above is mirrored. NumPy only.
+With the N trials spent ranked from worst to best, the best of n drawn from them is v(i) with
+probability p_i = F(i) - F(i-1): F(i) = (i/N)^n with replacement, C(i, n) / C(N, n) without. The
+SD is allentune's closed form (its field ``var`` is this SD), the band clipped to the observed
+values. A trial without a value ranks below every value: the curve is the expected best given
+that one of the n draws has a value, and ``none`` the chance that none has, so failures cost
+budget on the x-axis instead of leaving it. For a search that minimises, everything is mirrored.
 """
 
 from __future__ import annotations
@@ -60,8 +45,7 @@ def best_of_n(
     maximize: bool = True,
     estimator: str = DEFAULT_ESTIMATOR,
 ) -> BestOfN:
-    """The best of ``n`` trials drawn from ``values`` (None: a trial without a value), by
-    ``estimator`` (see the module docstring)."""
+    """The best of ``n`` trials drawn from ``values`` (None: a trial without a value)."""
     scores = [float(v) for v in values if v is not None]
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator {estimator!r} is not one of {ESTIMATORS}")

@@ -1,24 +1,10 @@
-"""The ask-launch-tell loop: the jobs of one or several searches, launched together in batches.
+"""The ask-launch-tell loop: the jobs of one or several searches, launched together in batches,
+so that several searches share a launcher's slots instead of running one after another.
 
-Each round starts new trials, one per search in turn, until ``trials_at_once`` trials are in flight
-over all of them, gathers the next jobs of every search
-(:meth:`~isotune.search.search.Search.next_jobs`) and hands those that did not complete before to
-the launcher as one batch; how each job ended is read from its results.json,
-not from what the launcher returns or raises (:mod:`isotune.search.outcomes`), and each search is
-told its own (:meth:`~isotune.search.search.Search.tell`). So several searches share a launcher's
-slots instead of running one after another.
-
-Before a batch starts, as in every plain sweep: a job whose folder a live process holds (a job of
-a stopped search that outlived it on SLURM) stops the search in one message, since a second job
-there would be refused by the folder lock and fail its trial for good; and a job whose folder
-holds a link leading out of it (:func:`~isotune.record.resume.check_links_stay_inside`) is refused,
-the refusal recorded in its results.json, without reaching the launcher.
-
-A job that has not ended after its batch (still running or interrupted when the launcher raised, as
-submitit's does at the first job SLURM killed; interrupted by its own signal; never started) is no
-result: its trial stays unfinished, and the loop stops with :class:`JobsNotEnded` once the other
-jobs' outcomes are told. The same command continues: a completed job is read, an interrupted one
-resumes from its last.ckpt.
+How each job ended is read from its results.json, not from what the launcher returns or raises
+(:mod:`isotune.search.outcomes`). A job that has not ended after its batch is no result: its trial
+stays unfinished, and the loop stops with :class:`JobsNotEnded` once the other jobs' outcomes are
+told; the same command continues (docs/search.md#how-it-works).
 """
 
 from __future__ import annotations
@@ -32,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from isotune.errors import IsotuneError, JobsNotEnded
+from isotune.errors import IsotuneError, JobsNotEnded, first_line
 from isotune.record import folder_lock
 from isotune.record.resume import check_links_stay_inside, record_refusal
 from isotune.search.outcomes import JobOutcome, completed_before, failure_reason, read_outcome
@@ -73,7 +59,7 @@ def run_searches(searches: Sequence[Search], launch: Launch, trials_at_once: int
         if unended:
             raise JobsNotEnded(_not_ended(unended, launcher_error))
         if launcher_error is not None:
-            log.error(f"The launcher stopped: {_first_line(launcher_error)} (every job had ended)")
+            log.error(f"The launcher stopped: {first_line(launcher_error)} (every job had ended)")
 
 
 def _interleaved(queues: Sequence[list]) -> list:
@@ -83,10 +69,8 @@ def _interleaved(queues: Sequence[list]) -> list:
 
 
 class Progress:
-    """Where the searches stand, as the field's tools say it: runs done of the runs planned (no
-    trial more pruned or failing), the time this command has run and an estimate of the time
-    left, from the runs this command has done so far (several at once: the time per run is the
-    wall time over the runs done, which the estimate needs)."""
+    """Where the searches stand: runs done of the runs planned, the time this command has run
+    and the time left at its pace so far (wall time over the runs done, several at once)."""
 
     def __init__(self, searches: Sequence[Search]) -> None:
         self.searches = searches
@@ -107,10 +91,8 @@ class Progress:
 
     @contextlib.contextmanager
     def watching(self, jobs: Sequence[Job]) -> Iterator[None]:
-        """Say where the searches stand while a batch runs, each time more of its ``jobs`` have
-        ended (every :data:`POLL_SECONDS`, read from their results.json): a study's report can
-        be one batch of hours. The searches are read here, before the batch, never from the
-        watching thread."""
+        """Say where the searches stand as more of a batch's ``jobs`` end (a study's report can be
+        one batch of hours); the searches are read before the batch, never from the thread."""
         done, total = self.runs()
         ended_before = _ended(jobs)
         stop = threading.Event()
@@ -155,11 +137,8 @@ def _clock(seconds: float) -> str:
 
 def check_reports_complete(searches: Sequence[Search]) -> None:
     """Stop, in one message naming them, if report runs of any of ``searches`` did not complete.
-
-    Called once every search has ended and its report (and a study's report) is written, so that
-    one failed held-out run (a NaN on one report seed) neither stops the other searches nor
-    keeps the report from counting it as a failure; the command still exits 1, since the
-    comparison lacks that run."""
+    Called once every report is written, so that one failed held-out run neither stops the other
+    searches nor keeps the report from counting it as a failure."""
     lacking = [search for search in searches if search.missing_report_runs]
     if not lacking:
         return
@@ -177,10 +156,9 @@ def check_reports_complete(searches: Sequence[Search]) -> None:
 
 
 def _start_trials(searches: Sequence[Search], room: int, first: int) -> int:
-    """Start up to ``room`` new trials, one per search in turn (``searches`` from the one whose
-    turn it is, at index ``first`` of the caller's order), so that every search gets its share
-    of the slots; the caller's index of the search whose turn comes next. With one slot, the
-    searches take turns trial by trial instead of the first running its whole budget first."""
+    """Start up to ``room`` new trials, one per search in turn (``searches`` from the one at
+    index ``first`` of the caller's order), so every search gets its share of the slots, trial by
+    trial; the caller's index of the search whose turn comes next."""
     starting = list(searches)
     turn = 0
     while room > 0 and starting:
@@ -215,9 +193,8 @@ def run_batch(jobs: Sequence[Job], launch: Launch) -> tuple[list[JobOutcome], Ex
 
 
 def check_none_alive(job_dirs: Sequence[Path]) -> None:
-    """Refuse to launch a job into a folder a live process holds: a job of a stopped search
-    that outlived it (a SLURM job goes on after the command that submitted it stops). A second
-    job there would be refused by the folder lock and fail its trial for good."""
+    """Refuse to launch a job into a folder a live process holds (a stopped search's SLURM job):
+    a second job there would be refused by the folder lock and fail its trial for good."""
     holders = {folder: folder_lock.holder(folder) for folder in job_dirs}
     alive = {f: pid for f, pid in holders.items() if pid not in (None, os.getpid())}
     if alive:
@@ -233,8 +210,7 @@ def check_none_alive(job_dirs: Sequence[Path]) -> None:
 
 
 def _refused(job: Job) -> bool:
-    """Whether the job's folder holds a link leading out of it: then the refusal is recorded as
-    its failed attempt, and it is not launched."""
+    """Whether the job's folder holds a link leading out: the refusal recorded, it is not run."""
     try:
         check_links_stay_inside(job.folder, "hydra.sweep.dir")
     except IsotuneError as error:
@@ -247,7 +223,7 @@ def _refused(job: Job) -> bool:
 def _not_ended(unended: Sequence[JobOutcome], launcher_error: Exception | None) -> str:
     jobs = "\n".join(f"  {outcome.job_dir}: {outcome.status}" for outcome in unended)
     why = (
-        f"The launcher stopped waiting ({_first_line(launcher_error)}), and these"
+        f"The launcher stopped waiting ({first_line(launcher_error)}), and these"
         if launcher_error is not None
         else "These"
     )
@@ -257,8 +233,3 @@ def _not_ended(unended: Sequence[JobOutcome], launcher_error: Exception | None) 
         "once they end (or are cancelled), type the same command again: a completed job is "
         "read, an interrupted one resumes from its last.ckpt."
     )
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"

@@ -1,27 +1,11 @@
 """A search's Optuna study: where it lives, the settings it was made with, and the sampler that
-asks each trial.
+asks each trial (docs/search.md#how-it-works, "Continuing" and "Several searches on one study").
 
-The study is Optuna's journal file in the search folder unless ``storage`` names another file or a
-database (no server needed; a journal works across processes and on shared file systems), so the
-same command continues it. It records what ranks its trials
-(:meth:`~isotune.search.settings.SearchSettings.record`); a command with other such settings is
-refused before any job runs, since it would rank trials run under different ones. The report's
-settings may change: the study keeps each baseline its report ran (:func:`report_baseline_folder`).
-
-Trial ``k`` is asked by a sampler seeded from both the sampler's seed and ``k`` (NumPy's
-``SeedSequence([seed, k])``), so the trials asked do not depend on where a search was stopped, and
-searches with other sampler seeds share no trial (with ``seed + k``, seed 1's trials 0-4 were seed
-0's trials 1-5). A sampler that keeps a sequence in the study (QMC) is seeded once, with the seed
-itself: reseeded per trial, it would scramble its sequence anew each time; the study records how
-far along it is, so a continued search goes on with the same sequence.
-
-A study in a shared ``storage`` may have several searches working on it at once, each in its own
-folder (``n_trials`` is then the study's total). Each trial records its home, the search folder
-its jobs run in, and its owner, the search running it (its folder, host and process). A RUNNING
-trial is taken over only from an owner known to have stopped: its folder's lock, which a live
-search holds (:mod:`isotune.record.folder_lock`, seen across hosts on a shared file system), is
-free. So two searches never run one trial, and neither tells Optuna about a trial the other
-finished.
+Trial ``k`` is asked by a sampler seeded with ``SeedSequence([seed, k])``, so the trials asked do
+not depend on where a search was stopped, and searches with other sampler seeds share no trial
+(with ``seed + k``, seed 1's trials 0-4 were seed 0's trials 1-5); a QMC sampler, reseeded per
+trial, would scramble its sequence anew, so it is seeded once. A RUNNING trial is taken over only
+from an owner whose folder lock is free, so two searches never run one trial.
 """
 
 from __future__ import annotations
@@ -124,19 +108,15 @@ def report_baseline_folder(study: Any, baseline: tuple[str, ...]) -> str:
 def trial_sampler(settings: SearchSettings, trial_number: int, current: Any = None) -> Any:
     """The sampler that asks trial ``trial_number`` (see the module docstring); ``current`` is
     the study's sampler until now, kept where it is unseeded or keeps a sequence."""
-    if current is not None and (settings.sampler_seed is None or _keeps_a_sequence(current)):
+    if current is not None and (settings.sampler_seed is None or isinstance(current, QMCSampler)):
         return current
     if settings.sampler_seed is None:
         return settings.make_sampler(None)
     sampler = settings.make_sampler(int(settings.sampler_seed))
-    if _keeps_a_sequence(sampler):
+    if isinstance(sampler, QMCSampler):  # keeps a sequence: reseeded, it would scramble anew
         return sampler
     (seed,) = np.random.SeedSequence([int(settings.sampler_seed), trial_number]).generate_state(1)
     return settings.make_sampler(int(seed))
-
-
-def _keeps_a_sequence(sampler: Any) -> bool:
-    return isinstance(sampler, QMCSampler)
 
 
 def owner(folder: Path) -> dict[str, Any]:

@@ -1,16 +1,9 @@
 """What one job of a search gave, read from its ``results.json`` whichever launcher ran it, and a
 trial's value over its seeds.
 
-A run that completed has a score, its best dev primary metric, even when it failed to learn (not
-above its dev set's trivial predictor): it counts at that score and is counted, since dropping it
-would flatter a setting that breaks training. A job that crashed, went NaN, was refused or left no
-record has no score: its trial fails, and the reason says which job and why, never a made-up value.
-A job that has not ended (still running, interrupted, never started) is no result at all: its
-trial waits for it.
-
-A report's paired test counts only the runs with a score, so an arm that fails more often is
-flattered there; its sensitivity line counts a failed report run at the score of its dev set's
-trivial predictor instead (:mod:`isotune.sweeps.intention_to_treat`), never a trial's value.
+A run that completed counts at its score even when it failed to learn, since dropping it would
+flatter a setting that breaks training. A job with no score fails its trial, the reason naming
+the job, never a made-up value; a job that has not ended is no result at all: its trial waits.
 """
 
 from __future__ import annotations
@@ -80,10 +73,8 @@ def read_outcome(job_dir: Path, seed: int) -> JobOutcome:
 
 
 def completed_before(job_dir: Path, seed: int, overrides: Sequence[str]) -> JobOutcome | None:
-    """The outcome of a job whose run already completed in ``job_dir`` with these task
-    ``overrides`` (a search continued after a stop does not run it again), else None; overrides
-    that change no score (the logger) may differ. A completed run of other overrides there is
-    refused: the folder belongs to another search."""
+    """The outcome of a job whose run already completed in ``job_dir`` with these ``overrides``
+    (bar those that change no score), else None; one of other overrides is refused."""
     outcome = read_outcome(job_dir, seed)
     if not outcome.completed:
         return None
@@ -99,9 +90,8 @@ def completed_before(job_dir: Path, seed: int, overrides: Sequence[str]) -> JobO
 
 
 def evaluated_on(job_dirs: Iterable[Path]) -> str:
-    """The data the runs in ``job_dirs`` evaluated on, as their results.json says
-    (``data.evaluated_on``: ``dev``, or a tuning split of train), distinct values joined; a run
-    that says nothing (recorded before ``data.tuning_split``) evaluated on dev."""
+    """The data the runs in ``job_dirs`` evaluated on (``data.evaluated_on``), distinct values
+    joined; a run that says nothing (recorded before ``data.tuning_split``) evaluated on dev."""
     seen = dict.fromkeys(
         _evaluated_on(path)
         for path in (Path(job_dir) / RESULTS_FILE for job_dir in job_dirs)

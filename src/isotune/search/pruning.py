@@ -1,28 +1,19 @@
 """The search's default pruner over seeds: stop a trial whose seeds so far lie clearly below the
-best trial's on the same seeds, clearly meaning by more than ``gap_sd`` noise SDs.
+best trial's on the same seeds, clearly meaning by more than ``gap_sd`` noise SDs
+(docs/search.md#how-it-works explains why not Optuna's ``WilcoxonPruner``: the winner's curse, and
+at 3 seeds it pruned about half of equally good trials).
 
-Optuna's ``WilcoxonPruner`` tests a trial's seeds against the best trial's, but the best trial is
-the maximum of many noisy trials: its seeds are biased upwards (the winner's curse), and a
-rank test on two or three seeds cannot reach a small p. With 3 tuning seeds it is asked only at
-the second seed (after the last no run is saved), where the smallest one-sided p is 0.25: any
-threshold that prunes there prunes every trial whose two seeds are below the best's, and in a
-simulation of 20 equally good configurations over 3 seeds that was 49% of them (p 0.3, the former
-default; 43% of 600 trials in the issue that found it). Pruned trials enter the expected-best
-curve at a median of fewer seeds, so a pruner that stops equal trials distorts it.
-
-This pruner compares means instead: the gap between the best trial's mean and this trial's over
-the k seeds both ran, against the seeds' noise SD pooled over the complete trials (each seed's
-deviation from its trial's mean; a seed effect shared by every trial only inflates it, which
-prunes less). It prunes when
+It compares means: the gap between the best trial's mean and this trial's over the k seeds both
+ran, against the seeds' noise SD pooled over the complete trials (a seed effect shared by every
+trial only inflates it, which prunes less). It prunes when
 
     gap > gap_sd * sd * sqrt(2 / k),
 
 the gap of two means of k independent seeds being sd * sqrt(2 / k) wide, and not before
 ``min_seeds`` seeds, nor before the complete trials give ``min_df`` degrees of freedom of noise.
 Set from the simulation of ``tests/test_pruning.py`` (scores N(mean, 1) per seed, 20 trials):
-with ``gap_sd`` 3 and ``min_seeds`` 2, about 2% of equally good trials were pruned over 3 seeds
-(the winner's curse puts the best about one SD up), and 80-100% of those 3 SD worse, about half
-of those 2 SD worse; ``gap_sd`` 2.5 pruned 5-10% of the equal ones. Optuna only.
+with ``gap_sd`` 3 and ``min_seeds`` 2, about 2% of equally good trials were pruned over 3 seeds,
+and 80-100% of those 3 SD worse; ``gap_sd`` 2.5 pruned 5-10% of the equal ones. Optuna only.
 """
 
 from __future__ import annotations

@@ -17,34 +17,25 @@ from isotune.search.checks import check_no_axis, check_seeds, key_name, ranking_
 from isotune.search.space import SearchSpace
 
 SEED_KEY = "seed"  # what each job of a trial varies
-# seed and the keys that follow it (${seed} in conf/train.yaml): the initialisation and the batch
-# order. The search sets seed per job; fixed, any of them would be shared by every tuning and
-# report run, and the report's seeds would not be held out in what it sets.
+# seed and the keys that follow it (${seed}): fixed, one would be shared by every tuning and report
+# run, and the report's seeds would not be held out in what it sets.
 SEED_KEYS = (SEED_KEY, "seed_init", "seed_data")
-# hydra.sweeper.tune_on: the data that chooses a trial. train_split: the tuning runs train on
-# train minus a split carved from it and evaluate on that split (data.tuning_split, a run's
-# option: isotune.data.tuning_split); the report runs train on all of train and report on dev,
-# their last epoch (select_epoch=last: isotune.training.epoch_choice), so dev chooses nothing.
+# hydra.sweeper.tune_on: the data that chooses a trial (docs/search.md, "Data that tunes apart from
+# data that reports"); with train_split the report runs take their last epoch: dev chooses nothing.
 TUNE_ON = {"dev": (), "train_split": ("data.tuning_split=true",)}
 REPORTED_ON = {"dev": (), "train_split": ("select_epoch=last",)}  # what its report runs add
 
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """One search: its space, seeds, baseline, budget, failure rule, study and sampler.
+    """One search: its space, seeds, baseline, budget, failure rule, study and sampler
+    (docs/search.md#settings for the keys a user types).
 
-    ``make_sampler(seed)`` makes the sampler (``seed`` None: unseeded); ``sampler`` is its config
-    as given (``_target_`` and arguments; its ``seed``, None: none), which the study records.
-    ``pruner`` is an Optuna pruner, None for none.
-    ``baseline`` is the baseline's overrides, the fixed ones included; None: no baseline runs
-    (a study's search, whose baseline is an arm of the study). ``tag_runs``: tag each
-    run with the search and its trial (``logger=wandb``); ``wandb_group``: a study's search, its
-    runs grouped as ``<study>-<task>-<arm>`` with the job type ``tuning`` or ``report``.
-    ``retry_failed``: run each FAILED trial's configuration again as a new trial (the cause of
-    its failure since fixed), the failed one left out of the budget, the failure rule and the
-    tables. ``tune_on``: the data that chooses (:data:`TUNE_ON`). ``report_overrides``: what
-    only the held-out report's runs add besides :data:`REPORTED_ON`'s (a study's
-    ``keep_report_models``: ``checkpoint.keep=slim``, so that its winners can be submitted)."""
+    ``sampler`` is the sampler's config as given, which the study records; ``make_sampler(seed)``
+    makes it. ``baseline`` None: no baseline runs (a study's search, whose baseline is an arm).
+    ``retry_failed``: run each FAILED trial's configuration again as a new trial, the failed one
+    left out of the budget, the failure rule and the tables. ``report_overrides``: what only the
+    held-out report's runs add besides :data:`REPORTED_ON`'s (a study's ``keep_report_models``)."""
 
     space: SearchSpace
     seeds: tuple[int, ...]

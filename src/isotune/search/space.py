@@ -1,23 +1,12 @@
 """The search space: Hydra's sweep grammar read as Optuna distributions, as the official
-``hydra-optuna-sweeper`` reads it, so that its ``params`` read unchanged here.
+``hydra-optuna-sweeper`` reads it, so that its ``params`` read unchanged here
+(docs/search.md#the-search-space). Ours alone: ``tag(log, signed, interval(low, high))``, two Optuna
+parameters (``KEY`` the magnitude, ``KEY:sign`` -1 or 1), the override their product: a weight
+whose sign flips what it pushes towards (I-STAR's).
 
-- ``choice(a, b, c)``: categorical over the values (empty: refused).
-- ``range(start, stop[, step])``: integers, or stepped floats when any bound or the step is a
-  float, over the values Hydra's basic sweeper would run (``stop`` excluded, as in Python).
-- ``interval(low, high)``: a float; ``int(interval(low, high))``: an integer, both ends included.
-- ``tag(log, interval(low, high))``: on a log scale (low > 0).
-- ``tag(log, signed, interval(low, high))`` (ours, not the official plugin's): both signs with the
-  magnitude on a log scale, two Optuna parameters (``KEY`` the magnitude, ``KEY:sign`` -1 or 1),
-  the override their product: a weight whose sign flips what it pushes towards (I-STAR's).
-- A plain value fixes the key for every job.
-
-``params`` (``hydra.sweeper.params``, nested keys joined with dots) come first, the command line's
-overrides after: a sweep there searches its key instead; a plain value there fixes its key, and is
-refused where the key is also searched (which one would the search be about?). Within ``params``
-the later of a key's values wins, so ``++hydra.sweeper.params.reg.weight=0.5`` fixes a weight a
-preset searches (Hydra keeps the preset's ``reg.weight`` and the typed ``reg: {weight: 0.5}`` as two
-entries, one key). Every refusal is
-one message naming the key, its value and the fix, raised before any job runs.
+``params`` come first, the command line's overrides after; within ``params`` the later of a key's
+values wins (Hydra keeps a preset's ``reg.weight`` and a typed ``reg: {weight: 0.5}`` as two
+entries, one key). Every refusal names the key, its value and the fix, before any job runs.
 """
 
 from __future__ import annotations
@@ -161,7 +150,7 @@ def _parse(parser: Any, text: str, source: str) -> Any:
 
 
 def searched_key(key: str, override: Any, text: str, source: str) -> SearchedKey:
-    """The distribution of one sweep override (see the module docstring)."""
+    """The distribution of one sweep override."""
     from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 
     sweep = override.value()

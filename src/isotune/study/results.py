@@ -1,17 +1,10 @@
 """What one search of a study gave: its tuned value, every trial's value, and every run, the
 held-out ones with the geometry of their classifier input and their score at the last epoch.
 
-The geometry is read at one fixed point, the last epoch, beside the score of that same epoch:
-read at the best epoch, which the dev score chose, a run that peaked early would carry its early
-geometry (isotropy falls epoch by epoch as fine-tuning goes on), and the score that chose the
-epoch would be set against geometry it selected.
-
-Read from the search's folder as :mod:`isotune.search.report` leaves it (``trials.csv``,
-``optimization_results.yaml``, ``report/trial-<n>/seed-<s>/``); a search that has not reached its
-report yet gives the trials its Optuna journal holds, and the study report says which searches
-are unfinished. A whole
-study is read from its folder and its record alone (:func:`read_study`), so that its report can be
-made again from a folder carried anywhere, by any later code, without running anything.
+The geometry is read at the last epoch, beside that epoch's score: read at the best epoch, which
+the dev score chose, a run that peaked early would carry its early geometry, and the score that
+chose the epoch would be set against geometry it selected. A study is read from its folder and
+record alone (:func:`read_study`), so its report can be made again from a folder carried anywhere.
 """
 
 from __future__ import annotations
@@ -42,9 +35,8 @@ TUNING, REPORT = "tuning", "report"  # a run's phase
 
 @dataclass(frozen=True)
 class StudyRun:
-    """One run of a study: its phase, trial (None for a report run), seed and what it gave:
-    ``score`` at its best epoch (what the comparisons use), ``geometry`` and ``final_score`` at
-    its last epoch (what the geometry is set against)."""
+    """One run of a study (``trial`` None for a report run): ``score`` at its best epoch (what
+    the comparisons use), ``geometry`` and ``final_score`` at its last epoch."""
 
     task: str
     arm: str
@@ -73,9 +65,8 @@ class StudyRun:
 
 @dataclass(frozen=True)
 class ArmOutcome:
-    """One (task, arm) search: the best trial's values and tuning value, what each trial spent
-    adds to the expected best in trial order (:func:`isotune.search.report.spent_value`: None
-    for a failed trial), and every run (tuning and report)."""
+    """One (task, arm) search: the best trial's values and tuning value, each trial's
+    :func:`~isotune.search.report.spent_value` in trial order, and every run."""
 
     task: str
     arm: str
@@ -102,10 +93,8 @@ class ArmOutcome:
 
 @dataclass(frozen=True)
 class StudyOutcome:
-    """A study's searches as its record (``multirun.yaml``) plans them: each (task, arm)'s
-    outcome, task by task, the baseline arm, whether a higher score is better, the test it
-    stated before its runs (None: none): for a sequential one, its plan is locked in the
-    study folder (:mod:`isotune.study.stated_looks` reads it)."""
+    """A study's searches as its record (``multirun.yaml``) plans them, with the test it stated
+    before its runs (None: none; a sequential one's plan: :mod:`isotune.study.stated_looks`)."""
 
     outcomes: tuple[ArmOutcome, ...]
     baseline: str
@@ -136,9 +125,8 @@ def read_study(folder: Path) -> StudyOutcome | None:
 
 
 def _stated_as_meant(stated: Any, config: Mapping[str, Any]) -> Any:
-    """A study's record of its stated test as it was meant: one written before a sequential
-    test named its statistic's epoch (its alpha still ``level``) scored its runs at the epoch
-    the study's runs took (``select_epoch``, ``best`` before that option)."""
+    """A study's stated test as it was meant: one recorded before a sequential test named its
+    statistic's epoch (alpha still ``level``) scored at the runs' ``select_epoch`` (``best``)."""
     if not isinstance(stated, Mapping) or OLD_ALPHA not in stated or not stated.get("looks"):
         return stated
     return {"select_epoch": config.get("select_epoch", "best"), **stated}
@@ -157,17 +145,13 @@ def _typed_tasks(overrides: Sequence[str]) -> list[str]:
 
 
 def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> ArmOutcome:
-    """The outcome of the search in ``folder`` (see the module docstring), its held-out runs
-    those on the study's ``report_seeds``: a folder continued under other report seeds keeps
-    the old seeds' runs, which are not this study's pairs.
-
-    Read top to bottom: the trials and their jobs (``trials.csv``), the chosen trial
-    (``optimization_results.yaml``), checked against the trials, then each report run, checked
-    against the chosen trial's values, so that a file edited or left from another search is
-    refused by name rather than reported as this arm's.
-    """
+    """The outcome of the search in ``folder``, its held-out runs those on the study's
+    ``report_seeds`` (a folder continued under other report seeds keeps the old seeds' runs).
+    The chosen trial is checked against ``trials.csv``, each report run against its values, so
+    that a file edited or left from another search is refused by name."""
     trials = _trial_rows(folder)
-    record = _read_yaml(folder / SEARCH_RESULTS_FILE)
+    path = folder / SEARCH_RESULTS_FILE
+    record = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
     best, best_params = record.get("best_trial"), dict(record.get("best_params") or {})
     held_out = record.get("held_out") or {}
     if best is not None:
@@ -199,9 +183,8 @@ def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> 
 
 
 def _trial_rows(folder: Path) -> list[TrialRow]:
-    """The search's finished trials in trial order, each with its jobs (a trial that ran none:
-    no job): ``trials.csv`` as :mod:`isotune.search.report` wrote it at the search's end, else,
-    for a search stopped before its end, the trials its journal holds."""
+    """The search's finished trials in trial order, each with its jobs: ``trials.csv``, else, for
+    a search stopped before its end, the trials its journal holds."""
     path = folder / TRIALS_FILE
     if not path.is_file():
         return _journal_rows(folder / JOURNAL_FILE)
@@ -341,32 +324,18 @@ def _same_value(typed: str, chosen: Any) -> bool:
 
 def runs_table(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
     """One row per run of the study (the study's CSV)."""
+    fields = ("task", "arm", "phase", "trial", "seed", "score", "learned", "status", "final_score")
     rows = [
         {
-            "task": run.task,
-            "arm": run.arm,
-            "phase": run.phase,
-            "trial": run.trial,
-            "seed": run.seed,
-            "score": run.score,
-            "learned": run.learned,
-            "status": run.status,
-            "final_score": run.final_score,
+            **{name: getattr(run, name) for name in fields},
             **{measure: run.geometry.get(measure) for measure in GEOMETRY},
             "job_dir": run.job_dir,
         }
         for outcome in outcomes
         for run in outcome.runs
     ]
-    columns = ["task", "arm", "phase", "trial", "seed", "score", "learned", "status"]
-    table = pd.DataFrame(rows, columns=[*columns, "final_score", *GEOMETRY, "job_dir"])
+    table = pd.DataFrame(rows, columns=[*fields, *GEOMETRY, "job_dir"])
     return table.astype({"trial": "Int64"})  # a report run has no trial: blank, not 0.0
-
-
-def _read_yaml(path: Path) -> Mapping[str, Any]:
-    if not path.is_file():
-        return {}
-    return yaml.safe_load(path.read_text()) or {}
 
 
 def _number(value: Any) -> float | None:

@@ -1,15 +1,6 @@
-"""Turn sweep folders into tables, paired statistics, figures and a report; list unfinished runs.
-
-``python -m isotune.aggregate <dir> [<dir> ...]`` reads every ``results.json`` below the folders
-(the bookkeeping of :mod:`isotune.sweeps.runs`; the same configuration, task and seeds twice count
-once, the latest completed run), pairs runs by the seed that varies (:mod:`isotune.sweeps.seeds`),
-counts the runs that failed to learn (:mod:`isotune.sweeps.failures`), and writes into the first
-folder (or ``--out``) the tables of :mod:`isotune.sweeps.tables` as Markdown and CSV, the paired
-statistics of :mod:`isotune.sweeps.comparisons`, the figures of :mod:`isotune.sweeps.figures` and
-``sweep_report.md`` (:mod:`isotune.sweeps.report`); with ``--wandb`` also one W&B summary run.
-Runs that did not complete and jobs that never left a ``results.json`` are listed;
-:mod:`isotune.sweeps.rerun` reruns them. Counted runs that differ in code, packages, model or
-data (:mod:`isotune.sweeps.mixed`) are said so in a paragraph; ``--strict`` refuses them.
+"""Turn sweep folders into tables, paired statistics, figures and a report; list unfinished runs
+(docs/sweeps.md#tables-statistics-report). The same configuration, task and seeds twice count
+once, the latest completed run.
 
     python -m isotune.aggregate SWEEP [SWEEP ...] [--out DIR] [--baseline norm=batchnorm] [--wandb]
 """
@@ -94,9 +85,8 @@ RESULTS_MD, ISOTROPY_MD, REPORT_MD = "results_table.md", "isotropy_table.md", "s
 
 @dataclass(frozen=True)
 class HeldBack:
-    """Runs a wing above this one leaves out of the tables (a study's stated seeds between the
-    looks of its sequential test, :mod:`isotune.study.report`), by their job folders, and why:
-    one sentence, which the results tables print above them."""
+    """Runs a wing above leaves out of the tables (a sequential test's stated seeds between its
+    looks), by their job folders, and why: the sentence printed above the tables."""
 
     job_dirs: frozenset[Path]
     why: str
@@ -132,8 +122,7 @@ class Aggregate:
     held_back: list[HeldBack]  # runs left out of the tables, and why
 
     def report(self) -> str:
-        """The results tables, whether their runs came from one environment, and the
-        unfinished/missing/duplicate runs, as Markdown."""
+        """The results tables, their environment and the runs' status, as Markdown."""
         return f"{self.results()}\n{self.environments.markdown()}\n\n{self.status()}"
 
     def results(self) -> str:
@@ -148,9 +137,8 @@ class Aggregate:
         return above + tables + (searches and f"\n{searches}")
 
     def status(self) -> str:
-        return report.status_markdown(
-            self.runs, self.unfinished, self.missing, self.sweeps, self.duplicates, self.checked_at
-        )
+        shown = (self.runs, self.unfinished, self.missing, self.sweeps, self.duplicates)
+        return report.status_markdown(*shown, self.checked_at)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """The tables written as ``<name>.csv`` and logged to W&B."""
@@ -208,11 +196,8 @@ def aggregate(
     held_back: Callable[[Sequence[Sweep]], Sequence[HeldBack]] | None = None,
 ) -> Aggregate:
     """Read every run below ``directories`` (and their sweeps' multirun.yaml); ``baseline``:
-    ``AXIS=VALUE`` choices over the default baseline; ``now`` (default: the current time, with
-    its UTC offset) dates the age of running runs; ``strict`` refuses counted runs that do not
-    all come from one known environment, runs of unknown or uncommitted code among them unless
-    ``allow_unknown_code``; ``held_back(sweeps)`` names the runs a wing above leaves out of the
-    tables (they stay in the runs' status)."""
+    ``AXIS=VALUE`` choices over the default baseline; ``now`` dates the age of running runs;
+    ``held_back(sweeps)`` names the runs a wing above leaves out of the tables."""
     directories = [Path(directory) for directory in directories]
     for directory in directories:
         if not directory.is_dir():
@@ -235,6 +220,14 @@ def aggregate(
     def identity(run: Run) -> tuple[Configuration, str, int, int]:
         return Configuration.of(run), run.field("task"), *run_seeds(run)
 
+    def placed(run: Run) -> Hashable | None:
+        """None for a record that does not say its settings (an unreadable file, a start refused
+        before recording them): listed among the failed runs, counted in no comparison."""
+        try:
+            return identity(run)
+        except IsotuneError:
+            return None
+
     left_out = list(held_back(sweeps)) if held_back is not None else []
     held = {job_dir.resolve() for group in left_out for job_dir in group.job_dirs}
     counted_runs = [run for run in runs if run.job_dir.resolve() not in held]
@@ -253,9 +246,7 @@ def aggregate(
     configurations = Configurations.of((Configuration.of(run) for run in kept), baseline_axes)
     seeds = SeedAxis.of(kept)
     scores = scores_frame(kept, configurations, seeds)
-    without_score = without_score_frame(
-        ended_without_score(runs, _placed(identity)), configurations, seeds
-    )
+    without_score = without_score_frame(ended_without_score(runs, placed), configurations, seeds)
     summary = summarize_scores(scores, configurations)
     failures = failure_counts(scores)
     baselines = configurations.baseline_names
@@ -301,20 +292,6 @@ def aggregate(
         checked_at=now or datetime.now().astimezone(),
         held_back=left_out,
     )
-
-
-def _placed(identity: Callable[[Run], Hashable]) -> Callable[[Run], Hashable | None]:
-    """``identity``, or None for a record that does not say the settings it needs (an
-    unreadable file, a start refused before recording them): such a run is listed among the
-    failed runs and counted in no comparison."""
-
-    def placed(run: Run) -> Hashable | None:
-        try:
-            return identity(run)
-        except IsotuneError:
-            return None
-
-    return placed
 
 
 def _check_measures(measures: Sequence[str], isotropy_runs: pd.DataFrame) -> None:
@@ -367,11 +344,9 @@ def main(
     study_reports: Callable[[Sequence[Sweep], Path | None], Sequence[Path]] | None = None,
     held_back: Callable[[Sequence[Sweep]], Sequence[HeldBack]] | None = None,
 ) -> int:
-    """The command; ``study_reports(sweeps, --out)`` makes the reports of the study folders among
-    the sweeps and gives their paths, and ``held_back(sweeps)`` names the runs the tables leave
-    out (the study wing's, above this one: ``python -m isotune.aggregate`` passes
-    :func:`isotune.study.report.write_study_reports` and
-    :func:`isotune.study.report.stated_runs_held_back`)."""
+    """The command; ``study_reports(sweeps, --out)`` writes the study folders' reports and
+    ``held_back(sweeps)`` names the runs the tables leave out (the study wing's, above this one,
+    which ``python -m isotune.aggregate`` passes)."""
     parser = argparse.ArgumentParser(
         prog="python -m isotune.aggregate",
         description="Tables over seeds, paired statistics against a baseline, figures and "

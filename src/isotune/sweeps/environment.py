@@ -1,10 +1,7 @@
-"""``python -m isotune.env [FOLDER ...]``: this machine's provenance, as a run records it; given run
-or sweep folders, how their runs' code and packages differ from this machine, and the commands
-that would install the versions they recorded.
-
-A result is worth rebuilding only if a reader can rebuild the environment that made it: this is
-the reader's side of :mod:`isotune.record.provenance`. The model and data are not compared here
-(they are the run's, not the machine's); :mod:`isotune.sweeps.mixed` compares them among runs.
+"""``python -m isotune.env [FOLDER ...]``: this machine's provenance, as a run records it; given
+folders, how their runs' code and packages differ from it, and the commands that would install
+the versions they recorded: the reader's side of :mod:`isotune.record.provenance`. The model and
+data are the run's, not the machine's: :mod:`isotune.sweeps.mixed` compares them among runs.
 """
 
 from __future__ import annotations
@@ -75,8 +72,8 @@ def compare(machine: dict[str, Any], recorded: Sequence[dict[str, Any] | None]) 
 def differences_from(
     machine: dict[str, Any], recorded: Sequence[dict[str, Any] | None]
 ) -> list[str]:
-    """A line for each field of the code and packages where a recorded provenance differs from
-    ``machine``'s, with each value's count of runs (a run without provenance: ``unknown``)."""
+    """A line per code or package field where a recorded provenance differs from ``machine``'s,
+    with each value's count of runs (none recorded: ``unknown``)."""
     ours = identity(machine)
     theirs = [identity(p) for p in recorded]
     differ = []
@@ -92,10 +89,8 @@ def differences_from(
 
 def check_continued_in_one_environment(folder: Path, allowed_by: str, allowed: bool) -> None:
     """Refuse to add runs to ``folder`` (a study or search typed again) from other code or
-    packages than its runs so far were made with: a ``git pull`` or an upgrade between two
-    sittings of a study that takes hours would mix environments in one comparison, silently.
-    With ``allowed`` (the setting ``allowed_by`` names), say it and go on: the report's readers
-    then learn it from ``python -m isotune.aggregate``, and ``--strict`` refuses the folder."""
+    packages than its runs so far: a ``git pull`` between two sittings would mix environments in
+    one comparison, silently. With ``allowed`` (the setting ``allowed_by`` names), say so."""
     # A run stopped before it recorded its provenance (while its model loaded) has trained in no
     # environment yet: it starts again in this one. A completed run without one is of unknown code.
     runs = [run for run in load_runs(folder) if run.completed or run.result.get("provenance")]

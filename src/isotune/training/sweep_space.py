@@ -1,13 +1,7 @@
-"""A sweep that cannot fit on its disk is refused before any job starts.
-
-A university cluster's home or project quota fills silently mid-sweep: the runs that reach a full
-disk fail, and a 160-run study of BERT-base with whole checkpoints needs about 400 GB. Before the
-first job, the sweep's expected size (:mod:`isotune.sweeps.footprint`: each job's model and
-``checkpoint.keep``, the jobs running at once at their peak) is compared with the free space of the
-file system the sweep folder is on; a sweep that cannot fit stops with one message naming the
-numbers and the ways out, unless ``check_free_space=false`` says to start it anyway. A sweep or
-study typed again (after a time limit, a preemption, a failed job) is sized by the jobs it has left:
-its completed runs take their disk already, counted in the free space, and run no more.
+"""A sweep that cannot fit on its disk is refused before any job starts (docs/sweeps.md#disk-space):
+a cluster's quota fills silently mid-sweep, and a 160-run study of BERT-base with whole
+checkpoints needs about 400 GB. A sweep typed again is sized by the jobs it has left: its
+completed runs take their disk already, counted in the free space.
 """
 
 from __future__ import annotations
@@ -32,15 +26,14 @@ log = logging.getLogger(__name__)
 def check_sweep_fits(
     sweep_dir: Path, jobs: Sequence[DictConfig], at_once: int, completed: int = 0
 ) -> None:
-    """Refuse (:class:`IsotuneError`) a sweep of ``jobs`` (the composed configs of the jobs it
-    has left to run; ``completed``: how many of its jobs completed before, in a sweep typed again)
-    that cannot fit in the free space under ``sweep_dir`` with ``at_once`` of them running; log
-    its size."""
+    """Refuse a sweep of ``jobs`` (the composed configs of those left to run; ``completed``: how
+    many completed before) that cannot fit under ``sweep_dir`` with ``at_once`` running."""
     if not jobs or not jobs[0].get("check_free_space", True):
         return
     at_once = max(1, min(at_once, len(jobs)))
     need = _need(jobs, at_once, keep=None)
-    free = shutil.disk_usage(_existing(sweep_dir)).free
+    made = next(path for path in [sweep_dir, *sweep_dir.parents] if path.exists())  # made later
+    free = shutil.disk_usage(made).free
     keeps = sorted({str(job.checkpoint.keep) for job in jobs})
     left = counted(len(jobs), "job")
     if completed:
@@ -72,8 +65,7 @@ def check_sweep_fits(
 
 
 def completed_runs(folder: Path) -> int:
-    """How many runs below ``folder`` completed (each run's results.json): a study or search
-    typed again runs them no more."""
+    """How many runs below ``folder`` completed: a study or search typed again runs them no more."""
     return sum(run.completed for run in load_runs(folder)) if folder.is_dir() else 0
 
 
@@ -100,16 +92,8 @@ def _parameters(name_or_path: str) -> int:
         return 0
 
 
-def _existing(folder: Path) -> Path:
-    """``folder`` or its nearest parent that exists (the sweep folder is made later)."""
-    return next(path for path in [folder, *folder.parents] if path.exists())
-
-
 def jobs_at_once(launcher: DictConfig, jobs: int) -> int:
-    """How many of ``jobs`` the launcher runs at once: one for Hydra's basic launcher, its
-    ``array_parallelism`` (SLURM) or ``n_jobs`` (gpus) where set, else every job. A packed SLURM
-    sweep (``jobs_per_gpu`` above 1) runs each allocation's jobs at once in every allocation
-    running at once."""
+    """How many of ``jobs`` the launcher runs at once (docs/sweeps.md#disk-space)."""
     if str(launcher.get("_target_", "")).endswith("BasicLauncher"):
         return 1
     if "array_parallelism" in launcher and launcher.get("jobs_per_gpu", 1) > 1:
