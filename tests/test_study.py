@@ -65,11 +65,12 @@ from isotune.study.stated_report import held_back_sentence
 from isotune.sweeps import slurm_jobs
 from isotune.sweeps.aggregate import aggregate
 from isotune.sweeps.environment import check_continued_in_one_environment, machine_provenance
+from isotune.sweeps.power import minimum_detectable_difference, pairs_needed
 from isotune.sweeps.report import status_markdown
 from isotune.sweeps.rerun import plan_reruns
 from isotune.sweeps.runs import JOURNAL_FILE, STUDY_SWEEPER, Sweep, find_sweeps, load_runs
 from isotune.sweeps.slurm_jobs import SlurmJob
-from isotune.sweeps.statistics import minimum_detectable_difference, pairs_needed, signed_rank_p
+from isotune.sweeps.statistics import signed_rank_p
 from isotune.sweeps.summary import summarize_sweep
 from tests.conftest import ROOT, compose_train_config
 from tests.helpers.cli import tiny_cli_overrides

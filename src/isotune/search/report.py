@@ -47,11 +47,7 @@ from isotune.sweeps.intention_to_treat import (
     intention_to_treat_line,
 )
 from isotune.sweeps.runs import SEARCH_REPORT_FILE
-from isotune.sweeps.statistics import (
-    PairedComparison,
-    paired_comparison,
-    seed_count_caveat,
-)
+from isotune.sweeps.statistics import PairedComparison, paired_comparison, seed_count_caveat
 from isotune.tracking.reporting import counted, markdown_table
 
 log = logging.getLogger(__name__)
