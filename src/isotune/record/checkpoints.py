@@ -1,8 +1,8 @@
 """What a run's checkpoints hold beyond Lightning's own, how Lightning reads and writes them, how
 best.ckpt survives a resume, and what a completed run keeps of them (``checkpoint.keep``).
 
-Every checkpoint carries the run's config and overrides (:mod:`isotune.record.resume` compares them
-before continuing); Lightning reads every checkpoint through the project's data-only loader and
+Every checkpoint carries the run's config and overrides (:mod:`isotune.record.same_run` compares
+them before continuing); Lightning reads every checkpoint through the project's data-only loader and
 writes it atomically in its own folder (:class:`RunCheckpointIO`); and the checkpoint callbacks
 keep their best file right when a run continues from a checkpoint of another folder
 (``ckpt_path=`` pointing elsewhere): Lightning then forgets the best score ("The dirpath has
@@ -32,7 +32,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from isotune.atomic_files import write_atomically
 from isotune.errors import IsotuneError
-from isotune.record.resume import KEEP_KEY, MODEL_KEYS, read_checkpoint
+from isotune.record.checkpoint_reading import KEEP_KEY, MODEL_KEYS, read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,8 @@ TRAINING_STATE = ("optimizer_states", "lr_schedulers", "callbacks")
 
 def model_only(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """``checkpoint`` without the optimizer's, the scheduler's and the callbacks' state, marked as
-    such (:data:`~isotune.record.resume.KEEP_KEY`) so a resume from it names the way out."""
+    such (:data:`~isotune.record.checkpoint_reading.KEEP_KEY`) so a resume from it names the way
+    out."""
     kept = {key: value for key, value in checkpoint.items() if key not in TRAINING_STATE}
     return {**kept, KEEP_KEY: "slim"}
 
@@ -65,7 +66,7 @@ def keep_of_completed_run(trainer: L.Trainer, keep: str) -> None:
 class RunCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint files, read as data and written whole in their own folder.
 
-    Read by :func:`isotune.record.resume.read_checkpoint`: data only, whatever
+    Read by :func:`isotune.record.checkpoint_reading.read_checkpoint`: data only, whatever
     ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (Lightning's own read passes no ``weights_only``,
     which that variable turns into ``False``). Resuming (``fit``) and predicting with best.ckpt
     both read here.

@@ -5,8 +5,8 @@ Both commands read a checkpoint a person points them at, so both refuse the same
 anything is built: no ``ckpt_path``, a run folder with a link leading out of it (what is read
 there would be another's), a run that completed keeping no model (``checkpoint.keep=none``: the
 command that trains it again keeping one is named), and a file that is not a train.py checkpoint
-or holds more than data (:func:`isotune.record.resume.read_checkpoint`, torch's weights_only
-loader). The checkpoint comes back as data; the model wing builds the model from it
+or holds more than data (:func:`~isotune.record.checkpoint_reading.read_checkpoint`, torch's
+weights_only loader). The checkpoint comes back as data; the model wing builds the model from it
 (:func:`isotune.model.classifier.model_from_checkpoint`).
 """
 
@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from isotune.errors import IsotuneError
+from isotune.record.checkpoint_reading import MODEL_KEYS, read_checkpoint
+from isotune.record.folder_links import check_no_link_leaves
 from isotune.record.results import RESULTS_FILE, kept_model_file, read_results
-from isotune.record.resume import MODEL_KEYS, check_no_link_leaves, read_checkpoint
 
 KEEP_OVERRIDE = "checkpoint.keep="  # what a run keeps (docs/training.md#what-a-run-keeps)
 KEEP_A_MODEL = "slim"  # the best epoch's model, what analyze.py and predict.py read

@@ -11,8 +11,8 @@ slots instead of running one after another.
 Before a batch starts, as in every plain sweep: a job whose folder a live process holds (a job of
 a stopped search that outlived it on SLURM) stops the search in one message, since a second job
 there would be refused by the folder lock and fail its trial for good; and a job whose folder
-holds a link leading out of it (:func:`~isotune.record.resume.check_links_stay_inside`) is refused,
-the refusal recorded in its results.json, without reaching the launcher.
+holds a link leading out of it (:func:`~isotune.record.folder_links.check_links_stay_inside`) is
+refused, the refusal recorded in its results.json, without reaching the launcher.
 
 A job that has not ended after its batch (still running or interrupted when the launcher raised, as
 submitit's does at the first job SLURM killed; interrupted by its own signal; never started) is no
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from isotune.errors import IsotuneError, JobsNotEnded
 from isotune.record import folder_lock
-from isotune.record.resume import check_links_stay_inside, record_refusal
+from isotune.record.folder_links import check_links_stay_inside, record_refusal
 from isotune.search.outcomes import JobOutcome, completed_before, failure_reason, read_outcome
 from isotune.search.search import Job, Search
 from isotune.tracking.reporting import counted

@@ -5,7 +5,7 @@ ${hydra.job.num}``). A sweep typed again in its folder with a seed or a task add
 configurations at those places, so by place its jobs would start in folders holding other runs:
 refused there (rightly), while the new configurations never ran. Here a job goes to the folder
 whose recorded overrides (:attr:`~isotune.sweeps.runs.Run.overrides`) are its own, in any order
-and but for those that change no result (:func:`~isotune.record.resume.result_overrides`: a
+and but for those that change no result (:func:`~isotune.record.same_run.result_overrides`: a
 sweep typed again with another ``paths.glue_dir`` or ``data.num_workers`` is the same
 computation), so what completed stands and what was cut continues; a new configuration goes to
 the lowest number no folder has, so a new sweep's folders are Hydra's own 0, 1, 2, ... The
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from isotune.record.results import RESULTS_FILE
-from isotune.record.resume import result_overrides
+from isotune.record.same_run import result_overrides
 from isotune.sweeps.runs import HYDRA_OVERRIDES, Run
 
 

@@ -24,8 +24,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
+from isotune.record.folder_links import check_links_stay_inside
 from isotune.record.results import RESULTS_FILE
-from isotune.record.resume import check_links_stay_inside
 from isotune.training.cli import stop
 
 
@@ -121,8 +121,8 @@ class FolderLock(Callback):
 
 class StartCheckInRunFolder(Callback):
     """A run started in a folder that exists is refused if a link leads out of the folder
-    (:func:`isotune.record.resume.check_links_stay_inside`); one started in a folder that already
-    holds a run (its results.json) is checked as the run itself checks its start
+    (:func:`~isotune.record.folder_links.check_links_stay_inside`); one started in a folder that
+    already holds a run (its results.json) is checked as the run itself checks its start
     (:func:`isotune.training.run.check_start`: config values, and the checkpoint it would continue
     from: data only, from the same configuration). Both before Hydra rewrites the folder: a
     refused start leaves every file there byte-identical. In a new folder the run checks itself,
