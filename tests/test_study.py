@@ -1052,8 +1052,9 @@ def test_a_report_with_a_missing_value_prints_na_and_links_its_figures(tmp_path)
 
 
 def test_a_search_inside_a_study_points_to_the_study_report(tmp_path):
-    from isotune.search.outcomes import JobOutcome
-    from isotune.search.report import ExpectedBest, HeldOut, TrialRow
+    from isotune.search.expected_best_report import ExpectedBest
+    from isotune.search.outcomes import JobOutcome, TrialRow
+    from isotune.search.report import HeldOut
     from isotune.search.report import report_text as search_report_text
 
     job = JobOutcome(tmp_path, 101, 0.6, True, "completed", None)
