@@ -69,41 +69,18 @@ MODEL_SECTIONS = ("task", "model", "norm", "optim", "reg", "adapt")
 # Where each top-level module went when the modules moved into wings: a checkpoint saved before
 # names the old paths in its ``_target_``s, read as the new ones (:func:`current_targets`).
 MOVED_MODULES = {
-    "isotune.norms": "isotune.norms.registry",
-    "isotune.whitening": "isotune.norms.whitening",
-    "isotune.ranges": "isotune.norms.ranges",
-    "isotune.values": "isotune.norms.values",
-    "isotune.penalties": "isotune.isotropy.penalties",
-    "isotune.enhance": "isotune.isotropy.enhance",
-    "isotune.metric_keys": "isotune.tracking.metric_keys",
-    "isotune.run_names": "isotune.tracking.run_names",
-    "isotune.network": "isotune.tracking.network",
-    "isotune.wandb_status": "isotune.tracking.wandb_status",
-    "isotune.wandb_logging": "isotune.tracking.wandb_logging",
-    "isotune.reporting": "isotune.tracking.reporting",
-    "isotune.tasks": "isotune.data.tasks",
-    "isotune.metrics": "isotune.data.metrics",
-    "isotune.classifier": "isotune.model.classifier",
-    "isotune.sentence_views": "isotune.model.sentence_views",
-    "isotune.regularization": "isotune.model.regularization",
-    "isotune.adaptation": "isotune.model.adaptation",
-    "isotune.families": "isotune.model.families",
-    "isotune.encoders": "isotune.model.encoders",
-    "isotune.results": "isotune.record.results",
-    "isotune.resume": "isotune.record.resume",
-    "isotune.checkpoints": "isotune.record.checkpoints",
-    "isotune.csv_logging": "isotune.record.csv_logging",
-    "isotune.stopping": "isotune.record.stopping",
-    "isotune.rng_state": "isotune.record.rng_state",
-    "isotune.progress": "isotune.record.progress",
-    "isotune.folder_lock": "isotune.record.folder_lock",
-    "isotune.training": "isotune.training.run",
-    "isotune.config_checks": "isotune.training.config_checks",
-    "isotune.hydra_callbacks": "isotune.training.hydra_callbacks",
-    "isotune.cli": "isotune.training.cli",
-    "isotune.instantiate": "isotune.training.instantiate",
-    "isotune.trivial": "isotune.training.trivial",
-}
+    f"isotune.{module}": f"isotune.{wing}.{module}"
+    for wing, modules in {
+        "norms": "whitening ranges values",
+        "isotropy": "penalties enhance",
+        "tracking": "metric_keys run_names network wandb_status wandb_logging reporting",
+        "data": "tasks metrics",
+        "model": "classifier sentence_views regularization adaptation families encoders",
+        "record": "results resume checkpoints csv_logging stopping rng_state progress folder_lock",
+        "training": "config_checks hydra_callbacks cli instantiate trivial",
+    }.items()
+    for module in modules.split()
+} | {"isotune.norms": "isotune.norms.registry", "isotune.training": "isotune.training.run"}
 
 
 def run_config(cfg: DictConfig) -> dict[str, Any]:

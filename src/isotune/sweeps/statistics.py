@@ -220,15 +220,13 @@ def seed_count_caveat(nonzero_pairs: int) -> str:
     ``nonzero_pairs`` can show: zero differences are dropped before ranking, so the floor
     2 / 2^k counts the non-zero pairs k, not the seeds (4 of 5 non-zero: 0.125, not 0.0625)."""
     floor = smallest_wilcoxon_p(nonzero_pairs)
-    pairs = counted(nonzero_pairs, "non-zero pair")
-    if floor > 1 - CONFIDENCE:
-        return (
-            f"With {pairs} the smallest two-sided Wilcoxon p is {floor:.4g}, so "
-            f"'not significant' there is not 'no effect'."
-        )
+    weak = floor > 1 - CONFIDENCE
+    so = (
+        ", so 'not significant' there is" if weak else "; with few seeds 'not significant' is still"
+    )
     return (
-        f"With {pairs} the smallest two-sided Wilcoxon p is {floor:.4g}; with few "
-        f"seeds 'not significant' is still not 'no effect'."
+        f"With {counted(nonzero_pairs, 'non-zero pair')} the smallest two-sided Wilcoxon p is "
+        f"{floor:.4g}{so} not 'no effect'."
     )
 
 
