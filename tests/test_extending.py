@@ -24,24 +24,26 @@ from isotune.model.regularization import MEASURES
 from isotune.norms.registry import NORMS
 from isotune.training.config_checks import RULES
 from tests.conftest import CONF_DIR, ROOT
+from tests.helpers.norms import (
+    CODE_SPAN,
+    code_words,
+    documented_options,
+    norms_with_interventions,
+    unchecked_options,
+    unranged_norm_options,
+)
 from tests.helpers.presets import load, options, overrides, stated_job_counts, sweep_params
 
 CONF = CONF_DIR
 DOCS = ROOT / "docs"
 ANALYSIS = ROOT / "src" / "isotune" / "analysis"
-RULE_KEYS = {key for key, _, _ in RULES}
-CODE_SPAN = re.compile(r"`([^`]+)`")
+RULE_KEYS = {rule[0] for rule in RULES if not callable(rule)}  # a norm's: on its entry in NORMS
 # What the isotropy callback logs besides measure_cloud's and measure_outliers' scalars.
 CALLBACK_MEASURES = ("isoscore_star", "outliers_kept")
 
 
 def swept_interventions() -> set[str]:
     return set(sweep_params("interventions")["intervention"])
-
-
-def code_words(text: str) -> set[str]:
-    """Every word of every code span in ``text``: `a b`, `c` -> {a, b, c}."""
-    return {word for span in CODE_SPAN.findall(text) for word in span.split()}
 
 
 def table_column(markdown: str, header: str) -> set[str]:
@@ -59,31 +61,6 @@ def table_column(markdown: str, header: str) -> set[str]:
 
 CONFIG_GROUPS_HEADER = "| group | options |"  # docs/training.md's config groups table
 GROUPS = sorted(path.name for path in CONF.iterdir() if path.is_dir())  # as --help lists them
-
-
-def config_group_options(group: str) -> set[str]:
-    """The options docs/training.md's config groups table names for ``group`` (the row whose
-    first cell names it: `paths`, `hydra` share one)."""
-    training = (DOCS / "training.md").read_text()
-    row = next(
-        line
-        for line in training.splitlines()
-        if line.startswith("| `") and group in code_words(line.split("|")[1])
-    )
-    return code_words(row.split("|")[2])
-
-
-def unchecked_options(group: str, name: str) -> list[str]:
-    """``group.option`` for each option of ``conf/<group>/<name>.yaml`` without a rule in
-    config_checks.RULES; ``name`` and values taken from elsewhere (``${seed}``) need none."""
-    config = load(group, name)
-    return [
-        f"{group}.{option}"
-        for option, value in config.items()
-        if option != "name"
-        and not (isinstance(value, str) and value.startswith("${"))
-        and f"{group}.{option}" not in RULE_KEYS
-    ]
 
 
 # -- tasks and models -------------------------------------------------------------------------
@@ -111,7 +88,8 @@ def test_the_config_groups_table_names_every_group_and_no_other():
 
 @pytest.mark.parametrize("group", GROUPS)
 def test_the_config_groups_table_names_every_option_and_no_other(group):
-    assert config_group_options(group) == set(options(group)), (
+    documented, expected = documented_options(group)
+    assert documented == expected, (
         f"update the `{group}` row of the config groups table in docs/training.md"
     )
 
@@ -124,16 +102,16 @@ def test_every_model_config_is_named_as_its_file(name):
 # -- norms -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", list(NORMS))
-def test_every_norm_has_an_intervention_in_the_interventions_sweep(name):
+@pytest.mark.parametrize("name", norms_with_interventions())
+def test_every_norm_with_an_intervention_has_its_own_in_the_interventions_sweep(name):
     assert (CONF / "intervention" / f"{name}.yaml").is_file(), f"no conf/intervention/{name}.yaml"
     assert overrides(name) == {"norm": name, "reg": "none"}
     assert name in swept_interventions(), "not in conf/experiment/interventions.yaml's sweep"
 
 
 @pytest.mark.parametrize("name", list(NORMS))
-def test_every_norm_option_has_a_config_check(name):
-    assert unchecked_options("norm", name) == [], "add a rule to config_checks.RULES"
+def test_every_norm_option_has_a_range_on_its_entry(name):
+    assert unranged_norm_options(name) == [], "add its range to the entry in NORMS"
 
 
 # -- regularizers ------------------------------------------------------------------------------
@@ -159,7 +137,7 @@ def test_every_regularizer_names_its_measure_and_is_an_intervention(name):
 
 @pytest.mark.parametrize("name", list(REGULARIZERS))
 def test_every_regularizer_option_has_a_config_check(name):
-    assert unchecked_options("reg", name) == [], "add a rule to config_checks.RULES"
+    assert unchecked_options("reg", name, RULE_KEYS) == [], "add a rule to config_checks.RULES"
 
 
 def test_interventions_doc_tables_every_regularizer_and_intervention():

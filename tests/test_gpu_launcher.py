@@ -290,15 +290,21 @@ if __name__ == "__main__":
 TWO_GPUS = ("hydra/launcher=gpus", "hydra.launcher.gpus=[0,1]")
 
 
+def _app_folder(tmp_path: Path) -> Path:
+    """``tmp_path`` made the app's folder: APP, its config and our gpus launcher's YAML (the app
+    uses ours); the sweep folder to give it."""
+    (tmp_path / "my_app.py").write_text(textwrap.dedent(APP))
+    (tmp_path / "config.yaml").write_text("sleep: 0.0\nmode: ok\ngather: 0\n")
+    launcher_yaml = tmp_path / "hydra" / "launcher" / "gpus.yaml"
+    launcher_yaml.parent.mkdir(parents=True)
+    shutil.copy(CONF_DIR / "hydra" / "launcher" / "gpus.yaml", launcher_yaml)
+    return tmp_path / "sweep"
+
+
 def _run_sweep(
     tmp_path: Path, *overrides: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    (tmp_path / "my_app.py").write_text(textwrap.dedent(APP))
-    (tmp_path / "config.yaml").write_text("sleep: 0.0\nmode: ok\ngather: 0\n")
-    launcher_yaml = tmp_path / "hydra" / "launcher" / "gpus.yaml"  # the app uses ours
-    launcher_yaml.parent.mkdir(parents=True)
-    shutil.copy(CONF_DIR / "hydra" / "launcher" / "gpus.yaml", launcher_yaml)
-    sweep_dir = tmp_path / "sweep"
+    sweep_dir = _app_folder(tmp_path)
     result = subprocess.run(
         [sys.executable, "my_app.py", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
         cwd=tmp_path,
@@ -410,12 +416,7 @@ def test_failing_and_crashing_jobs_do_not_stop_the_others(tmp_path):
 def test_a_stopped_sweeps_jobs_are_each_reported_stopped_once(tmp_path):
     """SIGTERM to the sweep: a job that records its end and exits 143 (as a training run does)
     and one the signal ends outside any handler are each one "stopped" line, not a crash."""
-    (tmp_path / "my_app.py").write_text(textwrap.dedent(APP))
-    (tmp_path / "config.yaml").write_text("sleep: 0.0\nmode: ok\ngather: 0\n")
-    launcher_yaml = tmp_path / "hydra" / "launcher" / "gpus.yaml"
-    launcher_yaml.parent.mkdir(parents=True)
-    shutil.copy(CONF_DIR / "hydra" / "launcher" / "gpus.yaml", launcher_yaml)
-    sweep = tmp_path / "sweep"
+    sweep = _app_folder(tmp_path)
     overrides = ["hydra/launcher=gpus", "hydra.launcher.n_jobs=2", "gather=2", "sleep=120"]
     process = subprocess.Popen(
         [
@@ -453,12 +454,7 @@ def test_one_ctrl_c_stops_a_sweep_whose_jobs_take_every_signal_for_their_own(tmp
     sweep ends within seconds, each job one "stopped by SIGINT" line. Before, the launcher sent
     SIGTERM to the workers and joined them without a timeout: a worker back in its wait for the
     next job took that SIGTERM for its job's, and the sweep waited for a second Ctrl-C."""
-    (tmp_path / "my_app.py").write_text(textwrap.dedent(APP))
-    (tmp_path / "config.yaml").write_text("sleep: 0.0\nmode: ok\ngather: 0\n")
-    launcher_yaml = tmp_path / "hydra" / "launcher" / "gpus.yaml"
-    launcher_yaml.parent.mkdir(parents=True)
-    shutil.copy(CONF_DIR / "hydra" / "launcher" / "gpus.yaml", launcher_yaml)
-    sweep = tmp_path / "sweep"
+    sweep = _app_folder(tmp_path)
     overrides = ["hydra/launcher=gpus", "hydra.launcher.n_jobs=2", "gather=2", "mode=stoppable"]
     process = subprocess.Popen(
         [sys.executable, "my_app.py", "-m", f"hydra.sweep.dir={sweep}", *overrides, "sleep=1,2,3"],

@@ -16,17 +16,14 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from isotune.data import GLUEDataModule
-from isotune.data.datamodule import module_options
-from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.isotropy.penalties import REGULARIZERS
-from isotune.model.classifier import SCHEDULES, GLUEClassifier
-from isotune.model.encoders import load_tokenizer
+from isotune.model.classifier import SCHEDULES
 from isotune.model.regularization import MEASURES, Regularization
 from isotune.sweeps import aggregate
 from isotune.sweeps.runs import basic_sweep_jobs
 from isotune.training.config_checks import check_train_config
+from isotune.training.fit import model_and_data
 from isotune.training.run import train
 from tests.conftest import compose_train_config
 from tests.helpers.config_checks import problems
@@ -175,19 +172,7 @@ def test_sigma_s_is_the_covariance_of_the_seeded_training_subset(
         f"reg.include_padding={include_padding}",
         f"reg.shrinkage_sample={sample}",
     )
-    model = GLUEClassifier(
-        task=plain(cfg.task),
-        model=plain(cfg.model),
-        norm=plain(cfg.norm),
-        optim=plain(cfg.optim),
-        reg=plain(cfg.reg),
-    )
-    datamodule = GLUEDataModule(
-        TaskSpec.from_config(cfg.task),
-        load_tokenizer(cfg.model.name_or_path),
-        glue_dir=cfg.paths.glue_dir,
-        **module_options(cfg.data),
-    )
+    model, datamodule = model_and_data(cfg)  # as a run builds them
     model.train()
     model.refresh_shrinkage(datamodule, epoch=3)
     assert model.training and model.encoder.training  # modes given back

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from hydra_plugins.isotune_launcher._step_timing import bound_elsewhere, job_threads, time_job
 from hydra_plugins.isotune_launcher.preview import PreviewConf, folder_line
 from hydra_plugins.isotune_launcher.summarizing_sweeper import SummarizingSweeperConf
 from isotune.record.folder_lock import LOCK_FILE
 from isotune.sweeps.time_estimate import JobParts, completed_runs_time, duration, sweep_time
-from isotune.training.step_timing import bound_elsewhere, job_threads, time_job
 from tests.conftest import compose_train_config
 from tests.helpers.cli import run_script, tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run
@@ -104,6 +104,26 @@ def test_a_jobs_time_counts_each_of_its_parts_as_often_as_the_job_does_it():
         "2 validation batches 1 s each x 4 a pass and 0.25 s at its end (metrics, isotropy) x 3",
     ):
         assert said in job.measured_from
+
+
+def test_a_probe_the_sweeps_jobs_share_is_counted_in_the_first_wave_only():
+    """The jobs of a sweep read the epoch-0 measures the first ones made (callbacks.isotropy.
+    shared_dir): counted in every wave, an 8-job sweep two at a time paid the probe 4 times."""
+    parts = JobParts(2.0, 5.0, (1.0,), 10, (), 0, 0.0, 1, "CPU with 1 torch thread")
+    alone, shared = parts.job_time("job"), replace(parts, probe_shared=True).job_time("job")
+    assert alone.typical == shared.typical == 17.0  # one job pays it either way
+    assert sweep_time(alone, 8, 2).startswith(f"about {duration(4 * 17.0)} ")
+    assert sweep_time(shared, 8, 2).startswith(f"about {duration(4 * 17.0 - 3 * 5.0)} ")
+    assert "the probe in the first wave only" in shared.measured_from
+    assert "first wave" not in alone.measured_from
+
+
+def test_a_job_shares_its_probe_where_its_isotropy_callback_names_a_shared_folder(tmp_path):
+    from hydra_plugins.isotune_launcher._step_timing import _probe_shared
+
+    assert _probe_shared(compose_train_config([]))  # the default: the sweep's folder
+    assert not _probe_shared(compose_train_config(["callbacks.isotropy.shared_dir=null"]))
+    assert not _probe_shared(compose_train_config(["callbacks.isotropy=null"]))
 
 
 def test_under_the_gpus_launcher_a_job_is_timed_with_its_share_of_the_threads(monkeypatch):

@@ -157,9 +157,8 @@ def _search_settings(
     folder: Path,
 ) -> SearchSettings:
     """The search of ``arm`` on ``task``, built as a plain search's settings are
-    (:func:`~hydra_plugins.isotune_launcher._hydra_search.settings_of`), with no baseline of
-    its own (the baseline is an arm of the study), its W&B runs grouped by study, task and
-    arm."""
+    (:func:`~._hydra_search.settings_of`), with no baseline of its own (it is an arm), its W&B runs
+    grouped by study, task and arm."""
     assert sweeper.config is not None
     space = parse_space(
         dict(arm.params),

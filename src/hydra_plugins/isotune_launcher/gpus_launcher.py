@@ -49,10 +49,17 @@ from hydra_plugins.isotune_launcher._gpus_worker import (
     serve_jobs,
 )
 from isotune.errors import IsotuneError, RunInterrupted
+from isotune.norms.ranges import COUNT
 from isotune.sweeps import gpu_slots
 from isotune.tracking.reporting import counted
 
 log = logging.getLogger(__name__)
+
+
+def require_counts(fix: str, **counts: Any) -> None:
+    """A count below one is refused naming its hydra.launcher key and the fix, which Range won't."""
+    if any(value is not None and not COUNT.holds(value) for value in counts.values()):
+        raise IsotuneError(" and ".join(f"hydra.launcher.{k}={v}" for k, v in counts.items()) + fix)
 
 
 @dataclass
@@ -149,17 +156,13 @@ class GpusLauncher(Launcher):
     def plan(self) -> tuple[list[gpu_slots.Slot], int]:
         """The slots and how many jobs run at once: ``n_jobs``, by default one per slot. Without
         GPUs, ``n_jobs`` (default 1) CPU slots."""
-        if self.jobs_per_gpu < 1 or (self.n_jobs is not None and self.n_jobs < 1):
-            raise IsotuneError(
-                f"hydra.launcher.jobs_per_gpu={self.jobs_per_gpu} and "
-                f"hydra.launcher.n_jobs={self.n_jobs}, but both count jobs: set them to 1 or more "
-                "(n_jobs may be null: one job per slot)."
-            )
-        if self.threads_per_job is not None and self.threads_per_job < 1:
-            raise IsotuneError(
-                f"hydra.launcher.threads_per_job={self.threads_per_job}: set it to 1 or more, or "
-                "null (the CPU cores split evenly over the jobs running at once)."
-            )
+        require_counts(
+            ", but both count jobs: set them to 1 or more (n_jobs may be null: one job per slot).",
+            jobs_per_gpu=self.jobs_per_gpu,
+            n_jobs=self.n_jobs,
+        )
+        fix = ": set it to 1 or more, or null (the CPU cores split evenly over the jobs running at "
+        require_counts(fix + "once).", threads_per_job=self.threads_per_job)
         cpu_jobs = 1 if self.n_jobs is None else self.n_jobs
         slots = gpu_slots.plan_slots(self.gpus, self.jobs_per_gpu, cpu_jobs)
         n_jobs = len(slots) if self.n_jobs is None else self.n_jobs

@@ -2,11 +2,9 @@
 report speaks on others (docs/search.md).
 
 The official ``hydra-optuna-sweeper``'s keys and ``params`` grammar, with a trial that is a
-configuration over ``seeds``, each seed one job through the chosen launcher. As the official
-plugin's ``optuna_sweeper.py`` delegates to its ``_impl.py``, this is what Hydra's plugin scan
-imports (on every run of train.py): the settings and their defaults. The search runs in
-:mod:`._hydra_search` (imported only then, Optuna with it), which reads the config into
-:mod:`isotune.search`, the search without Hydra.
+configuration over ``seeds``. As the official plugin delegates to its ``_impl.py``, this is what
+Hydra's plugin scan imports on every run of train.py: the settings. The search runs in
+:mod:`._hydra_search`, imported (Optuna with it) only then.
 """
 
 from dataclasses import dataclass, field

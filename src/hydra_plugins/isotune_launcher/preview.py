@@ -1,14 +1,11 @@
 """``hydra.sweeper.preview=true``: what a plain multirun, a search or a study would run, then exit
 0 having launched and written nothing (docs/sweeps.md#preview).
 
-One setting of the three sweepers (:class:`PreviewConf`, in the schema of each). Each runs every
-check it runs before its first job, so a refused setting is the one message it is without the
-preview (and no plan), composes its jobs (a plain multirun every job; a search, whose trials are
-sampled as it goes, its dry run's; a study one job per (task, arm)) and says its disk against the
-free space (the disk check every sweep has). Then, instead of launching, :func:`say_preview` says
-what would run and the time it would take (:mod:`isotune.sweeps.time_estimate`), and removes the
-sweep folder the folder lock made for it where it holds only that lock: the folder line the sweep
-starts with (:func:`folder_line`) says so, not naming as made a folder the preview never keeps.
+One setting of the three sweepers (:class:`PreviewConf`). Each runs every check it runs before
+its first job (a refused setting is the same message as without the preview), composes its jobs
+and checks its disk; then :func:`say_preview` says what would run and how long it would take
+(:mod:`isotune.sweeps.time_estimate`), and removes the sweep folder the folder lock made for it
+where it holds only that lock (so :func:`folder_line` does not name it as made).
 """
 
 import logging
@@ -54,7 +51,11 @@ def say_preview(
     the time of the ``jobs_left``, ``at_once`` at a time on ``launcher``, each as long as
     ``job`` (a composed job of the sweep, named ``what``) or as the runs completed in
     ``folder``; then leave no folder made for the preview behind."""
-    from isotune.training.step_timing import bound_elsewhere, job_threads, time_job  # torch
+    from hydra_plugins.isotune_launcher._step_timing import (  # torch
+        bound_elsewhere,
+        job_threads,
+        time_job,
+    )
 
     if not jobs_left:
         time = "nothing left to run: every job completed in the folder"

@@ -27,10 +27,9 @@ def default_pruner() -> dict[str, Any]:
 
 @dataclass
 class SearchSweeperConf(PreviewConf):
-    """The ``hydra.sweeper`` settings of every search, a plain one's (``hydra/sweeper=optuna``)
-    and each of a study's (``hydra/sweeper=study``): one schema, which both sweepers' configs
-    extend with their own keys, so that a setting of the search is declared, defaulted and
-    documented once (docs/search.md's settings table) and :func:`settings_of` reads it for
+    """The ``hydra.sweeper`` settings of every search, a plain one's and each of a study's: one
+    schema, extended by both sweepers' configs, so that a search's setting is declared, defaulted
+    and documented once (docs/search.md's settings table) and :func:`settings_of` reads it for
     both."""
 
     _recursive_: bool = False  # the sampler and pruner stay configs: the sampler is made per trial

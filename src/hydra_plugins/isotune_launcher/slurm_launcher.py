@@ -31,7 +31,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 from omegaconf import OmegaConf
 
 from hydra_plugins.isotune_launcher._gpus_worker import JobStopped, job_context
-from hydra_plugins.isotune_launcher.gpus_launcher import JobQueue, SlotPool
+from hydra_plugins.isotune_launcher.gpus_launcher import JobQueue, SlotPool, require_counts
 from isotune.errors import IsotuneError, RunInterrupted
 from isotune.sweeps import gpu_slots, slurm_jobs
 from isotune.sweeps.job_claims import JobClaims, new_claims_folder
@@ -78,12 +78,11 @@ class IsotuneSlurmLauncher(SlurmLauncher):
     def plan(self, job_overrides: Sequence[Sequence[str]]) -> tuple[int, int]:
         """How many allocations, each running how many jobs at once; refuses settings a packed
         sweep cannot run, before anything is submitted."""
-        if self.jobs_per_gpu < 1:
-            raise IsotuneError(
-                f"hydra.launcher.jobs_per_gpu={self.jobs_per_gpu}, but it counts the jobs that "
-                "share a GPU: set it to 1 (one array task, and one GPU, per job) or more (each "
-                "allocation runs that many jobs on each of its GPUs)."
-            )
+        require_counts(
+            ", but it counts the jobs that share a GPU: set it to 1 (one array task, and one GPU, "
+            "per job) or more (each allocation runs that many jobs on each of its GPUs).",
+            jobs_per_gpu=self.jobs_per_gpu,
+        )
         slots = self.slots_per_allocation()
         per_allocation = self.jobs_per_allocation or slots
         if not 1 <= per_allocation <= slots:
@@ -93,11 +92,8 @@ class IsotuneSlurmLauncher(SlurmLauncher):
                 f"{self.jobs_per_gpu} has {slots} slots: set it between 1 and {slots}, or null "
                 "(one job per slot), or raise hydra.launcher.jobs_per_gpu or gpus_per_node."
             )
-        if self.allocations is not None and self.allocations < 1:
-            raise IsotuneError(
-                f"hydra.launcher.allocations={self.allocations}: set it to 1 or more, or null "
-                "(as many allocations as the jobs fill)."
-            )
+        null = ": set it to 1 or more, or null (as many allocations as the jobs fill)."
+        require_counts(null, allocations=self.allocations)
         trainers = [self.config.hydra.runtime.choices.get("trainer")] if self.config else []
         trainers += [
             override.removeprefix("trainer=")

@@ -23,7 +23,6 @@ import contextlib
 import logging
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
-from hydra_plugins.isotune_launcher.waiting import sigterm_stops_the_wait
+from hydra_plugins.isotune_launcher.waiting import handled_by, sigterm_stops_the_wait
 from isotune.errors import IsotuneError, JobsNotEnded
 from isotune.record.folder_lock import LOCK_FILE
 from isotune.record.stopping import ctrl_c_in_a_sweep
@@ -47,7 +46,9 @@ def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) 
     """Run the block (the sweep, search or study in ``folder``) and stop as the module docstring
     says."""
     try:
-        with sigterm_stops_the_wait(launcher), _ctrl_c_stops_jobs_here(launcher):
+        # SIGINT is ctrl_c_in_a_sweep where the jobs run in this process (Hydra's basic launcher)
+        here = isinstance(launcher, BasicLauncher)
+        with sigterm_stops_the_wait(launcher), handled_by(signal.SIGINT, ctrl_c_in_a_sweep, here):
             yield
     except JobsNotEnded as stopped:
         _stop(folder, str(stopped), again, log.error)
@@ -73,23 +74,6 @@ def stops_with_a_summary(folder: Path, launcher: Any, again: str | None = None) 
         )
         _stop(folder, why, again, log.error)
         sys.exit(1)
-
-
-@contextmanager
-def _ctrl_c_stops_jobs_here(launcher: Any) -> Iterator[None]:
-    """While the block runs, SIGINT is :func:`ctrl_c_in_a_sweep` where ``launcher`` runs the jobs
-    in this process (Hydra's basic launcher); any other launcher is left as it is."""
-    if (
-        not isinstance(launcher, BasicLauncher)
-        or threading.current_thread() is not threading.main_thread()
-    ):
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, ctrl_c_in_a_sweep)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def remove_if_only_locked(folder: Path) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import FrameType
 from typing import Any
 
@@ -37,19 +37,23 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise SweepStopped(signal.Signals(signum))
 
 
-@contextmanager
-def sigterm_stops_the_wait(launcher: Any) -> Iterator[None]:
+def sigterm_stops_the_wait(launcher: Any) -> AbstractContextManager[None]:
     """While the block runs, SIGTERM raises :class:`SweepStopped` if ``launcher`` is
     submitit's, or built on it (it waits on jobs running elsewhere); any other launcher is left
     as it is."""
-    waits_elsewhere = any(
-        cls.__module__.startswith(SUBMITIT_PLUGIN) for cls in type(launcher).__mro__
-    )
-    if not waits_elsewhere or threading.current_thread() is not threading.main_thread():
+    waits = any(cls.__module__.startswith(SUBMITIT_PLUGIN) for cls in type(launcher).__mro__)
+    return handled_by(signal.SIGTERM, _stop, waits)
+
+
+@contextmanager
+def handled_by(signum: signal.Signals, handler: Any, applies: bool) -> Iterator[None]:
+    """While the block runs, ``handler`` handles ``signum`` if it ``applies`` (Python lets only
+    the main thread set one), and the handler before it again after."""
+    if not applies or threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _stop)
+    previous = signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signum, previous)

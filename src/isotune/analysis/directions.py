@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 from transformers.pytorch_utils import Conv1D
 
-from isotune.analysis.geometry import LayerVectors
+from isotune.analysis.experiments import Inputs
 from isotune.errors import IsotuneError
 from isotune.model.adaptation import lora_targets
 from isotune.model.classifier import GLUEClassifier
@@ -140,22 +140,18 @@ def intruder_matrices(model: GLUEClassifier, matrices: str) -> list[str] | None:
 
 
 def changed_directions(
-    models: Mapping[str, GLUEClassifier],
-    vectors: Mapping[str, LayerVectors],
-    k: int,
-    threshold: float,
-    matrices: str,
-    names: Collection[str] | None,
+    inputs: Inputs, settings: Mapping, names: Collection[str] | None
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """The ``new_directions`` table (per view of the last layer) and the ``intruder_dimensions``
     table of the ``pretrained`` and ``finetuned`` models (over the weight matrices ``names`` of
     ``directions.matrices``, :func:`intruder_matrices`), and their counts for analysis.json."""
+    models, k, threshold = inputs.models, settings.k, settings.threshold
     last = {
         model: {
             "tokens": layers.tokens[-1] if layers.tokens else None,
             "sentence": layers.sentences[-1],
         }
-        for model, layers in vectors.items()
+        for model, layers in inputs.dev_vectors.items()
     }
     new = pd.concat(
         [
@@ -185,7 +181,7 @@ def changed_directions(
             "total": int(intruders["intruders"].sum()),
             "matrices": len(intruders),
             "matrices_with_intruders": int((intruders["intruders"] > 0).sum()),
-            "set": matrices,
+            "set": settings.matrices,
         },
     }
     return {"new_directions": new, "intruder_dimensions": intruders}, counts

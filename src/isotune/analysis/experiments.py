@@ -12,6 +12,7 @@ by the verdicts, the figures and the report.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -59,6 +60,19 @@ SETTINGS = {
     "pretrained_probe": f"linear probe on the pre-trained `{PRE_NORM}` vectors",
     "finetuned_probe": f"linear probe retrained on the fine-tuned `{POST_NORM}` vectors",
 }
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the experiments read, collected once by :func:`isotune.analysis.run.analyze`: one
+    object, not the same long argument list handed to each experiment."""
+
+    models: Mapping[str, GLUEClassifier]  # MODELS
+    dev_vectors: Mapping[str, LayerVectors]  # of the dev sample (with the token sample)
+    train_vectors: Mapping[str, LayerVectors]  # of the probes' training subset
+    dev_labels: Tensor
+    train_labels: Tensor
+    seed: int
 
 
 def sentence_view(pooling: str) -> str:
@@ -150,14 +164,7 @@ def task_scores(task: TaskSpec, predicted: Tensor, labels: Tensor) -> dict[str, 
 
 @torch.no_grad()
 def enhancement_experiment(
-    finetuned: GLUEClassifier,
-    dev_vectors: Mapping[str, LayerVectors],
-    train_vectors: Mapping[str, LayerVectors],
-    dev_labels: Tensor,
-    train_labels: Tensor,
-    settings: Mapping,
-    dominant_factor: float,
-    seed: int,
+    inputs: Inputs, settings: Mapping, dominant_factor: float
 ) -> pd.DataFrame:
     """Isotropy and task metric after each enhancement method, in three settings.
 
@@ -168,13 +175,14 @@ def enhancement_experiment(
     are unsupervised and fitted on both splits together, so both get the same transformation.
     Isotropy is measured on the dev vectors.
     """
+    finetuned, seed = inputs.models["finetuned"], inputs.seed
     task = finetuned.task
     methods = enhancements(settings, seed)
     rows = []
 
     def row(setting: str, method: str, points: Tensor, predicted: Tensor) -> None:
         measures = measure_all(points, dominant_factor=dominant_factor, seed=seed)
-        scores = task_scores(task, predicted, dev_labels)
+        scores = task_scores(task, predicted, inputs.dev_labels)
         rows.append(
             {
                 "setting": setting,
@@ -185,20 +193,21 @@ def enhancement_experiment(
             }
         )
 
-    inputs = dev_vectors["finetuned"].post_norm
     for method, transform in methods.items():
-        points = transform(inputs)
+        points = transform(inputs.dev_vectors["finetuned"].post_norm)
         logits = finetuned.head(finetuned.dropout(points.to(finetuned.device))).cpu()
         row("finetuned_head", method, points, predictions(logits))
     for model in MODELS:
         setting = f"{model}_probe"
         view = SETTING_VIEWS[setting]  # LayerVectors names its sentence vectors as the views
-        train, dev = getattr(train_vectors[model], view), getattr(dev_vectors[model], view)
+        train, dev = (
+            getattr(vectors[model], view) for vectors in (inputs.train_vectors, inputs.dev_vectors)
+        )
         for method, transform in methods.items():
             both = transform(torch.cat([train, dev]))
             train_points, dev_points = both[: len(train)], both[len(train) :]
             predicted = probe_predictions(
-                train_points, train_labels, dev_points, task.is_regression, seed
+                train_points, inputs.train_labels, dev_points, task.is_regression, seed
             )
             row(setting, method, dev_points, predicted)
     return pd.DataFrame(rows)

@@ -1,22 +1,12 @@
 """An encoder's embedding space layer by layer, and what its local structure encodes.
 
-Rajaee & Pilehvar (Findings of EMNLP 2021) compare the geometry of a pre-trained encoder with that
-of its fine-tuned self: isotropy per layer, for tokens and for sentences, and the local structure
-of the token space (do tokens cluster by type and by frequency?). This module provides the pieces:
-
-- :func:`sample_tokens`: a seeded sample of the non-special tokens of some examples, each labelled
-  with its type (punctuation, stop word, sub-word, other);
-- :func:`collect_layer_vectors`: in one no-grad pass of a
-  :class:`~isotune.model.classifier.GLUEClassifier`
-  (:func:`isotune.model.sentence_views.collect_views`: the same views the isotropy callback
-  measures), the sampled tokens' vectors and the sentence vectors (the model's pooling) of every
-  layer, plus the sentence vector before and after the norm (``pre_norm``, ``post_norm``);
-- :func:`token_counts` and :func:`frequency_buckets`: token frequency on training text;
-- :func:`separability`: how well k-means clusters and a linear probe recover a labelling;
-- :func:`probe_predictions`: the same linear probe, trained on one set of vectors and applied to
-  another (e.g. a task probe on sentence vectors).
-
-How the analysis uses them: ``docs/analysis.md``.
+The pieces of Rajaee & Pilehvar's (Findings of EMNLP 2021) comparison of a pre-trained encoder
+with its fine-tuned self: a seeded, typed token sample (:func:`sample_tokens`); every layer's
+token and sentence vectors and the sentence vector around the norm in one no-grad pass
+(:func:`collect_layer_vectors`, the views the isotropy callback measures); token frequency
+(:func:`token_counts`, :func:`frequency_buckets`); and how well clusters and a linear probe
+recover a labelling (:func:`separability`, :func:`probe_predictions`). How the analysis uses
+them: ``docs/analysis.md``.
 """
 
 from __future__ import annotations
@@ -77,12 +67,10 @@ def sample_tokens(
     max_tokens: int,
     seed: int = 0,
 ) -> TokenSample:
-    """A seeded sample of at most ``max_tokens`` non-special tokens of ``examples``.
-
-    The examples are tokenized exactly as :class:`~isotune.data.TokenizedDataset` does, so the
-    positions index its ``input_ids``; the fast tokenizer's word ids tell special tokens (no word)
-    and sub-words (not the first token of their word) apart, for any tokenizer family.
-    """
+    """A seeded sample of at most ``max_tokens`` non-special tokens of ``examples``, tokenized
+    exactly as :class:`~isotune.data.TokenizedDataset` does, so the positions index its
+    ``input_ids``; the fast tokenizer's word ids tell special tokens and sub-words apart, for any
+    tokenizer family."""
     texts = [[example[name] for example in examples] for name in text_fields]
     encoding = tokenizer(*texts, truncation=True, max_length=max_length)
     rows = []
@@ -123,12 +111,9 @@ class LayerVectors:
 def collect_layer_vectors(
     module: GLUEClassifier, batches: Iterable[Mapping[str, Tensor]], sample: TokenSample | None
 ) -> LayerVectors:
-    """Every layer's token and sentence vectors for consecutive batches of examples.
-
-    ``batches`` must yield the examples in order (example 0 first), as ``sample`` indexes them.
-    The module runs in eval mode (no dropout, running norm statistics); vectors come back as
-    float32 on the CPU.
-    """
+    """Every layer's token and sentence vectors for consecutive batches of examples, which
+    ``batches`` must yield in order, as ``sample`` indexes them; in eval mode, returned as float32
+    on the CPU."""
 
     def per_layer(
         batch: Mapping[str, Tensor], views: SentenceViews, start: int
@@ -163,12 +148,10 @@ def token_counts(token_ids: Iterable[Sequence[int]], vocab_size: int) -> Tensor:
 
 
 def frequency_buckets(counts: Tensor, n_buckets: int) -> Tensor:
-    """Bucket of each token by its frequency ``counts``: 0 = rarest, at most ``n_buckets - 1``.
-
-    The edges are quantiles of ``counts`` itself, so the buckets hold about equally many of these
-    tokens (a chance level of 1 / n_buckets); a count equal to an edge goes below it, and equal
-    counts share a bucket, so ties can leave fewer buckets.
-    """
+    """Bucket of each token by its frequency ``counts``: 0 = rarest, at most ``n_buckets - 1``. The
+    edges are quantiles of ``counts`` itself, so the buckets hold about equally many tokens (a
+    chance level of 1 / n_buckets); a count equal to an edge goes below it, and equal counts share a
+    bucket, so ties can leave fewer buckets."""
     values = counts.double()
     levels = torch.linspace(0, 1, n_buckets + 1, dtype=torch.float64)[1:-1]
     edges = torch.quantile(values, levels).unique()
@@ -205,11 +188,9 @@ def cluster_purity(X: Tensor, labels: Tensor, n_clusters: int, seed: int = 0) ->
 
 
 def probe_accuracy(X: Tensor, labels: Tensor, folds: int = 3, seed: int = 0) -> float:
-    """Cross-validated accuracy of a logistic-regression probe predicting ``labels`` from ``X``.
-
-    Labels with fewer than ``folds`` points cannot be stratified and are left out; NaN when fewer
-    than two labels remain.
-    """
+    """Cross-validated accuracy of a logistic-regression probe predicting ``labels`` from ``X``;
+    labels with fewer than ``folds`` points cannot be stratified and are left out (NaN when fewer
+    than two remain)."""
     values, sizes = labels.unique(return_counts=True)
     frequent = values[sizes >= folds]
     if len(frequent) < 2:

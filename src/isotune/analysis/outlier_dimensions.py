@@ -19,8 +19,7 @@ import torch
 from scipy import stats
 from torch import Tensor
 
-from isotune.analysis.experiments import MODELS, task_scores
-from isotune.analysis.geometry import LayerVectors
+from isotune.analysis.experiments import MODELS, Inputs, task_scores
 from isotune.analysis.single_dimension import SEARCHES, fit_lines, fit_stumps
 from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
@@ -75,13 +74,7 @@ def baseline_score(task: TaskSpec, train_labels: Tensor, dev_labels: Tensor) -> 
 
 
 def outlier_experiment(
-    train_vectors: Mapping[str, LayerVectors],
-    dev_vectors: Mapping[str, LayerVectors],
-    train_labels: Tensor,
-    dev_labels: Tensor,
-    task: TaskSpec,
-    full_score: float,
-    settings: Mapping,
+    inputs: Inputs, full_score: float, settings: Mapping
 ) -> tuple[pd.DataFrame, dict]:
     """The per-dimension table of both models and the summary the verdicts O1 and O2 read.
 
@@ -98,9 +91,11 @@ def outlier_experiment(
     factor, top_dims = settings.factor, settings.top_dims
     if not POSITIVE.holds(factor):
         raise IsotuneError(f"outliers.factor={factor!r}: must be {POSITIVE.text}.")
+    task = inputs.models["finetuned"].task
+    train_labels, dev_labels = inputs.train_labels, inputs.dev_labels
     frames, outliers = [], {}
     for model in MODELS:
-        train, dev = train_vectors[model].pre_norm, dev_vectors[model].pre_norm
+        train, dev = inputs.train_vectors[model].pre_norm, inputs.dev_vectors[model].pre_norm
         variances = dimension_variances(train)
         found = outliers_from_variances(variances, factor)
         outliers[model] = found

@@ -1,24 +1,13 @@
 """How fine-tuning changed the geometry of an encoder: one checkpoint against its pre-trained self.
 
 Tests the statements T1-T5 of Rajaee & Pilehvar, "How Does Fine-tuning Affect the Geometry of
-Embedding Space" (Findings of EMNLP 2021) on one fine-tuned checkpoint; what is compared and how
-each verdict is decided: ``docs/analysis.md``. ``analyze.py`` is only the Hydra entry point;
-:func:`analyze` is one analysis, top to bottom:
-
-1. load the checkpoint (:mod:`isotune.record.kept_checkpoint`, as ``predict.py`` reads it) and
-   rebuild its pre-trained twin (same task, model and pooling, the encoder
-   as downloaded);
-2. collect, on a seeded subset of the dev split, every layer's token vectors (a fixed sample of
-   non-special tokens, the same for both models) and sentence vectors (the model's pooling), and
-   the sentence vector before and after the norm (:mod:`.geometry`);
-3. measure isotropy per layer (T1, T3), the local structure of the token space by token type and
-   training frequency (T2), and the enhancement experiment (T4, T5) (:mod:`.experiments`); find
-   the outlier dimensions of both models and score each dimension alone (O1, O2,
-   :mod:`.outlier_dimensions`); judge T1-T5, O1 and O2 (:mod:`.verdicts`); count the directions
-   fine-tuning made dominant, in the last layer's vectors and in the weight matrices
-   (:mod:`.directions`);
-4. write tables (CSV + Markdown), figures, ``report.md`` and ``analysis.json``, and log them to
-   the configured loggers (W&B: tables, images and the report) (:mod:`.figures`, :mod:`.report`).
+Embedding Space" (Findings of EMNLP 2021), and O1, O2 on outlier dimensions, on one fine-tuned
+checkpoint; what is compared and how each verdict is decided: ``docs/analysis.md``.
+``analyze.py`` is only the Hydra entry point; :func:`analyze` is one analysis, top to bottom:
+load the checkpoint and its pre-trained twin, collect vectors on a seeded dev subset
+(:mod:`.geometry`), measure and judge (:mod:`.experiments`, :mod:`.outlier_dimensions`,
+:mod:`.directions`, :mod:`.verdicts`), then write and log the outputs (:mod:`.figures`,
+:mod:`.report`).
 """
 
 from __future__ import annotations
@@ -42,6 +31,7 @@ from transformers import DataCollatorWithPadding
 from isotune.analysis.config_checks import check_analyze_config
 from isotune.analysis.directions import changed_directions, intruder_matrices
 from isotune.analysis.experiments import (
+    Inputs,
     enhancement_experiment,
     isotropy_by_layer,
     local_structure,
@@ -139,39 +129,19 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
         )
     }
     lap("isotropy")
-    directions, direction_counts = changed_directions(
-        models,
-        dev_vectors,
-        cfg.directions.k,
-        cfg.directions.threshold,
-        cfg.directions.matrices,
-        matrices,
-    )
+    dev_labels, train_labels = labels_of(dev_set, task), labels_of(train_set, task)
+    inputs = Inputs(models, dev_vectors, train_vectors, dev_labels, train_labels, cfg.seed)
+    directions, direction_counts = changed_directions(inputs, cfg.directions, matrices)
     lap("directions")
     tables["local_structure"] = local_structure(dev_vectors, token_labels, cfg.local, cfg.seed)
     lap("local_structure")
-    dev_labels, train_labels = labels_of(dev_set, task), labels_of(train_set, task)
     tables["enhancement"] = enhancement_experiment(
-        finetuned,
-        dev_vectors,
-        train_vectors,
-        dev_labels=dev_labels,
-        train_labels=train_labels,
-        settings=cfg.enhance,
-        dominant_factor=cfg.isotropy.dominant_factor,
-        seed=cfg.seed,
+        inputs, cfg.enhance, cfg.isotropy.dominant_factor
     )
     lap("enhancement")
     finetuned_dev = metric_values(tables["enhancement"], "finetuned_head", "none")
-    tables["outlier_dimensions"], outliers = outlier_experiment(
-        train_vectors,
-        dev_vectors,
-        train_labels,
-        dev_labels,
-        task,
-        full_score=finetuned_dev[task.primary_metric],
-        settings=cfg.outliers,
-    )
+    full_score = finetuned_dev[task.primary_metric]
+    tables["outlier_dimensions"], outliers = outlier_experiment(inputs, full_score, cfg.outliers)
     lap("outlier_dimensions")
 
     num_layers = dev_vectors["finetuned"].num_layers
@@ -221,7 +191,6 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-# -- inputs -------------------------------------------------------------------------------------
 def literal(values: Any) -> Any:
     """``values`` (read from a checkpoint) with every ``${`` escaped, so that merged into the
     Hydra config a saved ``${oc.env:WANDB_API_KEY}`` stays that string: saved settings are data,

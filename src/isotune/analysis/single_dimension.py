@@ -1,25 +1,19 @@
 """How much of a task one dimension of the sentence vector carries: the 1-D analysis of Rudman,
 Chen & Eickhoff (*Outlier Dimensions Encode Task-Specific Knowledge*, EMNLP 2023, Section 3.2).
 
-For every dimension j, a rule that reads only ``x_j`` is fitted on training vectors and predicts
-the dev examples; its dev score, set against the full model's, says how much of the task that
-dimension alone carries. Every dimension is fitted at once, as tensors (N points x d dims):
+For every dimension j, a rule reading only ``x_j`` is fitted on training vectors and scored on
+dev, every dimension at once as tensors (N points x d dims):
 
-- **classification, ``search="exact"``**: a decision stump, one threshold ``t`` with one class
-  predicted at or below it and one above, at its best training accuracy over *every* split
-  point. Sorting each dimension once and counting the classes cumulatively gives the accuracy of
-  all n - 1 splits together, in O(n log n); the threshold is the midpoint between the two values
-  it separates. With two classes this is the paper's rule, both directions included; with more,
-  each side predicts its own majority class, so at most two classes are ever predicted (a
-  one-vs-rest stump would answer a different question than the task's).
-- **classification, ``search="grid"``**: the released ``max_var_predict`` / ``all_var_predict``,
-  binary tasks only: thresholds ``mean(x_j) + linspace(-50, 50, 201)``, class 0 at or below
-  (rule 0) or the reverse (rule 1), the first best kept; as released, rule 1 predicts class 0 on
-  dev where ``x_j >= t``. Kept to reproduce the released numbers: steps of 0.5 are too coarse
-  for dimensions whose values span less than a unit, as MiniLM's sentence vectors do.
+- **classification, ``search="exact"``**: a decision stump at its best training accuracy over
+  every split point (one sort and cumulative counts: O(n log n)), threshold at the midpoint; with
+  more than two classes each side predicts its own majority class;
+- **classification, ``search="grid"``**: the released ``max_var_predict`` / ``all_var_predict``
+  (binary only, thresholds ``mean(x_j) + linspace(-50, 50, 201)``, rule 1 predicting class 0
+  where ``x_j >= t`` as released), kept to reproduce the released numbers: its steps of 0.5 are
+  too coarse for dimensions spanning less than a unit, as MiniLM's do;
 - **regression**: the least-squares line of the score on ``x_j``.
 
-Pure torch; the predictions are scored by the caller with the task's own metric.
+Pure torch; the caller scores the predictions with the task's own metric.
 """
 
 from __future__ import annotations
@@ -60,12 +54,9 @@ def _checked(X: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def exact_stumps(X: Tensor, y: Tensor, num_classes: int) -> Stumps:
-    """The best stump of every dimension over all split points (see the module docstring).
-
-    Ties between splits go to the lowest threshold, and between classes to the lowest class id.
-    The last candidate, "everything at or below the largest value", is the constant majority
-    rule, so a stump is never worse than predicting the majority class.
-    """
+    """The best stump of every dimension over all split points (module docstring); ties go to the
+    lowest threshold, then the lowest class id. The last candidate, "everything at or below the
+    largest value", is the constant majority rule, so a stump is never worse than it."""
     X, y = _checked(X, y)
     n, d = X.shape
     values, order = X.sort(dim=0)

@@ -32,15 +32,10 @@ def judge(
     last_layer: int,
     thresholds: Mapping,
 ) -> list[Verdict]:
-    """T1-T5 against the numbers, at the last layer, for the tokens and for ``sentence_view``
-    (the model's sentence vector before the norm, :func:`~.experiments.sentence_view`).
-
-    Rules: T1 holds unless I(W) rose for both tokens and sentences; T2 when the purity or probe
-    accuracy of a token labelling moved by at least ``thresholds.local_change``; T3 when the number
-    of dominant directions grew (both levels: supported, one: mixed); T4 / T5 per method: I(W)
-    rose and the metric fell by at most / more than ``thresholds.metric_tolerance`` (every method:
-    supported, some: mixed).
-    """
+    """T1-T5 against the numbers, at the last layer, for the tokens and for ``sentence_view`` (the
+    model's sentence vector before the norm, :func:`~.experiments.sentence_view`), by the rules of
+    docs/analysis.md#the-statements-and-their-verdicts (``thresholds``: the ``verdict.*``
+    settings)."""
     layers = tables["isotropy_by_layer"]
     last = layers[layers.layer == last_layer].set_index(["model", "view"])
     views = ("tokens", sentence_view)
@@ -118,15 +113,9 @@ def _outcome(held: Sequence[bool]) -> str:
 
 
 def judge_outliers(summary: Mapping, thresholds: Mapping) -> list[Verdict]:
-    """O1 and O2 of Rudman, Chen & Eickhoff (2023) from :func:`~.outlier_dimensions.
-    outlier_experiment`'s summary.
-
-    Rules: O1 holds when at least ``thresholds.outlier_survival`` of the pre-trained outlier
-    dimensions are still outliers after fine-tuning (some but fewer: mixed; none, or none to
-    begin with: not supported); O2 when the best fine-tuned outlier dimension alone recovers at
-    least ``thresholds.one_dimension_share`` of the full model's gain over the majority baseline
-    (reached only by a dimension that is not an outlier: mixed).
-    """
+    """O1 and O2 of Rudman, Chen & Eickhoff (2023) from
+    :func:`~.outlier_dimensions.outlier_experiment`'s summary, by the rules of
+    docs/analysis.md#outlier-dimensions-o1-o2 (``thresholds``: the ``verdict.*`` settings)."""
     pretrained, kept = summary["pretrained"], summary["kept"]
     needed = thresholds.outlier_survival
     if not pretrained:

@@ -1,25 +1,15 @@
 """Measure the isotropy of the embedding space before training and after every validation epoch.
 
-On a fixed probe set (a seeded subset of the dev split, the same in every epoch and in every run
-with the same seed) it measures the sentence vector before the norm (``pre_norm``) and after it
-(``post_norm``, the classifier's input), and optionally token vectors of chosen layers. The
-vectors come from validation itself: forward hooks on the norm (its input and output) and, when
-token layers are asked for, on the encoder (hidden states requested only then) keep the probe's
-rows of every dev batch, found by the examples' ``idx``. Only what validation did not encode runs
-in a pass of its own, in validation's batches and at its precision: all of the probe at epoch 0
-(before training), and the rest under ``limit_val_batches``, ``debug=limit`` or sharded DDP
-validation. Every scalar of :func:`isotune.isotropy.measure_all`, and IsoScore* with the
+On a fixed, seeded probe subset of the dev split it measures the sentence vector before the norm
+(``pre_norm``) and after it (``post_norm``, the classifier's input), and optionally token vectors
+of chosen layers. The vectors come from validation itself (forward hooks, :mod:`.probe_capture`);
+only what validation did not encode runs in a pass of its own (all of the probe at epoch 0, the
+rest under ``limit_val_batches``, ``debug=limit`` or sharded validation). Measures are logged as
+``iso/<view>/<metric>`` with the epoch (0 = the pre-trained geometry), with IsoScore* at the
 library's default shrinkage target (one rule for every run, never a regularized run's own
-Sigma_S), and the outlier-dimension scalars of :func:`isotune.isotropy.measure_outliers` with the
-number of epoch 0's outlier dimensions still outliers, all measured on the device that encoded the
-vectors (:func:`isotune.isotropy.views.measure_view`), is logged as ``iso/<view>/<metric>`` with
-the epoch (epoch 0 = the pre-trained geometry); figures drawn from the same measurement are saved
-under ``<output_dir>/isotropy/`` and sent to W&B; the per-epoch values and outlier dimensions
-(their indices) are kept in checkpoints and returned for ``results.json``. In a sweep, epoch 0's
-measures are shared by the jobs that would compute the same ones
-(:mod:`isotune.callbacks.shared_pretrained`). The hooks that keep the probe's vectors:
-:mod:`.probe_capture`; the layer profiles and figures: :mod:`.profiles_and_figures`. Views,
-settings and measures: ``docs/isotropy.md``.
+Sigma_S); figures go under ``<output_dir>/isotropy/`` (:mod:`.profiles_and_figures`); per-epoch
+values are kept in checkpoints and ``results.json``. Epoch 0 is shared within a sweep
+(:mod:`isotune.callbacks.shared_pretrained`). Views, settings and measures: ``docs/isotropy.md``.
 """
 
 from __future__ import annotations
@@ -63,33 +53,11 @@ def one_thread() -> Iterator[None]:
 
 
 class IsotropyMonitor(ProfilesAndFigures, L.Callback):
-    """Isotropy of the sentence vectors (and token vectors of ``token_layers``) per epoch.
-
-    Args:
-        probe_size: dev examples in the probe set (all of them when the split is smaller).
-        seed: chooses the probe set; the run's seed by default in the config.
-        token_layers: hidden-state indices (0 = embeddings, -1 = last layer) whose token vectors
-            (special tokens and padding excluded) are measured too; empty: sentence level only.
-        max_tokens: token vectors per layer, sampled with ``seed`` (the same tokens every epoch).
-        local_k: also measure local isotropy with this many k-means clusters (None: skip).
-        dominant_factor: a direction is dominant when its variance exceeds this times the mean.
-        outlier_factor: a dimension is an outlier when its variance is at least this times the
-            mean variance (Rudman et al. 2023: 5).
-        rogue_k: the dimensions of largest contribution to the average cosine whose share is
-            logged (Timkey & van Schijndel 2021: 3).
-        figures: save (and log) the std / correlation / spectrum figures every epoch.
-        output_dir: where figures go (``<output_dir>/isotropy``).
-        layer_profiles: also measure every layer (:func:`isotune.isotropy.layers.layer_profile`
-            of its pooled sentence vectors and of a token sample, and its massive activations)
-            and draw every epoch's profiles when training ends (``layer_profiles.png``).
-        profile_tokens: about this many non-special tokens per layer for the profiles, the same
-            number from each probe example.
-        shared_dir: the sweep's folder (``${hydra:sweep.dir}`` in the config). Where it exists
-            (Hydra makes it before a sweep's first job; a run alone names one that does not),
-            epoch 0's measures are kept in and read from its :data:`SHARED_FOLDER`, so that one
-            job of the sweep measures the pre-trained model and the others with the same
-            weights, probe batches and settings read its numbers. None: every run measures.
-    """
+    """Isotropy of the sentence vectors (and token vectors of ``token_layers``) per epoch. Each
+    argument is a key of ``conf/callbacks/isotropy`` (docs/isotropy.md's settings table).
+    ``shared_dir``: the sweep's folder; where it exists (a run alone names one that does not), one
+    job measures epoch 0 into its :data:`SHARED_FOLDER` and the others with the same weights, probe
+    batches and settings read its numbers; None: every run measures."""
 
     def __init__(
         self,
@@ -127,7 +95,6 @@ class IsotropyMonitor(ProfilesAndFigures, L.Callback):
         self._probe: list[int] | None = None
         self._capture: ProbeCapture | None = None  # attached during a measured validation
 
-    # -- hooks ----------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         """Token layers the encoder has (its family's layer count), or one error before fitting."""
         layer_count = num_layers(module.encoder.config)
@@ -250,7 +217,6 @@ class IsotropyMonitor(ProfilesAndFigures, L.Callback):
         self.outliers = {int(epoch): dims for epoch, dims in state_dict.get("outliers", {}).items()}
         self.massive = {int(epoch): found for epoch, found in state_dict.get("massive", {}).items()}
 
-    # -- collecting -----------------------------------------------------------------------------
     def probe_indices(self, datamodule) -> list[int]:
         """The fixed probe set: seeded positions in the primary dev split, shortest first (ties
         in split order: a probe of the whole split is the same for every seed, and so are its
@@ -337,7 +303,6 @@ class IsotropyMonitor(ProfilesAndFigures, L.Callback):
             collected[view] = points.to(module.device)  # the sample is measured where it runs
         return collected
 
-    # -- measuring ------------------------------------------------------------------------------
     def _measure(
         self, trainer: L.Trainer, module: L.LightningModule, capture: ProbeCapture, epoch: int
     ) -> dict[str, Path]:
@@ -401,7 +366,6 @@ class IsotropyMonitor(ProfilesAndFigures, L.Callback):
             ", ".join(f"{view} I(W)={values[iso_key(view, 'iw')]:.3g}" for view in SENTENCE_VIEWS),
         )
 
-    # -- results --------------------------------------------------------------------------------
     def summary(self, best_epoch: int | None) -> dict:
         """Pre-trained, best-epoch and final values, plus every epoch, for ``results.json``."""
         if not self.history:

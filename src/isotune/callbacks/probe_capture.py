@@ -30,14 +30,11 @@ class ProfileSampling:
 
 
 class ProbeCapture:
-    """The probe's vectors, kept by forward hooks from whatever batches the module encodes.
-
-    While attached, ``select`` names the probe examples of the next forward pass by their dev
-    ``idx``; the hooks keep their rows of the norm's input (``pre_norm``) and output
-    (``post_norm``) and, for ``token_layers``, their token states (special tokens and padding
-    excluded). ``vectors`` returns them in probe order, whatever order the batches came in.
-    ``seconds`` adds up the time spent in the hooks.
-    """
+    """The probe's vectors, kept by forward hooks from whatever batches the module encodes. While
+    attached, ``select`` names the probe examples of the next forward pass by their dev ``idx``; the
+    hooks keep their rows of the norm's input and output and of ``token_layers`` (special tokens and
+    padding excluded); ``vectors`` returns them in probe order. ``seconds`` adds up the time spent
+    in the hooks."""
 
     def __init__(
         self,
@@ -119,7 +116,6 @@ class ProbeCapture:
                 ordered[name] = torch.cat([pieces[i] for i in order.tolist()])
         return ordered
 
-    # -- hooks ----------------------------------------------------------------------------------
     def _keep(self, name: str, vectors: Tensor, counts: Tensor | None = None) -> None:
         if counts is not None:  # all the probe's tokens are many: off the accelerator at once
             vectors = vectors.cpu()

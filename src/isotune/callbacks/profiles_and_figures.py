@@ -81,11 +81,10 @@ class ProfilesAndFigures:
         return profiles
 
     def profile_tables(self) -> dict[str, tuple[list[str], list[list[float]]]]:
-        """The layer profiles of every epoch measured as one table per level (columns, rows):
-        a row per epoch and layer, columns :data:`PROFILE_EPOCH`, :data:`PROFILE_LAYER` and the
-        level's measures. Tables, because a W&B line plot draws keys against a step, never
-        against the layer; the dashboard's custom charts draw these with the layer on the
-        x-axis and one line per epoch, as ``layer_profiles.png``."""
+        """The layer profiles of every epoch measured as one table per level (columns, rows), as
+        :func:`~isotune.tracking.metric_keys.profile_table_key` says: a W&B line plot draws keys
+        against a step, never against the layer, so the dashboard's custom charts draw these
+        tables."""
         tables: dict[str, tuple[list[str], list[list[float]]]] = {}
         for epoch, levels in self.profiles().items():
             for level, layers in levels.items():

@@ -3,14 +3,11 @@
     python -m isotune.dashboard workspace [--entity E] [--project P] [--dry-run]
     python -m isotune.dashboard report SWEEP [--entity E] [--project P] [--out DIR] [--dry-run]
 
-``workspace`` saves the sections of :mod:`isotune.dashboard.layout` (one score chart per primary
-metric of the tasks in ``conf/task``) as a workspace of the project. ``report`` aggregates the
-sweep as ``python -m isotune.aggregate`` does (tables, paired statistics, figures, written into
-the sweep folder, or into ``--out`` to leave a carried folder as it is), logs the aggregate's
-summary run, and saves a report of them with the sections its runs logged; a search
-(``hydra/sweeper=optuna``) in the folder adds its held-out report and figures first. With
-``--dry-run``, or without W&B credentials or network (one line says which), each writes its
-view as JSON instead and says what it would save.
+``workspace`` saves :mod:`isotune.dashboard.layout`'s sections; ``report`` aggregates the sweep
+as ``python -m isotune.aggregate`` does (into ``--out`` to leave a carried folder as it is), logs
+its summary run and saves a report with the sections its runs logged. With ``--dry-run``, or
+without W&B credentials or network (one line says which), each writes its view as JSON instead.
+Docs: docs/dashboards.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """TensorBoard, the offline twin of the W&B dashboard: the same sections and charts
 (:func:`isotune.dashboard.layout.dashboard_sections`) as a custom-scalars layout, and a logger
-that writes each key at the step of its axis.
-
-TensorBoard draws every scalar against its step, so the logger writes ``iso/*`` at step
-``iso/epoch`` (0 = the pre-trained model) and the dev scores at step ``epoch``, as W&B's
-``define_metric`` draws them (:func:`isotune.tracking.metric_keys.axis_of`); the training curves
-stay at the global step. ``tensorboard --logdir logs/multirun/<sweep>`` merges the runs' layouts
-into one page (the "Custom Scalars" tab). A scatter of one summary value per run, and a layer
-profile drawn against the layer, have no custom-scalars chart: they are W&B's only.
+that writes each key at the step of its axis (:func:`isotune.tracking.metric_keys.axis_of`), as
+W&B's ``define_metric`` draws it, since TensorBoard draws every scalar against its step. A
+scatter of one summary value per run, and a layer profile drawn against the layer, have no
+custom-scalars chart: they are W&B's only.
 """
 
 from __future__ import annotations
@@ -56,14 +52,10 @@ def custom_scalars_layout(sections: Iterable[Section]) -> layout_pb2.Layout:
 def tensorboard_logger(
     save_dir: str, seed: int, **configuration: Any
 ) -> EpochAxesTensorBoardLogger:
-    """The run's logger, writing to ``<save_dir>/tensorboard/<configuration>-seed<seed>``.
-
-    ``configuration`` (model, task, norm, overrides, reg, reg_weight: the config's, as for
-    :func:`isotune.tracking.wandb_logging.wandb_logger`) is named as the run's W&B group, so
-    TensorBoard's run list says what each run is (``0/tensorboard/minilm-rte-isobn-seed1``), not
-    only which job folder it came from. The name is one folder: a ``/`` in it (a path among the
-    overrides, or a name read from a checkpoint by analyze.py) becomes ``_``, so it never writes
-    elsewhere.
+    """The run's logger, writing to ``<save_dir>/tensorboard/<configuration>-seed<seed>``, the
+    configuration named as the run's W&B group (:func:`isotune.tracking.wandb_logging.wandb_logger`)
+    so TensorBoard's run list says what each run is. The name is one folder: a ``/`` in it (a path
+    among the overrides, a name read from a checkpoint) becomes ``_``, so it never writes elsewhere.
     """
     reg, weight = configuration.pop("reg", "none"), configuration.pop("reg_weight", 0.0)
     group = run_group(**configuration, reg=reg_label(reg, weight))

@@ -1,12 +1,9 @@
 """The dashboard's sections as W&B views, with ``wandb-workspaces`` (W&B's workspace and report
 API): a project's saved workspace, and a sweep's report.
 
-Every chart of :mod:`isotune.dashboard.layout` becomes a panel: a line plot of its keys against
-its axis, runs grouped by their W&B group (the configuration, seeds together: one line and a
-band per group), a bar plot of summary values, a scatter of one point per run, or a custom
-chart of a run summary's table (a layer profile: the layer on the x-axis). Building a
-view needs no network; :func:`view_json` writes what was built (the library's objects, field by
-field) for ``--dry-run`` and for runs without credentials.
+Every chart of :mod:`isotune.dashboard.layout` becomes a panel (runs grouped by their W&B group:
+one line and a band per configuration). Building a view needs no network; :func:`view_json`
+writes what was built for ``--dry-run`` and for runs without credentials.
 """
 
 from __future__ import annotations
@@ -95,11 +92,9 @@ def sweep_report(
     sections: Iterable[Section],
     searches: Sequence[tuple[str, str, Sequence[str]]] = (),
 ) -> wr.Report:
-    """A report of one sweep: each of ``searches`` first (heading, Markdown: the search's report,
-    names of its figures), then ``texts`` (heading, Markdown: the results table, the paired
-    statistics), the aggregate's ``figures``, and a panel grid per section over the sweep's runs
-    (``run_ids``). Every figure is a name the aggregate's summary run in the sweep's group
-    ``title`` logged."""
+    """A report of one sweep: each of ``searches`` first, then ``texts`` (heading, Markdown), the
+    aggregate's ``figures`` (names its summary run in the sweep's group ``title`` logged), and a
+    panel grid per section over the sweep's runs (``run_ids``)."""
     summary_run = wr.Runset(
         entity=entity,
         project=project,

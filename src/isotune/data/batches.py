@@ -10,13 +10,10 @@ from torch.utils.data import Sampler
 
 
 class LengthGroupedBatchSampler(Sampler[list[int]]):
-    """Batches of examples of similar length, in a random order that changes every epoch.
-
-    With ``shuffle``, examples are shuffled, cut into windows of ``window_batches`` batches, sorted
-    by length inside each window, batched, and the batches shuffled (as Hugging Face's
-    ``group_by_length``); without it, the whole split is sorted by length (fastest evaluation).
-    Batches are dealt round-robin to ``num_replicas`` processes under DDP.
-    """
+    """Batches of examples of similar length, in a random order that changes every epoch. With
+    ``shuffle``, as Hugging Face's ``group_by_length``: shuffled, sorted by length within windows of
+    ``window_batches`` batches, batched, the batches shuffled; without it, the split sorted by
+    length (fastest evaluation). Batches are dealt round-robin to ``num_replicas`` processes."""
 
     def __init__(
         self,

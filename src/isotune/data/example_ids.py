@@ -1,16 +1,10 @@
 """The names a ``task=files`` test file gives its examples, which its predictions file keeps.
 
-A researcher's test file names its rows in a column of its own (``id``, a string such as
-``rev-0042``, or GLUE's integer ``index``): the predictions file names each prediction by it,
-as written, in file order, under the column's own header (``id<TAB>prediction``), so that the
-predictions join back onto the data. The column is ``task.id_column``, by default the first of
-:data:`ID_COLUMNS` the file has; without one, the rows' positions from 0 under ``index``. The
-predictions file is a TSV without quoting, so an id holding a tab or a line break is refused,
-naming its lines.
-
-A checkpoint made before ids were kept (its task lacks ``keeps_ids``) predicts as it did
-(:func:`isotune.data.own_data.read_own_split`): an ``index`` (or ``idx``) column of distinct
-integers, each prediction in index order.
+The predictions file names each prediction by the test file's id column (``task.id_column``, by
+default the first of :data:`ID_COLUMNS` present; without one, positions from 0 under ``index``),
+as written, in file order, under its own header, so that predictions join back onto the data. It
+is a TSV without quoting, so an id holding a tab or a line break is refused, naming its lines. A
+checkpoint made before ids were kept (no ``keeps_ids``) predicts as it did, in index order.
 """
 
 from __future__ import annotations

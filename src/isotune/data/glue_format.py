@@ -1,14 +1,11 @@
 """GLUE's submission format: which files the server takes, what each holds, how a prediction is
-written in them (``docs/prediction.md``; the facts from public code that prepares submissions:
-XLNet's ``submit_name_mapping``, T5's ``prepare_glue_submission.py``).
+written in them (``docs/prediction.md``; the facts from XLNet's ``submit_name_mapping`` and T5's
+``prepare_glue_submission.py``).
 
-One TSV per task, named as the server expects, header ``index<TAB>prediction`` and one row per
-test example in index order. The label strings are the server's, kept here apart from the task
-table (``conf/task/``): a task config whose labels were changed would otherwise write a file the
-server scores as wrong without a word. MNLI's model also predicts the mismatched test set and
-the diagnostic (AX), each read as its own file with the task's columns. A task of one's own
-files (``task=files``), which the server does not score, is written in the same layout as
-``<task.name>.tsv`` with the label names of its data (:func:`prediction_files`).
+The label strings are the server's, kept apart from the task table: a task config whose labels
+were changed would otherwise write a file the server scores as wrong without a word. A task of
+one's own files is written in the same layout as ``<task.name>.tsv`` with its own label names
+(:func:`prediction_files`).
 """
 
 from __future__ import annotations

@@ -25,13 +25,10 @@ from torchmetrics.classification import MulticlassMatthewsCorrCoef
 
 
 class MatthewsCorrelation(MulticlassMatthewsCorrCoef):
-    """Matthews correlation as GLUE's official scorer (scikit-learn's ``matthews_corrcoef``)
-    gives it: 0 when the predictions or the labels are constant, where the formula is 0/0.
-
-    torchmetrics answers that case with an epsilon-scaled value of the majority's sign (+0.026
-    for a constant prediction on CoLA's dev set), so a collapsed CoLA run would read as a little
-    above chance; GLUE's leaderboard and Hugging Face's ``run_glue.py`` score it 0.
-    """
+    """Matthews correlation as GLUE's official scorer (scikit-learn's ``matthews_corrcoef``) gives
+    it: 0 when the predictions or the labels are constant, where the formula is 0/0. torchmetrics
+    answers that case with a small value of the majority's sign (+0.026 for a constant prediction on
+    CoLA's dev set), so a collapsed run would read as a little above chance."""
 
     def compute(self) -> Tensor:
         confmat = self.confmat.float()
@@ -44,13 +41,10 @@ class MatthewsCorrelation(MulticlassMatthewsCorrCoef):
 
 class ConstantScoresZero:
     """A correlation (mixed into torchmetrics' Pearson or Spearman) that is exactly 0 when the
-    predictions are constant, where it is 0/0: the value docs/training.md promises for the
-    trivial predictor (a constant) and for a collapsed regression run.
-
-    torchmetrics answers a constant from float noise: its running mean of 1,500 copies of STS-B's
-    mean label is not quite that label, and the trivial predictor scored Pearson -1.65e-07. The
-    lowest and highest prediction are kept (reduced across processes) to tell a constant exactly.
-    """
+    predictions are constant, where it is 0/0, as docs/training.md promises for the trivial
+    predictor and a collapsed regression run. torchmetrics answers a constant from float noise (the
+    trivial predictor scored Pearson -1.65e-07 on STS-B), so the lowest and highest prediction are
+    kept (reduced across processes) to tell a constant exactly."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

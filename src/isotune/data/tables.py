@@ -91,14 +91,11 @@ def _read_delimited(path: Path, delimiter: str) -> Table:
 
 def delimited_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
     """``(line, fields)`` of each non-empty row of a CSV (``delimiter`` ``,``) or TSV (``\\t``)
-    file, ``line`` the one it starts on; GLUE's files and one's own are read alike.
-
-    Read as ``utf-8-sig`` (MRPC starts with a byte-order mark). A TSV has no quoting (GLUE's
-    files and the IANA format: bare quote characters, as in SST-2 and MRPC, are text); a CSV
-    quotes a field holding a comma, a quote or a line break. A byte that is not UTF-8 is named
-    with its line (the decoder's own error knows only its offset in one buffered chunk of the
-    file), and so is a row csv cannot read (a field longer than its limit).
-    """
+    file, ``line`` the one it starts on; GLUE's files and one's own are read alike, as ``utf-8-sig``
+    (MRPC starts with a byte-order mark). A TSV has no quoting (bare quote characters, as in SST-2
+    and MRPC, are text); a CSV quotes a field holding a comma, a quote or a line break. A byte that
+    is not UTF-8 and a row csv cannot read are named with their line (the decoder's own error knows
+    only an offset in a buffered chunk)."""
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     try:
         with path.open(encoding="utf-8-sig", newline="") as file:

@@ -1,17 +1,11 @@
 """The task table: what each task reads, predicts and is scored by.
 
-The table itself lives in ``conf/task/*.yaml`` so that every run's saved config says exactly which
-columns, labels and metrics it used; :class:`TaskSpec` validates one entry and answers questions
-about it. A GLUE task names its files under ``GLUE_DIR`` (or its Hub config); a task of one's own
-files (``task=files``, :mod:`isotune.data.own_data`) is completed from the files before a run
-builds its spec, so every spec is whole.
-
-Each kind of task is a subclass that answers what differs between the kinds (whether a run
-completes it from its own data, whether its splits are files of its own, whether it has a test
-split to predict, whether GLUE's server scores its predictions): :class:`GlueTask`,
-:class:`OwnFilesTask`, :class:`HubDatasetTask`, chosen from the config by :func:`task_kind`. The
-config's ``source`` is read here only, so a caller asks the task, never compares its source, and
-a new kind is one subclass here (``docs/extending.md``).
+The table lives in ``conf/task/*.yaml`` so that every run's saved config says which columns,
+labels and metrics it used; :class:`TaskSpec` validates one entry (one of one's own files,
+:mod:`isotune.data.own_data`, is completed before). Each kind of task is a subclass answering
+what differs between kinds (:class:`GlueTask`, :class:`OwnFilesTask`, :class:`HubDatasetTask`,
+chosen by :func:`task_kind`); the config's ``source`` is read here only, so a new kind is one
+subclass here (``docs/extending.md``).
 """
 
 from __future__ import annotations

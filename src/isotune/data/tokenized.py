@@ -15,12 +15,9 @@ from isotune.errors import IsotuneError
 
 
 def check_max_length(max_length: int, task: TaskSpec, tokenizer: PreTrainedTokenizerBase) -> None:
-    """Reject a ``data.max_length`` that tokenization cannot honour, before any data is read.
-
-    Too short for the special tokens, transformers only logs a warning and leaves the inputs
-    untruncated (or keeps nothing but special tokens); longer than the model's position
-    embeddings, the model fails later with an index error.
-    """
+    """Reject a ``data.max_length`` that tokenization cannot honour, before any data is read: too
+    short for the special tokens, transformers only warns and leaves the inputs untruncated; longer
+    than the position embeddings, the model fails later with an index error."""
     pair = len(task.text_fields) == 2
     special = tokenizer.num_special_tokens_to_add(pair=pair)
     shortest = special + len(task.text_fields)

@@ -1,18 +1,13 @@
 """A tuning split: part of the train set held out to choose on, so that dev reports on data that
 chose nothing.
 
-A search picks its trial (and each run its best epoch) by the dev score; the same dev set then
-reporting the winner flatters it. With ``data.tuning_split=true`` a run trains on train minus a
-split carved from it and evaluates on that split instead. The split is stratified by label (a
-regression's by quantile bins of its scores), so that it and the remaining train keep train's
-label shares, and drawn with a seed of its own (``data.tuning_split_seed``), not the run's: every
-trial and seed of a search sees the same split. Its size is the dev set's unless
-``data.tuning_split_size`` gives a count or a fraction of train.
-
-Examples whose text fields are identical are held out or kept together: RTE's train has exact
-duplicates (rows 459 and 2241, 420 and 526), and one drawn onto each side would score the tuning
-runs on an example they trained on. Train without duplicates gets the split it got before this
-rule; RTE's changed (:data:`RULE_CHANGE`).
+With ``data.tuning_split=true`` a run trains on train minus a split carved from it and evaluates
+on that split: the dev set that chose a search's trial would flatter it. The split is stratified
+by label (a regression's by quantile bins), drawn with its own seed (``data.tuning_split_seed``)
+so every trial and seed sees the same one, and the dev set's size unless
+``data.tuning_split_size`` says otherwise. Examples with identical text are held out or kept
+together (RTE's train has exact duplicates, which would score tuning runs on trained examples);
+only RTE's split changed with that rule (:data:`RULE_CHANGE`).
 """
 
 from __future__ import annotations
@@ -143,17 +138,13 @@ def carve_tuning_split(
     names: Sequence[str] | None = None,
     texts: Sequence[Hashable] | None = None,
 ) -> TuningSplit:
-    """Hold ``size`` of the examples with ``labels`` out, stratified, examples of equal
-    ``texts`` (their text fields; None: every example's own) on one side; refused when a class
-    of train would be missing from the split or from what remains (``names``: the classes'
-    labels, for the message).
-
-    Each group of identical examples counts in the stratum of its first; within a stratum the
-    groups are drawn in a random order and each is held out while it fits the stratum's quota,
-    so the split holds ``size`` examples unless only groups larger than what is left remain
-    (then a few fewer). Groups of one example are drawn exactly as examples were before groups
-    were kept together: a train set without duplicates gets the same split, bit for bit.
-    """
+    """Hold ``size`` of the examples with ``labels`` out, stratified, examples of equal ``texts``
+    (their text fields; None: every example's own) on one side; refused when a class of train would
+    be missing from either side (``names``: the classes' labels, for the message). Each group of
+    identical examples counts in its first's stratum; groups are drawn in a random order and held
+    out while they fit the stratum's quota (so a few fewer than ``size`` where only large groups
+    remain). Groups of one are drawn exactly as examples were before groups were kept together: a
+    train set without duplicates gets the same split, bit for bit."""
     copies = identical_groups(texts if texts is not None else range(len(labels)))
     first_of = np.empty(len(labels), dtype=int)
     for group in copies:

@@ -1,18 +1,11 @@
-"""How much of the encoder fine-tuning changes: every weight, low-rank adapters, or nothing.
+"""How much of the encoder fine-tuning changes: every weight (``full``), LoRA adapters through
+``peft`` (``lora``, Hu et al., ICLR 2022; the encoder stays in train mode, dropout on), or nothing
+(``frozen``: the encoder in eval mode, a fixed function of the input probed through the norm).
 
-- ``full``: every weight the sentence vector uses trains (the IsoBN paper's setting).
-- ``lora``: LoRA (Hu et al., "LoRA: Low-Rank Adaptation of Large Language Models", ICLR 2022)
-  through the ``peft`` library: each target linear layer ``W x`` becomes ``W x + (alpha / r) B A x``
-  with ``A`` (r x d_in, random) and ``B`` (d_out x r, zero at the start) the only encoder weights
-  that train; the encoder stays in train mode (its dropout on), as in LoRA fine-tuning.
-- ``frozen``: no encoder weight trains and the encoder is in eval mode, so its dropout is off and
-  the sentence vector is a fixed function of the input: a probe through the norm.
-
-In every mode the pooler (when ``model.pooling=pooler`` makes the sentence vector from it), the
-norm and the head train, and the norm is outside the encoder, in train mode while training, so
-IsoBN's statistics are updated alike. Checkpoints keep what trains (and every buffer); the fixed
-weights are the pre-trained model's, reloaded from it (:func:`drop_fixed_weights`). Options,
-learning rates and defaults: docs/adaptation.md.
+In every mode the pooler (when ``model.pooling=pooler``), the norm and the head train, and the
+norm, outside the encoder, is in train mode while training, so IsoBN's statistics update alike.
+Checkpoints keep what trains (and every buffer); the fixed weights are reloaded from the
+pre-trained model (:func:`drop_fixed_weights`). Options and defaults: docs/adaptation.md.
 """
 
 from __future__ import annotations
@@ -113,12 +106,9 @@ def adapt_encoder(encoder: PreTrainedModel, adapt: Mapping, train_pooler: bool) 
 
 def lora_targets(encoder: PreTrainedModel, entries: Sequence[str] | None) -> list[str]:
     """The full names of the modules LoRA adapts: those whose name is an entry or ends with
-    ``.<entry>`` (peft's rule), except the pooler's, which trains whole or not at all.
-
-    ``entries`` null: the family's attention query and value projections
-    (:func:`isotune.model.families.lora_target_modules`). An entry that matches nothing is an error,
-    not silently skipped (peft only complains when none matches).
-    """
+    ``.<entry>`` (peft's rule), but the pooler's, which trains whole or not at all; ``entries``
+    null: the family's attention query and value projections. An entry that matches nothing is an
+    error, not silently skipped (peft only complains when none matches)."""
     model_type = encoder.config.model_type
     if entries is None:
         entries = lora_target_modules(encoder.config, _linear_layers(encoder))

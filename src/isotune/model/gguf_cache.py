@@ -1,17 +1,11 @@
 """A GGUF model file (llama.cpp's format) as a plain Hugging Face model folder, converted once.
 
-transformers reads a GGUF file with ``from_pretrained(folder, gguf_file=name)``, dequantizing its
-weights to float32 and rebuilding the tokenizer from its metadata: 37 s for the 135M-parameter
-SmolLM2 on one core, which every job of a sweep would pay again. The converted model and
-tokenizer are saved once, as ``save_pretrained`` writes them, in a folder of the user's cache
-named by the GGUF file's sha256, and later runs load that folder as any other.
-
-The folder is written whole or not at all: into a temporary folder beside it, with a manifest of
-its files' sha256 written last, then renamed into place. Jobs started together on a fresh cache
-convert once: each takes a lock on ``<folder>.lock`` and looks at the folder again once it holds
-it (where locks do not reach, two jobs converting at once: the first rename wins, the second's
-copy is removed). Before each use the files are checked against the manifest; a folder whose
-files do not match (a disk error, a copy cut short) is converted again.
+Reading a GGUF file dequantizes its weights and rebuilds its tokenizer (37 s for SmolLM2 on one
+core), which every job of a sweep would pay again; so the converted model is saved once in a
+folder of the user's cache named by the file's sha256. The folder is written whole or not at all
+(a temporary folder, a manifest of sha256s last, then a rename); jobs started together convert
+once under ``<folder>.lock`` (where locks do not reach, the first rename wins); a folder whose
+files do not match its manifest is converted again.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """The ``reg`` axis of a run: what a penalty sees, and I-STAR's shrinkage target Sigma_S.
 
-The training loss is ``task loss + weight x penalty(X)`` with a penalty of
-:mod:`isotune.isotropy.penalties`, and X one of two views of the batch:
-
-- ``tokens``: the hidden states of ``layers`` (``all``: every layer but the embeddings, as I-STAR
-  releases it; ``last``; or hidden-state indices, 0 = embeddings, negative from the end), stacked
-  to (tokens x layers, hidden); padding positions only with ``include_padding``;
-- ``sentence``: the sentence vector before the norm, which a whitening or IsoBN norm would make
-  trivially isotropic.
-
-I-STAR shrinks the batch covariance towards Sigma_S, the covariance of the same view over up to
-``shrinkage_points`` rows from ``shrinkage_examples`` training examples, recomputed in eval mode at
-every epoch start as released. ``shrinkage_sample`` says which examples: ``epoch`` (default), a
-fresh seeded subset each epoch, as the released code reads the start of each epoch's reshuffled
-training loader; ``fixed``, one seeded subset for every epoch, so that Sigma_S changes only because
-the model does. It is a buffer, so a checkpoint carries it. Settings and defaults:
-``docs/interventions.md``.
+The training loss is ``task loss + weight x penalty(X)`` (:mod:`isotune.isotropy.penalties`),
+with X the hidden states of ``layers`` stacked to (tokens x layers, hidden) (``tokens``; padding
+only with ``include_padding``), or the sentence vector before the norm (``sentence``: after a
+whitening or IsoBN norm it would be trivially isotropic). I-STAR shrinks the batch covariance
+towards Sigma_S, the same view's covariance over a seeded training subset, recomputed in eval
+mode at every epoch start as released (``shrinkage_sample``: a fresh subset each ``epoch``, or a
+``fixed`` one so that Sigma_S changes only with the model); a buffer, so a checkpoint carries it.
+Settings and defaults: ``docs/interventions.md``.
 """
 
 from __future__ import annotations
@@ -64,13 +56,10 @@ class ShrinkageTarget(Float32Statistics):
 
 
 class Regularization(nn.Module):
-    """The penalty of one ``reg`` config on a batch's encoder output, weight not applied.
-
-    ``widths``, the width of each of the encoder's hidden states (0 = the embeddings, the last
-    the sentence vector's: :func:`~isotune.model.families.hidden_state_widths`), resolves
-    ``layers``; an index the model does not have, or layers of different widths, which one X
-    cannot stack, is an :class:`IsotuneError`.
-    """
+    """The penalty of one ``reg`` config on a batch's encoder output, weight not applied. ``widths``
+    (of each hidden state, 0 = the embeddings: :func:`~isotune.model.families.hidden_state_widths`)
+    resolves ``layers``; an index the model lacks, or layers of different widths, which one X cannot
+    stack, is an :class:`IsotuneError`."""
 
     def __init__(
         self,
@@ -146,7 +135,6 @@ class Regularization(nn.Module):
         name, value = MEASURES[self.name]
         return name, value(penalty.detach())
 
-    # -- Sigma_S --------------------------------------------------------------------------------
     def needs_shrinkage(self, epoch: int) -> bool:
         """Whether Sigma_S must be computed for ``epoch`` (not if a checkpoint already holds it)."""
         return self.active and self.shrinkage is not None and int(self.shrinkage.epoch) != epoch

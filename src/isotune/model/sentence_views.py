@@ -65,13 +65,11 @@ def collect_views(
     hidden_states: bool = False,
     extra: Extra | None = None,
 ) -> dict[str, Tensor]:
-    """``pre_norm`` and ``post_norm`` of every example of ``batches``, in order, as float32 on
-    the CPU, plus whatever ``extra`` takes from each batch (e.g. token vectors of some layers,
-    from ``views.hidden_states`` when ``hidden_states``), concatenated by name the same way.
-
-    The pass runs in eval mode (no dropout; norms use their running statistics) and gives every
-    submodule back its own mode (a frozen encoder stays in eval mode while the head trains).
-    """
+    """``pre_norm`` and ``post_norm`` of every example of ``batches``, in order, as float32 on the
+    CPU, plus whatever ``extra`` takes from each batch (e.g. token vectors, from
+    ``views.hidden_states`` when ``hidden_states``), concatenated by name the same way. The pass
+    runs in eval mode and gives every submodule back its own mode (a frozen encoder stays in eval
+    mode while the head trains)."""
     parts: dict[str, list[Tensor]] = {}
     start = 0
     with eval_mode(module):

@@ -1,11 +1,8 @@
-"""The valid ranges of options that a library function and a config check both enforce, each
-written once.
-
-The library (:class:`~isotune.norms.registry.IsoBN`,
-:class:`~isotune.norms.whitening.IterNormWhitening`, the outlier-dimension factor) checks its
-arguments with :meth:`Range.require`, and the early config check
-(:mod:`isotune.training.config_checks`) lists the same ranges against the config keys, so a value is
-refused in the same words before a model loads and in a notebook, and a range changes in one place.
+"""The valid ranges of options, each written once: the library (a norm's constructor, the
+outlier-dimension factor) checks its arguments with :meth:`Range.require`, and the early config
+check (:mod:`isotune.training.config_checks`) reads the same ranges against the config keys (a
+norm's from its entry in ``NORMS``), so a value is refused in the same words before a model loads
+and in a notebook, and a range changes in one place.
 """
 
 from __future__ import annotations

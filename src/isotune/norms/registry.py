@@ -10,12 +10,14 @@ zeros have the edge rules listed in :class:`IsoBN`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import torch
 from torch import Tensor, nn
 
-from isotune.norms.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH
+from isotune.norms.ranges import MOMENTUM, NON_NEGATIVE, POSITIVE, SWITCH, Range
 from isotune.norms.whitening import Float32Statistics, IterNormWhitening
 
 __all__ = ["NORMS", "IsoBN", "Norm", "build_norm", "statistics_never_updated"]
@@ -54,6 +56,9 @@ class IsoBN(Float32Statistics):
     """
 
     STATISTICS = ("run_cov", "run_std")
+    OPTIONS = MappingProxyType(  # each option's range: checked here and by the config check
+        dict(momentum=MOMENTUM, eps=POSITIVE, beta=NON_NEGATIVE, bias_correction=SWITCH)
+    )
 
     def __init__(
         self,
@@ -64,16 +69,8 @@ class IsoBN(Float32Statistics):
         bias_correction: bool = False,
     ) -> None:
         super().__init__()
-        COUNT.require(num_features, "IsoBN num_features")
-        MOMENTUM.require(momentum, "IsoBN momentum")
-        POSITIVE.require(eps, "IsoBN eps")
-        NON_NEGATIVE.require(beta, "IsoBN beta")
-        SWITCH.require(bias_correction, "IsoBN bias_correction")
-        self.num_features = num_features
-        self.momentum = momentum
-        self.eps = eps
-        self.beta = beta
-        self.bias_correction = bias_correction
+        options = dict(momentum=momentum, eps=eps, beta=beta, bias_correction=bias_correction)
+        self._set_options(num_features, **options)
         # Explicit dtypes: Lightning's bf16-true init context changes the default dtype.
         self.register_buffer(
             "run_cov", torch.zeros(num_features, num_features, dtype=torch.float32)
@@ -111,12 +108,7 @@ class IsoBN(Float32Statistics):
         self._reported_skips = skipped
 
     def forward(self, h: Tensor) -> Tensor:
-        if h.dim() != 2 or h.shape[1] != self.num_features:
-            raise ValueError(
-                f"IsoBN expects a batch of shape (n, {self.num_features}), got {tuple(h.shape)}."
-            )
-        if not h.is_floating_point():
-            raise TypeError(f"IsoBN expects floating-point input, got {h.dtype}; use h.float().")
+        self._check_input(h)
         with torch.no_grad(), torch.autocast(device_type=h.device.type, enabled=False):
             if self.training and h.shape[0] > 1:
                 self._update_statistics(h.detach().float())
@@ -163,12 +155,13 @@ class IsoBN(Float32Statistics):
 
 @dataclass(frozen=True)
 class Norm:
-    """One ``norm`` option: its module, built as ``module(num_features, **options)``, and the
-    training batches its running statistics can learn from, so that a config that would leave
-    them empty (``data.batch_size=1``: the norm recorded, the identity applied) is refused before
-    the model loads."""
+    """One ``norm`` option: its module, built as ``module(num_features, **options)``, the range of
+    each option (the config check reads the selected norm's), and the training batches its running
+    statistics can learn from, so that a config that would leave them empty (``data.batch_size=1``:
+    the norm recorded, the identity applied) is refused before the model loads."""
 
     module: type[nn.Module]
+    options: Mapping[str, Range] = field(default_factory=dict)
     min_batch_size: int = 1  # the smallest batch it folds into its statistics (one has no variance)
     smaller_batch_raises: bool = False  # a smaller training batch raises (True) or is skipped
 
@@ -176,13 +169,12 @@ class Norm:
 # The registry of norms, the one list of them: a key is the ``name:`` of ``conf/norm/<key>.yaml``.
 # The baseline ``none`` comes first, which the benchmarks' order follows; the aggregate's tables
 # read no registry and list ``none`` first, then A-Z (``isotune.sweeps.comparisons.AXES``). A new
-# norm is one entry here and one YAML file (Python, unlike conf/, works without Hydra and ships in
-# the package).
+# norm is its module, an entry here and a YAML file (docs/extending.md says what else is optional).
 NORMS: dict[str, Norm] = {
     "none": Norm(nn.Identity),  # takes and ignores any arguments
-    "batchnorm": Norm(nn.BatchNorm1d, min_batch_size=2, smaller_batch_raises=True),
-    "isobn": Norm(IsoBN, min_batch_size=2),  # skips a batch of one: see IsoBN's edge rules
-    "whitening": Norm(IterNormWhitening, min_batch_size=2),  # docs in isotune.norms.whitening
+    "batchnorm": Norm(nn.BatchNorm1d, dict(momentum=MOMENTUM, eps=POSITIVE), 2, True),  # raises
+    "isobn": Norm(IsoBN, IsoBN.OPTIONS, 2),  # skips a batch of one: see IsoBN's edge rules
+    "whitening": Norm(IterNormWhitening, IterNormWhitening.OPTIONS, 2),  # isotune.norms.whitening
 }
 
 

@@ -10,20 +10,42 @@ Decorrelated BN does.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 from torch import Tensor, nn
 
-from isotune.norms.ranges import COUNT, MOMENTUM, POSITIVE, SWITCH
+from isotune.norms.ranges import COUNT, MOMENTUM, POSITIVE, SWITCH, Range
 
 __all__ = ["Float32Statistics", "IterNormWhitening"]
 
 
 class Float32Statistics(nn.Module):
-    """A module whose buffers named in ``STATISTICS`` stay float32 under dtype casts (``.half()``,
+    """A norm whose buffers named in ``STATISTICS`` stay float32 under dtype casts (``.half()``,
     Lightning's ``bf16-true``) while following device moves: running statistics averaged in
-    reduced precision would lose the small updates that make them up."""
+    reduced precision would lose the small updates that make them up. Its options are kept once
+    their ranges in ``OPTIONS`` (which its entry in ``NORMS`` gives the config check) hold them;
+    its input is a floating-point batch of shape (n, num_features)."""
 
     STATISTICS: tuple[str, ...] = ()
+    OPTIONS: MappingProxyType[str, Range] = MappingProxyType({})
+
+    def _set_options(self, num_features: int, **options) -> None:
+        """``num_features`` and each option as attributes; ValueError naming one out of range."""
+        COUNT.require(num_features, f"{type(self).__name__} num_features")
+        self.num_features = num_features
+        for option, valid in self.OPTIONS.items():
+            valid.require(options[option], f"{type(self).__name__} {option}")
+            setattr(self, option, options[option])
+
+    def _check_input(self, h: Tensor) -> None:
+        name = type(self).__name__
+        if h.dim() != 2 or h.shape[1] != self.num_features:
+            raise ValueError(
+                f"{name} expects a batch of shape (n, {self.num_features}), got {tuple(h.shape)}."
+            )
+        if not h.is_floating_point():
+            raise TypeError(f"{name} expects floating-point input, got {h.dtype}; use h.float().")
 
     def _apply(self, fn, recurse=True):
         originals = {name: self._buffers[name] for name in self.STATISTICS}
@@ -78,6 +100,9 @@ class IterNormWhitening(Float32Statistics):
     """
 
     STATISTICS = ("running_mean", "running_whitening")
+    OPTIONS = MappingProxyType(  # each option's range: checked here and by the config check
+        dict(group_size=COUNT, iterations=COUNT, eps=POSITIVE, momentum=MOMENTUM, affine=SWITCH)
+    )
 
     def __init__(
         self,
@@ -89,25 +114,15 @@ class IterNormWhitening(Float32Statistics):
         affine: bool = False,
     ) -> None:
         super().__init__()
-        COUNT.require(num_features, "IterNormWhitening num_features")
-        COUNT.require(group_size, "IterNormWhitening group_size")
+        options = dict(group_size=group_size, iterations=iterations, eps=eps, momentum=momentum)
+        self._set_options(num_features, **options, affine=affine)
         if num_features % group_size:
             raise ValueError(
                 f"IterNormWhitening group_size={group_size} does not divide "
                 f"num_features={num_features}; choose a divisor of {num_features} below the "
                 "batch size (for example 8)."
             )
-        COUNT.require(iterations, "IterNormWhitening iterations")
-        POSITIVE.require(eps, "IterNormWhitening eps")
-        MOMENTUM.require(momentum, "IterNormWhitening momentum")
-        SWITCH.require(affine, "IterNormWhitening affine")
-        self.num_features = num_features
-        self.group_size = group_size
         self.num_groups = num_features // group_size
-        self.iterations = iterations
-        self.eps = eps
-        self.momentum = momentum
-        self.affine = affine
         # Explicit dtypes: Lightning's bf16-true init context changes the default dtype.
         self.register_buffer(
             "running_mean", torch.zeros(self.num_groups, group_size, dtype=torch.float32)
@@ -139,15 +154,7 @@ class IterNormWhitening(Float32Statistics):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, h: Tensor) -> Tensor:
-        if h.dim() != 2 or h.shape[1] != self.num_features:
-            raise ValueError(
-                f"IterNormWhitening expects a batch of shape (n, {self.num_features}), got "
-                f"{tuple(h.shape)}."
-            )
-        if not h.is_floating_point():
-            raise TypeError(
-                f"IterNormWhitening expects floating-point input, got {h.dtype}; use h.float()."
-            )
+        self._check_input(h)
         n = h.shape[0]
         with torch.autocast(device_type=h.device.type, enabled=False):
             dtype = torch.promote_types(h.dtype, torch.float32)

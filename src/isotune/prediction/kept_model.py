@@ -1,13 +1,10 @@
-"""A run's kept model as prediction reads it: its checkpoint (slim or full) read as data only,
-and the run's own settings that decide its predictions (task, model, norm, tokenizer, maximum
-length, evaluation batch size, precision), each checked before anything is written.
+"""A run's kept model as prediction reads it: its checkpoint read as data only (by
+:mod:`isotune.record.kept_checkpoint`), and the run's own settings that decide its predictions,
+each checked before anything is written.
 
-Everything comes from the checkpoint: train.py writes the model's hyperparameters and the run's
-resolved config into every checkpoint, so a run folder moved or copied elsewhere predicts as it
-did where it trained. A checkpoint older than that saved config takes ``data`` from its run
-folder's ``.hydra/config.yaml``, read as YAML data (nothing in it is resolved or instantiated).
-The checkpoint is read, and a run folder with a link leading out of it or a run that kept no
-model refused, by the loader ``analyze.py`` shares (:mod:`isotune.record.kept_checkpoint`).
+Everything comes from the checkpoint, which holds the run's resolved config, so a moved run
+folder predicts as it did where it trained; a checkpoint older than that takes ``data`` from its
+folder's ``.hydra/config.yaml``, read as YAML data (nothing resolved or instantiated).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """One run's kept model on the dev and test sets: ``predict.py``, top to bottom.
 
-1. read the checkpoint as data and check everything (:func:`check_inputs`) before anything is
-   written: its run folder, that it is the project's and of the typed task, the data files, and
-   that the output folder lies outside the run's (a run folder stays as its run left it);
-2. build the model with the run's own settings (:mod:`.kept_model`) and score the dev set as
-   validation does in training (the same batches, the same metrics), beside the scores the run
-   recorded for these weights;
-3. predict each test file in GLUE's submission format (:mod:`isotune.data.glue_format`), each
-   with a sidecar saying where it came from (the run, its commit, the checkpoint's sha256);
-4. write ``predictions.json``: the dev scores, the recorded ones and the largest difference.
+Every input is checked before anything is written (:func:`check_inputs`; the output folder lies
+outside the run's, which stays as its run left it); the model is built with the run's own
+settings (:mod:`.kept_model`) and scores the dev set as validation did, beside the scores the run
+recorded; each test file is predicted in GLUE's format (:mod:`isotune.data.glue_format`) with a
+sidecar saying where it came from; ``predictions.json`` holds the dev scores, the recorded ones
+and the largest difference.
 """
 
 from __future__ import annotations
@@ -46,10 +43,9 @@ def predict(
     cfg: DictConfig, checked: tuple[KeptModel, list[SubmissionFile]] | None = None
 ) -> dict[str, Any]:
     """Score the dev set and write the test predictions as ``cfg`` (``conf/predict.yaml``) says;
-    return (and write) ``predictions.json``. ``checked``: what :func:`check_inputs` found for
-    ``cfg``'s inputs before the output folder was made (predict.py's Hydra callback
-    :class:`isotune.training.hydra_callbacks.InputsChecked` hands it over), so that the
-    checkpoint is read and the data files hashed once; None: they are checked here."""
+    return (and write) ``predictions.json``. ``checked``: what :func:`check_inputs` found before the
+    output folder was made (handed over by :class:`isotune.training.hydra_callbacks.InputsChecked`),
+    so the checkpoint is read and the data hashed once; None: checked here."""
     output_dir = Path(cfg.paths.output_dir)
     kept, files = checked if checked is not None else check_inputs(*inputs_of(cfg, output_dir))
     if cfg.test and not files:

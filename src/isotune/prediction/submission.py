@@ -1,21 +1,11 @@
 """A GLUE submission from a sweep or a study: each task's chosen run predicts the test set, and
 the files go into one folder and a zip for the server (``python -m isotune.submission``).
 
-Which run, in words the output repeats:
-
-- a study (docs/study.md): the chosen arm (``--arm``, the study's baseline arm by default) is
-  one configuration per task, its search's tuned one, run on the held-out report seeds; of those
-  runs, the one with the best dev score (ties: the lowest seed);
-- any other folder of runs (a sweep, a search, runs side by side): per task, the configuration
-  (:mod:`isotune.sweeps.comparisons`) whose runs' median dev score is the best, then its seed with
-  the best dev score (ties: the lowest seed).
-
-Choosing a seed by its dev score makes that score optimistic; the server's test score is not.
-A chosen run that kept no model (a study's ``checkpoint.keep=none``) is named with the command
-that trains exactly that run again keeping one; a task of one's own data (``task=files``), which
-GLUE's server does not score, is skipped with a line saying so. Every input is checked (each
-chosen checkpoint, its test files, the output folder outside the runs') before any file is
-written.
+The chosen run (:data:`STUDY_RULE`, :data:`SWEEP_RULE`) is the best dev score's seed of the
+chosen arm's tuned configuration (a study) or of the configuration with the best median (other
+folders), which makes that dev score optimistic; the server's test score is not. A chosen run
+that kept no model is named with the command that trains it again keeping one; a task of one's
+own data is skipped with a line saying so. Every input is checked before any file is written.
 """
 
 from __future__ import annotations

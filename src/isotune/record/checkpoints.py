@@ -1,20 +1,14 @@
 """What a run's checkpoints hold beyond Lightning's own, how Lightning reads and writes them, how
 best.ckpt survives a resume, and what a completed run keeps of them (``checkpoint.keep``).
 
-Every checkpoint carries the run's config and overrides (:mod:`isotune.record.same_run` compares
-them before continuing); Lightning reads every checkpoint through the project's data-only loader and
-writes it atomically in its own folder (:class:`RunCheckpointIO`); and the checkpoint callbacks
-keep their best file right when a run continues from a checkpoint of another folder
-(``ckpt_path=`` pointing elsewhere): Lightning then forgets the best score ("The dirpath has
-changed ...") and its first epoch overwrites best.ckpt whatever its score, so best.ckpt and
-results.json's ``best_epoch`` would disagree.
-
-A run folder's size is its checkpoints: AdamW's two moments make a full checkpoint three times
-its model, and last.ckpt only serves a run that may still continue. So by default
-(``checkpoint.keep=slim``) best.ckpt is written without the optimizer's and the scheduler's state
-(:func:`model_only`; for ``adapt=lora`` or ``frozen`` the model is already only what trained), and
-last.ckpt is removed once the run has completed (:func:`keep_of_completed_run`); a failed or
-interrupted run keeps it to continue from. ``full`` keeps both whole; ``none`` keeps no model.
+Every checkpoint carries the run's config and overrides (compared by
+:mod:`isotune.record.same_run`); Lightning reads them through the project's data-only loader and
+writes them atomically (:class:`RunCheckpointIO`). When a run continues from a checkpoint of another
+folder, Lightning forgets the best score and its first epoch would overwrite best.ckpt whatever its
+score, so the callbacks keep it right. AdamW's moments make a full checkpoint three times its model,
+so by default (``slim``) best.ckpt keeps the model only (:func:`model_only`) and last.ckpt is
+removed once the run completes (:func:`keep_of_completed_run`); ``full`` keeps both whole, ``none``
+no model.
 """
 
 from __future__ import annotations
@@ -67,19 +61,13 @@ class RunCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint files, read as data and written whole in their own folder.
 
     Read by :func:`isotune.record.checkpoint_reading.read_checkpoint`: data only, whatever
-    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (Lightning's own read passes no ``weights_only``,
-    which that variable turns into ``False``). Resuming (``fit``) and predicting with best.ckpt
-    both read here.
-
-    Written through :func:`~isotune.atomic_files.write_atomically`: Lightning's own writer
-    stages each checkpoint in memory and, on a local path, in a temporary file under /tmp that
-    is then moved; across filesystems (/tmp local, logs on NFS or Lustre) the move is a copy
-    straight into ``last.ckpt``, so a kill or a full disk mid-copy leaves a truncated checkpoint
-    under its final name. Here ``torch.save`` writes into a temporary file beside the
-    checkpoint, which replaces it once synced. Every save goes through it: best.ckpt, last.ckpt
-    and the checkpoint of a stop at a safe point. The files in :attr:`model_only_files` are
-    written :func:`model_only` (a :class:`RunCheckpoint` with ``keep`` other than ``full`` names
-    its file there before each save)."""
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (it turns Lightning's unset ``weights_only`` into
+    ``False``). Written through :func:`~isotune.atomic_files.write_atomically`, into a temporary
+    file beside the checkpoint that replaces it once synced: Lightning's own move from /tmp is a
+    copy across filesystems (logs on NFS), so a kill mid-copy would leave a truncated
+    ``last.ckpt``. Every save goes through it; the files in :attr:`model_only_files` are written
+    :func:`model_only` (a :class:`RunCheckpoint` with ``keep`` other than ``full`` names its file
+    there before each save)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,12 +87,10 @@ class RunCheckpointIO(TorchCheckpointIO):
 
 
 class RunCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` that, resumed from a checkpoint written in another folder, copies that
-    run's file (best.ckpt, last.ckpt) into its own folder and carries its score over, so the new
-    folder's best.ckpt is the best epoch of the whole run, as its results.json says.
-
-    ``keep`` (``checkpoint.keep``, for best.ckpt): ``full`` writes the whole training state,
-    ``slim`` and ``none`` the model only (:func:`model_only`), through :class:`RunCheckpointIO`."""
+    """``ModelCheckpoint`` that, resumed from a checkpoint of another folder, copies that run's file
+    into its own folder and carries its score over, so best.ckpt is the whole run's best epoch, as
+    results.json says. ``keep`` (``checkpoint.keep``): ``full`` writes best.ckpt whole, ``slim``
+    and ``none`` the model only (:func:`model_only`)."""
 
     def __init__(self, *args: Any, keep: str = "full", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -1,16 +1,12 @@
 """``csv/metrics.csv`` that spans every attempt of a run, appended to at every save.
 
-Lightning's CSVLogger deletes metrics.csv when a run starts in a folder that already has one, so a
-run resumed in its own folder would lose the metrics of its earlier attempts; it also rewrites the
-file in place when a new column appears, so a kill or a full disk there loses every earlier row.
-This logger keeps the earlier attempts' rows. A save appends its rows whole or not at all
-(:func:`~isotune.atomic_files.append_bytes`), so it costs the same at the 100,000th row as at the
-first (a whole rewrite at every save made a long run's cost grow with the square of its length);
-only a save that brings a new column rewrites the file, whole and atomically, as does
-:meth:`RunCSVLogger.drop_rows_after`, which removes the rows an earlier attempt logged after the
-checkpoint the run continues from (those steps are trained again), or all of them when the run
-starts again from the beginning, so every step appears once. ``hparams.yaml`` is written
-atomically too (:mod:`isotune.atomic_files`).
+Lightning's CSVLogger deletes metrics.csv when a run starts in a folder that has one (a resumed
+run would lose its earlier attempts) and rewrites it in place when a column appears (a kill there
+loses every row). Here a save appends its rows whole or not at all
+(:func:`~isotune.atomic_files.append_bytes`), costing the same at any length; only a new column
+rewrites the file, atomically, as does :meth:`RunCSVLogger.drop_rows_after`, which removes the
+rows logged after the checkpoint a run continues from, so every step appears once.
+``hparams.yaml`` is written atomically too.
 """
 
 from __future__ import annotations

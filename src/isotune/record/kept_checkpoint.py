@@ -1,13 +1,11 @@
 """A run's kept model as ``analyze.py`` and ``predict.py`` read it: the one loader of a typed
 ``ckpt_path``, and what a run that kept no model is told to train again.
 
-Both commands read a checkpoint a person points them at, so both refuse the same things before
-anything is built: no ``ckpt_path``, a run folder with a link leading out of it (what is read
-there would be another's), a run that completed keeping no model (``checkpoint.keep=none``: the
-command that trains it again keeping one is named), and a file that is not a train.py checkpoint
-or holds more than data (:func:`~isotune.record.checkpoint_reading.read_checkpoint`, torch's
-weights_only loader). The checkpoint comes back as data; the model wing builds the model from it
-(:func:`isotune.model.classifier.model_from_checkpoint`).
+Both read a checkpoint a person points them at, so both refuse the same things before anything
+is built: no ``ckpt_path``, a run folder with a link leading out of it, a run that kept no model
+(naming the command that trains it again keeping one), and a file that is not a train.py
+checkpoint or holds more than data (torch's weights_only loader). The model is built from the
+data elsewhere (:func:`isotune.model.classifier.model_from_checkpoint`).
 """
 
 from __future__ import annotations

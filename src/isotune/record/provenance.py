@@ -3,17 +3,12 @@ that decide its numbers, the device, the model's weights and the data files it r
 them differ between two such records.
 
 A table that mixes runs of different code, packages, weights or data is the commonest silent
-error of a study made over weeks; with this record in every results.json, checkpoint and W&B
-config, :mod:`isotune.sweeps.mixed` can tell a clean comparison from a mixed one, and
-``python -m isotune.env`` this machine from a folder's runs. Every value is checkable by hand:
-the commit against ``git rev-parse HEAD``, the versions against ``pip show``, each hash against
-``sha256sum``. Nothing is cached: a file is hashed each time it is recorded (streamed, so a
-weight file of gigabytes costs its read, not its size in memory), except an untracked file in the
-checkout over :data:`UNTRACKED_HASH_CAP`, which enters by its size and mtime (the record says
-which), and an untracked link, which enters by its target, never followed.
-
-Imports neither torch nor the training stack at the top: the offline tools read records without
-them.
+error of a study made over weeks; with this record in every run, :mod:`isotune.sweeps.mixed` can
+tell a clean comparison from a mixed one. Every value is checkable by hand (``git rev-parse
+HEAD``, ``pip show``, ``sha256sum``). Nothing is cached: a file is hashed, streamed, each time it
+is recorded, except an untracked file over :data:`UNTRACKED_HASH_CAP` (by size and mtime, as the
+record says) and an untracked link (by its target, never followed). Imports neither torch nor
+the training stack at the top: the offline tools read records without them.
 """
 
 from __future__ import annotations

@@ -59,18 +59,12 @@ def timestamp() -> str:
 
 
 class RunRecord:
-    """The record of one run folder, updated as the run goes and rewritten at each change.
-
-    A run may take several attempts in its folder (an interruption, then a resume; a requeue on a
-    cluster): each start appends to ``attempts`` (when it started, whether it resumed and from
-    which step, how and when it ended and the step it reached) and never overwrites an earlier
-    one; the top-level fields are the run's state as of the latest attempt, and ``wall_time_s``
-    counts every attempt. Nothing is written before :meth:`start`, so a start that is refused
-    (a checkpoint from another configuration) leaves an earlier record as it was.
-
-    ``write=False`` keeps the record in memory only: the other processes of a DDP run share the
-    run folder with rank 0, which alone measures isotropy and writes the file.
-    """
+    """The record of one run folder, updated as the run goes and rewritten at each change. Each
+    start in its folder (a resume, a requeue) appends to ``attempts``, never overwriting one; the
+    top-level fields are the latest attempt's state, ``wall_time_s`` counts every attempt. Nothing
+    is written before :meth:`start`, so a refused start leaves an earlier record as it was.
+    ``write=False`` keeps it in memory only: DDP's other processes share the folder with rank 0,
+    which alone writes it."""
 
     def __init__(self, output_dir: str | Path, write: bool = True, **identity: Any) -> None:
         self.output_dir = Path(output_dir)

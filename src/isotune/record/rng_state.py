@@ -1,15 +1,11 @@
 """Exact resume: the random-number generators' state travels with every checkpoint.
 
-Dropout masks (and anything else drawn from the global generators) depend on every draw made
-since seeding. A run resumed from a checkpoint makes different draws before its next training
-step than the uninterrupted run did (sanity validation, creating the DataLoader iterators, the
-isotropy probe), so restoring the saved state when the checkpoint is loaded is not enough. Instead
-the state is captured after every training batch and put back right before the next one, in the
-uninterrupted run and in the resumed one alike: both then train every step on identical random
-numbers, whether the checkpoint was written at an epoch's end or in the middle of one (a run
-stopped by a signal, :mod:`isotune.record.stopping`). Within an epoch putting it back changes
-nothing; at an epoch's start it undoes the draws of validation and of the new iterators. (The batch
-order is seeded by seed + epoch, and resumes at its position: ``LengthGroupedBatchSampler``.)
+A resumed run makes other draws before its next step than the uninterrupted one did (sanity
+validation, new DataLoader iterators, the isotropy probe), so restoring the state at load is not
+enough: it is captured after every training batch and put back right before the next, in both
+runs alike, so both train every step on identical random numbers wherever the checkpoint was
+written. (The batch order is seeded by seed + epoch and resumes at its position:
+``LengthGroupedBatchSampler``.)
 """
 
 from __future__ import annotations

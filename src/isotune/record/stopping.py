@@ -1,27 +1,14 @@
 """Stopping a run on a signal, at a point it can be continued from, within seconds.
 
-SIGTERM comes from ``kill``, ``scancel``, a preemption or a time limit; SIGUSR2 is the warning
-SLURM sends ``--signal`` seconds before a time limit (submitit asks for it). On either:
-
-- while training batches or the epoch's validation run, the stop waits for the next safe point:
-  the end of the current training batch (a checkpoint of this step is written to
-  ``checkpoints/last.ckpt``, with the sampler's position and the generators' state, so the run
-  continues exactly there), or the end of the epoch (its checkpoints are written anyway);
-- anywhere else (loading the model, the epoch-0 isotropy pass, I-STAR's Sigma_S pass at an
-  epoch's start) the run stops at once: nothing since the last checkpoint would be lost.
-
-The run then records itself ``interrupted`` by that signal and the entry point exits; where a
-handler was installed before the run (submitit's, in a SLURM job), it is called with the signal
-afterwards, and requeues the job. That is the one requeue mechanism: Lightning's own SLURM
-requeueing is turned off (:func:`cluster_plugins`), since with submitit's it would requeue the
-job twice and save checkpoints submitit's bookkeeping does not know.
-
-Ctrl-C (SIGINT) alone stops a run at once, from its last epoch end, and a second one is Python's
-own. In a sweep's process (the basic launcher's, a ``gpus`` worker) Ctrl-C is a stop signal too:
-the process sets :func:`ctrl_c_in_a_sweep` as its SIGINT handler, and a run started under it
-handles SIGINT as SIGTERM, so that one Ctrl-C stops every job of the sweep at its safe point
-(a terminal sends it to the whole process group, and the gpus launcher passes it on as well: a
-run acts on the first and notes the others).
+On SIGTERM (``kill``, ``scancel``, a preemption) or SIGUSR2 (SLURM's warning before a time
+limit), a run in its training batches or validation stops at the next safe point (the end of the
+batch, with a checkpoint to continue exactly there, or of the epoch); anywhere else it stops at
+once, losing nothing since the last checkpoint. It records itself ``interrupted`` and exits,
+then calls a handler installed before the run (submitit's, which requeues the job): the one
+requeue mechanism, so Lightning's own SLURM requeueing is off (:func:`cluster_plugins`), as with
+submitit's it would requeue twice. Ctrl-C alone stops a run at once; in a sweep's process
+(:func:`ctrl_c_in_a_sweep`) it is a stop signal like SIGTERM, so one Ctrl-C stops every job of
+the sweep at its safe point. Docs: docs/faults.md.
 """
 
 from __future__ import annotations
@@ -109,13 +96,11 @@ class StopRequest:
 
 
 class StopAtSafePoint(L.Callback):
-    """Acts on a :class:`StopRequest` at the safe points of training (module docstring).
-
-    Lightning installs its own SIGTERM handler when training starts, which raises mid-validation
-    and so would lose the epoch's training; this callback puts the request's back. It must come
-    after :class:`~isotune.record.rng_state.BatchRngState` among the callbacks, so that the
-    checkpoint it writes holds the generators' state after the batch.
-    """
+    """Acts on a :class:`StopRequest` at the safe points of training (module docstring). Lightning's
+    own SIGTERM handler, installed as training starts, raises mid-validation and would lose the
+    epoch's training, so this callback puts the request's back. It comes after
+    :class:`~isotune.record.rng_state.BatchRngState`, so its checkpoint holds the generators' state
+    after the batch."""
 
     def __init__(self, request: StopRequest, last_checkpoint: Path) -> None:
         self.request = request

@@ -1,16 +1,13 @@
 """The boundaries of a sequential plan, made so that anyone can make them again
 (docs/study.md, "Seeds in planned looks").
 
-A plan's boundaries are on the t scale, since the spread is estimated from the pairs. The first
-is exact: at look 1, T_1 = mean / (sd / sqrt(n_1)) is Student's t with n_1 - 1 degrees of
-freedom, so b_1 is its quantile at 1 - alpha(t_1) / 2 (a simulation would rest it on a few dozen
-crossings). The later ones need the joint law of T_1..T_K, which has no closed form: they are
-calibrated on studies of normal differences with no true difference simulated from a fixed
-numpy seed. Their Monte Carlo error is estimated by batch means and stated in the plan with the
-numpy version that drew them (a ``Generator`` stream may change across versions), and a plan
-stores only the decimals that error leaves whole (two for looks at 10-40 pairs, one for looks
-at a few pairs, whose t has few degrees of freedom), so its description reproduces its
-numbers. :func:`design_plan` is the one way a new plan is made.
+Boundaries are on the t scale, the spread being estimated from the pairs. The first is exact
+(Student's t with n_1 - 1 degrees of freedom: a simulation would rest it on a few dozen
+crossings); the later ones, whose joint law has no closed form, are calibrated on simulated
+studies with no true difference from a fixed numpy seed. Their Monte Carlo error, by batch
+means, is stated in the plan with the numpy version that drew them (a ``Generator`` stream may
+change across versions), and a plan stores only the decimals that error leaves whole, so its
+description reproduces its numbers. :func:`design_plan` is the one way a new plan is made.
 """
 
 from __future__ import annotations

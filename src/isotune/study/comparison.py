@@ -1,36 +1,9 @@
-"""The statistics of a study: its stated test, each arm against the baseline arm on each task,
-the arms across tasks, and the geometry beside the score.
-
-- The stated test (:func:`stated_answer`): the one comparison the study stated before its runs,
-  on its own seeds and at its own level, outside the Holm family of the exploratory comparisons.
-
-- Per task, each arm's held-out runs are compared with the baseline arm's on the same report
-  seeds: :func:`isotune.sweeps.statistics.paired_comparison` (mean difference, 95% t interval,
-  Wilcoxon and t-test p), Holm-adjusted over every (task, arm) comparison of the study (Holm
-  1979: the family is every comparison the report makes, the same family as the folder's
-  ``paired_statistics.csv``), with the smallest difference its pairs could detect and the pairs
-  that would detect its observed mean (80% power, two-sided 0.05, the exact noncentral t: a
-  planning figure; none where the differences have no spread, which gives nothing to plan
-  from). Beside it, where a report run of either arm failed or has no score, the same
-  comparison with that run at its trivial score (intention to treat: a setting that breaks
-  training more often is not flattered by its failures leaving the test). The
-  optimism is how much choosing its best trial on the tuning seeds flattered an arm: its tuning
-  value minus its held-out median (the other way round for a score to minimize), positive when
-  the held-out runs fell short of the tuning.
-- An arm's held-out median, spread and rank are over the report seeds every arm of its task has
-  a score on, so that arms are compared on the same seeds; its failures are counted over its
-  held-out runs, the runs the report is about.
-- Across tasks: the per-task mean differences side by side and their mean (of each task's own
-  metric, accuracy on RTE beside F1 on MRPC, as GLUE's score averages them: the report names
-  them), and each arm's
-  average rank of its held-out median over the tasks (1: best; ties share the mean of their
-  ranks): descriptions, with no test of their own (see :func:`across_tasks`).
-- Geometry: each arm's median IsoScore and average cosine of the classifier input and its
-  median score, all at the last epoch of its held-out runs, per task, and Spearman's rho of each
-  measure against that score over the held-out runs of every arm, per task and, with several
-  tasks, over all tasks (each run's measure and score as its difference from its task's median,
-  so that a task's level is no correlation), pooled over the arms and within arms (see
-  :func:`geometry_correlations`).
+"""The statistics of a study: its stated test (:func:`stated_answer`, outside the Holm family),
+each arm against the baseline arm on each task (Holm-adjusted over every (task, arm), with power
+figures and intention to treat beside it), the arms across tasks (:func:`across_tasks`,
+descriptions with no test of their own), and the geometry beside the score at the last epoch
+(:func:`geometry_correlations`). What each number means, and why it is computed so:
+docs/study.md#the-study-report.
 """
 
 from __future__ import annotations
@@ -259,13 +232,11 @@ POOLED, WITHIN_ARMS = "pooled", "within arms"  # the two scopes of a geometry co
 
 
 def geometry_correlations(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
-    """Spearman's rho of each geometry measure against the score over the held-out runs, per
-    task and over all tasks (each value centred on its task's median; with one task, those rows
-    would repeat its own, and are left out), in two scopes: pooled
-    over the arms, and within arms (:func:`stratified_spearman`: centred on each (task, arm)'s
-    median, p from orderings within each (task, arm)). The pooled rho mixes what sets arms
-    apart with run-to-run variation; the within-arm one asks whether, under one arm's settings,
-    a more isotropic run scored better."""
+    """Spearman's rho of each geometry measure against the score over the held-out runs, per task
+    and, with several tasks, over all (each value centred on its task's median), pooled over the
+    arms and within arms (:func:`stratified_spearman`): the pooled rho mixes what sets arms apart
+    with run-to-run variation; the within-arm one asks whether, under one arm's settings, a more
+    isotropic run scored better."""
     rows = []
     every: dict[str, list[tuple[float, float, tuple[str, str]]]] = {m: [] for m in GEOMETRY}
     for task, arms in _by_task(outcomes).items():
@@ -308,12 +279,11 @@ def _correlation_row(task: str, measure: str, scope: str, correlation: Correlati
 @dataclass(frozen=True)
 class StatedAnswer:
     """The stated test on the study's runs: its comparison on the stated seeds (None until every
-    stated seed has a pair, and always for a sequential test, which its frozen ``looks``
-    answer), the stated seeds still without one, those whose run, of either arm, started before
-    the statement (with the earliest such start), and the stated runs counted at their trivial
-    score (``at_trivial``: (arm, seed, folder relative to the study), see :func:`stated_answer`).
-    For a sequential test, ``held_back``: the stated seeds with a report run on its task that
-    every exploratory output leaves out (:func:`isotune.study.stated_looks.seeds_held_back`)."""
+    stated seed has a pair, and always for a sequential test, which its frozen ``looks`` answer),
+    the stated seeds still without one, those whose run started before the statement (with the
+    earliest such start), and the stated runs counted at their trivial score (``at_trivial``: (arm,
+    seed, folder relative to the study)). ``held_back``: a sequential test's stated seeds that every
+    exploratory output leaves out (:func:`isotune.study.stated_looks.seeds_held_back`)."""
 
     test: StatedTest
     comparison: PairedComparison | None
@@ -349,13 +319,11 @@ class StatedAnswer:
 def stated_answer(
     test: StatedTest, outcomes: Sequence[ArmOutcome], looks: Looks | None = None
 ) -> StatedAnswer:
-    """The stated ``test`` (:mod:`isotune.study.stated`) on the held-out runs of ``outcomes``:
-    the paired comparison of its arm with its baseline on its seeds alone, at its alpha, given
-    only when every stated seed has a pair (a test on part of its seeds would be a look the
-    statement did not plan). A sequential test is answered by its frozen ``looks`` instead
-    (:func:`isotune.study.stated_looks.looks_in`), and by nothing between them. A stated run
-    that failed twice counts at its trivial score
-    (:func:`isotune.study.stated_looks.stated_scores`), and the answer names it."""
+    """The stated ``test`` on the held-out runs of ``outcomes``: its arm against its baseline on its
+    seeds alone, at its alpha, given only when every stated seed has a pair (a test on part of them
+    would be a look the statement did not plan); a sequential test is answered by its frozen
+    ``looks`` instead, and by nothing between them. A stated run that failed twice counts at its
+    trivial score (:func:`isotune.study.stated_looks.stated_scores`), and the answer names it."""
     stated = stated_scores(test, outcomes)
     early: dict[int, str] = {}
     for run in stated.runs.values():

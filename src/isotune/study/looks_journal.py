@@ -1,16 +1,12 @@
 """Each look of a sequential stated test frozen when it is taken (docs/study.md, "A plan no one
 can bend").
 
-A look recomputed from the files at every read is a look that moves: a run replaced or rerun
-after its look would change a decision already taken, and nothing would say so. So the study
-command (never a report) takes a look once its pairs are in, and appends its record to
-:data:`LOOKS_FILE` in the study folder: the look, its pairs (seed, both runs' folders, their
-scores and the sha256 of each ``results.json``), the interval, the decision, the alpha spent,
-the exact p, the plan's digest, the commit of the code that took it and when. Later reads never
-rewrite it: a report gives the frozen looks, and names any run whose ``results.json`` changed
-since its look (the frozen decision stands); a later look adds its new pairs to the frozen ones;
-a look is never taken twice, also after a kill between looks (the record is appended whole or
-not at all).
+A look recomputed at every read moves: a run replaced after its look would change a decision
+already taken, silently. So the study command (never a report) takes a look once its pairs are
+in and appends its record to :data:`LOOKS_FILE`, whole or not at all: its pairs (with the sha256
+of each ``results.json``), interval, decision, alpha spent, exact p, the plan's digest, the
+commit and when. Nothing rewrites it: a report gives the frozen looks and names any run changed
+since (the decision stands), and a look is never taken twice, also after a kill.
 """
 
 from __future__ import annotations
@@ -135,12 +131,11 @@ def next_looks(
     metric_scores: Sequence[float],
     recorded: str = "when taken",
 ) -> list[FrozenLook]:
-    """The looks due after those of ``journal``, in order: each whose pairs are all in and
-    which no earlier look's stop forbids. ``runs``: each stated seed's baseline and arm run as
-    they are now (None: no score yet); the pairs of looks already taken are the frozen ones,
-    whatever their runs are now. ``metric_scores``: every score of the study's runs on the
-    task, which set the metric's resolution. ``recorded``: how the looks came to be recorded,
-    where not when taken (a migration)."""
+    """The looks due after those of ``journal``, in order: each whose pairs are all in and which no
+    earlier look's stop forbids. ``runs``: each stated seed's baseline and arm run as they are now
+    (None: no score yet; the pairs of looks taken are the frozen ones); ``metric_scores``: every
+    score of the study's runs on the task, which set the metric's resolution; ``recorded``: how the
+    looks came to be recorded, where not when taken (a migration)."""
     plan, seeds = registration.plan, registration.seeds
     looks = list(journal)
     while len(looks) < len(plan.looks) and not (looks and looks[-1].decision.stops):

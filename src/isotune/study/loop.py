@@ -1,13 +1,12 @@
 """A study's searches run to their end, its sequential stated test one look at a time, then its
 report (docs/study.md): what the study sweeper does once Hydra has composed and checked it
-(``hydra_plugins/isotune_launcher/_study_search.py`` adapts Hydra to this loop, as the optuna
-sweeper adapts it to :mod:`isotune.search.loop`).
+(:mod:`hydra_plugins.isotune_launcher._study_search` adapts Hydra to this loop).
 
-With a sequential stated test, the stated task's searches run their report seeds less the stated
-seeds beyond the look due; when they have run, the study command takes each look whose pairs
-are in (:func:`isotune.study.stated_looks.take_looks`, frozen), and runs the next look's seeds
-only while the test goes on. The report is then made again from the folder and its record, as
-``python -m isotune.aggregate`` makes it, so the report of a carried folder is this one.
+With a sequential stated test, the stated task's searches leave out the stated seeds beyond the
+look due; the study command then takes each look whose pairs are in
+(:func:`isotune.study.stated_looks.take_looks`) and runs the next look's seeds only while the
+test goes on. The report is made from the folder and its record, as ``python -m
+isotune.aggregate`` makes it, so the report of a carried folder is this one.
 """
 
 from __future__ import annotations

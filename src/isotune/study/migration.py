@@ -1,13 +1,10 @@
 """Lock a sequential plan stored before plans were locked (format 1), once:
 ``python -m isotune.study.migration <study folder>`` (docs/study.md, "A plan no one can bend").
 
-A format-1 plan holds six keys (looks, alpha, spending, margin, boundaries, boundaries_from) and
-nothing that ties it to its test. The migration keeps those six lines byte for byte, states the
-rules the plan was stated with (the repeated interval alone), and takes every other field from
-the study's own record of the command that ran its stated runs (``multirun.yaml``: the stated
-test and the runs' ``select_epoch``; the metric from the stated runs' ``results.json``), none
-computed; the six stored keys must agree with that record. The looks the runs have reached are
-then recorded in the journal, saying they were recorded at the migration.
+A format-1 plan's six keys, tied to nothing, are kept byte for byte; every other field is taken
+from the study's own record (``multirun.yaml``, the stated runs' ``results.json``), none
+computed, and the six keys must agree with it. The looks the runs have reached are then
+recorded in the journal, saying they were recorded at the migration.
 """
 
 from __future__ import annotations

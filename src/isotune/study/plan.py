@@ -1,18 +1,12 @@
 """A study's plan: which arms run on which tasks with which budget, checked before any job.
 
-An arm is a name, the overrides it fixes (``intervention=isobn``) and the keys it searches, in the
-search's grammar (:mod:`isotune.search.space`). Every arm searches the learning rate beside its
-own knob, so the baseline arm is tuned as much as the interventions (Melis et al. 2018; Bouthillier
-et al. 2021: a tuned method against an untuned baseline flatters the method). The budget (trials
-x tuning seeds) is the study's, the same for every arm; the report seeds are shared by every arm
-of a task, so that each held-out comparison with the baseline arm is paired.
-
-The settings are plain values (a study preset's ``hydra.sweeper`` node, resolved): the catalog of
-arms (``catalog``: name -> ``overrides``, ``params``), the ``arms`` chosen from it, the
-``baseline_arm``, the learning rate's range (``lr``), ``n_trials``, ``seeds``, ``report_seeds``.
-What this module cannot know alone is given by its caller once it has composed each (task, arm):
-whether a key is in that config. Whether each task's files can be read offline is the data's
-check (:func:`isotune.data.reading.check_task_offline`), which asks the task's kind.
+An arm is a name, the overrides it fixes (``intervention=isobn``) and the keys it searches
+(:mod:`isotune.search.space`). Every arm searches the learning rate beside its own knob, so the
+baseline arm is tuned as much as the interventions (Melis et al. 2018; Bouthillier et al. 2021: a
+tuned method against an untuned baseline flatters the method); the budget is the same for every
+arm, and the report seeds are shared by a task's arms so that each comparison is paired. The
+settings are a study preset's resolved ``hydra.sweeper`` node; what this module cannot know
+alone (whether a key is in a composed (task, arm) config) its caller gives it.
 """
 
 from __future__ import annotations

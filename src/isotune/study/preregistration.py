@@ -1,20 +1,13 @@
 """A sequential stated test's pre-registration: the plan locked from its statement to its last
 look (docs/study.md, "A plan no one can bend").
 
-Registries of trials time-stamp a plan and never let it change in place: a plan that can be
-edited after its runs is one the data could have chosen. So the file a sequential study writes
-before its first stated run (:data:`PLAN_FILE`) holds everything that decides: the task, the
-arm and its baseline, the stated seeds in order, the looks, alpha, the spending function, the
-equivalence margin (in the statistic's units: 0.01 is one point of accuracy), the boundaries and
-how they were made, the decision rules, the statistic (metric, split, which epoch), when it was
-stated, a format version, and a sha256 digest of all of these. Every path that reads it (the
-study command and its preview, ``python -m isotune.aggregate``, the W&B report) checks the
-digest and compares each field with what was typed (the command line, or the study's record of
-it), and refuses a difference, naming the field, stored against typed. Nothing writes over a
-stored plan; a folder with stated runs and no plan is refused.
-
-A plan written before this format (format 1: six keys, no digest) is refused with the command
-that migrates it (:mod:`isotune.study.migration`).
+A plan that can be edited after its runs is one the data could have chosen. So before its first
+stated run a sequential study writes :data:`PLAN_FILE`, with everything that decides (the
+equivalence margin in the statistic's units: 0.01 is one point of accuracy) and a sha256 digest
+of it. Every reader checks the digest and each field against what was typed, refusing a
+difference by name; nothing writes over a stored plan; a folder with stated runs and no plan is
+refused, and a format-1 plan (no digest) is refused with the command that migrates it
+(:mod:`isotune.study.migration`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The end of a study: the arms on each task and across tasks, with the geometry beside the score.
 
-Files written into the study folder (each atomically), from the searches' outcomes alone (no
-clock, no host), so that a study stopped and continued ends with the same files as one that ran
-through:
-- ``study_report.md``, also printed at the end: per task, each arm's tuned value, held-out median
-  and spread, failed runs, optimism, and its paired difference with the baseline arm (Holm over
-  every arm on every task) with its power; across tasks, the differences side by side, their
-  mean, the test over every (task, report seed) pair and the average rank; the geometry beside
-  the score; the caveats; links to the figures;
-- ``study_results.yaml``: the same numbers as plain values;
-- ``study_runs.csv``: every run of every search, but the stated seeds a sequential test holds
-  back (docs/study.md, "A plan no one can bend");
-- ``expected_best_<task>.png`` (every arm's expected best over its trials, Dodge et al. 2019, on
-  one axis: which arm wins can depend on the budget; below :data:`MIN_TRIALS` trials, each
-  trial's value at its trial number instead, under its own title) and ``held_out.png`` (each
-  arm's held-out score on each report seed, a seed's runs joined across arms: the pairs the
-  tests compare).
-The statistics are :mod:`isotune.study.comparison`'s.
+Writes ``study_report.md`` (also printed), ``study_results.yaml``, ``study_runs.csv`` (but the
+stated seeds a sequential test holds back), ``expected_best_<task>.png`` (below
+:data:`MIN_TRIALS` trials, each trial's value instead) and ``held_out.png`` into the study
+folder, each atomically, from the searches' outcomes alone (no clock, no host), so that a study
+stopped and continued ends with the same files as one that ran through. What they hold:
+docs/study.md#the-study-report; the statistics are :mod:`isotune.study.comparison`'s.
 """
 
 from __future__ import annotations

@@ -64,6 +64,13 @@ class StudyRun:
     metric: str | None = None  # a report run's primary metric, what its score is
     failures: int = 0  # a report run's attempts that ended failed (:attr:`Run.failures`)
 
+    @classmethod
+    def of(cls, job: JobOutcome, task: str, arm: str, trial: int | None, **rest: Any) -> StudyRun:
+        """A run from its job's outcome, so tuning and report runs (``trial`` None) take the
+        outcome's fields alike."""
+        phase = REPORT if trial is None else TUNING
+        return cls(task, arm, phase, trial, job.seed, job.score, job.learned, job.status, **rest)
+
 
 @dataclass(frozen=True)
 class ArmOutcome:
@@ -168,18 +175,10 @@ def read_arm(folder: Path, task: str, arm: str, report_seeds: Sequence[int]) -> 
     if best is not None:
         _check_chosen(folder, trials, int(best), best_params, _number(record.get("best_value")))
     runs = [
-        StudyRun(
-            task=task,
-            arm=arm,
-            phase=TUNING,
-            trial=trial.number,
-            seed=job.seed,
-            score=job.score,
-            learned=job.learned,
-            status=job.status,
-            # <search>/trial-<n>/seed-<s>, recorded at the path it ran at (a carried folder's old
-            # one): relative to the study folder
-            job_dir=str(Path(task, arm, *Path(str(job.job_dir)).parts[-2:])),
+        # job_dir: <search>/trial-<n>/seed-<s>, recorded at the path it ran at (a carried
+        # folder's old one): relative to the study folder
+        StudyRun.of(
+            job, task, arm, trial.number, job_dir=str(Path(task, arm, *job.job_dir.parts[-2:]))
         )
         for trial in trials
         for job in trial.jobs
@@ -303,15 +302,11 @@ def _report_run(job_dir: Path, task: str, arm: str, best_params: Mapping[str, An
                 if (value := _number(final.get(measure_key(measure)))) is not None
             }
             final_score = _number((run.result.get("final") or {}).get(metric))
-    return StudyRun(
-        task=task,
-        arm=arm,
-        phase=REPORT,
-        trial=None,
-        seed=seed,
-        score=outcome.score,
-        learned=outcome.learned,
-        status=outcome.status,
+    return StudyRun.of(
+        outcome,
+        task,
+        arm,
+        None,
         geometry=geometry,
         job_dir=str(Path(task, arm, *job_dir.parts[-3:])),  # relative to the study folder
         started_at=started_at,

@@ -1,25 +1,14 @@
 """A study's stated test: the one comparison written down before its runs, answered on its own.
 
-A study's report makes many comparisons (every arm against the baseline on every task, the
-geometry beside the score); a reader who takes one of them home as the answer takes a number the
-data chose. A study may state in advance the comparison it is run for
-(``hydra.sweeper.stated``): the task, the arm against the baseline arm, the report seeds it is
-answered on, its two-sided alpha, and when it was stated. The report then answers that test
-first, on those seeds alone, and calls everything else exploratory; a stated seed whose run
-started before the statement was written is named, since a result seen before the statement
-could have shaped it.
-
-A stated test may also plan its looks (``looks``, with ``spending``, an equivalence ``margin`` in
-the metric's units and the epoch each run is scored at, ``select_epoch``): it is then sequential
-(:mod:`isotune.study.sequential`), decided at planned pair counts of its stated seeds, which run
-one look at a time (:mod:`isotune.study.stated_looks`), by a plan locked in the study folder
-(:mod:`isotune.study.preregistration`).
-
-One name for each thing: ``alpha`` (a record written before it was named so says ``level``, and
-its margin in points: :func:`stated_test` reads such a record as it was meant).
-
-This module is the statement, read and checked before any job; its answer on the runs is
-:func:`isotune.study.comparison.stated_answer`.
+Of the many comparisons a study report makes, one the data chose is no answer; a study may state
+in advance (``hydra.sweeper.stated``) the task, arm, report seeds and two-sided alpha it is run
+for, and the report answers that first, on those seeds alone, naming any stated seed whose run
+started before the statement (a result seen before could have shaped it). With planned
+``looks`` it is sequential (:mod:`isotune.study.sequential`, :mod:`isotune.study.stated_looks`,
+locked by :mod:`isotune.study.preregistration`). A record written before ``alpha`` was named says
+``level``, with its margin in points: :func:`stated_test` reads it as it was meant.
+This module is the statement, checked before any job; its answer is
+:func:`isotune.study.comparison.stated_answer`. Docs: docs/study.md#a-stated-test.
 """
 
 from __future__ import annotations
@@ -51,12 +40,11 @@ EXAMPLE = (
 
 @dataclass(frozen=True)
 class StatedTest:
-    """The comparison a study states before its runs: ``arm`` minus ``baseline`` on ``task``,
-    on the report ``seeds``, two-sided at ``alpha``; ``stated_at`` is when it was written (a
-    date, or a time with its UTC offset). With ``looks`` (pair counts, the first n of the
-    sorted ``seeds`` at each) it is sequential, its ``spending`` function and equivalence
-    ``margin`` (the metric's units; None: no equivalence stop) those of its plan, and each
-    stated run is scored at the epoch ``select_epoch`` takes (``last`` unless typed: no epoch
+    """The comparison a study states before its runs: ``arm`` minus ``baseline`` on ``task``, on the
+    report ``seeds``, two-sided at ``alpha``, written at ``stated_at`` (a date, or a time with its
+    UTC offset). With ``looks`` (pair counts of the sorted ``seeds``) it is sequential, with its
+    plan's ``spending`` and equivalence ``margin`` (the metric's units; None: no equivalence stop),
+    each stated run scored at the epoch ``select_epoch`` takes (``last`` unless typed: no epoch
     chosen on the scored examples)."""
 
     task: str

@@ -1,16 +1,12 @@
 """A sequential stated test in its study: the plan locked before its runs, the looks taken on
 its runs and frozen, and the stated seeds that may run now (docs/study.md, "A stated test").
 
-A stated test with ``looks`` (:mod:`isotune.study.stated`) is decided by a plan locked in the
-study folder (:mod:`isotune.study.preregistration`): written once, before any stated run, then
-verified on every read against its digest and against what was typed. Look k is on the first
-n_k stated seeds (in order), and is taken, by the study command alone, only when each of them
-has its pair; it is then frozen (:mod:`isotune.study.looks_journal`), and every report gives
-the frozen looks. Between looks nothing is computed, since a look the plan did not make spends
-alpha it did not plan. The stated seeds beyond the look the study waits for do not run; a
-decided study runs no more of them. While the test is undecided every stated seed is held back
-from the exploratory tables (:func:`seeds_held_back`), so that no table shows a stated score
-before its look, nor an ordinary interval of the stated comparison to be read as its answer.
+Look k is on the first n_k stated seeds, taken by the study command alone once each has its
+pair, then frozen (:mod:`isotune.study.looks_journal`); between looks nothing is computed, since
+a look the plan did not make spends alpha it did not plan. Seeds beyond the awaited look do not
+run, nor any after a decision. While the test is undecided every stated seed is held back from
+the exploratory tables (:func:`seeds_held_back`), so that no table shows a stated score before
+its look.
 """
 
 from __future__ import annotations

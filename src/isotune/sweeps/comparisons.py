@@ -1,18 +1,12 @@
 """Configurations of a sweep, their baselines, and the paired statistics between them.
 
-A configuration is what sets a run apart other than its task and seed: its axes (the fields of
-``results.json`` named in :data:`AXES`) and its other overrides, minus bookkeeping that changes no
-result (paths, launcher, logger, ``hydra.*``). Its baseline is the same configuration with the
-baseline values of the axes (``norm=none`` by default, ``--baseline norm=batchnorm`` to choose
-another), every other axis and override the same (model, adaptation, ...). A configuration's runs
-and its baseline's runs of one task that share the seed that varies (:mod:`isotune.sweeps.seeds`)
-are paired, and
-:mod:`isotune.sweeps.statistics` compares them.
-
-In a search folder the runs of a trial on the tuning seeds and the runs of the report on the report
-seeds are different configurations (``search=tuning``, ``search=report``): the winner's runs on
-the two are never pooled, and only the report's runs have a baseline (the search runs its
-baseline on the report seeds only, which share no seed with the tuning ones).
+A configuration is what sets a run apart other than its task and seed: its axes (:data:`AXES`)
+and other overrides, minus bookkeeping that changes no result (paths, launcher, logger,
+``hydra.*``). Its baseline is the same configuration with the axes' baseline values (``norm=none``
+by default, ``--baseline`` to choose another); runs of the two on one task that share the seed
+that varies (:mod:`isotune.sweeps.seeds`) are paired for :mod:`isotune.sweeps.statistics`. In a
+search folder, tuning and report runs are different configurations (``search=tuning``,
+``search=report``), never pooled, and only the report's have a baseline.
 """
 
 from __future__ import annotations
@@ -97,13 +91,11 @@ class Configuration:
     def with_values(self, values: Mapping[str, str]) -> Configuration:
         """This configuration with some axes set to ``values``; an axis that changes loses its
         sub-options (``norm.beta=0.3`` goes with ``norm=isobn``)."""
-        changed = [name for name, value in values.items() if self.value(name) != value]
+        changed = tuple(f"{name}." for name, value in values.items() if self.value(name) != value)
         return replace(
             self,
             axes=tuple((name, values.get(name, value)) for name, value in self.axes),
-            overrides=tuple(
-                o for o in self.overrides if not override_key(o).startswith(_sub_keys(changed))
-            ),
+            overrides=tuple(o for o in self.overrides if not override_key(o).startswith(changed)),
         )
 
     def sort_key(self) -> tuple[Any, ...]:
@@ -125,10 +117,6 @@ def _axis_value(run: Run, name: str, axis: Axis) -> str:
 def override_key(override: str) -> str:
     """``optim.lr`` of ``optim.lr=1e-4``, ``+trainer.x=1`` or ``~callbacks.isotropy``."""
     return override.lstrip("+~").split("=", 1)[0]
-
-
-def _sub_keys(axes: Sequence[str]) -> tuple[str, ...]:
-    return tuple(f"{name}." for name in axes)
 
 
 def _not_a_setting(key: str) -> bool:
@@ -157,12 +145,10 @@ def baseline_values(choices: Sequence[str] = ()) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Configurations:
-    """The configurations of a set of runs in display order, their names, and their baselines.
-
-    A configuration's name is its parts (:attr:`Configuration.parts`) that not every
-    configuration shares; the shared ones are listed once (:attr:`shared`). A configuration
-    whose parts are all shared is named by its axes (a sweep of one configuration).
-    """
+    """The configurations of a set of runs in display order, their names, and their baselines. A
+    name is the configuration's parts (:attr:`Configuration.parts`) that not every configuration
+    shares, the shared ones listed once (:attr:`shared`); one whose parts are all shared is named by
+    its axes."""
 
     ordered: tuple[Configuration, ...]
     shared: tuple[str, ...]
@@ -202,16 +188,12 @@ def paired_statistics(
     without_score: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per compared configuration and task: the paired comparison with its baseline over seeds
-    (``scores``: one row per run, as :func:`isotune.sweeps.tables.scores_frame` makes it, whose
-    row order this keeps), and Holm-adjusted p over every comparison with a pair
-    (:data:`HOLM_FAMILY`, named in the ``holm_family`` column: in a study folder, the same
-    comparisons as study_report.md's, every arm against the baseline arm on every task).
-
-    With ``without_score`` (the runs that ended without a score, as
-    :func:`isotune.sweeps.tables.without_score_frame` makes it), also its intention-to-treat
-    sensitivity (:data:`ITT_COLUMNS`: those runs at their trivial score,
-    :mod:`isotune.sweeps.intention_to_treat`; ``itt_substituted`` 0 where none was paired), and
-    a row for a configuration and task whose runs all ended without one."""
+    (``scores``: one row per run, as :func:`isotune.sweeps.tables.scores_frame` makes it, whose row
+    order this keeps), and Holm-adjusted p over every comparison with a pair (:data:`HOLM_FAMILY`,
+    named in the ``holm_family`` column: in a study folder, the family of study_report.md). With
+    ``without_score`` (:func:`isotune.sweeps.tables.without_score_frame`), also the
+    intention-to-treat sensitivity (:data:`ITT_COLUMNS`; ``itt_substituted`` 0 where no run was
+    paired), and a row for a configuration and task whose runs all ended without a score."""
     by_cell = {
         key: dict(zip(group["seed"], group["score"], strict=True))
         for key, group in scores.groupby(["configuration", "task"], sort=False)

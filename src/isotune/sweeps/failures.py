@@ -1,11 +1,9 @@
 """Runs that failed to learn: counted per configuration and task, and set apart in the statistics.
 
-Each run records whether its best epoch beat the trivial predictor of its dev set by the margin
-(``learned`` in results.json, :mod:`isotune.training.trivial`). A sweep that mixes failed runs with
-worse ones reads a regularizer that breaks training as a small negative effect, so the aggregate
-reports "k of n runs failed to learn" and computes its tables and paired statistics twice: over all
-runs, and over the runs that learned. A run written before runs recorded it has no verdict: it
-counts as unknown, never as failed, and stays among "the runs that learned".
+A run failed when its best epoch did not beat its dev set's trivial predictor by the margin
+(``learned``, :mod:`isotune.training.trivial`). Mixed with worse runs, failures read as a small
+negative effect, so the tables and paired statistics are computed twice: over all runs and over
+those that learned. A run from before the verdict counts as unknown, never as failed.
 """
 
 from __future__ import annotations

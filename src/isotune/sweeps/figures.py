@@ -1,13 +1,9 @@
 """The figures of a sweep report, and the functions that prepare their numbers.
 
-Three kinds, one file per task each: every seed's dev score per configuration with the median
-(``scores_<task>.png``); isotropy of the classifier input over the epochs, median across seeds with
-a min-max band (``isotropy_epochs_<task>.png``); and each run's best-epoch isotropy against its
-score with Spearman's rho pooled and within each configuration (``isotropy_vs_score_<task>.png``).
-A run that failed to learn (:mod:`isotune.sweeps.failures`) is a hollow dot in the scores and
-isotropy-against-score figures, with a legend entry. The ``*_data`` functions compute from the same
-frames as the tables, so a figure never shows a number the tables do not; the drawing functions
-only draw.
+Per task: ``scores_<task>.png``, ``isotropy_epochs_<task>.png`` and
+``isotropy_vs_score_<task>.png`` (a run that failed to learn is a hollow dot). The ``*_data``
+functions compute from the same frames as the tables, so a figure never shows a number the
+tables do not; the drawing functions only draw.
 """
 
 from __future__ import annotations

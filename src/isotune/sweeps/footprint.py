@@ -1,12 +1,10 @@
 """How much disk a sweep takes: measured (a folder's blocks) and expected before it starts.
 
-A run's folder is mostly its checkpoints (``checkpoint.keep``, docs/training.md#what-a-run-keeps).
-The model's weights are float32 (4 bytes a parameter); a whole checkpoint adds AdamW's two moments
-(3x the model); a ``lora`` or ``frozen`` checkpoint holds only what trains, at most
-:data:`ADAPTED_SHARE` of the model (measured: 1.3 MiB of MiniLM's 87 MiB with LoRA, 9 KiB frozen).
-While a run goes, its folder peaks as last.ckpt is replaced: the old file and the new one whole,
-beside best.ckpt. A sweep holds its completed runs' folders and, for the jobs running at once,
-their peaks. Stdlib only: the aggregate and the sweep's summary read sizes without torch.
+A run's folder is mostly its checkpoints (docs/training.md#what-a-run-keeps): float32 weights,
+times 3 with AdamW's moments in a whole checkpoint, at most :data:`ADAPTED_SHARE` of the model
+for ``lora`` or ``frozen``; while it runs it peaks as last.ckpt is replaced (old and new whole,
+beside best.ckpt). A sweep holds its completed folders and its running jobs' peaks. Stdlib only:
+the aggregate and the sweep's summary read sizes without torch.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Pin each sweep worker process to one GPU by holding an exclusive lock on one of that GPU's
 slot files.
 
-Why a lock and not ``job.num % n_gpus``: a worker pool hands jobs to whichever worker is free, so
-arithmetic on job numbers overloads a GPU as soon as job durations differ. A GPU has
-``jobs_per_gpu`` slots (``<slot_dir>/<gpu>#<share>.lock``); a worker that locks one slot once, at
-its start, owns that share of the GPU for its whole life, so a GPU never runs more than
-``jobs_per_gpu`` jobs at once. The operating system drops the lock when the process dies, so a
-crashed worker never leaks its slot. The lock of the current process is kept in this importable
-module (not in a ``__main__`` script), so every job a worker runs sees the same slot.
-
-The slot folder lies in the sweep folder by default. One that another user controls (a shared
-``/tmp``) could hold symlinks whose targets a worker's lock would truncate, locks held forever,
-or refuse every worker's write; so a slot folder must be a folder of this user's own, and a lock
-file a plain file of this user's, opened without following symlinks. Anything else is one
-message, from the launcher before any worker starts.
+Why a lock and not ``job.num % n_gpus``: a worker pool hands jobs to whichever worker is free,
+so arithmetic on job numbers overloads a GPU as soon as job durations differ. A GPU has
+``jobs_per_gpu`` slots (``<slot_dir>/<gpu>#<share>.lock``); a worker locks one once, at its
+start, for its whole life, and the operating system drops the lock when it dies, so a crashed
+worker never leaks its slot. The lock is kept in this importable module so every job a worker
+runs sees the same slot. A slot folder another user controls (a shared ``/tmp``) could hold
+symlinks a lock would truncate through, or locks held forever: so it must be this user's own
+folder, and a lock file a plain file of this user's, opened without following symlinks.
 """
 
 from __future__ import annotations
@@ -67,12 +62,9 @@ class SlotLock:
 
 
 def visible_gpus() -> list[str]:
-    """The GPU ids this process may use, found without initialising CUDA.
-
-    ``CUDA_VISIBLE_DEVICES`` wins when set (its ids are kept verbatim, so UUIDs work; like CUDA,
-    the list ends at the first negative id, so ``-1`` means no GPU). Otherwise
-    ``torch.cuda.device_count()``, which asks NVML and leaves CUDA uninitialised.
-    """
+    """The GPU ids this process may use, found without initialising CUDA: ``CUDA_VISIBLE_DEVICES``
+    when set (ids kept verbatim, so UUIDs work; like CUDA, the list ends at the first negative id,
+    so ``-1`` means no GPU), else ``torch.cuda.device_count()``, which asks NVML."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         ids = (gpu.strip() for gpu in listed.split(","))
@@ -84,12 +76,8 @@ def visible_gpus() -> list[str]:
 
 def plan_slots(gpus: Sequence[object] | None, jobs_per_gpu: int, cpu_jobs: int) -> list[Slot]:
     """``jobs_per_gpu`` slots per GPU (``gpus``, or the visible ones when None); ``cpu_jobs`` CPU
-    slots when there is no GPU.
-
-    GPU slots come round-robin (every GPU's first share, then every GPU's second, ...): a worker
-    locks the first free slot, so the first workers spread over all GPUs before any GPU gets a
-    second job.
-    """
+    slots when there is no GPU. GPU slots come round-robin (every GPU's first share, then every
+    second, ...), so the first workers spread over all GPUs before any GPU gets a second job."""
     ids = visible_gpus() if gpus is None else [str(gpu) for gpu in gpus]
     if len(set(ids)) != len(ids):
         raise IsotuneError(f"GPU list {ids} names a GPU twice; list each GPU id once.")
@@ -101,15 +89,11 @@ def plan_slots(gpus: Sequence[object] | None, jobs_per_gpu: int, cpu_jobs: int) 
 
 
 def cpu_share(jobs_at_once: int) -> int:
-    """Torch threads for each of ``jobs_at_once`` jobs: the cores this process may use, split
-    evenly (at least one each). In a SLURM job, at most its ``SLURM_CPUS_PER_TASK``: a cluster
-    that does not pin a job to its cores (no task/affinity or cgroup plugin, as the local test
-    cluster) leaves every core in its affinity, and allocations side by side would share them.
-
-    Left alone, every job takes all cores, and oversubscribed cores slow everything down, LAPACK
-    most: ``eigh`` of a 384 x 384 matrix, as the isotropy measures take it, ran in 5 s instead of
-    0.02 s with two 2-thread processes on 2 cores.
-    """
+    """Torch threads for each of ``jobs_at_once`` jobs: the cores this process may use, split evenly
+    (at least one each); in a SLURM job, at most its ``SLURM_CPUS_PER_TASK``, since a cluster that
+    does not pin a job to its cores leaves every core in its affinity. Left alone, every job takes
+    all cores, and oversubscribed cores slow everything down, LAPACK most: ``eigh`` of a 384 x 384
+    matrix ran in 5 s instead of 0.02 s with two 2-thread processes on 2 cores."""
     cores = len(os.sched_getaffinity(0))
     allocated = os.environ.get(SLURM_CPUS_ENV_VAR, "")
     if allocated.isdigit() and int(allocated) > 0:
@@ -162,11 +146,10 @@ def usable_slot_dir(slot_dir: Path) -> Path:
 
 
 def try_lock(slot_dir: Path, slot_id: str) -> SlotLock | None:
-    """Lock one slot without waiting; None when another process (or open file) holds it.
-
-    The lock file is opened without following a symlink and without blocking (on a FIFO), and is
-    used only when it is a plain file of this user's with no other name (a hard link): the pid
-    written into it never lands in a file someone planted there."""
+    """Lock one slot without waiting; None when another process (or open file) holds it. The lock
+    file is opened without following a symlink or blocking (on a FIFO), and used only when it is a
+    plain file of this user's with no other name (a hard link): the pid written into it never lands
+    in a file someone planted there."""
     path = Path(slot_dir) / f"{slot_id.replace('/', '_')}.lock"
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
@@ -235,11 +218,9 @@ _claimed: tuple[Slot, SlotLock] | None = None  # this process's slot and the loc
 def claim_process_slot(
     slot_dir: Path, slots: Sequence[Slot], timeout_s: float | None = None
 ) -> Slot:
-    """Claim one of ``slots`` for the rest of this process's life and pin the environment to it.
-
-    Call it before anything initialises CUDA: CUDA reads ``CUDA_VISIBLE_DEVICES`` only once.
-    Claiming again returns the slot already held, so a worker never moves to another GPU.
-    """
+    """Claim one of ``slots`` for the rest of this process's life and pin the environment to it,
+    before anything initialises CUDA (which reads ``CUDA_VISIBLE_DEVICES`` once). Claiming again
+    returns the slot held, so a worker never moves to another GPU."""
     global _claimed
     if _claimed is not None:
         return _claimed[0]

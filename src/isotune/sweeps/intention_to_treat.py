@@ -1,15 +1,11 @@
 """The intention-to-treat sensitivity of a paired test: failed runs at their trivial score.
 
-A paired test counts only the runs with a score, so a setting that breaks training more often
-is flattered by its failures leaving the test. The line beside it (:func:`intention_to_treat_line`)
-gives the same test with each run that ended without a score (failed, refused, no finite score)
-counted at the score of its dev set's trivial predictor as its ``results.json`` records it
-(``trivial.score``: the majority class, the mean predictor of a regression), what a run that
-learned nothing scores. A run that has not ended (running, interrupted, never started) is no
-outcome of its setting yet, and is not counted. The sweep tables
-(:mod:`isotune.sweeps.comparisons`), a search's held-out report (:mod:`isotune.search.report`)
-and a study's comparisons and stated test (:mod:`isotune.study.comparison`) all count it here;
-a search trial is never given a made-up value (:mod:`isotune.search.outcomes`).
+A paired test counts only runs with a score, so a setting that breaks training more often is
+flattered by its failures leaving the test. :func:`intention_to_treat_line` gives the same test
+with each run that ended without a score counted at its dev set's trivial score as its
+``results.json`` records it; a run that has not ended is not counted. Sweep tables, a search's
+held-out report and a study's comparisons all count it here; a search trial is never given a
+made-up value (:mod:`isotune.search.outcomes`).
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Which allocation of a packed SLURM sweep runs which job: a claim file per job.
 
-A packed sweep (conf/hydra/launcher/slurm.yaml, ``jobs_per_gpu`` above 1) sends N allocations
-that all work through one list of jobs. Each job must run in exactly one of them, also when an
-allocation is requeued (its time limit, a preemption) or dies. So a job is claimed by creating
-its claim file, which names the allocation (its SLURM job id, ``123_4`` for an array element,
-the same after a requeue), in the launch's claims folder:
-
-- creating it is atomic and exclusive (written to a temporary file, then ``os.link``ed to its
-  name, which fails where the name exists): of two allocations reaching for one job, one wins;
-- a requeued allocation first takes back the jobs it claimed and did not finish (they continue
-  from their ``last.ckpt``, as a requeued array task does), since its claims name it still;
-- a job is finished when its return is written beside its claim (``<job>.return``); a job that
-  stopped on a signal has none, and stays its allocation's;
-- a claim of an allocation SLURM no longer holds (not in ``squeue``: it crashed, or was
-  cancelled) and without a return may be taken over by a running allocation: by creating the
-  claim of the next generation (``<job>.claim.<n+1>``), exclusive as the first.
-
-Each launch gets a claims folder of its own (a sweep typed again starts afresh: its completed
-jobs are read, not rerun), in the sweep's ``.claims/``.
+In a packed sweep (``jobs_per_gpu`` above 1) N allocations work through one list of jobs, and
+each job must run in exactly one, also across requeues and deaths. A job is claimed by creating
+its claim file, naming the allocation's SLURM job id, atomically and exclusively (``os.link`` of
+a temporary file fails where the name exists); a requeued allocation takes back its unfinished
+claims; a job is finished when ``<job>.return`` is written beside its claim; a claim of an
+allocation no longer in ``squeue`` and without a return may be taken over by creating the next
+generation's claim (``<job>.claim.<n+1>``). Each launch has its own claims folder in the sweep's
+``.claims/``. Docs: docs/sweeps.md#slurm-allocations-as-worker-pools.
 """
 
 from __future__ import annotations

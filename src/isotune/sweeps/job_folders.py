@@ -1,15 +1,11 @@
 """Which folder each job of a plain multirun runs in: the one that holds its configuration.
 
-Hydra names a multirun's job folders by the jobs' places in the sweep (``hydra.sweep.subdir:
-${hydra.job.num}``). A sweep typed again in its folder with a seed or a task added puts other
-configurations at those places, so by place its jobs would start in folders holding other runs:
-refused there (rightly), while the new configurations never ran. Here a job goes to the folder
-whose recorded overrides (:attr:`~isotune.sweeps.runs.Run.overrides`) are its own, in any order
-and but for those that change no result (:func:`~isotune.record.same_run.result_overrides`: a
-sweep typed again with another ``paths.glue_dir`` or ``data.num_workers`` is the same
-computation), so what completed stands and what was cut continues; a new configuration goes to
-the lowest number no folder has, so a new sweep's folders are Hydra's own 0, 1, 2, ... The
-isotune sweeper sets each job's ``hydra.sweep.subdir`` from :func:`job_folders`.
+Hydra names job folders by place (``${hydra.job.num}``), so a sweep typed again with a seed or a
+task added would start its jobs in folders holding other runs. Here a job goes to the folder
+whose recorded overrides are its own, in any order and but for those that change no result
+(:func:`~isotune.record.same_run.result_overrides`), so what completed stands and what was cut
+continues; a new configuration takes the lowest free number, so a new sweep's folders are
+Hydra's own 0, 1, 2, ... The isotune sweeper sets ``hydra.sweep.subdir`` from :func:`job_folders`.
 """
 
 from __future__ import annotations

@@ -2,15 +2,12 @@
 and data (:func:`isotune.record.provenance.identity`), or a mix that could move its numbers as
 much as the configurations it compares.
 
-A ``git pull`` between two sweeps, a transformers upgrade, a GLUE file replaced: each changes a
-run's numbers without changing its configuration, so a table that mixes them is wrong in silence.
-The model's identity is compared among the runs of one model name, the data's among the runs of
-one task (a sweep over models or tasks differs there by design). A run older than the provenance
-record counts as ``unknown`` in every field, never as equal to a known value; a run whose commit
-is null (not run from a git checkout) has unknown code, and two such runs are not the same code;
-nor is a run made from a tree with uncommitted changes known code, though runs that share the
-same changes agree in every field: no commit rebuilds them. ``--strict`` refuses both by name
-unless ``--allow-unknown-code``.
+A ``git pull``, a package upgrade, a data file replaced: each changes numbers without changing a
+configuration. The model's identity is compared among runs of one model name, the data's among
+runs of one task (a sweep over them differs there by design). A run older than the record is
+``unknown`` in every field, never equal to a known value; a run without a commit, or from a tree
+with uncommitted changes, has unknown code (no commit rebuilds it), which ``--strict`` refuses by
+name unless ``--allow-unknown-code``.
 """
 
 from __future__ import annotations

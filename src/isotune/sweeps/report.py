@@ -248,9 +248,8 @@ def log_to_wandb(
     entity: str | None = None,
 ) -> Path:
     """One summary run (job type ``aggregate``) in ``entity``/``project`` (the default entity when
-    None) and ``group``: the tables as W&B
-    Tables, the figures as images, the report as a file. Offline without credentials (written
-    under ``<report folder>/wandb``, ``wandb sync`` uploads it). Returns the run's folder."""
+    None) and ``group``: the tables as W&B Tables, the figures as images, the report as a file.
+    Offline without credentials (``wandb sync`` uploads it later). Returns the run's folder."""
     import wandb
 
     run = wandb.init(

@@ -1,24 +1,13 @@
 """Rerun only the unfinished or missing jobs of a Hydra sweep, since a multirun cannot be resumed.
 
-A failed or interrupted job runs again in its own job directory with the overrides Hydra recorded
-for it, and so continues from the ``checkpoints/last.ckpt`` it saved at its last epoch end (a run
-started in its folder resumes, ``resume=auto``); one without a checkpoint starts from the
-beginning, and the plan says which does which. A missing job (no results.json) runs in a new
-``<sweep_dir>/rerun-<n>``, which from then on counts as that job (a failed rerun reruns there). A
-job whose results.json still says ``running`` may be alive, so it reruns only with
-``--include-running`` (its age in ``python -m isotune.aggregate`` tells a dead one), and a job
-whose process is alive (it holds its folder's lock, :mod:`isotune.record.folder_lock`) never reruns.
-Each job is one ``python <script> <overrides> hydra.run.dir=<dir>``, run from the sweep's original
-working directory (when it is this one or the script's folder), one after another. It refuses
-while the sweep itself or another rerun of it is alive (they hold the sweep folder's lock; a
-rerun holds it while it runs), and while the workers of a ``gpus``-launcher sweep still hold
-their GPU slots, and while jobs the sweep sent to SLURM are still queued or running
-(:mod:`isotune.sweeps.slurm_jobs`: a queued job holds no lock yet, and would run twice).
-
-The overrides read from the folder are data: one that names code to run (a ``_target_``, any
-``hydra`` setting but the project's own launchers and sweeper) is refused, naming the job, and
-nothing runs; so is a training script the folder names that is not this project's ``train.py``.
-Overrides typed after the sweep folder are the user's own, added to every job.
+A failed or interrupted job reruns in its own folder with its recorded overrides (and so resumes
+from its ``last.ckpt``); a missing one in ``<sweep_dir>/rerun-<n>``; a ``running`` one only with
+``--include-running``, and never one whose process holds its folder's lock. It refuses while the
+sweep, another rerun, a ``gpus`` sweep's workers or its queued SLURM jobs are alive (a queued
+job holds no lock yet, and would run twice). The overrides read from the folder are data: one
+that names code to run (a ``_target_``, a ``hydra`` setting but the project's own plugins) or a
+script other than this project's ``train.py`` is refused before anything runs. Rules in full:
+docs/sweeps.md#reruns.
 
     python -m isotune.rerun <sweep_dir> [overrides ...] [--dry-run] [--include-running]
         [--script train.py]

@@ -1,11 +1,9 @@
 """The bookkeeping of a directory of runs: which completed, which failed, which jobs are missing.
 
-Every run writes a ``results.json``; a Hydra sweep directory also holds ``multirun.yaml``. Runs
-that did not complete (failed, interrupted, or still ``running``: alive, or killed if its last
-update is old) and the jobs of a sweep that never left a ``results.json`` are listed here, never a
-crash. A job is its sweep and job number (a run outside a sweep: its folder), so a completed run
-stands in only for a failed run of the same job. :mod:`isotune.sweeps.aggregate` tabulates the
-completed runs; :mod:`isotune.sweeps.rerun` reruns the others.
+Runs that did not complete (failed, interrupted, ``running``: alive, or killed if its last update
+is old) and a sweep's jobs that left no ``results.json`` are listed here, never a crash. A job is
+its sweep and job number (outside a sweep: its folder), so a completed run stands in only for a
+failed run of the same job.
 """
 
 from __future__ import annotations
@@ -97,12 +95,10 @@ class Run:
 
     @cached_property
     def overrides(self) -> tuple[str, ...]:
-        """The job's task overrides: those results.json records, else (a record without them,
-        written before they were recorded or by no run) Hydra's ``.hydra/overrides.yaml``.
-
-        results.json comes first because Hydra rewrites ``.hydra/`` as a job starts, before the
-        run can refuse it: a job started in a folder that holds another configuration's run
-        (refused, its results.json left as it was) leaves its own overrides there."""
+        """The job's task overrides: those results.json records, else (a record without them)
+        Hydra's ``.hydra/overrides.yaml``. results.json comes first because Hydra rewrites
+        ``.hydra/`` as a job starts, before the run can refuse it: a refused job in another
+        configuration's folder leaves its own overrides there."""
         recorded = self.result.get("overrides")
         if recorded is not None:
             return tuple(recorded)
@@ -186,14 +182,12 @@ class Sweep:
 
 
 def basic_sweep_jobs(arguments: Sequence[str]) -> list[tuple[str, ...]]:
-    """The overrides of every job of ``python app.py -m <arguments>``, in job-number order.
-
-    Hydra has no public API for this expansion, so this calls the basic sweeper's private
-    ``BasicSweeper.split_arguments``, identical in hydra-core 1.3.2 and 1.3.8 (pyproject pins
-    ``<1.4``): calling it, rather than restating it, keeps the job numbers Hydra's own.
-    ``tests/test_aggregate.py`` checks it against a real multirun, so an upgrade that breaks it
-    fails loudly there. Raises ``HydraException`` for arguments the basic sweeper rejects.
-    """
+    """The overrides of every job of ``python app.py -m <arguments>``, in job-number order. Hydra
+    has no public API for this, so this calls the basic sweeper's private
+    ``BasicSweeper.split_arguments`` (the same in hydra-core 1.3.2 and 1.3.8; pyproject pins
+    ``<1.4``), keeping the job numbers Hydra's own; ``tests/test_aggregate.py`` checks it against a
+    real multirun, so an upgrade that breaks it fails loudly. Raises ``HydraException`` for
+    arguments the basic sweeper rejects."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 

@@ -1,22 +1,11 @@
 """Which seed pairs the runs of a sweep: the one that varies.
 
-A run has three seeds (``conf/train.yaml``): ``seed``, the one knob, and the two it sets by
-default, ``seed_init`` (the new layers' initialisation and dropout) and ``seed_data`` (the batch
-order, I-STAR's subset, the isotropy probe). Dodge et al. (2020) find both contribute comparably
-to the variance of fine-tuning, so a sweep may vary one with the other fixed. Runs of two
-configurations are paired when they share the seeds that vary: then a pair differs by its
-configuration alone. :class:`SeedAxis` says which varies over a set of runs and gives each run its
-pairing key, the ``seed`` column of every table:
-
-- ``seed``: each run's seed_init equals its seed_data (``seed=1,2,3``, the defaults): the key is
-  that seed;
-- ``seed_init`` or ``seed_data``: only that one varies, the other is one value for every run: the
-  key is the varying one;
-- ``seed_init/seed_data``: both vary apart: the key is ``"<init>/<data>"``, and only runs that share
-  both are pairs.
-
-Runs written before the split (no ``seed_init``/``seed_data`` in results.json) had both set by
-``seed``.
+A run has ``seed`` and the two it sets by default, ``seed_init`` (new layers, dropout) and
+``seed_data`` (batch order, I-STAR's subset, the isotropy probe); Dodge et al. (2020) find both
+contribute comparably, so a sweep may vary one alone. Runs of two configurations are paired when
+they share the seeds that vary. :class:`SeedAxis` names it and gives each run its pairing key
+(the tables' ``seed`` column): the seed where both are equal, the varying one where one is fixed,
+``"<init>/<data>"`` where both vary apart. Runs from before the split had both set by ``seed``.
 """
 
 from __future__ import annotations
@@ -25,8 +14,6 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from isotune.sweeps.runs import Run
-
-SEED_AXES = ("seed", "seed_init", "seed_data")
 
 
 def run_seeds(run: Run) -> tuple[int, int]:
@@ -37,7 +24,7 @@ def run_seeds(run: Run) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class SeedAxis:
-    """The seed that varies over a set of runs (one of :data:`SEED_AXES`, or both split ones)."""
+    """The seed that varies over a set of runs: ``seed``, ``seed_init``, ``seed_data`` or both."""
 
     name: str
 

@@ -1,16 +1,10 @@
 """The jobs a sweep folder sent to SLURM that SLURM still holds (queued, running, completing).
 
-A SLURM job outlives the command that submitted it: a sweep or a search stopped by Ctrl-C, a
-crash or its own time limit leaves its jobs in the queue. A queued job has not started, so it
-holds no folder lock (:mod:`isotune.record.folder_lock`) and its folder may hold nothing yet;
-only SLURM knows that it will still run. The same command typed again, or ``isotune.rerun``,
-would send a second job into its folder, and whichever of the two starts second is refused by
-the lock and fails, or trains a run that is already there. So these commands ask first.
-
-hydra-submitit-launcher gives every job an output file under ``<sweep>/.submitit/``
-(conf/hydra/launcher/slurm.yaml), so a folder's own jobs are this user's jobs whose output file
-lies there: no job id is read from the folder (SLURM reuses ids after a reinstall), and nothing
-is done to any job (``squeue`` only reads).
+A SLURM job outlives the command that submitted it, and a queued one holds no folder lock yet:
+the same command typed again, or ``isotune.rerun``, would send a second job into its folder. So
+these commands ask first. A folder's own jobs are this user's jobs whose submitit output file
+lies under ``<sweep>/.submitit/``: no job id is read from the folder (SLURM reuses ids after a
+reinstall), and nothing is done to any job (``squeue`` only reads).
 """
 
 from __future__ import annotations

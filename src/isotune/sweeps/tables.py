@@ -1,9 +1,8 @@
 """The tables of a sweep: scores over seeds, isotropy before and after, and the paired statistics.
 
-Per configuration (:mod:`isotune.sweeps.comparisons`) x GLUE task: the median and std over seeds
-of the best-epoch dev primary metric (as the IsoBN paper does: small GLUE tasks are
-seed-sensitive), the change against the configuration's baseline, and the isotropy of the
-embeddings before and after fine-tuning, as data frames and as Markdown. Rows follow the
+Per configuration (:mod:`isotune.sweeps.comparisons`) x task: the median and std over seeds of the
+best-epoch dev primary metric (small GLUE tasks are seed-sensitive), the change against the
+baseline, and the isotropy before and after fine-tuning, as frames and Markdown, in the
 configurations' order (each axis by its registry) and GLUE's task order.
 """
 

@@ -1,12 +1,11 @@
 """How long a sweep's jobs take, estimated from something measured: a preview's time
 (docs/sweeps.md#preview).
 
-A job's time comes from the wall times of the runs that completed in the sweep's folder (a sweep,
-search or study typed again), else from the parts of one job timed on this machine
-(:mod:`isotune.training.step_timing`), each counted as often as the job does it
-(:class:`JobParts`); never from a constant. A sweep's time is its jobs in waves
-of the launcher's slots, each wave as long as one job: the jobs of a wave are taken alike, so
-the range runs from every job at the shortest to every job at the longest. Stdlib only.
+A job's time comes from the wall times of the runs completed in the sweep's folder, else from
+one job's parts timed on this machine (:class:`JobParts`, timed by the preview's
+:mod:`hydra_plugins.isotune_launcher._step_timing`); never from a constant. A sweep's time is
+its jobs in waves of the launcher's slots, ranging from every job at the shortest to every job
+at the longest. Stdlib only.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ class JobTime:
     low: float
     high: float
     measured_from: str
+    first_wave_only: float = 0.0  # seconds of it only the first wave pays (a shared probe)
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,9 @@ class JobParts:
     ``probe``: the epoch-0 isotropy probe, once (0 without the callback); ``train``: the timed
     training batches, the job trains ``train_count``; ``val``: the timed validation batches, a
     pass validates ``val_count``, then ``val_end`` (its metrics and isotropy measures), and the
-    job runs ``validations`` passes; ``timed_on``: where (the device, its threads)."""
+    job runs ``validations`` passes; ``timed_on``: where (the device, its threads);
+    ``probe_shared``: the sweep's jobs share the epoch-0 measures (``callbacks.isotropy.
+    shared_dir``), so the jobs of the first wave make the probe and the later ones read it."""
 
     load: float
     probe: float
@@ -51,6 +53,7 @@ class JobParts:
     val_end: float
     validations: int
     timed_on: str
+    probe_shared: bool = False
 
     def seconds(self, train_batch: float, val_batch: float) -> float:
         """The job's time with each training batch ``train_batch`` s and each validation batch
@@ -75,8 +78,13 @@ class JobParts:
             f"{duration(validation)} each x {self.val_count} a pass and "
             f"{duration(self.val_end)} at its end (metrics, isotropy) x "
             f"{counted(self.validations, 'pass', 'passes')}; the range from the fastest to the "
-            "slowest batch; checkpoint writes not counted, and the probe counted in every job "
-            "though a sweep's jobs with the same weights and probe read the first one's",
+            "slowest batch; checkpoint writes not counted"
+            + (
+                "; the probe in the first wave only (later jobs read its measures)"
+                if self.probe_shared
+                else ""
+            ),
+            self.probe if self.probe_shared else 0.0,
         )
 
 
@@ -101,12 +109,14 @@ def completed_runs_time(folder: Path) -> JobTime | None:
 
 
 def sweep_time(job: JobTime, jobs: int, at_once: int) -> str:
-    """The time of ``jobs`` such jobs, ``at_once`` at a time, as the preview says it."""
+    """The time of ``jobs`` such jobs, ``at_once`` at a time, as the preview says it: each wave
+    as long as one job, but for what only the first wave pays."""
     waves = math.ceil(jobs / max(1, at_once))
+    saved = (waves - 1) * job.first_wave_only
     return (
-        f"about {duration(waves * job.typical)} (from {duration(waves * job.low)} to "
-        f"{duration(waves * job.high)}) for {counted(jobs, 'job')}, {at_once} at once, each about "
-        f"{duration(job.typical)}; measured from {job.measured_from}"
+        f"about {duration(waves * job.typical - saved)} (from {duration(waves * job.low - saved)} "
+        f"to {duration(waves * job.high - saved)}) for {counted(jobs, 'job')}, {at_once} at once, "
+        f"each about {duration(job.typical)}; measured from {job.measured_from}"
     )
 
 

@@ -16,15 +16,11 @@ DEFAULT_PORTS = {"https": 443, "http": 80}
 
 
 def reachable(url: str, timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to ``url``'s host and port (443 for https, 80 for http, or the
-    port the URL names) opens within ``timeout`` seconds.
-
-    Name resolution counts towards the deadline: ``getaddrinfo`` takes no timeout and, on a
-    machine whose resolver gets no answer, blocks for tens of seconds. So the whole attempt runs
-    in a daemon thread that is left behind when the deadline passes. Where a proxy is configured
-    for the URL (``HTTPS_PROXY``, ``HTTP_PROXY``, not bypassed by ``NO_PROXY``), the proxy is
-    what the clients connect to, so the proxy is what is tried.
-    """
+    """Whether a TCP connection to ``url``'s host and port (443 for https, 80 for http, or the port
+    the URL names) opens within ``timeout`` seconds, through the proxy configured for the URL where
+    there is one (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``). Name resolution counts towards the
+    deadline: ``getaddrinfo`` takes no timeout and can block for tens of seconds, so the attempt
+    runs in a daemon thread left behind when the deadline passes."""
     parts = urlsplit(url)
     proxy = urllib.request.getproxies().get(parts.scheme)
     if proxy and parts.hostname and not urllib.request.proxy_bypass(parts.hostname):

@@ -1,12 +1,11 @@
 """Weights & Biases as the dashboard: one run per job, grouped over seeds, offline when W&B cannot
 be reached.
 
-Group = model, task, norm, regularizer with its weight and every other override except the seed,
-so W&B aggregates seeds into one line per configuration. Whether a job uploads is decided once,
-before W&B starts, and never waits on the network: without credentials, with a malformed key, or
-with a server that does not answer within seconds, the run is written offline under
-``<output_dir>/wandb/offline-run-*`` (upload later with ``wandb sync``) and one log line says why.
-A job always finishes its run, so jobs that share a process (sweep workers) never log into one run.
+The group is every override but the seed, so W&B aggregates seeds into one line per
+configuration. Whether a job uploads is decided once, before W&B starts, never waiting on the
+network: without credentials, with a malformed key or an unanswering server, the run is written
+offline (``wandb sync`` later) and one log line says why. A job always finishes its run, so jobs
+sharing a process (sweep workers) never log into one run.
 """
 
 from __future__ import annotations
@@ -92,12 +91,9 @@ def define_axes(run, val_prefixes: Sequence[str], primary_metric: str) -> None:
 
 
 def finish_wandb_runs(loggers: Sequence[Logger], results: dict) -> None:
-    """Put the run's outcome into the W&B summary and close the run (also after a failure).
-
-    Only a run that started is finished: reading ``logger.experiment`` would start one, also
-    where starting is what failed. This runs in the failure handler too, so a run that cannot be
-    finished is one warning, not a second error over the first.
-    """
+    """Put the run's outcome into the W&B summary and close the run (also after a failure). Only a
+    run that started is finished (reading ``logger.experiment`` would start one); a run that cannot
+    be finished is one warning, not a second error over the first."""
     for logger in loggers:
         run = logger._experiment if isinstance(logger, WandbLogger) else None
         if run is None:

@@ -50,11 +50,9 @@ def _api_key(base_url: str) -> tuple[str, str] | None:
 
 
 def offline_reason() -> tuple[int, str] | None:
-    """None when W&B can upload now, decided within seconds; else a log level and why not.
-
-    INFO where offline is what the user chose (WANDB_MODE) or the documented default (no key at
-    all); WARNING where they meant to upload, with the fix.
-    """
+    """None when W&B can upload now, decided within seconds; else a log level and why not: INFO
+    where offline is what the user chose (WANDB_MODE) or the default (no key), WARNING with the fix
+    where they meant to upload."""
     mode = os.environ.get("WANDB_MODE", "")
     if mode in ("offline", "disabled", "dryrun"):
         return logging.INFO, f"WANDB_MODE={mode}"

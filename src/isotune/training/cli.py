@@ -32,11 +32,9 @@ ENV_FILE = ".env"  # GLUE_DIR, HF_HUB_OFFLINE, WANDB_*: see .env.example
 
 def load_env_file() -> None:
     """Set the variables of the ``.env`` in the folder the command runs in, and of no other;
-    variables already in the environment win.
-
-    python-dotenv's ``load_dotenv()`` without a path searches the script's folder and then every
-    parent folder: a ``.env`` left higher up (a shared project or home folder) would set
-    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, ``WANDB_BASE_URL`` or ``HF_ENDPOINT`` for every run.
+    variables already in the environment win. python-dotenv's own search of every parent folder
+    would let a ``.env`` left higher up set ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, ``WANDB_BASE_URL``
+    or ``HF_ENDPOINT`` for every run.
     """
     load_dotenv(Path.cwd() / ENV_FILE)
 
@@ -49,14 +47,11 @@ def stop(message: str) -> None:
 
 @contextmanager
 def user_errors_reported(cfg: DictConfig) -> Iterator[None]:
-    """Turn an :class:`IsotuneError` into one log message, and print the output directory.
-
-    A single run then exits with status 1; in a sweep the error is re-raised so that the job is
-    marked failed while the other jobs go on (any other error's traceback goes to the job's log
-    first: the sweep reports only its message). Ctrl-C, SIGTERM or SIGUSR2 stops the run (and a
-    sweep) after printing how to continue it: through the signal's earlier handler where it had
-    one (in a SLURM job, submitit's, which requeues the job), else with the shell's status for
-    the signal (130, 143, 140).
+    """Turn an :class:`IsotuneError` into one log message (exit status 1; in a sweep, re-raised so
+    the job is marked failed while the others go on), and print the output directory. Another
+    error's traceback goes to a sweep job's log first. Ctrl-C, SIGTERM or SIGUSR2 stops the run
+    after printing how to continue it, through the signal's earlier handler where it had one
+    (submitit's, which requeues the job), else with the shell's status for the signal.
     """
     try:
         yield

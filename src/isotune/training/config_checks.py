@@ -24,8 +24,8 @@ from isotune.errors import IsotuneError
 from isotune.isotropy.penalties import REGULARIZERS
 from isotune.model.classifier import SCHEDULES
 from isotune.model.regularization import SHRINKAGE_SAMPLES, VIEWS, Regularization
-from isotune.norms.ranges import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, SHARE, SWITCH
-from isotune.norms.registry import NORMS
+from isotune.norms.ranges import COUNT, NON_NEGATIVE, POSITIVE, SHARE, SWITCH
+from isotune.norms.registry import NORMS, Norm
 from isotune.norms.values import finite_number, integer
 from isotune.record.checkpoints import KEEP_MODES
 from isotune.record.resume import RESUME_MODES
@@ -75,9 +75,21 @@ def count_or_null(value: Any) -> bool:
     return value is None or COUNT.holds(value)
 
 
-# (key, check, valid range). A key the config does not have is skipped: norm, reg and adapt
-# options exist only for the options that take them.
-Rules = Sequence[tuple[str, Callable[[Any], bool], str]]
+# (key, check, valid range), or a function of the config giving such rows. A key the config does
+# not have is skipped: norm, reg and adapt options exist only for the options that take them.
+Rules = Sequence[tuple[str, Callable[[Any], bool], str] | Callable[[DictConfig], list[tuple]]]
+
+
+def _norm(cfg: DictConfig) -> Norm | None:
+    """The selected norm's entry in NORMS (None for an unknown name, which building reports)."""
+    name = OmegaConf.select(cfg, "norm.name")
+    return NORMS.get(name) if isinstance(name, str) else None
+
+
+def norm_rules(cfg: DictConfig) -> list[tuple]:
+    """``norm.<option>`` with its range, for each option of the selected norm's entry."""
+    return [(f"norm.{o}", *valid) for o, valid in getattr(_norm(cfg), "options", {}).items()]
+
 
 RULES: Rules = (
     ("seed", valid_seed, SEED_RANGE),
@@ -107,14 +119,7 @@ RULES: Rules = (
         lambda v: v is None or (integer(v) and (v >= 1 or v == -1)),
         "an integer >= 1, or -1 or null to stop by trainer.max_steps",
     ),
-    # The norms' options: the ranges their constructors check (isotune.norms.ranges).
-    ("norm.momentum", *MOMENTUM),
-    ("norm.eps", *POSITIVE),
-    ("norm.beta", *NON_NEGATIVE),
-    ("norm.bias_correction", *SWITCH),
-    ("norm.group_size", *COUNT),
-    ("norm.iterations", *COUNT),
-    ("norm.affine", *SWITCH),
+    norm_rules,  # the ranges its constructor checks too
     ("reg.weight", finite_number, "a finite number (> 0 towards isotropy, < 0 away from it)"),
     ("reg.view", lambda v: v in VIEWS, f"one of {list(VIEWS)}"),
     ("reg.layers", _layers, "all, last, or hidden-state indices such as [-1] or [1,2]"),
@@ -130,11 +135,7 @@ RULES: Rules = (
         lambda v: _sequence(v) and all(integer(layer) for layer in v),
         "a list of hidden-state indices, e.g. [] or [0,-1]",
     ),
-    (
-        "callbacks.isotropy.local_k",
-        count_or_null,
-        "null or an integer >= 1",
-    ),
+    ("callbacks.isotropy.local_k", count_or_null, "null or an integer >= 1"),
     ("callbacks.isotropy.dominant_factor", *POSITIVE),
     ("callbacks.isotropy.figures", *SWITCH),
     ("callbacks.isotropy.outlier_factor", *POSITIVE),
@@ -148,8 +149,7 @@ RULES: Rules = (
 
 def _norm_batch_problems(cfg: DictConfig) -> list[str]:
     """Training batches too small for the norm's statistics, by the norm's own entry in NORMS."""
-    name = OmegaConf.select(cfg, "norm.name")
-    norm = NORMS.get(name) if isinstance(name, str) else None
+    norm, name = _norm(cfg), OmegaConf.select(cfg, "norm.name")
     batch_size = OmegaConf.select(cfg, "data.batch_size")
     if norm is None or not integer(batch_size) or batch_size < 1:  # reported elsewhere
         return []
@@ -350,7 +350,8 @@ def _task_overrides(cfg: DictConfig) -> list[str]:
 def rule_problems(cfg: DictConfig, rules: Rules) -> list[str]:
     """One line per key of ``rules`` whose value in ``cfg`` is outside its range."""
     problems = []
-    for key, valid, expected in rules:
+    rows = [row for rule in rules for row in (rule(cfg) if callable(rule) else [rule])]
+    for key, valid, expected in rows:
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is not _ABSENT and not valid(value):
             problems.append(f"  {key}={value!r}: must be {expected}")

@@ -34,12 +34,9 @@ def fit(
     ckpt_path: Path | None = None,
     before_fit: Callable[[GLUEClassifier, GLUEDataModule, L.Trainer], None] | None = None,
 ) -> tuple[GLUEClassifier, GLUEDataModule, L.Trainer]:
-    """Train as ``cfg`` says and return the model, data module and trainer, fitted.
-
-    ``own_data``: a ``task=files`` task's files as read (:func:`isotune.data.own_data.
-    complete_own_task`), handed to the data module so that each file is read once.
-    ``callbacks`` come after the config's, ``plugins`` go to the trainer, ``ckpt_path`` is the
-    checkpoint to continue from, and ``before_fit`` sees the model, data and trainer once built.
+    """Train as ``cfg`` says and return the model, data module and trainer, fitted. ``own_data``:
+    a ``task=files`` task's files as read, so that each is read once; ``callbacks`` come after the
+    config's; ``before_fit`` sees the model, data and trainer once built.
     """
     model, datamodule = model_and_data(cfg, own_data)
     callbacks = [

@@ -1,13 +1,11 @@
 """Checks that must pass before Hydra makes a run's or a sweep's folder, or rewrites one, and the
 folder's lock.
 
-Hydra creates the output folder (and writes ``.hydra/`` into it) before the task function starts,
-so a folder that cannot be created ends in Hydra's chained tracebacks, a run refused by its
-own checks leaves an empty folder behind, and a refused start in a folder that holds a run
-would leave that run's ``.hydra/`` and ``train.log`` rewritten. These callbacks run first
-(``on_run_start``, ``on_multirun_start``) and stop with one message and exit status 1. Hydra
-turns an ``Exception`` raised in a callback into a warning and goes on, so they exit
-(``SystemExit``) instead.
+Hydra creates the output folder (and ``.hydra/``) before the task function starts, so an
+uncreatable folder ends in chained tracebacks, a refused run leaves an empty folder, and a
+refused start in a run's folder would rewrite its ``.hydra/`` and ``train.log``. These callbacks
+run first and stop with one message and exit status 1, raising ``SystemExit``: Hydra turns an
+``Exception`` raised in a callback into a warning and goes on.
 """
 
 from __future__ import annotations
@@ -94,10 +92,9 @@ class PreviewOfASweep(Callback):
 
 class FolderLock(Callback):
     """The run's (or the sweep's) folder is this process's alone
-    (:mod:`isotune.record.folder_lock`),
-    taken before Hydra writes its log and ``.hydra/`` there: a second process started in a
-    folder whose run is alive stops with one message naming its pid and writes nothing. The
-    other processes of a DDP run (rank > 0) share rank 0's folder and take no lock."""
+    (:mod:`isotune.record.folder_lock`), taken before Hydra writes there: a second process in a
+    folder whose run is alive stops with one message naming its pid and writes nothing. DDP's ranks
+    above 0 share rank 0's folder and lock."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.hold(config.hydra.run.dir, "run")
@@ -120,13 +117,11 @@ class FolderLock(Callback):
 
 
 class StartCheckInRunFolder(Callback):
-    """A run started in a folder that exists is refused if a link leads out of the folder
-    (:func:`~isotune.record.folder_links.check_links_stay_inside`); one started in a folder that
-    already holds a run (its results.json) is checked as the run itself checks its start
-    (:func:`isotune.training.run.check_start`: config values, and the checkpoint it would continue
-    from: data only, from the same configuration). Both before Hydra rewrites the folder: a
-    refused start leaves every file there byte-identical. In a new folder the run checks itself,
-    and records a refusal in results.json."""
+    """A start in an existing folder is refused if a link leads out of it
+    (:func:`isotune.record.folder_links.check_links_stay_inside`), and in a folder holding a run it
+    is checked as the run checks its start (:func:`isotune.training.run.check_start`), both before
+    Hydra rewrites the folder, so a refused start leaves every file there byte-identical. In a new
+    folder the run checks itself, and records a refusal in results.json."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         folder = os.path.abspath(str(config.hydra.run.dir))
@@ -152,13 +147,11 @@ class StartCheckInRunFolder(Callback):
 
 class InputsChecked(Callback):
     """``predict.py``'s inputs checked before Hydra makes the output folder
-    (:func:`isotune.prediction.run.check_inputs`): a refused checkpoint, task or data file is one
-    message, and nothing is written anywhere.
-
-    What the check found is handed to the run that follows, ``predict(cfg,
-    InputsChecked.handed_over(cfg))`` in predict.py, so that the checkpoint is read and the data
-    files hashed once. Hydra gives a callback and the task function it starts nothing to share
-    but the process, so the hand-off is one slot: taken once, and only by the inputs it checked.
+    (:func:`isotune.prediction.run.check_inputs`): a refusal is one message, and nothing is written.
+    What the check found is handed to the run (``InputsChecked.handed_over(cfg)`` in predict.py), so
+    that the checkpoint is read and the data hashed once: Hydra gives a callback and the task
+    function nothing to share but the process, so the hand-off is one slot, taken once, and only by
+    the inputs it checked.
     """
 
     _found: ClassVar[tuple[tuple, Any] | None] = None  # (the inputs, what their check found)

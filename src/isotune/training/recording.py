@@ -27,11 +27,10 @@ log = logging.getLogger(__name__)
 
 
 class RecordEveryEpoch(L.Callback):
-    """Rewrites results.json at every epoch end with the results so far, so that a job killed
-    without a chance to record its end (SIGKILL) is told from a slow one by ``updated_at``; and
-    keeps it in every checkpoint, so a results.json lost or cut short is rebuilt on resume, with
-    the run's resolved config and overrides (a resume compares them) and this attempt's
-    provenance. It holds the run's model and trainer from :meth:`start` on, for the end to judge."""
+    """Rewrites results.json every epoch end, so that a job killed without a chance to record its
+    end (SIGKILL) is told from a slow one by ``updated_at``, and keeps it (with the resolved config,
+    overrides and provenance) in every checkpoint, so a lost results.json is rebuilt on resume. It
+    holds the run's model and trainer from :meth:`start` on, for the end to judge."""
 
     def __init__(self, record: RunRecord, cfg: DictConfig) -> None:
         self.record = record

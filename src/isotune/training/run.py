@@ -54,12 +54,10 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Fine-tune and evaluate as ``cfg`` says; return (and write) the run's results.
-
-    ``<output_dir>/results.json`` gains an attempt, is rewritten at every epoch end and ends
-    ``completed``, ``failed`` with the error, or ``interrupted`` by Ctrl-C, SIGTERM or SIGUSR2
-    (``interrupted_by``, then :class:`RunInterrupted` is raised); an error is re-raised for the
-    caller to report. A folder holding the run's ``last.ckpt`` continues from it (``resume``).
+    """Fine-tune and evaluate as ``cfg`` says; return (and write) the run's results. Its
+    results.json gains an attempt, is rewritten every epoch, and ends ``completed``, ``failed`` (the
+    error re-raised for the caller to report) or ``interrupted`` (then :class:`RunInterrupted` is
+    raised). A folder holding the run's ``last.ckpt`` continues from it (``resume``).
     """
     output_dir = Path(cfg.paths.output_dir)
     rank_zero = rank_zero_only.rank == 0  # a DDP run's processes share the folder: rank 0 writes

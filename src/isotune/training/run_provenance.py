@@ -1,11 +1,8 @@
-"""What one run's provenance is made of (:mod:`isotune.record.provenance`): this checkout's commit
-and the packages, the device and precision its trainer uses, its model folder's hash or the Hub
-revision it loaded, and the hash of each split file it reads (or the Hub dataset's revision).
-
-Taken once the trainer is built, so the device and precision are the ones the run uses; each
-attempt of a resumed run takes its own. The code's identity is taken once, when this module is
-imported (the process's start, before any job), and each run records it, dirty with why if the
-checkout changed since (:func:`isotune.record.provenance.code_as_imported`)."""
+"""What one run's provenance is made of (:mod:`isotune.record.provenance`): the commit and the
+packages, the trainer's device and precision, the model's and each split file's hash (or Hub
+revision). Taken once the trainer is built, per attempt; the code's identity is taken when this
+module is imported (before any job), and recorded dirty with why if the checkout changed since
+(:func:`isotune.record.provenance.code_as_imported`)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,13 @@
 """The trivial predictor of a dev set, and whether a run beat it: failed runs told from worse ones.
 
-Fine-tuning BERT-family encoders fails for a share of seeds on small tasks: the classifier ends up
-predicting one class. Mosbach, Andriushchenko & Klakow (ICLR 2021) call a run *failed* when its dev
-accuracy is not above the majority-class baseline; without that line, a regularizer that breaks
-training reads as a small negative effect. The trivial predictor is a constant prediction, scored
-by the task's own metric functions (:mod:`isotune.data.metrics`), the code path of the run's score,
-so that a collapsed run and the trivial predictor score alike:
-
-- classification (accuracy, F1, Matthews correlation): the dev set's majority class (ties: the
-  lower class id). Accuracy is its share. F1 is of the positive class (id 1), so it is
-  2p / (1 + p) for a positive share p when the majority is positive, and 0 when the majority is
-  negative (no positive is predicted). Matthews correlation of a constant is 0/0, scored 0 as
-  GLUE's official scorer does (:class:`isotune.data.metrics.MatthewsCorrelation`).
-- regression (Pearson, Spearman): the dev labels' mean. A constant has no variance, so its
-  correlation is undefined (torchmetrics gives NaN or 0); it counts as 0, the correlation of a
-  prediction that carries nothing about the labels' order, so a run learned when it correlates
-  positively by more than the margin.
-
-A task with several metrics (MRPC: accuracy and F1) is judged by its primary metric. Torch only,
-no Lightning: a notebook judges a run as the training run does.
+Mosbach, Andriushchenko & Klakow (ICLR 2021) call a run *failed* when its dev score is not above
+the majority-class baseline; without that line, a regularizer that breaks training reads as a
+small negative effect. The trivial predictor is a constant, scored by the task's own metric
+functions (:mod:`isotune.data.metrics`) so that a collapsed run and it score alike:
+classification predicts the majority class (ties: the lower id; Matthews correlation of a
+constant scored 0 as GLUE's scorer does), regression the labels' mean (its undefined correlation
+counts as 0). A task with several metrics is judged by its primary one. Torch only, no
+Lightning: a notebook judges a run as the training run does. Docs: docs/training.md.
 """
 
 from __future__ import annotations

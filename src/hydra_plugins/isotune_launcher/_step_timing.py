@@ -1,19 +1,12 @@
 """A job's time from its parts timed on this machine: the preview's estimate where no run of the
 sweep has completed yet (docs/sweeps.md#preview).
 
-The job's config is built as its run builds it (:func:`isotune.training.fit.model_and_data`, its
-trainer from ``trainer``, its isotropy callback), without its logger or checkpoints, and nothing
-is written: the trainer's folder is a temporary one, removed after. It trains
-:data:`TIMED_STEPS` batches and validates up to as many batches a split, and each part of the
-job is timed and counted as often as the job does it (:class:`~isotune.sweeps.time_estimate.
-JobParts`): the model's and data's loading and the epoch-0 isotropy probe once, the median
-training batch times the batches it trains, and each validation pass (the median validation
-batch times the batches a pass validates, then its metrics and isotropy measures) times the passes
-it runs. Under the ``gpus`` launcher the steps run with the job's share of the CPU threads
-(:func:`job_threads`), as its worker gives it.
-
-A job bound elsewhere cannot be timed here (:func:`bound_elsewhere`): one sent to SLURM, or one
-that trains on a GPU this machine lacks; its preview says so and how to get an estimate.
+The job is built as its run builds it (:func:`isotune.training.fit.model_and_data`), without
+logger or checkpoints and in a temporary folder; it trains :data:`TIMED_STEPS` batches and
+validates as many a split, and each part counts as often as the job does it
+(:class:`~isotune.sweeps.time_estimate.JobParts`), with a ``gpus`` job's share of the CPU threads
+(:func:`job_threads`). A job bound elsewhere (SLURM, a GPU this machine lacks) cannot be timed
+here (:func:`bound_elsewhere`); its preview says so.
 """
 
 from __future__ import annotations
@@ -30,7 +23,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from isotune.data.own_data import complete_own_task
 from isotune.sweeps.gpu_slots import cpu_share
@@ -100,7 +93,15 @@ def time_job(job: DictConfig, threads: int | None = None, steps: int = TIMED_STE
         trainer.fit(model, datamodule=datamodule)
         used = torch.get_num_threads()
     device = trainer.strategy.root_device.type.upper()
-    return timer.parts(f"{device} with {counted(used, 'torch thread')}")
+    return timer.parts(f"{device} with {counted(used, 'torch thread')}", _probe_shared(job))
+
+
+def _probe_shared(job: DictConfig) -> bool:
+    """Whether the sweep's jobs share the epoch-0 measures: an isotropy callback whose
+    ``shared_dir`` is set (read unresolved: it names the sweep's folder, which a preview has not
+    made)."""
+    settings = (job.get("callbacks") or {}).get("isotropy")
+    return bool(settings) and OmegaConf.to_container(settings).get("shared_dir") is not None
 
 
 def job_threads(launcher: DictConfig, at_once: int) -> int | None:
@@ -159,14 +160,11 @@ def _quiet() -> Iterator[None]:
 
 
 class JobTimer(L.Callback):
-    """Times a job's parts as the fit goes (:class:`JobParts`), and stops it after ``steps``
-    training batches and the validation that follows: the load from ``started`` to the start
-    of training (the sanity validation included), the epoch-0 probe (the callbacks' train start
-    after this one's, the isotropy monitor's), each training batch (its forward, backward and
-    optimizer step; the first, its warm-up, not counted) and validation batch, and the time from
-    the last validation batch to validation's end (the metrics and the isotropy measures). The
-    job validates ``val_count`` batches a pass; how many training batches and passes it runs
-    come from the trainer, as it sets up the job."""
+    """Times a job's parts as the fit goes (:class:`JobParts`) and stops it after ``steps`` training
+    batches and the validation that follows: the load up to training (sanity validation included),
+    the epoch-0 probe, each training batch (the first, its warm-up, not counted) and validation
+    batch, and validation's end (metrics and isotropy measures). ``val_count``: the batches a pass
+    validates; the trainer says how many training batches and passes the job runs."""
 
     def __init__(self, started: float, steps: int, val_count: int) -> None:
         self.steps = steps
@@ -177,7 +175,7 @@ class JobTimer(L.Callback):
         self.train_count = self.validations = 0
         self._started = self._mark = started
 
-    def parts(self, timed_on: str) -> JobParts:
+    def parts(self, timed_on: str, probe_shared: bool) -> JobParts:
         timed = self.train[1:] or self.train  # a job of one batch: its only one
         return JobParts(
             self.load,
@@ -189,6 +187,7 @@ class JobTimer(L.Callback):
             self.val_end,
             self.validations,
             timed_on,
+            probe_shared,
         )
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
