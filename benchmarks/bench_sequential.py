@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 from scipy import stats
+from sequential_simulation import SimulatedStudies, fixed_pairs, simulate
 
 from isotune.study.calibration import CALIBRATION_STUDIES, design_plan
 from isotune.study.results import read_arm
@@ -45,7 +46,6 @@ from isotune.study.sequential import (
     RULES,
     SequentialPlan,
 )
-from isotune.study.simulation import SimulatedStudies, fixed_pairs, simulate
 from isotune.sweeps.statistics import paired_comparison
 
 LOOKS = (10, 20, 30, 40)

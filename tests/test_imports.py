@@ -42,6 +42,9 @@ LIBRARY = (
     "isotune.tracking.metric_keys",
     "isotune.tracking.run_names",
     "isotune.sweeps.statistics",
+    "isotune.sweeps.score_resolution",
+    "isotune.sweeps.power",
+    "isotune.sweeps.correlation",
     "isotune.search.expected_best",
     "isotune.study.sequential",
 )

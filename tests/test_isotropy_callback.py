@@ -28,12 +28,12 @@ from isotune.isotropy import (
     overlap,
     spectrum,
 )
-from isotune.isotropy import measures as measures_module
 from isotune.isotropy.figures import (
     correlation_matrix,
     layer_profile_figure,
     save_geometry_figure,
 )
+from isotune.isotropy.point_cloud import PointCloud
 from isotune.model.encoders import load_tokenizer
 from isotune.model.sentence_views import collect_views, sentence_views
 from isotune.tracking.metric_keys import (
@@ -373,7 +373,7 @@ def test_figures_draw_what_measure_cloud_computed_without_measuring_again(tmp_pa
     def no_second_measurement(*args, **kwargs):
         raise AssertionError("the figure measured the points again")
 
-    monkeypatch.setattr(measures_module._Cloud, "__init__", no_second_measurement)
+    monkeypatch.setattr(PointCloud, "__init__", no_second_measurement)
     path = save_geometry_figure(measured, "test", tmp_path / "figure.png")
     assert path.stat().st_size > 10_000
 

@@ -13,8 +13,8 @@ import torch
 from hydra.types import RunMode
 
 from isotune.errors import IsotuneError
+from isotune.record.checkpoint_reading import KEEP_KEY
 from isotune.record.kept_checkpoint import read_kept_checkpoint
-from isotune.record.resume import KEEP_KEY
 from isotune.training.run import train
 from tests.conftest import compose_train_config
 from tests.helpers.analysis import analyzed_model

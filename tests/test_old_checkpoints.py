@@ -5,7 +5,7 @@ that added it gives the script): the tiny BERT of ``tests/helpers/encoders.py`` 
 fixtures, with ``tiny_run_overrides`` and the model and data folders given as ``tiny-bert`` and
 ``glue`` (relative, as its config keeps them), killed as its second epoch started. Its config
 names classes by their old paths (``isotune.checkpoints.RunCheckpoint``), which a resume compares
-with the current config's (:data:`isotune.record.resume.MOVED_MODULES` maps them).
+with the current config's (:data:`isotune.record.same_run.MOVED_MODULES` maps them).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import pytest
 from hydra.utils import get_object
 
 from isotune.analysis.run import analyze
+from isotune.record.checkpoint_reading import CONFIG_KEY, read_checkpoint
 from isotune.record.checkpoints import RunCheckpoint
-from isotune.record.resume import CONFIG_KEY, current_targets, read_checkpoint
 from isotune.record.rng_state import BatchRngState
+from isotune.record.same_run import current_targets
 from isotune.training.run import train
 from tests.conftest import compose_config, compose_train_config, tiny_run_overrides, write_glue_dir
 from tests.helpers.analysis import SMALL

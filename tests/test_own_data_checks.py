@@ -14,7 +14,7 @@ from isotune.data.datamodule import GLUEDataModule
 from isotune.data.own_data import read_own_split
 from isotune.errors import IsotuneError
 from isotune.model.encoders import load_tokenizer
-from isotune.record.resume import config_differences
+from isotune.record.same_run import config_differences
 from tests.helpers.config_checks import problems
 from tests.helpers.own_files import files_task, write_delimited, write_json_lines, write_lines
 

@@ -24,6 +24,7 @@ from isotune.data.hub import HUB_REVISIONS, loaded_revision
 from isotune.errors import IsotuneError
 from isotune.file_digest import file_sha256
 from isotune.record import provenance
+from isotune.record.checkpoint_reading import PROVENANCE_KEY
 from isotune.record.provenance import (
     PACKAGES,
     code_as_imported,
@@ -31,7 +32,6 @@ from isotune.record.provenance import (
     differences,
     package_versions,
 )
-from isotune.record.resume import PROVENANCE_KEY
 from isotune.sweeps.aggregate import aggregate
 from isotune.sweeps.environment import compare
 from isotune.training import run_provenance

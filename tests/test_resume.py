@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from isotune.errors import IsotuneError, RunInterrupted
-from isotune.record.resume import FIX_CKPT_PATH, FIX_OWN_LAST, read_checkpoint
+from isotune.record.checkpoint_reading import FIX_CKPT_PATH, FIX_OWN_LAST, read_checkpoint
 from isotune.record.rng_state import capture_rng_state, restore_rng_state
 from isotune.training.run import train
 from tests.helpers.resume import KILL, Killed, disarmed, kill_and_resume, load

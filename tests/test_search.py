@@ -1373,8 +1373,9 @@ def test_a_failed_report_run_counts_at_its_trivial_score_in_the_intention_to_tre
     """The paired test leaves a report run without a score out, flattering the arm that fails;
     the line beside it counts a failed run at its recorded trivial score, and leaves a run that
     has not ended (interrupted, missing) out as before: it is no outcome yet."""
-    from isotune.search.outcomes import read_outcome
-    from isotune.search.report import ExpectedBest, HeldOut, TrialRow, report_text
+    from isotune.search.expected_best_report import ExpectedBest
+    from isotune.search.outcomes import TrialRow, read_outcome
+    from isotune.search.report import HeldOut, report_text
 
     trivial = {"predictor": "majority class", "metric": "accuracy", "score": 0.5}
     scores = {

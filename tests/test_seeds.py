@@ -8,7 +8,8 @@ import torch
 
 from isotune.errors import IsotuneError
 from isotune.model.classifier import GLUEClassifier
-from isotune.record.resume import CONFIG_KEY, check_same_run, run_config
+from isotune.record.checkpoint_reading import CONFIG_KEY
+from isotune.record.same_run import check_same_run, run_config
 from isotune.sweeps import aggregate
 from isotune.sweeps.runs import Run
 from isotune.sweeps.seeds import SeedAxis

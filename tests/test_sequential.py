@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
+from sequential_simulation import fixed_pairs, normal_boundaries, simulate
 
 from isotune.errors import IsotuneError
 from isotune.study.calibration import boundaries, design_plan
@@ -24,7 +25,6 @@ from isotune.study.sequential import (
     SequentialPlan,
     spent_alpha,
 )
-from isotune.study.simulation import fixed_pairs, normal_boundaries, simulate
 from isotune.sweeps.statistics import signed_rank_p
 
 LOOKS = (10, 20, 30, 40)

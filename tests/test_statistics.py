@@ -11,18 +11,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from isotune.sweeps.correlation import spearman, stratified_spearman
+from isotune.sweeps.power import minimum_detectable_difference, paired_t_power, pairs_needed
+from isotune.sweeps.score_resolution import score_resolution
 from isotune.sweeps.statistics import (
     holm,
-    minimum_detectable_difference,
     paired_comparison,
-    paired_t_power,
-    pairs_needed,
-    score_resolution,
     seed_count_caveat,
     signed_rank_p,
     smallest_wilcoxon_p,
-    spearman,
-    stratified_spearman,
 )
 from isotune.tracking.reporting import counted
 

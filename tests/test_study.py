@@ -65,11 +65,12 @@ from isotune.study.stated_report import held_back_sentence
 from isotune.sweeps import slurm_jobs
 from isotune.sweeps.aggregate import aggregate
 from isotune.sweeps.environment import check_continued_in_one_environment, machine_provenance
+from isotune.sweeps.power import minimum_detectable_difference, pairs_needed
 from isotune.sweeps.report import status_markdown
 from isotune.sweeps.rerun import plan_reruns
 from isotune.sweeps.runs import JOURNAL_FILE, STUDY_SWEEPER, Sweep, find_sweeps, load_runs
 from isotune.sweeps.slurm_jobs import SlurmJob
-from isotune.sweeps.statistics import minimum_detectable_difference, pairs_needed, signed_rank_p
+from isotune.sweeps.statistics import signed_rank_p
 from isotune.sweeps.summary import summarize_sweep
 from tests.conftest import ROOT, compose_train_config
 from tests.helpers.cli import tiny_cli_overrides
@@ -1051,8 +1052,9 @@ def test_a_report_with_a_missing_value_prints_na_and_links_its_figures(tmp_path)
 
 
 def test_a_search_inside_a_study_points_to_the_study_report(tmp_path):
-    from isotune.search.outcomes import JobOutcome
-    from isotune.search.report import ExpectedBest, HeldOut, TrialRow
+    from isotune.search.expected_best_report import ExpectedBest
+    from isotune.search.outcomes import JobOutcome, TrialRow
+    from isotune.search.report import HeldOut
     from isotune.search.report import report_text as search_report_text
 
     job = JobOutcome(tmp_path, 101, 0.6, True, "completed", None)

@@ -18,9 +18,10 @@ from isotune.analysis.run import literal, run_max_length
 from isotune.atomic_files import links_leaving
 from isotune.dashboard.tensorboard import tensorboard_logger
 from isotune.errors import IsotuneError
+from isotune.record.checkpoint_reading import UNSAFE_LOAD_VARIABLE, read_checkpoint
 from isotune.record.checkpoints import RunCheckpoint, RunCheckpointIO
+from isotune.record.folder_links import check_links_stay_inside
 from isotune.record.kept_checkpoint import read_kept_checkpoint
-from isotune.record.resume import UNSAFE_LOAD_VARIABLE, check_links_stay_inside, read_checkpoint
 from isotune.training.hydra_callbacks import StartCheckInRunFolder
 from isotune.training.run import train
 from tests.conftest import compose_config

@@ -12,7 +12,7 @@ import yaml
 
 from isotune.data.tasks import TaskSpec
 from isotune.model.classifier import GLUEClassifier
-from isotune.record.resume import CONFIG_KEY
+from isotune.record.checkpoint_reading import CONFIG_KEY
 from tests.conftest import CONF_DIR
 
 

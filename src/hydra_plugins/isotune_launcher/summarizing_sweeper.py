@@ -33,8 +33,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from hydra_plugins.isotune_launcher.preview import PreviewConf, folder_line, say_preview
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
 from isotune.errors import IsotuneError
+from isotune.record.folder_links import check_links_stay_inside, record_refusal
 from isotune.record.results import RESULTS_FILE
-from isotune.record.resume import check_links_stay_inside, record_refusal, result_overrides
+from isotune.record.same_run import result_overrides
 from isotune.sweeps.job_folders import job_folders, recorded_run
 from isotune.sweeps.runs import Run
 from isotune.sweeps.slurm_jobs import check_no_live_jobs

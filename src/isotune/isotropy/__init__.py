@@ -1,13 +1,15 @@
-"""Library (no Lightning, no Hydra): the isotropy of an embedding cloud, measured (its measures and
-outlier dimensions, :mod:`.measures`, :mod:`.outliers`, its intrinsic dimension, :mod:`.dimension`,
-layer by layer, :mod:`.layers`, drawn by :mod:`.figures`), restored after the fact
-(:mod:`.enhance`) and penalised in training (:mod:`.penalties`).
+"""Library (no Lightning, no Hydra): the isotropy of an embedding cloud (:mod:`.point_cloud`),
+measured (its measures and outlier dimensions, :mod:`.measures`, :mod:`.outliers`, within k-means
+:mod:`.clusters`, its intrinsic dimension, :mod:`.dimension`, layer by layer, :mod:`.layers`, drawn
+by :mod:`.figures`), restored after the fact (:mod:`.enhance`) and penalised in training
+(:mod:`.penalties`).
 
 The measures are re-exported here, so ``from isotune.isotropy import measure_all`` works without
 importing Lightning. Formulas, sources and caveats: ``docs/isotropy.md``.
 May import: norms.
 """
 
+from isotune.isotropy.clusters import kmeans
 from isotune.isotropy.dimension import mle_dimension, twonn, twonn_microscope
 from isotune.isotropy.layers import (
     PROFILE_MEASURES,
@@ -26,7 +28,6 @@ from isotune.isotropy.measures import (
     isobn_stats,
     isoscore,
     isoscore_star,
-    kmeans,
     local_isotropy,
     measure_all,
     measure_cloud,

@@ -22,7 +22,7 @@ import math
 import torch
 from torch import Tensor
 
-from isotune.isotropy.measures import check_point_cloud
+from isotune.isotropy.point_cloud import check_point_cloud
 from isotune.isotropy.precision import full_precision
 
 TWONN_DISCARD = 0.1  # Facco et al.: the largest 10% of the ratios are left out of the fit

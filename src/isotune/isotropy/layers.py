@@ -19,13 +19,8 @@ from isotune.isotropy.dimension import (
     twonn_from_distances,
     twonn_microscope_from_distances,
 )
-from isotune.isotropy.measures import (
-    _anisotropy,
-    _average_cosine,
-    _Cloud,
-    _isoscore_from_variances,
-    _partition_isotropy,
-)
+from isotune.isotropy.measures import anisotropy, average_cosine, isoscore, partition_isotropy
+from isotune.isotropy.point_cloud import PointCloud
 
 # What a layer profile holds, in the order figures and tables show them.
 PROFILE_MEASURES = (
@@ -51,12 +46,12 @@ def layer_profile(X: Tensor, mle_neighbours: int = MLE_NEIGHBOURS) -> dict[str, 
     """
     if X.ndim == 2 and len(X) < 2:
         return dict.fromkeys(PROFILE_MEASURES, math.nan)
-    cloud = _Cloud(X)
+    cloud = PointCloud(X)
     measures = {
-        "anisotropy": _anisotropy(cloud),
-        "isoscore": _isoscore_from_variances(cloud.variances).item(),
-        "avg_cosine": _average_cosine(cloud),
-        "log_iw": _partition_isotropy(cloud).log_iw,
+        "anisotropy": anisotropy(cloud),
+        "isoscore": isoscore(cloud),
+        "avg_cosine": average_cosine(cloud),
+        "log_iw": partition_isotropy(cloud).log_iw,
     }
     if cloud.n < DIMENSION_MIN_POINTS:
         return measures | dict.fromkeys(PROFILE_MEASURES[len(measures) :], math.nan)

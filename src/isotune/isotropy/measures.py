@@ -12,74 +12,20 @@ Conventions:
 - Bad input (not 2-D, fewer than 2 points or 2 dimensions, NaN or inf) raises ValueError. A
   measure that is undefined for valid input (IsoScore of a cloud without variance, the average
   cosine of fewer than two non-zero vectors) is NaN, so that logging never crashes on it.
-- ``measure_all`` computes the covariance and its eigendecompositions once and shares them.
-
-One module, past 400 lines, on purpose: the measures share their second moments and spectra, and
-``measure_all`` is only fast because it sees all of them.
+- Every measure takes the points or their :class:`~isotune.isotropy.point_cloud.PointCloud`:
+  ``measure_all`` computes the covariance and its eigendecompositions once and shares them.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
 
 import torch
 from torch import Tensor
 
-KMEANS_MAX_ITER = 100  # Lloyd iterations at most; they usually stop earlier, when no label changes
-_SELF_PRODUCT_BLOCKS = 4
-
-
-def check_point_cloud(X: Tensor) -> Tensor:
-    """``X`` as a floating tensor, after checking that it is a finite (points, dims) matrix."""
-    X = torch.as_tensor(X)
-    if not X.is_floating_point():
-        X = X.to(torch.float64)
-    shape = tuple(X.shape)
-    if X.ndim != 2:
-        raise ValueError(f"expected a 2-D (points, dims) tensor, got shape {shape}")
-    if shape[0] < 2 or shape[1] < 2:
-        raise ValueError(f"need at least 2 points and 2 dimensions, got shape {shape}")
-    if not torch.isfinite(X).all():
-        raise ValueError(f"the point cloud of shape {shape} contains NaN or inf values")
-    return X
-
-
-def _self_product(x: Tensor) -> Tensor:
-    """x^T x, computed block row by block row from the diagonal rightwards and mirrored: torch
-    exposes no BLAS syrk, and skipping the lower blocks saves 3/8 of the flops of a full matmul."""
-    dim = x.shape[1]
-    block = -(-dim // _SELF_PRODUCT_BLOCKS)
-    product = x.new_empty(dim, dim)
-    for start in range(0, dim, block):
-        stop = min(start + block, dim)
-        upper = x[:, start:stop].mT @ x[:, start:]
-        product[start:stop, start:] = upper
-        product[start:, start:stop] = upper.mT
-    return product
-
-
-class _Cloud:
-    """A validated point cloud, mean-centred in float64, with second moments computed once on
-    demand, so that the measures evaluated together by ``measure_all`` share them."""
-
-    def __init__(self, X: Tensor):
-        self.data = check_point_cloud(X).detach()
-        self.n, self.dim = self.data.shape
-        self.centred = self.data.to(torch.float64, copy=True)
-        self.mean = self.centred.mean(dim=0)
-        self.centred -= self.mean  # in place on our own copy: one pass fewer over N x d
-
-    @cached_property
-    def scatter(self) -> Tensor:
-        """Xc^T Xc of the mean-centred points: (N - 1) times the covariance."""
-        return _self_product(self.centred)
-
-    @cached_property
-    def variances(self) -> Tensor:
-        """Covariance eigenvalues (ddof 1), descending; rounding negatives are clipped to 0."""
-        return torch.linalg.eigvalsh(self.scatter / (self.n - 1)).flip(0).clamp(min=0)
+from isotune.isotropy.clusters import KMEANS_MAX_ITER, centre_clusters
+from isotune.isotropy.point_cloud import PointCloud, check_point_cloud
 
 
 @dataclass(frozen=True)
@@ -97,7 +43,7 @@ class IsoBNStats:
     n_constant_dims: int
 
 
-def isobn_stats(X: Tensor) -> IsoBNStats:
+def isobn_stats(X: Tensor | PointCloud) -> IsoBNStats:
     """Per-dimension standard deviations and mean |Pearson correlation| between dimensions.
 
     Zhou, Lin & Ren, "IsoBN" (AAAI 2021) motivate IsoBN with these two statistics of [CLS]
@@ -108,10 +54,7 @@ def isobn_stats(X: Tensor) -> IsoBNStats:
     excluded from the correlations and counted in ``n_constant_dims``. With fewer than two
     non-constant dimensions ``corr_abs_mean`` is NaN.
     """
-    return _isobn_stats(_Cloud(X))
-
-
-def _isobn_stats(cloud: _Cloud) -> IsoBNStats:
+    cloud = PointCloud.of(X)
     constant = cloud.data.amax(dim=0) == cloud.data.amin(dim=0)
     std = (cloud.scatter.diagonal() / cloud.n).sqrt().masked_fill(constant, 0.0)
     varying = (~constant).nonzero().squeeze(1)
@@ -142,7 +85,7 @@ class PartitionIsotropy:
     log_iw: float
 
 
-def partition_isotropy(X: Tensor) -> PartitionIsotropy:
+def partition_isotropy(X: Tensor | PointCloud) -> PartitionIsotropy:
     """Partition-function isotropy I(W) = min_u Z(u) / max_u Z(u), Z(u) = sum_i exp(u^T x_i).
 
     Mu & Viswanath, "All-but-the-top" (ICLR 2018); the main measure of Rajaee & Pilehvar
@@ -152,10 +95,7 @@ def partition_isotropy(X: Tensor) -> PartitionIsotropy:
     the solver's sign convention. log Z is a float64 log-sum-exp, so vectors of large norm cannot
     overflow; log I = min log Z - max log Z.
     """
-    return _partition_isotropy(_Cloud(X))
-
-
-def _partition_isotropy(cloud: _Cloud) -> PartitionIsotropy:
+    cloud = PointCloud.of(X)
     second_moment = cloud.scatter + cloud.n * torch.outer(cloud.mean, cloud.mean)  # X^T X
     directions = torch.linalg.eigh(second_moment).eigenvectors
     centred_projections = cloud.centred @ directions  # u^T x_i = u^T (x_i - mean) + u^T mean
@@ -167,7 +107,7 @@ def _partition_isotropy(cloud: _Cloud) -> PartitionIsotropy:
     return PartitionIsotropy(iw=math.exp(log_iw), log_iw=log_iw)
 
 
-def average_cosine(X: Tensor) -> float:
+def average_cosine(X: Tensor | PointCloud) -> float:
     """Mean cosine similarity over all pairs of distinct points; near 0 is isotropic.
 
     Ethayarajh (EMNLP 2019) estimates it from sampled pairs; the exact all-pairs mean follows from
@@ -175,10 +115,7 @@ def average_cosine(X: Tensor) -> float:
     (|s|^2 - N) / (N (N - 1)), in O(N d). Zero vectors have no direction: they are excluded (N
     counts the non-zero points), and with fewer than two non-zero points the result is NaN.
     """
-    return _average_cosine(_Cloud(X))
-
-
-def _average_cosine(cloud: _Cloud) -> float:
+    cloud = PointCloud.of(X)
     norms = torch.linalg.vector_norm(cloud.data, dim=1, dtype=torch.float64)
     nonzero = norms > 0
     count = int(nonzero.sum())
@@ -201,11 +138,7 @@ def _isoscore_from_moments(total: Tensor, total_of_squares: Tensor, d: int) -> T
     return (total.square() / total_of_squares - 1) / (d - 1)
 
 
-def _isoscore_from_variances(variances: Tensor) -> Tensor:
-    return _isoscore_from_moments(variances.sum(), variances.square().sum(), variances.numel())
-
-
-def isoscore(X: Tensor) -> float:
+def isoscore(X: Tensor | PointCloud) -> float:
     """IsoScore in [0, 1]: the fraction of dimensions the cloud uses uniformly (1 = isotropic).
 
     Rudman, Gillman, Rayne & Eickhoff, "IsoScore" (Findings of ACL 2022): the variances v of the
@@ -216,7 +149,8 @@ def isoscore(X: Tensor) -> float:
     the average cosine and I(W) it is invariant to translation, rotation and scale. NaN for a
     cloud without variance.
     """
-    return _isoscore_from_variances(_Cloud(X).variances).item()
+    variances = PointCloud.of(X).variances
+    return _isoscore_from_moments(variances.sum(), variances.square().sum(), len(variances)).item()
 
 
 def isoscore_star(X: Tensor, C0: Tensor | None = None, zeta: float = 0.2) -> Tensor:
@@ -242,7 +176,7 @@ def isoscore_star(X: Tensor, C0: Tensor | None = None, zeta: float = 0.2) -> Ten
     if not 0.0 <= zeta <= 1.0:
         raise ValueError(f"zeta must lie in [0, 1], got {zeta}")
     n, d = X.shape
-    points = X.to(torch.promote_types(X.dtype, torch.float32))  # not _Cloud: it detaches
+    points = X.to(torch.promote_types(X.dtype, torch.float32))  # not PointCloud: it detaches
     centred = points - points.mean(dim=0)
     covariance = centred.mT @ centred / (n - 1)
     if C0 is None:
@@ -253,17 +187,13 @@ def isoscore_star(X: Tensor, C0: Tensor | None = None, zeta: float = 0.2) -> Ten
     return _isoscore_from_moments(shrunk.trace(), shrunk.square().sum(), d)
 
 
-def anisotropy(X: Tensor) -> float:
+def anisotropy(X: Tensor | PointCloud) -> float:
     """The largest eigenvalue's share of the mean-centred covariance, in [1/d, 1] (1 = one
     direction): the anisotropy of Razzhigaev et al., "The Shape of Learning" (Findings of EACL
     2024), which their package ``llm-microscope`` computes from the singular values of the
     centred points. ``measure_all`` logs the same number as ``top1_var_ratio``. NaN for a cloud
     without variance."""
-    return _anisotropy(_Cloud(X))
-
-
-def _anisotropy(cloud: _Cloud) -> float:
-    variances = cloud.variances
+    variances = PointCloud.of(X).variances
     return (variances[0] / variances.sum()).item()
 
 
@@ -279,7 +209,7 @@ class Spectrum:
     dominant_factor: float
 
 
-def spectrum(X: Tensor, factor: float = 10.0) -> Spectrum:
+def spectrum(X: Tensor | PointCloud, factor: float = 10.0) -> Spectrum:
     """Explained-variance ratios p of the mean-centred covariance (ddof 1) and their summaries.
 
     Effective rank = exp(-sum p log p) (Roy & Vetterli 2007); participation ratio =
@@ -287,11 +217,7 @@ def spectrum(X: Tensor, factor: float = 10.0) -> Spectrum:
     Rajaee & Pilehvar (2021) find that fine-tuning multiplies the elongated directions; we count
     as dominant the components whose variance exceeds ``factor`` times the mean eigenvalue.
     """
-    return _spectrum(_Cloud(X), factor)
-
-
-def _spectrum(cloud: _Cloud, factor: float) -> Spectrum:
-    variances = cloud.variances
+    variances = PointCloud.of(X).variances
     ratio = variances / variances.sum()
     entropy = -torch.special.xlogy(ratio, ratio).sum()
     return Spectrum(
@@ -302,51 +228,6 @@ def _spectrum(cloud: _Cloud, factor: float) -> Spectrum:
         n_dominant=int((variances > factor * variances.mean()).sum()),
         dominant_factor=factor,
     )
-
-
-def _cluster_means(points: Tensor, labels: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """Mean of each of the k clusters (0 for an empty one) and the cluster sizes."""
-    sizes = torch.bincount(labels, minlength=k)
-    sums = points.new_zeros(k, points.shape[1]).index_add_(0, labels, points)
-    return sums / sizes.clamp(min=1).unsqueeze(1), sizes
-
-
-def kmeans(points: Tensor, k: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> Tensor:
-    """Cluster labels from k-means++ seeding (a seeded torch.Generator) and Lloyd iterations that
-    stop when no label changes. An emptied cluster keeps its previous centre."""
-    generator = torch.Generator().manual_seed(seed)
-    squared_norms = points.square().sum(dim=1)
-
-    def squared_distances(centres: Tensor) -> Tensor:
-        cross = points @ centres.T
-        return (squared_norms[:, None] - 2 * cross + centres.square().sum(dim=1)).clamp(min=0)
-
-    centres = points[torch.randint(len(points), (1,), generator=generator)]
-    nearest = squared_distances(centres).squeeze(1)
-    for _ in range(1, k):
-        weights = nearest.cpu() if nearest.sum() > 0 else torch.ones(len(points))
-        chosen = points[torch.multinomial(weights, 1, generator=generator).to(points.device)]
-        centres = torch.cat([centres, chosen])
-        nearest = torch.minimum(nearest, squared_distances(chosen).squeeze(1))
-    labels = squared_distances(centres).argmin(dim=1)
-    for _ in range(max_iter):
-        means, sizes = _cluster_means(points, labels, k)
-        centres = torch.where(sizes.unsqueeze(1) > 0, means, centres)
-        new_labels = squared_distances(centres).argmin(dim=1)
-        if torch.equal(new_labels, labels):
-            break
-        labels = new_labels
-    return labels
-
-
-def _centre_clusters(cloud: _Cloud, k: int, seed: int, max_iter: int) -> tuple[Tensor, Tensor]:
-    """The points, each minus the mean of its k-means cluster, and the cluster labels. k-means
-    runs on the globally centred points: the same clusters, with smaller numbers."""
-    if not 1 <= k <= cloud.n:
-        raise ValueError(f"k must lie in [1, {cloud.n}] for {cloud.n} points, got {k}")
-    labels = kmeans(cloud.centred, k, seed, max_iter)
-    means, _ = _cluster_means(cloud.centred, labels, k)
-    return cloud.centred - means[labels], labels
 
 
 @dataclass(frozen=True)
@@ -376,8 +257,7 @@ def local_isotropy(
     separately, and ``pooled`` measures the union of the centred clusters. Measuring every
     cluster costs k eigendecompositions of d x d matrices.
     """
-    cloud = _Cloud(X)
-    centred, labels = _centre_clusters(cloud, k, seed, max_iter)
+    centred, labels = centre_clusters(PointCloud(X).centred, k, seed, max_iter)
     sizes = torch.bincount(labels, minlength=k)
     per_cluster = {
         cluster: measure_all(centred[labels == cluster], dominant_factor=dominant_factor)
@@ -427,10 +307,10 @@ def measure_cloud(
     X: Tensor, *, dominant_factor: float = 10.0, local_k: int | None = None, seed: int = 0
 ) -> CloudMeasures:
     """What ``measure_all`` computes, unprefixed, with the IsoBN statistics and the spectrum."""
-    cloud = _Cloud(X)
-    stats = _isobn_stats(cloud)
-    partition = _partition_isotropy(cloud)
-    spec = _spectrum(cloud, dominant_factor)
+    cloud = PointCloud(X)
+    stats = isobn_stats(cloud)
+    partition = partition_isotropy(cloud)
+    spec = spectrum(cloud, dominant_factor)
     measures = {
         "std_mean": stats.std_mean,
         "std_std": stats.std_std,
@@ -441,16 +321,16 @@ def measure_cloud(
         "n_constant_dims": float(stats.n_constant_dims),
         "iw": partition.iw,
         "log_iw": partition.log_iw,
-        "avg_cosine": _average_cosine(cloud),
-        "isoscore": _isoscore_from_variances(cloud.variances).item(),
+        "avg_cosine": average_cosine(cloud),
+        "isoscore": isoscore(cloud),
         "effective_rank": spec.effective_rank,
         "participation_ratio": spec.participation_ratio,
         "n_dominant": float(spec.n_dominant),
-        "top1_var_ratio": _anisotropy(cloud),
+        "top1_var_ratio": anisotropy(cloud),
         "top10_var_ratio": spec.explained_variance_ratio[:10].sum().item(),
     }
     if local_k is not None:
-        centred, _ = _centre_clusters(cloud, local_k, seed, KMEANS_MAX_ITER)
+        centred, _ = centre_clusters(cloud.centred, local_k, seed)
         pooled = measure_all(centred, "local_", dominant_factor=dominant_factor)
         measures.update(pooled)
     return CloudMeasures(scalars=measures, stats=stats, spectrum=spec)

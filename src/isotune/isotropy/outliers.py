@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from isotune.isotropy.measures import check_point_cloud
+from isotune.isotropy.point_cloud import check_point_cloud
 from isotune.norms.ranges import POSITIVE
 
 OUTLIER_FACTOR = 5.0  # Rudman et al. (2023): variance at least 5x the mean variance

@@ -281,7 +281,7 @@ class GLUEClassifier(L.LightningModule):
         torch 2.8; this CPU too: 0.13x of foreach's step, benchmarks/bench_optimizer.py), except
         under float16's gradient scaler, whose clipping needs the gradients unscaled before the
         step. ``true`` insists (one error where it cannot run), ``false`` keeps foreach."""
-        choice = self.optim.get("fused", "auto")  # as record.resume continues older runs
+        choice = self.optim.get("fused", "auto")  # as record.same_run continues older runs
         if choice not in ("auto", True, False):
             raise IsotuneError(
                 f"optim.fused={choice!r} is none of auto, true, false. Fix: optim.fused=auto "

@@ -20,8 +20,8 @@ from isotune.data.tasks import TaskSpec
 from isotune.errors import IsotuneError
 from isotune.model.classifier import GLUEClassifier, model_from_checkpoint
 from isotune.prediction.writer import prediction_source
+from isotune.record.checkpoint_reading import CONFIG_KEY, PROVENANCE_KEY
 from isotune.record.kept_checkpoint import FIX_KEPT_MODEL, read_kept_checkpoint
-from isotune.record.resume import CONFIG_KEY, PROVENANCE_KEY
 
 MODEL_SECTIONS = ("task", "model", "norm", "optim")  # the hyperparameters that rebuild the model
 # Lightning's precision settings a run may have trained with; anything else read from a

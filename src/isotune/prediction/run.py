@@ -33,7 +33,7 @@ from isotune.prediction.writer import (
     check_data_file,
     write_prediction_files,
 )
-from isotune.record.resume import PROVENANCE_KEY
+from isotune.record.checkpoint_reading import PROVENANCE_KEY
 
 log = logging.getLogger(__name__)
 SUMMARY_FILE = "predictions.json"

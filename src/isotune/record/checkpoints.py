@@ -1,14 +1,14 @@
 """What a run's checkpoints hold beyond Lightning's own, how Lightning reads and writes them, how
 best.ckpt survives a resume, and what a completed run keeps of them (``checkpoint.keep``).
 
-Every checkpoint carries the run's config and overrides (compared by :mod:`isotune.record.resume`);
-Lightning reads them through the project's data-only loader and writes them atomically
-(:class:`RunCheckpointIO`). When a run continues from a checkpoint of another folder, Lightning
-forgets the best score and its first epoch would overwrite best.ckpt whatever its score, so the
-callbacks keep it right. AdamW's moments make a full checkpoint three times its model, so by
-default (``slim``) best.ckpt keeps the model only (:func:`model_only`) and last.ckpt is removed
-once the run completes (:func:`keep_of_completed_run`); ``full`` keeps both whole, ``none`` no
-model.
+Every checkpoint carries the run's config and overrides (compared by
+:mod:`isotune.record.same_run`); Lightning reads them through the project's data-only loader and
+writes them atomically (:class:`RunCheckpointIO`). When a run continues from a checkpoint of another
+folder, Lightning forgets the best score and its first epoch would overwrite best.ckpt whatever its
+score, so the callbacks keep it right. AdamW's moments make a full checkpoint three times its model,
+so by default (``slim``) best.ckpt keeps the model only (:func:`model_only`) and last.ckpt is
+removed once the run completes (:func:`keep_of_completed_run`); ``full`` keeps both whole, ``none``
+no model.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from isotune.atomic_files import write_atomically
 from isotune.errors import IsotuneError
-from isotune.record.resume import KEEP_KEY, MODEL_KEYS, read_checkpoint
+from isotune.record.checkpoint_reading import KEEP_KEY, MODEL_KEYS, read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,8 @@ TRAINING_STATE = ("optimizer_states", "lr_schedulers", "callbacks")
 
 def model_only(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """``checkpoint`` without the optimizer's, the scheduler's and the callbacks' state, marked as
-    such (:data:`~isotune.record.resume.KEEP_KEY`) so a resume from it names the way out."""
+    such (:data:`~isotune.record.checkpoint_reading.KEEP_KEY`) so a resume from it names the way
+    out."""
     kept = {key: value for key, value in checkpoint.items() if key not in TRAINING_STATE}
     return {**kept, KEEP_KEY: "slim"}
 
@@ -59,7 +60,7 @@ def keep_of_completed_run(trainer: L.Trainer, keep: str) -> None:
 class RunCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint files, read as data and written whole in their own folder.
 
-    Read by :func:`isotune.record.resume.read_checkpoint`: data only, whatever
+    Read by :func:`isotune.record.checkpoint_reading.read_checkpoint`: data only, whatever
     ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (it turns Lightning's unset ``weights_only`` into
     ``False``). Written through :func:`~isotune.atomic_files.write_atomically`, into a temporary
     file beside the checkpoint that replaces it once synced: Lightning's own move from /tmp is a

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from isotune.errors import IsotuneError
+from isotune.record.checkpoint_reading import MODEL_KEYS, read_checkpoint
+from isotune.record.folder_links import check_no_link_leaves
 from isotune.record.results import RESULTS_FILE, kept_model_file, read_results
-from isotune.record.resume import MODEL_KEYS, check_no_link_leaves, read_checkpoint
 
 KEEP_OVERRIDE = "checkpoint.keep="  # what a run keeps (docs/training.md#what-a-run-keeps)
 KEEP_A_MODEL = "slim"  # the best epoch's model, what analyze.py and predict.py read

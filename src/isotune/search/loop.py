@@ -20,7 +20,7 @@ from pathlib import Path
 
 from isotune.errors import IsotuneError, JobsNotEnded, first_line
 from isotune.record import folder_lock
-from isotune.record.resume import check_links_stay_inside, record_refusal
+from isotune.record.folder_links import check_links_stay_inside, record_refusal
 from isotune.search.outcomes import JobOutcome, completed_before, failure_reason, read_outcome
 from isotune.search.search import Job, Search
 from isotune.tracking.reporting import counted

@@ -54,6 +54,19 @@ class JobOutcome:
         return cls(**{**record, "job_dir": Path(record["job_dir"])})
 
 
+@dataclass(frozen=True)
+class TrialRow:
+    """A finished trial as the report lists it: Optuna's state name (COMPLETE, PRUNED, FAIL), its
+    searched values, its value (None unless COMPLETE), its jobs and, for FAIL, why."""
+
+    number: int
+    state: str
+    values: Mapping[str, Any]
+    value: float | None
+    jobs: Sequence[JobOutcome]
+    reason: str = ""
+
+
 def read_outcome(job_dir: Path, seed: int) -> JobOutcome:
     """The outcome of the job that ran in ``job_dir`` with ``seed``."""
     path = Path(job_dir) / RESULTS_FILE
@@ -113,6 +126,17 @@ def _evaluated_on(path: Path) -> str:
 def trial_value(outcomes: Sequence[JobOutcome]) -> float:
     """The median score over a trial's seeds (each job completed)."""
     return statistics.median(outcome.score for outcome in outcomes)  # type: ignore[misc]
+
+
+def median_score(runs: Sequence[JobOutcome]) -> float | None:
+    """The median score of the ``runs`` that have one; None where none has."""
+    scores = [run.score for run in runs if run.score is not None]
+    return statistics.median(scores) if scores else None
+
+
+def shown(value: float | None) -> str:
+    """A score or a p as the search's report shows it: four places, or "none"."""
+    return "none" if value is None else f"{value:.4f}"
 
 
 def failure_reason(outcome: JobOutcome) -> str:

@@ -20,12 +20,11 @@ figures back for the sweep's W&B report (``python -m isotune.dashboard report``)
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import statistics
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -33,25 +32,14 @@ import pandas as pd
 import yaml
 
 from isotune.atomic_files import save_figure, write_text
-from isotune.search.expected_best import (
-    DEFAULT_ESTIMATOR,
-    ESTIMATORS,
-    MIN_TRIALS,
-    WITHOUT_REPLACEMENT,
-    BestOfN,
-    expected_best_curve,
-)
-from isotune.search.outcomes import JobOutcome, failure_reason
+from isotune.search.expected_best_report import EXPECTED_BEST, ExpectedBest
+from isotune.search.outcomes import JobOutcome, TrialRow, failure_reason, median_score, shown
 from isotune.sweeps.intention_to_treat import (
     intention_to_treat_comparison,
     intention_to_treat_line,
 )
 from isotune.sweeps.runs import SEARCH_REPORT_FILE
-from isotune.sweeps.statistics import (
-    PairedComparison,
-    paired_comparison,
-    seed_count_caveat,
-)
+from isotune.sweeps.statistics import PairedComparison, paired_comparison, seed_count_caveat
 from isotune.tracking.reporting import counted, markdown_table
 
 log = logging.getLogger(__name__)
@@ -59,23 +47,10 @@ log = logging.getLogger(__name__)
 REPORT_FILE = SEARCH_REPORT_FILE
 RESULTS_FILE = "optimization_results.yaml"
 TRIALS_FILE = "trials.csv"
-HISTORY, IMPORTANCES, EXPECTED_BEST = "optimization_history", "param_importances", "expected_best"
+HISTORY, IMPORTANCES = "optimization_history", "param_importances"
 TOO_FEW_FOR_IMPORTANCES = "The number of trials is too small to compute importances"  # Optuna's
 FIGURES = (HISTORY, IMPORTANCES, EXPECTED_BEST)  # each drawn as <name>.png
-IID_SAMPLER = "RandomSampler"  # the one sampler whose trials are i.i.d. draws
-
-
-@dataclass(frozen=True)
-class TrialRow:
-    """A finished trial as the report lists it: Optuna's state name (COMPLETE, PRUNED, FAIL), its
-    searched values, its value (None unless COMPLETE), its jobs and, for FAIL, why."""
-
-    number: int
-    state: str
-    values: Mapping[str, Any]
-    value: float | None
-    jobs: Sequence[JobOutcome]
-    reason: str = ""
+JOB_COLUMNS = ("seed", "score", "learned", "job_status", "job_dir")  # of trials.csv, for each job
 
 
 @dataclass(frozen=True)
@@ -98,7 +73,7 @@ class HeldOut:
     @property
     def optimism(self) -> float | None:
         """The winner's tuning-seed value minus its report-seed median."""
-        held_out = _median(self.best_runs)
+        held_out = median_score(self.best_runs)
         return None if held_out is None or self.best.value is None else self.best.value - held_out
 
 
@@ -106,29 +81,14 @@ def _scores(runs: Sequence[JobOutcome]) -> dict[int, float]:
     return {run.seed: run.score for run in runs if run.score is not None}
 
 
-def _median(runs: Sequence[JobOutcome]) -> float | None:
-    scores = list(_scores(runs).values())
-    return statistics.median(scores) if scores else None
-
-
 def trials_table(trials: Sequence[TrialRow]) -> pd.DataFrame:
     """One row per job of every trial (a trial that ran no job: one row without a seed)."""
     rows = []
     for trial in trials:
         base = {"trial": trial.number, "state": trial.state, **trial.values, "value": trial.value}
-        jobs = trial.jobs or [None]
-        for job in jobs:
-            rows.append(
-                {
-                    **base,
-                    "seed": None if job is None else job.seed,
-                    "score": None if job is None else job.score,
-                    "learned": None if job is None else job.learned,
-                    "job_status": None if job is None else job.status,
-                    "job_dir": None if job is None else str(job.job_dir),
-                    "reason": trial.reason,
-                }
-            )
+        for job in trial.jobs or [None]:
+            ran = () if job is None else (job.seed, job.score, job.learned, job.status, job.job_dir)
+            rows.append({**base, **dict(zip_longest(JOB_COLUMNS, ran)), "reason": trial.reason})
     return pd.DataFrame(rows)
 
 
@@ -147,137 +107,9 @@ def write_report(
     write_text(
         folder / RESULTS_FILE, yaml.safe_dump(results_record(held_out, curve), sort_keys=False)
     )
-    _figures(folder, curve, study)
+    curve.draw(folder)
+    _figures(folder, study)
     return text
-
-
-def spent_value(trial: TrialRow) -> float | None:
-    """What a trial spent adds to the expected best: its value when COMPLETE; when PRUNED, the
-    median of the seeds it ran (it stopped looking worse, so that median stands for the value it
-    did not finish); None for a FAIL, a draw that found nothing."""
-    if trial.state == "PRUNED":
-        return _median(trial.jobs)
-    return trial.value if trial.state == "COMPLETE" else None
-
-
-@dataclass(frozen=True)
-class ExpectedBest:
-    """The expected best by trials spent (:mod:`isotune.search.expected_best`) over every
-    finished trial, each entering at :func:`spent_value`; ``curves`` by estimator, empty below
-    :data:`MIN_TRIALS` trials or without a value; ``sampler``: the class that asked the trials."""
-
-    trials: Sequence[TrialRow]
-    values: Sequence[float | None]
-    curves: Mapping[str, Sequence[BestOfN]]
-    sampler: str | None
-
-    @classmethod
-    def of(cls, trials: Sequence[TrialRow], maximize: bool, study: Any = None) -> ExpectedBest:
-        values = [spent_value(trial) for trial in trials]
-        curves: dict[str, list[BestOfN]] = {}
-        if len(values) >= MIN_TRIALS and any(v is not None for v in values):
-            curves = {e: expected_best_curve(values, maximize, e) for e in ESTIMATORS}
-        sampler = None if study is None else type(study.sampler).__name__
-        return cls(trials, values, curves, sampler)
-
-    @property
-    def pruned(self) -> list[int]:
-        return [t.number for t in self.trials if t.state == "PRUNED"]
-
-    def record(self) -> dict[str, Any]:
-        """``optimization_results.yaml``'s ``expected_best``."""
-        return {
-            "estimator": DEFAULT_ESTIMATOR,
-            "sampler": self.sampler,
-            "iid": self.sampler == IID_SAMPLER,
-            "pruned_at_partial_median": self.pruned,
-            "values": [None if v is None else float(v) for v in self.values],
-            "curve": {
-                estimator: [dataclasses.asdict(point) for point in points]
-                for estimator, points in self.curves.items()
-            },
-        }
-
-    def lines(self) -> list[str]:
-        """The report's section: the curve with its band, or the values below MIN_TRIALS."""
-        n, failed = len(self.values), sum(t.state == "FAIL" for t in self.trials)
-        pruned = self.pruned
-        lines = [
-            "## Expected best dev score by trials spent (Dodge et al. 2019)",
-            "",
-            f"Over all {counted(n, 'trial')} spent: complete ones at their value, "
-            + (
-                f"{len(pruned)} pruned at the median of the seeds they ran (marked *: a value from "
-                "fewer seeds than the others', where a curve over complete trials only would "
-                "leave out the trials that looked worst and be too high), "
-                if pruned
-                else "none pruned, "
-            )
-            + (
-                f"{failed} failed as draws that found nothing (the curve is given one of the n "
-                "has a value; 'none' is the chance that none has)."
-                if failed
-                else "none failed."
-            ),
-        ]
-        if self.sampler != IID_SAMPLER:
-            lines += [
-                "",
-                f"The trials were asked by {self.sampler or 'a sampler not recorded here'}, not "
-                "random search: each trial was chosen from the earlier ones, so this curve "
-                "describes this search, not n i.i.d. draws from the space. "
-                "`hydra/sweeper/sampler=random` gives the i.i.d. curve.",
-            ]
-        if not self.curves:
-            lines += [
-                "",
-                f"Fewer than {MIN_TRIALS} trials (or none with a value): their values, not a "
-                "curve.",
-                "",
-                markdown_table(
-                    ["trial", "state", "value"],
-                    [
-                        [self._label(t), t.state, _f(v)]
-                        for t, v in zip(self.trials, self.values, strict=True)
-                    ],
-                ),
-            ]
-            return lines
-        default, other = self.curves[DEFAULT_ESTIMATOR], self.curves[WITHOUT_REPLACEMENT]
-        lines += [
-            "",
-            f"Estimator: {DEFAULT_ESTIMATOR} (Dodge et al.'s, allentune's default); the band is "
-            "the mean +- one SD of the best of n (allentune's closed form), clipped to the "
-            f"values observed; {WITHOUT_REPLACEMENT} beside it (it ends at the observed best).",
-            "",
-            markdown_table(
-                ["trials", "expected best", "SD", "band", WITHOUT_REPLACEMENT, "none"][
-                    : 6 if failed else 5
-                ],
-                [
-                    [
-                        p.n,
-                        _f(p.mean),
-                        _f(p.sd),
-                        f"[{_f(p.low)}, {_f(p.high)}]",
-                        _f(q.mean),
-                        f"{p.none:.3f}",
-                    ][: 6 if failed else 5]
-                    for p, q in zip(default, other, strict=True)
-                ],
-            ),
-            "",
-            "Values entered: "
-            + ", ".join(
-                f"{self._label(t)} {_f(v)}" for t, v in zip(self.trials, self.values, strict=True)
-            )
-            + ".",
-        ]
-        return lines
-
-    @staticmethod
-    def _label(trial: TrialRow) -> str:
-        return f"{trial.number}{'*' if trial.state == 'PRUNED' else ''}"
 
 
 def search_outputs(folder: Path) -> tuple[str, dict[str, Path]]:
@@ -308,8 +140,8 @@ def results_record(held_out: HeldOut, curve: ExpectedBest) -> dict[str, Any]:
             "seeds": list(c.seeds),
             "best_overrides": list(held_out.best_overrides),
             "baseline_overrides": list(held_out.baseline_overrides),
-            "best_median": _median(held_out.best_runs),
-            "baseline_median": _median(held_out.baseline_runs),
+            "best_median": median_score(held_out.best_runs),
+            "baseline_median": median_score(held_out.baseline_runs),
             "mean_difference": c.mean_difference,
             "median_difference": c.median_difference,
             "t_interval": None if c.t_interval is None else list(c.t_interval),
@@ -379,8 +211,8 @@ def _held_out_row(
     return [
         name,
         " ".join(overrides) or "(config values)",
-        "not run" if tuning is None else _f(tuning),
-        f"{_f(_median(runs))} (n = {len(scores)})",
+        "not run" if tuning is None else shown(tuning),
+        f"{shown(median_score(runs))} (n = {len(scores)})",
         f"{failed} of {len(runs)}",
     ]
 
@@ -396,18 +228,20 @@ def _comparison_lines(held_out: HeldOut) -> list[str]:
     if held_out.optimism is not None:
         lines.append(
             f"Optimism: the winner's tuning-seed value minus its report-seed median is "
-            f"{_f(held_out.optimism)} (the winner's curse: it was chosen on the tuning seeds)."
+            f"{shown(held_out.optimism)} (the winner's curse: it was chosen on the tuning seeds)."
         )
     return lines
 
 
 def _paired_lines(held_out: HeldOut) -> list[str]:
     c = held_out.comparison
-    interval = "none" if c.t_interval is None else f"[{_f(c.t_interval[0])}, {_f(c.t_interval[1])}]"
+    interval = (
+        "none" if c.t_interval is None else f"[{shown(c.t_interval[0])}, {shown(c.t_interval[1])}]"
+    )
     lines = [
-        f"Paired difference best - baseline over {c.n} report seeds: mean {_f(c.mean_difference)}, "
-        f"median {_f(c.median_difference)}, 95% t interval {interval}; Wilcoxon p "
-        f"{_f(c.wilcoxon_p)}, paired t-test p {_f(c.ttest_p)}.",
+        f"Paired difference best - baseline over {c.n} report seeds: mean "
+        f"{shown(c.mean_difference)}, median {shown(c.median_difference)}, 95% t interval "
+        f"{interval}; Wilcoxon p {shown(c.wilcoxon_p)}, paired t-test p {shown(c.ttest_p)}.",
     ]
     if c.note:
         lines.append(c.note)
@@ -420,41 +254,14 @@ def _paired_lines(held_out: HeldOut) -> list[str]:
     return lines
 
 
-def _f(value: float | None) -> str:
-    return "none" if value is None else f"{value:.4f}"
-
-
-def _figures(folder: Path, curve: ExpectedBest, study: Any) -> None:
-    """The expected-best curve, and Optuna's history and importances when ``study`` is given
-    (a figure Optuna cannot draw, as importances from one complete trial, is logged and left
-    out)."""
+def _figures(folder: Path, study: Any) -> None:
+    """Optuna's history and importances when ``study`` is given (a figure Optuna cannot draw, as
+    importances from one complete trial, is logged and left out)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if curve.curves:
-        points = curve.curves[DEFAULT_ESTIMATOR]
-        n = [p.n for p in points]
-        figure, axes = plt.subplots(figsize=(5, 3.5))
-        axes.fill_between(n, [p.low for p in points], [p.high for p in points], alpha=0.25)
-        axes.plot(n, [p.mean for p in points], marker="o", label=DEFAULT_ESTIMATOR)
-        axes.plot(
-            n,
-            [p.mean for p in curve.curves[WITHOUT_REPLACEMENT]],
-            ls="--",
-            label=WITHOUT_REPLACEMENT,
-        )
-        axes.set_xlabel(
-            "trials spent" + (" (pruned at their partial median)" if curve.pruned else "")
-        )
-        axes.set_ylabel("expected best dev score")
-        iid = "" if curve.sampler == IID_SAMPLER else f", {curve.sampler or 'sampler'}: not i.i.d."
-        axes.set_title(f"Expected best, +- 1 SD (Dodge et al. 2019){iid}", fontsize=9)
-        axes.legend(fontsize=8)
-        figure.tight_layout()
-        save_figure(figure, folder / f"{EXPECTED_BEST}.png")
-        plt.close(figure)
     if study is None:
         return
     from optuna.exceptions import ExperimentalWarning

@@ -45,12 +45,13 @@ from isotune.search.optuna_study import (
 )
 from isotune.search.outcomes import (
     JobOutcome,
+    TrialRow,
     evaluated_on,
     failure_reason,
     read_outcome,
     trial_value,
 )
-from isotune.search.report import TRIALS_FILE, HeldOut, TrialRow, trials_table, write_report
+from isotune.search.report import TRIALS_FILE, HeldOut, trials_table, write_report
 from isotune.search.settings import SEED_KEY, SearchSettings
 from isotune.search.space import SearchSpace
 from isotune.sweeps.runs import SWEEP_FILE
@@ -165,10 +166,19 @@ class Search:
         """The FAILED trials run again as new ones (:meth:`_retry_failed`)."""
         return set(self.study.user_attrs.get(RETRIED_ATTR, []))
 
+    def _counted(self, *states: TrialState) -> list[Any]:
+        """The trials the budget counts (every trial but the failed ones run again), in
+        ``states`` when given."""
+        retried = self.retried
+        return [
+            t
+            for t in self.study.trials
+            if t.number not in retried and (not states or t.state in states)
+        ]
+
     @property
     def trials_spent(self) -> int:
-        """The trials the budget counts: every trial but the failed ones run again."""
-        return len(self.study.trials) - len(self.retried)
+        return len(self._counted())
 
     def runs(self) -> tuple[int, int]:
         """How many of its runs the search has done (ended, completed or failed) and how many it
@@ -184,8 +194,7 @@ class Search:
         return done + self._report_runs_done(), sum(jobs_of) + to_come + reports
 
     def _finished_trials(self) -> list[Any]:
-        retried = self.retried
-        return [t for t in self.study.trials if t.state.is_finished() and t.number not in retried]
+        return [t for t in self._counted() if t.state.is_finished()]
 
     def _report_runs_done(self) -> int:
         """The report's runs already done: all of them once reported; before, those that
@@ -306,10 +315,7 @@ class Search:
         ``max_failure_rate`` of ``n_trials`` allows, a count known before it starts, so that one
         early failure does not stop it. The failed trials stay FAIL and count, so the same
         command stops again before any job, until the rate allows them."""
-        retried = self.retried
-        failed = [
-            t for t in self.study.trials if t.state == TrialState.FAIL and t.number not in retried
-        ]
+        failed = self._counted(TrialState.FAIL)
         rate, budget = self.settings.max_failure_rate, self.settings.n_trials
         allowed = math.floor(rate * budget + 1e-9)
         if len(failed) <= allowed:
@@ -335,15 +341,12 @@ class Search:
         the next trial asked takes its values), and record the failed one as retried: it then
         counts in neither the budget, nor the failure rule, nor the tables, so a trial that failed
         for a cause since fixed does not stand in the search as a failure of its values."""
-        retried = self.retried
-        again = [
-            t for t in self.study.trials if t.state == TrialState.FAIL and t.number not in retried
-        ]
+        again = self._counted(TrialState.FAIL)
         if not again:
             return
         for trial in again:
             self.study.enqueue_trial(trial.params, skip_if_exists=False)
-        self.study.set_user_attr(RETRIED_ATTR, sorted(retried | {t.number for t in again}))
+        self.study.set_user_attr(RETRIED_ATTR, sorted(self.retried | {t.number for t in again}))
         log.info(
             f"Retrying failed trials {[t.number for t in again]} (hydra.sweeper.retry_failed): "
             "their values run again as new trials; the failed ones count no more"
@@ -377,19 +380,19 @@ class Search:
     def _report(self, ran: Sequence[tuple[Job, JobOutcome]]) -> None:
         """The held-out report from the report's jobs and their outcomes: the best trial's runs
         told from the baseline's by their folder, not by their place in the batch."""
-        best = self.study.best_trial
-        best_overrides = self.space.overrides(best.params)
+        trial = self.study.best_trial
+        best = self._row(trial)
         best_folder = self.folder / _best_report_folder(best.number)
         best_runs = [outcome for job, outcome in ran if job.folder.parent == best_folder]
         baseline_runs = [outcome for job, outcome in ran if job.folder.parent != best_folder]
         shared = set(self.space.fixed)  # what both run with: the table shows what sets them apart
         held_out = HeldOut(
-            best=self._row(best),
-            best_overrides=[o for o in best_overrides if o not in shared],
+            best=best,
+            best_overrides=[o for o in self.space.overrides(trial.params) if o not in shared],
             baseline_overrides=[o for o in self.settings.baseline or () if o not in shared],
             best_runs=best_runs,
             baseline_runs=baseline_runs,
-            chosen_on=evaluated_on(self.folder / job.job_dir for job in self._row(best).jobs),
+            chosen_on=evaluated_on(self.folder / job.job_dir for job in best.jobs),
             reported_on=evaluated_on(job.folder for job, _ in ran),
         )
         text = write_report(self.folder, self._rows(), held_out, self.settings.maximize, self.study)
@@ -439,22 +442,9 @@ class Search:
         trial: int = REPORT,
         home: Path | None = None,
     ) -> Job:
-        task_overrides = (*overrides, f"{SEED_KEY}={seed}", *self._wandb_tags(where, trial))
+        task_overrides = (
+            *overrides,
+            f"{SEED_KEY}={seed}",
+            *self.settings.wandb_overrides(where, trial == REPORT),
+        )
         return Job((home or self.folder) / where / f"seed-{seed}", seed, task_overrides, trial)
-
-    def _wandb_tags(self, where: str, trial: int) -> list[str]:
-        """With ``logger=wandb``, each run is tagged with the search and its trial (or report
-        side); W&B already groups a trial's runs, whose overrides differ only by seed. A study's
-        search groups its arm's runs instead (``wandb_group``), the job type telling the tuning
-        runs from the held-out ones."""
-        if not self.settings.tag_runs:
-            return []
-        tags = [f"search-{self.settings.study_name}", where.replace("/", "-")]
-        overrides = [f"logger.wandb.tags=[{','.join(repr(tag) for tag in tags)}]"]
-        if self.settings.wandb_group:
-            phase = "report" if trial == REPORT else "tuning"
-            overrides += [
-                f"logger.wandb.group={self.settings.wandb_group}",
-                f"logger.wandb.job_type={phase}",
-            ]
-        return overrides

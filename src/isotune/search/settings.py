@@ -65,6 +65,22 @@ class SearchSettings:
         """What every report job adds to its configuration's overrides, and no tuning job."""
         return (*REPORTED_ON[self.tune_on], *self.report_overrides)
 
+    def wandb_overrides(self, where: str, report: bool) -> list[str]:
+        """With ``logger=wandb``, each run is tagged with the search and ``where`` it runs (its
+        trial, or the report's side); W&B already groups a trial's runs, whose overrides differ
+        only by seed. A study's search groups its arm's runs instead (``wandb_group``), the job
+        type telling the tuning runs from the held-out (``report``) ones."""
+        if not self.tag_runs:
+            return []
+        tags = [f"search-{self.study_name}", where.replace("/", "-")]
+        overrides = [f"logger.wandb.tags=[{','.join(repr(tag) for tag in tags)}]"]
+        if self.wandb_group:
+            overrides += [
+                f"logger.wandb.group={self.wandb_group}",
+                f"logger.wandb.job_type={'report' if report else 'tuning'}",
+            ]
+        return overrides
+
     @property
     def sampler_seed(self) -> int | None:
         """The seed the user gave the sampler (None: none)."""

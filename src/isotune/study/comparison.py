@@ -20,20 +20,13 @@ from scipy import stats
 from isotune.study.results import GEOMETRY, REPORT, ArmOutcome
 from isotune.study.stated import StatedTest
 from isotune.study.stated_looks import Looks, seeds_held_back, stated_scores
+from isotune.sweeps.correlation import Correlation, spearman, stratified_spearman
 from isotune.sweeps.intention_to_treat import (
     intention_to_treat_comparison,
     intention_to_treat_line,
 )
-from isotune.sweeps.statistics import (
-    Correlation,
-    PairedComparison,
-    holm,
-    minimum_detectable_difference,
-    paired_comparison,
-    pairs_needed,
-    spearman,
-    stratified_spearman,
-)
+from isotune.sweeps.power import minimum_detectable_difference, pairs_needed
+from isotune.sweeps.statistics import PairedComparison, holm, paired_comparison
 
 HOLM_FAMILY = "every arm against the baseline arm on every task"
 

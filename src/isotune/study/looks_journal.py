@@ -26,7 +26,7 @@ from isotune.file_digest import file_sha256
 from isotune.record.provenance import code_identity
 from isotune.study.preregistration import Preregistration
 from isotune.study.sequential import LookDecision
-from isotune.sweeps.statistics import at_resolution
+from isotune.sweeps.score_resolution import at_resolution
 
 LOOKS_FILE = "sequential_looks.jsonl"
 RESULTS = "results.json"

@@ -21,9 +21,10 @@ import yaml
 from isotune.errors import IsotuneError
 from isotune.record.debug_runs import debug_description
 from isotune.record.results import RESULTS_FILE
-from isotune.search.outcomes import JobOutcome, read_outcome
+from isotune.search.expected_best_report import spent_value
+from isotune.search.outcomes import JobOutcome, TrialRow, read_outcome
 from isotune.search.report import RESULTS_FILE as SEARCH_RESULTS_FILE
-from isotune.search.report import TRIALS_FILE, TrialRow, spent_value
+from isotune.search.report import TRIALS_FILE
 from isotune.study.plan import TASK_KEY, override_values
 from isotune.study.stated import OLD_ALPHA, StatedTest, stated_test
 from isotune.sweeps.runs import JOURNAL_FILE, SWEEP_FILE, Run, Sweep
@@ -66,7 +67,7 @@ class StudyRun:
 @dataclass(frozen=True)
 class ArmOutcome:
     """One (task, arm) search: the best trial's values and tuning value, each trial's
-    :func:`~isotune.search.report.spent_value` in trial order, and every run."""
+    :func:`~isotune.search.expected_best_report.spent_value` in trial order, and every run."""
 
     task: str
     arm: str

@@ -44,8 +44,8 @@ with no true difference says "different" with probability alpha.
   two exact one-sided tests of d - margin and d + margin reject at half that level each. Both
   can only make a stop harder, so the calibrated error rates stay upper bounds. The exact
   two-sided p is reported beside every interval, whichever rules the plan states.
-- **Simulation** (:mod:`isotune.study.simulation`): the rate of each decision and the pairs a
-  plan uses, deciding as :meth:`SequentialPlan.decide` does.
+- **Simulation** (``benchmarks/sequential_simulation.py``): the rate of each decision and the
+  pairs a plan uses, deciding as :meth:`SequentialPlan.decide` does.
 
 NumPy and SciPy only: a plan is made, stored, read and decided without the training stack.
 """

@@ -24,12 +24,7 @@ from isotune.sweeps.intention_to_treat import (
     intention_to_treat_line,
 )
 from isotune.sweeps.runs import TUNING, Run
-from isotune.sweeps.statistics import (
-    PairedComparison,
-    holm,
-    paired_comparison,
-    seed_count_caveat,
-)
+from isotune.sweeps.statistics import PairedComparison, holm, paired_comparison, seed_count_caveat
 from isotune.tracking.run_names import NOT_IN_GROUP
 
 

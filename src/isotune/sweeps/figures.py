@@ -20,7 +20,7 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from isotune.atomic_files import save_figure
-from isotune.sweeps.statistics import spearman
+from isotune.sweeps.correlation import spearman
 from isotune.sweeps.tables import GLUE_TASKS, measure_key, measure_label, ordered
 
 FIGURES = {

@@ -3,7 +3,7 @@
 Hydra names job folders by place (``${hydra.job.num}``), so a sweep typed again with a seed or a
 task added would start its jobs in folders holding other runs. Here a job goes to the folder
 whose recorded overrides are its own, in any order and but for those that change no result
-(:func:`~isotune.record.resume.result_overrides`), so what completed stands and what was cut
+(:func:`~isotune.record.same_run.result_overrides`), so what completed stands and what was cut
 continues; a new configuration takes the lowest free number, so a new sweep's folders are
 Hydra's own 0, 1, 2, ... The isotune sweeper sets ``hydra.sweep.subdir`` from :func:`job_folders`.
 """
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from isotune.record.results import RESULTS_FILE
-from isotune.record.resume import result_overrides
+from isotune.record.same_run import result_overrides
 from isotune.sweeps.runs import HYDRA_OVERRIDES, Run
 
 

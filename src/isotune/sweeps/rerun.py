@@ -29,7 +29,7 @@ from pathlib import Path
 import isotune
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
-from isotune.record.resume import LAST_CHECKPOINT
+from isotune.record.checkpoint_reading import LAST_CHECKPOINT
 from isotune.sweeps import gpu_slots, slurm_jobs
 from isotune.sweeps.runs import Run, Sweep, job_id, load_runs, missing_jobs, unfinished_runs
 from isotune.tracking.reporting import counted

@@ -1,59 +1,33 @@
 """Paired statistics across seeds: is a configuration's difference from its baseline more than
-seed noise, and does one per-run number (an isotropy measure) predict another (the score)?
+seed noise?
 
 Runs of a configuration and of its baseline that share a seed share the data order (``seed_data``)
 or the initialisation of the new layers (``seed_init``), whichever varies, so they are compared as
 pairs (:mod:`isotune.sweeps.seeds`): every statistic below is of the
-differences ``other - baseline`` over the seeds both have. With the handful of seeds a sweep
-affords the tests are weak (see ``smallest_wilcoxon_p``), which the report must say next to them.
+differences ``other - baseline`` over the seeds both have, taken at the scores' resolution
+(:mod:`isotune.sweeps.score_resolution`). With the handful of seeds a sweep
+affords the tests are weak (see ``smallest_wilcoxon_p``), which the report must say next to them;
+:mod:`isotune.sweeps.power` says what more seeds would show.
 Undefined values (no spread, too few pairs, constant input) are ``None`` with a ``note`` saying
 why, never NaN. NumPy and SciPy only, so that it serves the aggregate and a notebook alike.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import stats
 
+from isotune.sweeps.score_resolution import at_resolution
 from isotune.tracking.reporting import counted
-
-__all__ = [
-    "BOOTSTRAP_MIN_PAIRS",
-    "CONFIDENCE",
-    "POWER",
-    "Correlation",
-    "PairedComparison",
-    "holm",
-    "minimum_detectable_difference",
-    "paired_comparison",
-    "paired_t_power",
-    "pairs_needed",
-    "score_resolution",
-    "seed_count_caveat",
-    "signed_rank_p",
-    "smallest_wilcoxon_p",
-    "spearman",
-    "stratified_spearman",
-]
 
 CONFIDENCE = 0.95  # of every interval; the tests are two-sided at 1 - CONFIDENCE
 BOOTSTRAP_MIN_PAIRS = 10  # below, a bootstrap interval of the mean is too narrow
 BOOTSTRAP_RESAMPLES = 9999  # scipy's default; BCa needs many for stable tail quantiles
-POWER = 0.8  # of the minimum detectable difference and the pairs needed (Cohen's convention)
-# Scores are stored as float32: k / N rounded once to float32 is off by at most 2^-24 of it.
-GRID_TOLERANCE = 2.0**-23  # a score on a 1/N grid: k within this share of k (twice the bound)
-FLOAT32_TOLERANCE = 2.0**-20  # off any grid, differences closer than this share of |score| tie
-MAX_EXAMPLES = 100_000  # the largest evaluation set whose 1/N grid ``score_resolution`` looks for
-SCORE_UNITS = (1.0, 100.0)  # scores as fractions, or as percentages (the sweep tables' points)
-EXACT_SPEARMAN_MAX_N = 8  # all 8! = 40320 orderings enumerated at most; above, the t approximation
-EXACT_PERMUTATIONS_MAX = 40320  # within-strata orderings enumerated at most; above, sampled
-PERMUTATION_SAMPLES = 9999  # sampled within-strata orderings: p = (1 + as extreme) / (1 + this)
 
 K = TypeVar("K", bound=Hashable)
 
@@ -71,15 +45,15 @@ class PairedComparison:
     seeds: tuple[int, ...]
     differences: tuple[float, ...]
     unpaired_seeds: tuple[int, ...]
-    median_difference: float | None
-    mean_difference: float | None
-    t_interval: tuple[float, float] | None
-    bootstrap_interval: tuple[float, float] | None
-    excludes_zero: bool | None
-    wilcoxon_p: float | None
-    wilcoxon_n: int
-    ttest_p: float | None
     note: str
+    median_difference: float | None = None
+    mean_difference: float | None = None
+    t_interval: tuple[float, float] | None = None
+    bootstrap_interval: tuple[float, float] | None = None
+    excludes_zero: bool | None = None
+    wilcoxon_p: float | None = None
+    wilcoxon_n: int = 0
+    ttest_p: float | None = None
 
     @property
     def n(self) -> int:
@@ -96,15 +70,6 @@ class PairedComparison:
         if len(set(self.differences)) == 1:
             return 0.0
         return float(np.std(self.differences, ddof=1))
-
-
-class Correlation(NamedTuple):
-    """Spearman's rho of ``n`` points and its two-sided p; None (with ``note``) when undefined."""
-
-    rho: float | None
-    p: float | None
-    n: int
-    note: str
 
 
 def paired_comparison(
@@ -149,18 +114,7 @@ def paired_comparison(
     if n == 0:
         notes.append("No seed has a score for both configurations: nothing to compare.")
         return PairedComparison(
-            seeds=(),
-            differences=(),
-            unpaired_seeds=unpaired,
-            median_difference=None,
-            mean_difference=None,
-            t_interval=None,
-            bootstrap_interval=None,
-            excludes_zero=None,
-            wilcoxon_p=None,
-            wilcoxon_n=0,
-            ttest_p=None,
-            note=" ".join(notes),
+            seeds=(), differences=(), unpaired_seeds=unpaired, note=" ".join(notes)
         )
 
     mean = float(d.mean())
@@ -205,56 +159,6 @@ def paired_comparison(
         ttest_p=ttest_p,
         note=" ".join(notes),
     )
-
-
-def score_resolution(scores: Sequence[float]) -> float | None:
-    """The step of the grid every score lies on, as a share of a set of N examples does:
-    ``unit / N`` for the smallest N <= ``MAX_EXAMPLES`` (``unit``: 1, or 100 for points, with
-    every |score| <= unit) whose multiples hold every score within float32's error; None where no
-    grid fits (an F1, a correlation) or no score is given. Accuracy on RTE's 277 dev examples:
-    1/277.
-
-    The grid is read from the scores themselves, so it needs no record of N: one score off the
-    grid rules that N out. A grid found by chance is harmless: at small N the chance is
-    negligible (below 1e-12 for N < 1000 and 6 scores), and any grid that fits moves no score
-    by more than float32's own error (2^-23 of it).
-    """
-    values = np.abs(np.asarray(scores, dtype=float))
-    if values.size == 0 or not np.isfinite(values).all():
-        return None
-    examples = np.arange(1, MAX_EXAMPLES + 1, dtype=float)
-    for unit in SCORE_UNITS:
-        if values.max() > unit:
-            continue
-        counts = np.outer(examples, values / unit)  # k = score * N / unit: integers on the grid
-        fits = np.all(np.abs(counts - np.rint(counts)) <= GRID_TOLERANCE * counts, axis=1)
-        if fits.any():
-            return unit / float(examples[int(np.argmax(fits))])
-    return None
-
-
-def at_resolution(differences: np.ndarray, scores: Sequence[float]) -> np.ndarray:
-    """``differences`` of ``scores`` as the metric can tell them apart (power.md, "Ties").
-
-    On the scores' grid (``score_resolution``: accuracy on N examples), each difference is the
-    nearest multiple of the step, so that two one-example differences are equal bit for bit.
-    Off any grid, differences within ``FLOAT32_TOLERANCE`` of the largest |score| of each other
-    are one value (the smallest |d| of the run of such values, with its own sign) and those that
-    close to 0 are 0: float32 storage moves a score by up to 2^-24 of it, which would otherwise
-    break a tie (a Wilcoxon p of 0.1875 where the tied p is 0.3125) or give a spread of 1e-8 a
-    t-test p of 0.
-    """
-    step = score_resolution(scores)
-    if step is not None:
-        return np.rint(differences / step) * step
-    tolerance = FLOAT32_TOLERANCE * max([1.0, *np.abs(scores)])
-    magnitude = np.abs(differences)
-    snapped = np.where(magnitude <= tolerance, 0.0, magnitude)
-    order = np.argsort(snapped, kind="stable")
-    for previous, current in itertools.pairwise(order):
-        if snapped[current] - snapped[previous] <= tolerance:
-            snapped[current] = snapped[previous]
-    return np.sign(differences) * snapped
 
 
 def _bootstrap_interval(d: np.ndarray, seed: int) -> tuple[float, float]:
@@ -316,15 +220,13 @@ def seed_count_caveat(nonzero_pairs: int) -> str:
     ``nonzero_pairs`` can show: zero differences are dropped before ranking, so the floor
     2 / 2^k counts the non-zero pairs k, not the seeds (4 of 5 non-zero: 0.125, not 0.0625)."""
     floor = smallest_wilcoxon_p(nonzero_pairs)
-    pairs = counted(nonzero_pairs, "non-zero pair")
-    if floor > 1 - CONFIDENCE:
-        return (
-            f"With {pairs} the smallest two-sided Wilcoxon p is {floor:.4g}, so "
-            f"'not significant' there is not 'no effect'."
-        )
+    weak = floor > 1 - CONFIDENCE
+    so = (
+        ", so 'not significant' there is" if weak else "; with few seeds 'not significant' is still"
+    )
     return (
-        f"With {pairs} the smallest two-sided Wilcoxon p is {floor:.4g}; with few "
-        f"seeds 'not significant' is still not 'no effect'."
+        f"With {counted(nonzero_pairs, 'non-zero pair')} the smallest two-sided Wilcoxon p is "
+        f"{floor:.4g}{so} not 'no effect'."
     )
 
 
@@ -346,176 +248,3 @@ def holm(pvalues: Mapping[K, float | None]) -> tuple[dict[K, float | None], int]
         running = max(running, min(1.0, (m - i) * (1.0 if p is None else p)))
         adjusted[key] = None if p is None else running
     return {key: adjusted[key] for key in pvalues}, m
-
-
-def paired_t_power(
-    difference: float, spread: float, pairs: int, alpha: float = 1 - CONFIDENCE
-) -> float:
-    """The power of a two-sided paired t-test at ``alpha`` over ``pairs`` pairs to detect a true
-    mean ``difference`` when the differences have standard deviation ``spread`` > 0: exactly
-    P(|T'| > t_{1-alpha/2, n-1}), T' noncentral t with n - 1 degrees of freedom and
-    noncentrality difference sqrt(n) / spread (power.md, "Exact").
-
-    Each tail is scipy's ``nct.sf``, the lower one as the upper tail of the mirrored
-    noncentrality: SciPy 1.17's ``nct.cdf`` far in the lower tail is NaN (from noncentrality
-    about 8, at every degree of freedom), its ``sf`` is finite and monotone there.
-    """
-    df = pairs - 1
-    critical = float(stats.t.ppf(1 - alpha / 2, df))
-    noncentrality = abs(difference) * math.sqrt(pairs) / spread
-    upper, lower = stats.nct.sf(critical, df, [noncentrality, -noncentrality])
-    return float(upper + lower)
-
-
-def minimum_detectable_difference(
-    spread: float, pairs: int, power: float = POWER, alpha: float = 1 - CONFIDENCE
-) -> float | None:
-    """The smallest true mean difference a two-sided paired t-test at ``alpha`` detects with
-    ``power`` over ``pairs`` pairs whose differences have standard deviation ``spread``: the
-    root of ``paired_t_power`` = ``power`` (Brent's method).
-
-    Not the textbook (t_{1-alpha/2, n-1} + t_{power, n-1}) s / sqrt(n), which ignores the far
-    tail and the noncentral t's skew: it falls short of this one by 14% at 2 pairs, 5% at 3 and
-    1.2% at 5 (a test at its value has power 0.73 at 2 pairs, not 0.8), and agrees to 4 digits
-    from about 20. None below 2 pairs, where a t-test has no degrees of freedom, and without
-    spread (``spread`` 0: every difference equal), which gives no estimate to plan from.
-    """
-    if pairs < 2 or spread <= 0:
-        return None
-    if not alpha < power < 1:
-        raise ValueError(f"power must lie between alpha ({alpha:g}) and 1, got {power:g}")
-
-    def short_of(difference: float) -> float:
-        return paired_t_power(difference, spread, pairs, alpha) - power
-
-    high = spread
-    while short_of(high) < 0:  # power is alpha at 0: widen until the root is bracketed
-        high *= 2
-    return float(optimize.brentq(short_of, 0.0, high, xtol=1e-12 * spread, rtol=1e-12))
-
-
-def pairs_needed(
-    mean: float, spread: float, power: float = POWER, alpha: float = 1 - CONFIDENCE
-) -> int | None:
-    """The fewest pairs (at least 2) whose paired t-test detects a true mean difference
-    ``mean`` with ``power`` (``paired_t_power``), for differences of standard deviation
-    ``spread``: a planning figure, since ``spread`` is itself estimated from few pairs. Searched
-    from the normal approximation n = ((z_{1-alpha/2} + z_{power}) s / m)^2, which is within a
-    few pairs of it. None when ``mean`` is 0 (no number of pairs detects no difference) and
-    without spread (no estimate to plan from).
-    """
-    if mean == 0 or spread <= 0:
-        return None
-    z = float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
-    n = max(2, math.ceil((z * spread / mean) ** 2))
-    while paired_t_power(mean, spread, n, alpha) < power:
-        n += 1
-    while n > 2 and paired_t_power(mean, spread, n - 1, alpha) >= power:
-        n -= 1
-    return n
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> Correlation:
-    """Spearman's rho (Pearson correlation of the midranks) of paired ``x`` and ``y``, two-sided p.
-
-    Up to ``EXACT_SPEARMAN_MAX_N`` points the p is exact: the share of the n! orderings of y's
-    ranks against x's whose |rho| is at least the observed one (2 / 120 for a perfect monotone
-    relation of 5 points). Above, it is scipy's t approximation t = rho sqrt((n-2) / (1-rho^2))
-    with n - 2 degrees of freedom, which at 5 points would call rho = 1 a p of 1e-24.
-    Fewer than 3 points, or a constant x or y, give rho = p = None with the reason in ``note``.
-    """
-    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"x and y must be 1-D of one length, got shapes {a.shape} and {b.shape}")
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        raise ValueError("x and y must be finite: leave runs without the value out")
-    n = len(a)
-    if n < 3:
-        return Correlation(
-            None, None, n, f"{counted(n, 'point')}: a rank correlation needs at least 3."
-        )
-    constant = [name for name, v in (("x", a), ("y", b)) if np.all(v == v[0])]
-    if constant:
-        return Correlation(None, None, n, f"{' and '.join(constant)} constant: rho undefined.")
-    result = stats.spearmanr(a, b)
-    rho = float(result.statistic)
-    if n > EXACT_SPEARMAN_MAX_N:
-        return Correlation(rho, float(result.pvalue), n, "p from the t approximation.")
-    rx, ry = stats.rankdata(a), stats.rankdata(b)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    orderings = np.array(list(itertools.permutations(range(n))))
-    rhos = ry[orderings] @ rx / math.sqrt((rx @ rx) * (ry @ ry))
-    p = float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))  # orderings tied with rho count
-    return Correlation(rho, p, n, "")
-
-
-def stratified_spearman(
-    x: Sequence[float], y: Sequence[float], strata: Sequence[Hashable], seed: int = 0
-) -> Correlation:
-    """Spearman's rho of ``x`` against ``y`` within strata, with a permutation p that keeps them.
-
-    Each value is centred on its stratum's median, so that a difference between strata (an
-    arm that is both more isotropic and better) is no correlation, and rho is that of the
-    centred values, taken at the values' resolution (``at_resolution``). Under the null, y is
-    exchangeable within a stratum only: the p is the share
-    of within-stratum orderings of y whose |rho| is at least the observed one, all of them when
-    there are at most ``EXACT_PERMUTATIONS_MAX``, else ``PERMUTATION_SAMPLES`` drawn with
-    ``seed`` (p = (1 + as extreme) / (1 + drawn), Phipson & Smyth 2010). A stratum of one point
-    says nothing within itself and is left out; fewer than 3 points, or a constant centred x or
-    y, give rho = p = None with the reason.
-    """
-    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if not (a.shape == b.shape == (len(strata),)):
-        raise ValueError("x, y and strata must be 1-D of one length")
-    groups: dict[Hashable, list[int]] = {}
-    for i, stratum in enumerate(strata):
-        groups.setdefault(stratum, []).append(i)
-    groups = {k: v for k, v in groups.items() if len(v) > 1}
-    index = [i for members in groups.values() for i in members]
-    cx, cy = np.empty(len(index)), np.empty(len(index))
-    slices, start = [], 0
-    for members in groups.values():
-        cx[start : start + len(members)] = a[members] - np.median(a[members])
-        cy[start : start + len(members)] = b[members] - np.median(b[members])
-        slices.append(np.arange(start, start + len(members)))
-        start += len(members)
-    # centred values equal but for float noise (one example above its arm's median in two arms)
-    # are one value, as differences are (``at_resolution``): their tie is real. Doubled, since
-    # the median of an even stratum is a midpoint: 2 (x - median) is a difference of the grid.
-    cx = at_resolution(2 * cx, a[index].tolist()) / 2
-    cy = at_resolution(2 * cy, b[index].tolist()) / 2
-    n = len(index)
-    if n < 3:
-        return Correlation(
-            None, None, n, f"{counted(n, 'point')} in strata of 2 or more: rho needs at least 3."
-        )
-    constant = [name for name, v in (("x", cx), ("y", cy)) if np.all(v == v[0])]
-    if constant:
-        return Correlation(None, None, n, f"centred {' and '.join(constant)} constant.")
-    rx, ry = stats.rankdata(cx), stats.rankdata(cy)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    scale = math.sqrt((rx @ rx) * (ry @ ry))
-    rho = float(ry @ rx / scale)
-    orderings = math.prod(math.factorial(len(members)) for members in slices)
-    if orderings <= EXACT_PERMUTATIONS_MAX:
-        each = [list(itertools.permutations(members)) for members in slices]
-        permuted = np.array([np.concatenate(choice) for choice in itertools.product(*each)])
-        rhos = ry[permuted] @ rx / scale
-        p = float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))
-        note = "centred in each stratum; exact permutation p within strata."
-        # The smallest p any outcome could have: the share as extreme as the most extreme one.
-        floor = float(np.mean(np.abs(rhos) >= np.abs(rhos).max() - 1e-12))
-        if floor > 1 - CONFIDENCE:
-            note += (
-                f" With {counted(len(permuted), 'ordering')} within strata no p falls below "
-                f"{floor:.3g}: too few points to tell any rho from chance at {1 - CONFIDENCE:.2g}."
-            )
-        return Correlation(rho, p, n, note)
-    rng = np.random.default_rng(seed)
-    as_extreme = 0
-    for _ in range(PERMUTATION_SAMPLES):
-        permuted = np.concatenate([rng.permutation(members) for members in slices])
-        as_extreme += abs(ry[permuted] @ rx / scale) >= abs(rho) - 1e-12
-    p = float((1 + as_extreme) / (1 + PERMUTATION_SAMPLES))
-    note = f"centred in each stratum; p from {PERMUTATION_SAMPLES} permutations within strata."
-    return Correlation(rho, p, n, note)

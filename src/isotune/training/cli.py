@@ -21,7 +21,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from isotune.errors import IsotuneError
-from isotune.record.resume import LAST_CHECKPOINT, interrupted_runs_like
+from isotune.record.checkpoint_reading import LAST_CHECKPOINT
+from isotune.record.resume import interrupted_runs_like
 
 log = logging.getLogger("isotune")
 

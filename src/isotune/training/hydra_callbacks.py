@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from isotune.errors import IsotuneError
 from isotune.record import folder_lock
+from isotune.record.folder_links import check_links_stay_inside
 from isotune.record.results import RESULTS_FILE
-from isotune.record.resume import check_links_stay_inside
 from isotune.training.cli import stop
 
 
@@ -118,8 +118,8 @@ class FolderLock(Callback):
 
 class StartCheckInRunFolder(Callback):
     """A start in an existing folder is refused if a link leads out of it
-    (:func:`isotune.record.resume.check_links_stay_inside`), and in a folder holding a run it is
-    checked as the run checks its start (:func:`isotune.training.run.check_start`), both before
+    (:func:`isotune.record.folder_links.check_links_stay_inside`), and in a folder holding a run it
+    is checked as the run checks its start (:func:`isotune.training.run.check_start`), both before
     Hydra rewrites the folder, so a refused start leaves every file there byte-identical. In a new
     folder the run checks itself, and records a refusal in results.json."""
 

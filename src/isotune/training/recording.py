@@ -16,8 +16,9 @@ from isotune.callbacks.isotropy import IsotropyMonitor
 from isotune.data import GLUEDataModule
 from isotune.model.adaptation import parameter_counts
 from isotune.model.classifier import GLUEClassifier
+from isotune.record.checkpoint_reading import CONFIG_KEY, OVERRIDES_KEY, PROVENANCE_KEY, RECORD_KEY
 from isotune.record.results import RunRecord
-from isotune.record.resume import CONFIG_KEY, OVERRIDES_KEY, PROVENANCE_KEY, RECORD_KEY, run_config
+from isotune.record.same_run import run_config
 from isotune.training.cli import run_overrides
 from isotune.training.run_provenance import run_provenance
 from isotune.training.trivial import TrivialScore, failure_record, trivial_score

@@ -27,22 +27,19 @@ from isotune.model.classifier import GLUEClassifier
 from isotune.norms.registry import statistics_never_updated
 from isotune.prediction.writer import check_test_files
 from isotune.record import folder_lock
-from isotune.record.checkpoints import RunCheckpointIO, keep_of_completed_run
-from isotune.record.results import RunRecord, describe_error
-from isotune.record.resume import (
+from isotune.record.checkpoint_reading import (
     FIX_CKPT_PATH,
     FIX_OWN_LAST,
     LAST_CHECKPOINT,
     PROVENANCE_KEY,
     RECORD_KEY,
-    check_links_stay_inside,
-    check_same_run,
-    checkpoint_to_resume,
-    completed_record,
-    predictions_left_unwritten,
     read_checkpoint,
-    run_config,
 )
+from isotune.record.checkpoints import RunCheckpointIO, keep_of_completed_run
+from isotune.record.folder_links import check_links_stay_inside
+from isotune.record.results import RunRecord, describe_error
+from isotune.record.resume import checkpoint_to_resume, completed_record, predictions_left_unwritten
+from isotune.record.same_run import check_same_run, run_config
 from isotune.record.stopping import StopAtSafePoint, StopRequest, StopRequested, cluster_plugins
 from isotune.tracking.reporting import counted
 from isotune.tracking.wandb_logging import finish_wandb_runs

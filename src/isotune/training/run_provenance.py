@@ -68,7 +68,7 @@ def model_identity(name_or_path: str, encoder: Any) -> dict[str, Any]:
 def data_identity(task: TaskSpec, split: str, glue_dir: str | None) -> dict[str, Any]:
     """A split file under GLUE_DIR, or a ``task=files`` task's own: its path and sha256. From
     the Hub: the dataset and the revision this process loaded it at
-    (:data:`isotune.data.reading.HUB_REVISIONS`); a split not loaded yet (train loads once
+    (:data:`isotune.data.hub.HUB_REVISIONS`); a split not loaded yet (train loads once
     fitting starts) comes from the revision its task's other splits were loaded at, one cached
     data set; None when no split of the task was loaded."""
     path = split_file(task, split, glue_dir)  # None: read from the Hub

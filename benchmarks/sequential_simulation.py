@@ -1,6 +1,7 @@
 """What a sequential plan does over many simulated studies: the rate of each decision, the
 pairs it uses, and the fixed design of the same power to set beside it (docs/study.md,
-"Seeds in planned looks"; ``benchmarks/bench_sequential.py`` runs them at full size).
+"Seeds in planned looks"): ``bench_sequential.py`` runs them at full size, and
+tests/test_sequential.py small, so the module lives beside them rather than in the package.
 
 Each simulated study decides as :meth:`~isotune.study.sequential.SequentialPlan.decide` does,
 by the plan's own rules, so the rates measured are those of the decisions a study makes. The
