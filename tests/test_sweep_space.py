@@ -39,13 +39,23 @@ def test_a_run_peaks_with_two_whole_last_checkpoints_and_keeps_what_checkpoint_k
     assert sweep_footprint([slim] * 4, at_once=2) == 2 * slim.peak + 2 * slim.completed
 
 
-def test_jobs_at_once_follow_the_launcher():
+def test_jobs_at_once_follow_the_launcher(monkeypatch):
     basic = compose_train_config(["seed=1"]).hydra.launcher
     slurm = compose_train_config(["hydra/launcher=slurm"]).hydra.launcher
     gpus = compose_train_config(["hydra/launcher=gpus", "hydra.launcher.n_jobs=3"]).hydra.launcher
     assert jobs_at_once(basic, 160) == 1
     assert jobs_at_once(slurm, 160) == slurm.array_parallelism
     assert jobs_at_once(gpus, 160) == 3 and jobs_at_once(gpus, 2) == 2
+    # n_jobs null: one job a slot, not every job at once (the preview's time was a wave short)
+    slots = compose_train_config(["hydra/launcher=gpus", "hydra.launcher.gpus=[0,1]"])
+    assert jobs_at_once(slots.hydra.launcher, 160) == 2
+    shared = compose_train_config(
+        ["hydra/launcher=gpus", "hydra.launcher.gpus=[0,1]", "hydra.launcher.jobs_per_gpu=3"]
+    )
+    assert jobs_at_once(shared.hydra.launcher, 160) == 6
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: one CPU slot
+    cpu = compose_train_config(["hydra/launcher=gpus"]).hydra.launcher
+    assert jobs_at_once(cpu, 160) == 1
     packed = compose_train_config(
         ["hydra/launcher=slurm", "hydra.launcher.jobs_per_gpu=3", "hydra.launcher.allocations=4"]
     ).hydra.launcher  # four allocations of one GPU, three jobs on it

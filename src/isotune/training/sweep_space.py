@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from isotune.errors import IsotuneError
 from isotune.model.encoders import parameter_count
 from isotune.sweeps.footprint import RunFootprint, readable, sweep_footprint
+from isotune.sweeps.gpu_slots import plan_slots
 from isotune.sweeps.runs import load_runs
 from isotune.tracking.reporting import counted
 
@@ -94,8 +95,11 @@ def _parameters(name_or_path: str) -> int:
 
 def jobs_at_once(launcher: DictConfig, jobs: int) -> int:
     """How many of ``jobs`` the launcher runs at once (docs/sweeps.md#disk-space)."""
-    if str(launcher.get("_target_", "")).endswith("BasicLauncher"):
+    target = str(launcher.get("_target_", ""))
+    if target.endswith("BasicLauncher"):
         return 1
+    if target.endswith("GpusLauncher") and not launcher.get("n_jobs"):  # one job a slot
+        return min(jobs, len(plan_slots(launcher.get("gpus"), launcher.jobs_per_gpu, 1)))
     if "array_parallelism" in launcher and launcher.get("jobs_per_gpu", 1) > 1:
         slots = max(launcher.get("gpus_per_node") or 1, 1) * launcher.jobs_per_gpu
         allocations = min(launcher.get("allocations") or jobs, launcher.array_parallelism)
