@@ -65,11 +65,9 @@ def shared_scores(outcomes: Sequence[ArmOutcome]) -> dict[tuple[str, str], dict[
 
 
 def arm_table(outcomes: Sequence[ArmOutcome], maximize: bool = True) -> pd.DataFrame:
-    """Per (task, arm): its best trial's values and tuning value, its held-out median, spread
-    (sample standard deviation, min, max) and runs over the seeds every arm of the task has
-    (``shared_scores``), of its held-out runs those that failed to learn or have no score, the
-    optimism (``maximize``: the score's direction), and the median of each geometry measure over
-    its held-out runs."""
+    """Per (task, arm): its best trial, its held-out median and spread over the seeds every arm of
+    the task has (``shared_scores``), its failed runs, the optimism (``maximize``: the score's
+    direction), and the median of each geometry measure over its held-out runs."""
     sign = 1 if maximize else -1
     shared = shared_scores(outcomes)
     rows = []
@@ -109,11 +107,10 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 def task_comparisons(outcomes: Sequence[ArmOutcome], baseline: str) -> pd.DataFrame:
-    """Per task and arm other than ``baseline``: the paired comparison arm - baseline over the
-    report seeds both have a score on, Holm-adjusted over every such comparison of the study
-    that has a pair (:data:`HOLM_FAMILY`), its power (see the module docstring), and its
-    intention-to-treat sensitivity (``itt_*``: failed report runs at their trivial score; none
-    where no run was, ``itt_substituted`` 0)."""
+    """Per task and arm other than ``baseline``: the paired comparison arm - baseline,
+    Holm-adjusted over every comparison of the study with a pair (:data:`HOLM_FAMILY`), its
+    power figures, and its intention-to-treat sensitivity (``itt_*``; ``itt_substituted`` 0
+    where no report run failed)."""
     compared, sensitivity = {}, {}
     for task, arms in _by_task(outcomes).items():
         reference = arm_scores(arms, baseline)
@@ -278,12 +275,10 @@ def _correlation_row(task: str, measure: str, scope: str, correlation: Correlati
 
 @dataclass(frozen=True)
 class StatedAnswer:
-    """The stated test on the study's runs: its comparison on the stated seeds (None until every
-    stated seed has a pair, and always for a sequential test, which its frozen ``looks`` answer),
-    the stated seeds still without one, those whose run started before the statement (with the
-    earliest such start), and the stated runs counted at their trivial score (``at_trivial``: (arm,
-    seed, folder relative to the study)). ``held_back``: a sequential test's stated seeds that every
-    exploratory output leaves out (:func:`isotune.study.stated_looks.seeds_held_back`)."""
+    """The stated test on the study's runs: ``comparison`` is None until every stated seed has a
+    pair, and always for a sequential test, which its frozen ``looks`` answer; ``at_trivial``:
+    (arm, seed, folder relative to the study) of the runs counted at their trivial score;
+    ``held_back``: :func:`isotune.study.stated_looks.seeds_held_back`."""
 
     test: StatedTest
     comparison: PairedComparison | None

@@ -1,9 +1,7 @@
-"""The study report's figures: each task's tuning (every arm's expected best over its trials,
-Dodge et al. 2019, on one axis: which arm wins can depend on the budget; below
-:data:`~isotune.search.expected_best.MIN_TRIALS` trials, each trial's value at its trial number
-instead, under its own title), the held-out score on each report seed (a seed's runs joined
-across arms: the pairs the tests compare), and the geometry against the score within arms.
-Drawn from the outcomes the report's tables use, so a held-back run is in neither."""
+"""The study report's figures (docs/study.md#the-study-report): each task's expected best over
+its trials (Dodge et al. 2019: which arm wins can depend on the budget), the held-out score on
+each report seed, and the geometry against the score within arms; drawn from the outcomes the
+report's tables use, so a held-back run is in neither."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """A study's searches run to their end, its sequential stated test one look at a time, then its
-report (docs/study.md): what the study sweeper does once Hydra has composed and checked it
-(:mod:`hydra_plugins.isotune_launcher._study_search` adapts Hydra to this loop).
-
-With a sequential stated test, the stated task's searches leave out the stated seeds beyond the
-look due; the study command then takes each look whose pairs are in
-(:func:`isotune.study.stated_looks.take_looks`) and runs the next look's seeds only while the
-test goes on. The report is made from the folder and its record, as ``python -m
-isotune.aggregate`` makes it, so the report of a carried folder is this one.
+report: what the study sweeper does once Hydra has composed and checked it
+(:mod:`hydra_plugins.isotune_launcher._study_search` adapts Hydra to this loop;
+docs/study.md#looks-gate-the-runs-and-every-output-waits). The report is made from the folder
+and its record, as ``python -m isotune.aggregate`` makes it.
 """
 
 from __future__ import annotations

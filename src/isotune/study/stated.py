@@ -1,14 +1,9 @@
-"""A study's stated test: the one comparison written down before its runs, answered on its own.
-
-Of the many comparisons a study report makes, one the data chose is no answer; a study may state
-in advance (``hydra.sweeper.stated``) the task, arm, report seeds and two-sided alpha it is run
-for, and the report answers that first, on those seeds alone, naming any stated seed whose run
-started before the statement (a result seen before could have shaped it). With planned
-``looks`` it is sequential (:mod:`isotune.study.sequential`, :mod:`isotune.study.stated_looks`,
-locked by :mod:`isotune.study.preregistration`). A record written before ``alpha`` was named says
+"""A study's stated test: the one comparison written down before its runs, answered on its own
+first, since of the many comparisons a report makes one the data chose is no answer. This module
+is the statement, checked before any job; its answer is
+:func:`isotune.study.comparison.stated_answer`. A record written before ``alpha`` was named says
 ``level``, with its margin in points: :func:`stated_test` reads it as it was meant.
-This module is the statement, checked before any job; its answer is
-:func:`isotune.study.comparison.stated_answer`. Docs: docs/study.md#a-stated-test.
+Docs: docs/study.md#a-stated-test.
 """
 
 from __future__ import annotations

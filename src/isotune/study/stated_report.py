@@ -1,11 +1,6 @@
 """The stated test's part of a study report: the statement, its answer first, then the line that
-makes the rest exploratory (docs/study.md, "A stated test").
-
-A fixed-size test gives its paired t-test and exact Wilcoxon test on the stated seeds alone. A
-sequential one gives its locked plan (the statistic named, the rules that decide, the digest),
-each frozen look (pairs, boundary, repeated interval, the exact signed-rank p beside it at the
-look's nominal level, decision, alpha spent), the decision or the next look and the runs it
-waits for, any run changed since its look, and at an early stop the bias of its mean.
+makes the rest exploratory (docs/study.md#a-stated-test, and for a sequential one
+docs/study.md#looks-gate-the-runs-and-every-output-waits).
 """
 
 from __future__ import annotations
