@@ -197,11 +197,9 @@ def metrics_by_task(outcomes: Sequence[ArmOutcome]) -> dict[str, str]:
 def across_tasks(
     outcomes: Sequence[ArmOutcome], baseline: str, maximize: bool = True
 ) -> pd.DataFrame:
-    """Per arm: its mean paired difference on each task (a column per task), their mean, and its
-    average rank (the baseline arm has a rank and no difference). Descriptions, not tests: a
-    test over every (task, seed) pair would count a task's pairs as independent though they
-    share its tuned settings and its scale, and would be a comparison outside the Holm family of
-    the per-task tests (:data:`HOLM_FAMILY`), the tests the report makes."""
+    """Per arm: its mean paired difference on each task, their mean, and its average rank.
+    Descriptions, not tests: a test over every (task, seed) pair would count a task's pairs as
+    independent though they share its tuned settings and scale, outside the Holm family."""
     per_task = task_comparisons(outcomes, baseline)
     tasks = list(_by_task(outcomes))
     ranks = average_ranks(outcomes, maximize)
@@ -230,10 +228,9 @@ POOLED, WITHIN_ARMS = "pooled", "within arms"  # the two scopes of a geometry co
 
 def geometry_correlations(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
     """Spearman's rho of each geometry measure against the score over the held-out runs, per task
-    and, with several tasks, over all (each value centred on its task's median), pooled over the
-    arms and within arms (:func:`stratified_spearman`): the pooled rho mixes what sets arms apart
-    with run-to-run variation; the within-arm one asks whether, under one arm's settings, a more
-    isotropic run scored better."""
+    (and over all, centred per task), pooled over the arms, which mixes what sets arms apart with
+    run-to-run variation, and within arms: under one arm's settings, did a more isotropic run
+    score better?"""
     rows = []
     every: dict[str, list[tuple[float, float, tuple[str, str]]]] = {m: [] for m in GEOMETRY}
     for task, arms in _by_task(outcomes).items():
@@ -314,11 +311,10 @@ class StatedAnswer:
 def stated_answer(
     test: StatedTest, outcomes: Sequence[ArmOutcome], looks: Looks | None = None
 ) -> StatedAnswer:
-    """The stated ``test`` on the held-out runs of ``outcomes``: its arm against its baseline on its
-    seeds alone, at its alpha, given only when every stated seed has a pair (a test on part of them
-    would be a look the statement did not plan); a sequential test is answered by its frozen
-    ``looks`` instead, and by nothing between them. A stated run that failed twice counts at its
-    trivial score (:func:`isotune.study.stated_looks.stated_scores`), and the answer names it."""
+    """The stated ``test`` on its seeds alone, at its alpha, once every stated seed has a pair (a
+    test on part of them would be a look the statement did not plan); a sequential test is
+    answered by its frozen ``looks`` alone. A stated run that failed twice counts at its trivial
+    score (:func:`isotune.study.stated_looks.stated_scores`), and the answer names it."""
     stated = stated_scores(test, outcomes)
     early: dict[int, str] = {}
     for run in stated.runs.values():

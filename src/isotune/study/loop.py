@@ -83,10 +83,8 @@ def _stated_looks(
     registration: Preregistration | None,
     say: bool = True,
 ) -> Looks | None:
-    """The looks of the ``stated`` test's locked plan (``registration``) on the runs in
-    ``folder``, read from its two searches as the report reads them, each look whose pairs are
-    now in taken and frozen first (None for a study without a sequential stated test). Each
-    look is said, and what the next one waits for."""
+    """The looks of the ``stated`` test's locked plan on the runs in ``folder``, each look whose
+    pairs are now in taken and frozen first, and said (None: no sequential stated test)."""
     if stated is None or registration is None:
         return None
     outcomes = [
@@ -121,9 +119,8 @@ def _stated_looks(
 def _stated_seeds_due(
     searches: Sequence[Search], plan: StudyPlan, stated: StatedTest | None, looks: Looks | None
 ) -> list[Search]:
-    """The searches as they run now: those on a sequential stated test's task with its stated
-    seeds beyond the pairs it needs left out of their report seeds (:mod:`isotune.study.
-    stated_looks`); the others as they are."""
+    """The searches as they run now: on a sequential stated test's task, without the stated seeds
+    beyond the pairs it needs."""
     if stated is None or looks is None:
         return list(searches)
     due = report_seeds_due(plan.report_seeds, stated, looks)

@@ -116,9 +116,8 @@ class Preregistration:
 
 
 def typed_fields(test: StatedTest, metric: str | None, split: str = "dev") -> dict[str, Any]:
-    """What a command typed of a sequential stated ``test`` (its setting, or the study's record
-    of it), as :meth:`Preregistration.fields` names the fields; ``metric`` None where the path
-    that reads it does not know the task's metric."""
+    """What a command typed of a sequential stated ``test``, named as in
+    :meth:`Preregistration.fields`; ``metric`` None where the caller does not know it."""
     return {
         "task": test.task,
         "arm": test.arm,

@@ -35,12 +35,10 @@ EXAMPLE = (
 
 @dataclass(frozen=True)
 class StatedTest:
-    """The comparison a study states before its runs: ``arm`` minus ``baseline`` on ``task``, on the
-    report ``seeds``, two-sided at ``alpha``, written at ``stated_at`` (a date, or a time with its
-    UTC offset). With ``looks`` (pair counts of the sorted ``seeds``) it is sequential, with its
-    plan's ``spending`` and equivalence ``margin`` (the metric's units; None: no equivalence stop),
-    each stated run scored at the epoch ``select_epoch`` takes (``last`` unless typed: no epoch
-    chosen on the scored examples)."""
+    """The comparison a study states before its runs (fields: docs/study.md#a-stated-test); with
+    ``looks`` it is sequential, ``margin`` in the metric's units (None: no equivalence stop),
+    each stated run scored at ``select_epoch`` (``last`` unless typed: no epoch chosen on the
+    scored examples)."""
 
     task: str
     arm: str
@@ -97,10 +95,9 @@ def stated_test(
     report_seeds: Sequence[int],
     record: bool = False,
 ) -> StatedTest | None:
-    """The study's stated test from ``hydra.sweeper.stated`` (None: none stated), checked
-    against the study's ``tasks``, ``arms`` and ``report_seeds``: refused, naming the value and
-    the fix, before any job runs. A study's ``record`` (its multirun.yaml) written before alpha
-    had one name says ``level``, and its margin in points: read as meant."""
+    """The study's stated test from ``hydra.sweeper.stated`` (None: none stated), checked against
+    the study before any job runs. A ``record`` (multirun.yaml) written before alpha had one name
+    says ``level``, and its margin in points: read as meant."""
     if settings is None:
         return None
     if not isinstance(settings, Mapping):

@@ -113,9 +113,8 @@ def _exploratory_lines(answer: StatedAnswer) -> list[str]:
 
 
 def _sequential_lines(test: StatedTest, looks: Looks) -> list[str]:
-    """A sequential stated test: its locked plan, each frozen look, the decision or the next
-    look and what it waits for, runs changed since their look, the seeds used and, at an early
-    stop, the bias of its mean. Between looks nothing is computed."""
+    """A sequential stated test's lines, from its frozen looks alone: between looks nothing is
+    computed."""
     registration, plan = looks.registration, looks.plan
     margin = (
         "no equivalence margin"
