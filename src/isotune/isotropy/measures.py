@@ -1,19 +1,8 @@
-"""Isotropy measures of a point cloud of embeddings (N points x d dimensions).
-
-These are the measures documented in ``docs/isotropy.md``, used to test how fine-tuning changes the
-geometry of an encoder's embedding space: IsoBN's per-dimension statistics, the partition-function
-isotropy I(W), the average cosine, IsoScore and IsoScore*, the covariance spectrum, and local
-(per-cluster) isotropy. They need only torch, so they run inside a training callback or a
-notebook alike, on any device; results come back as Python floats or CPU tensors.
-
-Conventions:
-- Everything is computed in float64 from a detached copy of the input, except ``isoscore_star``,
-  which keeps the autograd graph in the input's precision so that it can serve as a regulariser.
-- Bad input (not 2-D, fewer than 2 points or 2 dimensions, NaN or inf) raises ValueError. A
-  measure that is undefined for valid input (IsoScore of a cloud without variance, the average
-  cosine of fewer than two non-zero vectors) is NaN, so that logging never crashes on it.
-- Every measure takes the points or their :class:`~isotune.isotropy.point_cloud.PointCloud`:
-  ``measure_all`` computes the covariance and its eigendecompositions once and shares them.
+"""Isotropy measures of a point cloud of embeddings (N points x d dimensions), in torch only so
+that a training callback and a notebook run them alike; definitions, ranges, sources and the
+NaN / ValueError rules: docs/isotropy.md#the-measures. All but ``isoscore_star`` (which keeps the
+autograd graph, as a regulariser) work in float64 on a detached copy, and every one takes the
+points or their ``PointCloud``, whose covariance ``measure_all`` computes once for all.
 """
 
 from __future__ import annotations
@@ -44,16 +33,9 @@ class IsoBNStats:
 
 
 def isobn_stats(X: Tensor | PointCloud) -> IsoBNStats:
-    """Per-dimension standard deviations and mean |Pearson correlation| between dimensions.
-
-    Zhou, Lin & Ren, "IsoBN" (AAAI 2021) motivate IsoBN with these two statistics of [CLS]
-    vectors: a few dimensions have a much larger std, and dimensions are highly correlated.
-    std_i = sqrt(mean_n (x_ni - mean_i)^2) is the biased (ddof 0) std that IsoBN itself tracks;
-    rho_ij = cov_ij / (std_i std_j), and the mean of |rho_ij| over i != j equals that over i < j.
-    A constant dimension (exactly equal values) has std 0 and no defined correlation: it is
-    excluded from the correlations and counted in ``n_constant_dims``. With fewer than two
-    non-constant dimensions ``corr_abs_mean`` is NaN.
-    """
+    """Per-dimension stds (ddof 0, as IsoBN tracks them) and mean |Pearson correlation| over pairs
+    of non-constant dimensions: Zhou, Lin & Ren, "IsoBN" (AAAI 2021); see
+    docs/isotropy.md#isobn-statistics-per-dimension-spread-and-correlation."""
     cloud = PointCloud.of(X)
     constant = cloud.data.amax(dim=0) == cloud.data.amin(dim=0)
     std = (cloud.scatter.diagonal() / cloud.n).sqrt().masked_fill(constant, 0.0)
@@ -86,14 +68,9 @@ class PartitionIsotropy:
 
 
 def partition_isotropy(X: Tensor | PointCloud) -> PartitionIsotropy:
-    """Partition-function isotropy I(W) = min_u Z(u) / max_u Z(u), Z(u) = sum_i exp(u^T x_i).
-
-    Mu & Viswanath, "All-but-the-top" (ICLR 2018); the main measure of Rajaee & Pilehvar
-    (Findings of EMNLP 2021). As in the authors' code, u ranges over the eigenvectors of X^T X of
-    the points as given (not mean-centred), found by a symmetric eigensolver. An eigenvector's sign
-    is arbitrary and Z(u) != Z(-u), so both u and -u are evaluated: the value does not depend on
-    the solver's sign convention. log Z is a float64 log-sum-exp, so vectors of large norm cannot
-    overflow; log I = min log Z - max log Z.
+    """Partition-function isotropy I(W) = min_u Z(u) / max_u Z(u), Z(u) = sum_i exp(u^T x_i), over
+    +-each eigenvector of the uncentred X^T X as in the authors' code: Mu & Viswanath (ICLR 2018),
+    Rajaee & Pilehvar (Findings of EMNLP 2021); see docs/isotropy.md#iw-partition-function-isotropy.
     """
     cloud = PointCloud.of(X)
     second_moment = cloud.scatter + cloud.n * torch.outer(cloud.mean, cloud.mean)  # X^T X
@@ -108,13 +85,9 @@ def partition_isotropy(X: Tensor | PointCloud) -> PartitionIsotropy:
 
 
 def average_cosine(X: Tensor | PointCloud) -> float:
-    """Mean cosine similarity over all pairs of distinct points; near 0 is isotropic.
-
-    Ethayarajh (EMNLP 2019) estimates it from sampled pairs; the exact all-pairs mean follows from
-    the sum s of the unit vectors, because |s|^2 = sum_ij cos_ij includes the N self-pairs:
-    (|s|^2 - N) / (N (N - 1)), in O(N d). Zero vectors have no direction: they are excluded (N
-    counts the non-zero points), and with fewer than two non-zero points the result is NaN.
-    """
+    """Exact mean cosine over all pairs of distinct non-zero points (Ethayarajh, EMNLP 2019, samples
+    pairs): (|s|^2 - N) / (N (N - 1)) with s the sum of the unit vectors, in O(N d); see
+    docs/isotropy.md#average-cosine."""
     cloud = PointCloud.of(X)
     norms = torch.linalg.vector_norm(cloud.data, dim=1, dtype=torch.float64)
     nonzero = norms > 0
@@ -139,38 +112,22 @@ def _isoscore_from_moments(total: Tensor, total_of_squares: Tensor, d: int) -> T
 
 
 def isoscore(X: Tensor | PointCloud) -> float:
-    """IsoScore in [0, 1]: the fraction of dimensions the cloud uses uniformly (1 = isotropic).
-
-    Rudman, Gillman, Rayne & Eickhoff, "IsoScore" (Findings of ACL 2022): the variances v of the
-    mean-centred cloud along its principal components (covariance eigenvalues, ddof 1) are scaled
-    to length sqrt(d); the isotropy defect delta = |v - 1| / sqrt(2 (d - sqrt d)) gives
-    k = (d - delta^2 (d - sqrt d))^2 / d dimensions uniformly used, and
-    IsoScore = (k - 1) / (d - 1); k works out to the participation ratio of ``spectrum``. Unlike
-    the average cosine and I(W) it is invariant to translation, rotation and scale. NaN for a
-    cloud without variance.
-    """
+    """IsoScore in [0, 1] (1 = isotropic) of the covariance eigenvalues: Rudman, Gillman, Rayne &
+    Eickhoff (Findings of ACL 2022, Algorithm 1); see docs/isotropy.md#isoscore-and-isoscore."""
     variances = PointCloud.of(X).variances
     return _isoscore_from_moments(variances.sum(), variances.square().sum(), len(variances)).item()
 
 
 def isoscore_star(X: Tensor, C0: Tensor | None = None, zeta: float = 0.2) -> Tensor:
-    """Differentiable IsoScore* of a (mini-)batch: IsoScore of the shrunk covariance
-    S = (1 - zeta) C + zeta C0, with C the batch covariance (ddof 1).
+    """Differentiable IsoScore* of a (mini-)batch: IsoScore of S = (1 - zeta) C + zeta C0, C the
+    batch covariance (ddof 1); Rudman & Eickhoff (ICLR 2024), see
+    docs/isotropy.md#isoscore-and-isoscore. The paper takes C0 from a larger sample and its package
+    suggests the identity; our default is the identity scaled to C's mean variance (Ledoit-Wolf).
 
-    Rudman & Eickhoff, "Stable Anisotropic Regularization" (ICLR 2024): shrinkage stabilises
-    IsoScore on mini-batches with fewer points than dimensions, and the I-STAR regulariser adds
-    lambda (1 - IsoScore*) to the loss. That paper takes C0 from a larger sample of the model's
-    representations, and its package suggests the identity when none is at hand. Our default C0
-    is the identity scaled to C's mean variance (the Ledoit-Wolf target), which keeps IsoScore*
-    scale-invariant like IsoScore; zeta = 0.2 is our default, not the paper's prescription.
-    zeta = 0 gives IsoScore.
-
-    The released code takes the singular values of S. S is symmetric positive semi-definite, so
-    their sum is tr(S) and their sum of squares ||S||_F^2, and IsoScore needs only those two
-    (``_isoscore_from_moments``): the value is the package's without an SVD, which makes I-STAR on
-    every layer's tokens cost one d x d covariance per step, and its gradient has none of the
-    trouble an eigendecomposition's has with repeated eigenvalues. Computed in X's precision, at
-    least float32 (float64 for integers); returns a 0-d tensor in that dtype that carries gradients.
+    The released code takes S's singular values; S is symmetric PSD, so their sum is tr(S) and
+    their sum of squares ||S||_F^2, all IsoScore needs: the package's value without an SVD, one
+    d x d covariance per step, and no eigendecomposition gradient to break on repeated eigenvalues.
+    In X's precision, at least float32; a 0-d tensor that carries gradients.
     """
     X = check_point_cloud(X)
     if not 0.0 <= zeta <= 1.0:
@@ -188,11 +145,8 @@ def isoscore_star(X: Tensor, C0: Tensor | None = None, zeta: float = 0.2) -> Ten
 
 
 def anisotropy(X: Tensor | PointCloud) -> float:
-    """The largest eigenvalue's share of the mean-centred covariance, in [1/d, 1] (1 = one
-    direction): the anisotropy of Razzhigaev et al., "The Shape of Learning" (Findings of EACL
-    2024), which their package ``llm-microscope`` computes from the singular values of the
-    centred points. ``measure_all`` logs the same number as ``top1_var_ratio``. NaN for a cloud
-    without variance."""
+    """The largest eigenvalue's share of the covariance, in [1/d, 1] (``top1_var_ratio``): the
+    anisotropy of Razzhigaev et al. (Findings of EACL 2024, package ``llm-microscope``)."""
     variances = PointCloud.of(X).variances
     return (variances[0] / variances.sum()).item()
 
@@ -210,13 +164,9 @@ class Spectrum:
 
 
 def spectrum(X: Tensor | PointCloud, factor: float = 10.0) -> Spectrum:
-    """Explained-variance ratios p of the mean-centred covariance (ddof 1) and their summaries.
-
-    Effective rank = exp(-sum p log p) (Roy & Vetterli 2007); participation ratio =
-    (sum lambda)^2 / sum lambda^2. Both equal d for an isotropic cloud and 1 for a rank-one cloud.
-    Rajaee & Pilehvar (2021) find that fine-tuning multiplies the elongated directions; we count
-    as dominant the components whose variance exceeds ``factor`` times the mean eigenvalue.
-    """
+    """Explained-variance ratios of the covariance (ddof 1), effective rank (Roy & Vetterli 2007),
+    participation ratio, and the components above ``factor`` times the mean eigenvalue; see
+    docs/isotropy.md#spectrum-effective-rank-participation-ratio-dominant-directions."""
     variances = PointCloud.of(X).variances
     ratio = variances / variances.sum()
     entropy = -torch.special.xlogy(ratio, ratio).sum()
@@ -247,16 +197,9 @@ def local_isotropy(
     max_iter: int = KMEANS_MAX_ITER,
     dominant_factor: float = 10.0,
 ) -> LocalIsotropy:
-    """Isotropy within k-means clusters, each centred on its own mean.
-
-    Cai, Huang, Bian & Church, "Isotropy in the Contextual Embedding Space: Clusters and Manifolds"
-    (ICLR 2021): contextual embeddings form clusters, and a cloud that is anisotropic globally can
-    be nearly isotropic inside each centred cluster. Clusters come from a seeded, deterministic
-    torch k-means (k-means++ seeding, Lloyd iterations, see ``kmeans``); the default k = 27 is
-    that of Rajaee & Pilehvar's cluster-based demo. Each cluster of at least 2 points is measured
-    separately, and ``pooled`` measures the union of the centred clusters. Measuring every
-    cluster costs k eigendecompositions of d x d matrices.
-    """
+    """Isotropy within seeded k-means clusters, each centred on its own mean (Cai, Huang, Bian &
+    Church, ICLR 2021; k = 27 from Rajaee & Pilehvar's demo): docs/isotropy.md#local-isotropy.
+    Costs k eigendecompositions of d x d matrices."""
     centred, labels = centre_clusters(PointCloud(X).centred, k, seed, max_iter)
     sizes = torch.bincount(labels, minlength=k)
     per_cluster = {
@@ -280,23 +223,15 @@ def measure_all(
     local_k: int | None = None,
     seed: int = 0,
 ) -> dict[str, float]:
-    """All the scalar measures in one flat ``{prefix + name: value}`` dict, ready to log.
-
-    Names: std_mean, std_std, std_min, std_max, std_cv, corr_abs_mean, n_constant_dims (IsoBN
-    statistics); iw, log_iw (I(W)); avg_cosine; isoscore; effective_rank, participation_ratio,
-    n_dominant, top1_var_ratio, top10_var_ratio (share of variance of the top 1 and top 10
-    principal components). With ``local_k`` the same names, prefixed ``local_``, are added for the
-    union of the centred k-means clusters (see ``local_isotropy``). The covariance and its
-    eigendecompositions are computed once for all measures.
-    """
+    """All the scalar measures in one flat ``{prefix + name: value}`` dict, ready to log; the names
+    (and ``local_<name>`` with ``local_k``) are the table of docs/isotropy.md#the-measures."""
     measures = measure_cloud(X, dominant_factor=dominant_factor, local_k=local_k, seed=seed)
     return {prefix + name: value for name, value in measures.scalars.items()}
 
 
 @dataclass(frozen=True)
 class CloudMeasures:
-    """``measure_all``'s scalars with the statistics and spectrum they come from, so that a
-    figure shows the same numbers without computing them again."""
+    """``measure_all``'s scalars with the statistics and spectrum a figure draws them from."""
 
     scalars: dict[str, float]
     stats: IsoBNStats

@@ -1,13 +1,8 @@
-"""The boundaries of a sequential plan, made so that anyone can make them again
-(docs/study.md, "Seeds in planned looks").
-
-Boundaries are on the t scale, the spread being estimated from the pairs. The first is exact
-(Student's t with n_1 - 1 degrees of freedom: a simulation would rest it on a few dozen
-crossings); the later ones, whose joint law has no closed form, are calibrated on simulated
-studies with no true difference from a fixed numpy seed. Their Monte Carlo error, by batch
-means, is stated in the plan with the numpy version that drew them (a ``Generator`` stream may
-change across versions), and a plan stores only the decimals that error leaves whole, so its
-description reproduces its numbers. :func:`design_plan` is the one way a new plan is made.
+"""The t-scale boundaries of a sequential plan, made so that anyone can make them again: b_1
+exact (a simulation would rest it on a few dozen crossings), the later ones, whose joint law has
+no closed form, simulated from a fixed numpy seed, stored only to the decimals their Monte Carlo
+error leaves whole (docs/study.md#seeds-in-planned-looks-the-sequential-design).
+:func:`design_plan` is the one way a new plan is made.
 """
 
 from __future__ import annotations
@@ -81,16 +76,10 @@ def boundaries(
     studies: int = CALIBRATION_STUDIES,
     seed: int = CALIBRATION_SEED,
 ) -> Calibration:
-    """The boundaries b_k on the t scale (module docstring). b_1: Student's t quantile at
-    1 - alpha(t_1) / 2 with n_1 - 1 degrees of freedom (6.700 for looks at 10, 20, 30, 40 pairs,
-    O'Brien-Fleming type at 0.05, where alpha(0.25) = 0.0000886). Each later b_k: among
-    ``studies`` simulated studies of normal differences with no true difference, drawn from
-    ``numpy.random.default_rng(seed)``, the quantile of |T_k| among those that crossed no
-    earlier look such that the share of all studies crossing at look k is alpha(t_k) -
-    alpha(t_{k-1}). For those looks at the defaults: 6.70, 3.13, 2.44, 2.12.
-
-    The project's IsoBN plan (docs/results.md) stores 6.86, 3.11, 2.44, 2.12, stated before
-    b_1 was exact, from 400,000 studies of another stream; as stated, they decide its looks."""
+    """The boundaries b_k on the t scale: b_1 Student's t quantile at 1 - alpha(t_1) / 2, each
+    later b_k the quantile of |T_k| among simulated null studies not stopped before, so that the
+    share crossing at look k is alpha(t_k) - alpha(t_{k-1}) (6.70, 3.13, 2.44, 2.12 for looks at
+    10, 20, 30, 40, OBF, 0.05); docs/study.md#seeds-in-planned-looks-the-sequential-design."""
     check_design(looks, alpha, spending)
     if studies < CALIBRATION_BATCHES:
         raise IsotuneError(
@@ -129,10 +118,8 @@ def design_plan(
     studies: int = CALIBRATION_STUDIES,
     seed: int = CALIBRATION_SEED,
 ) -> SequentialPlan:
-    """A new plan, with both decision rules, its boundaries made by :func:`boundaries` and
-    stored to the decimals their Monte Carlo error leaves whole (:attr:`Calibration.digits`);
-    checked before the calibration starts, and refused where that error reaches even the first
-    decimal."""
+    """A new plan with both decision rules, checked before the calibration starts and refused
+    where the boundaries' Monte Carlo error reaches even their first decimal."""
     check_design(looks, alpha, spending)
     check_margin(margin, "the sequential plan")
     made = boundaries(looks, alpha, spending, studies, seed)
@@ -159,7 +146,6 @@ def look_moments(
 
 
 def chunks(looks: Sequence[int], draw: Draw, studies: int, rng: np.random.Generator):
-    """The simulated studies' differences (studies x the last look's pairs), a chunk at a time."""
     for start in range(0, studies, CHUNK_STUDIES):
         yield draw(rng, (min(CHUNK_STUDIES, studies - start), looks[-1]))
 

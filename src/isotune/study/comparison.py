@@ -65,11 +65,9 @@ def shared_scores(outcomes: Sequence[ArmOutcome]) -> dict[tuple[str, str], dict[
 
 
 def arm_table(outcomes: Sequence[ArmOutcome], maximize: bool = True) -> pd.DataFrame:
-    """Per (task, arm): its best trial's values and tuning value, its held-out median, spread
-    (sample standard deviation, min, max) and runs over the seeds every arm of the task has
-    (``shared_scores``), of its held-out runs those that failed to learn or have no score, the
-    optimism (``maximize``: the score's direction), and the median of each geometry measure over
-    its held-out runs."""
+    """Per (task, arm): its best trial, its held-out median and spread over the seeds every arm of
+    the task has (``shared_scores``), its failed runs, the optimism (``maximize``: the score's
+    direction), and the median of each geometry measure over its held-out runs."""
     sign = 1 if maximize else -1
     shared = shared_scores(outcomes)
     rows = []
@@ -109,11 +107,10 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 def task_comparisons(outcomes: Sequence[ArmOutcome], baseline: str) -> pd.DataFrame:
-    """Per task and arm other than ``baseline``: the paired comparison arm - baseline over the
-    report seeds both have a score on, Holm-adjusted over every such comparison of the study
-    that has a pair (:data:`HOLM_FAMILY`), its power (see the module docstring), and its
-    intention-to-treat sensitivity (``itt_*``: failed report runs at their trivial score; none
-    where no run was, ``itt_substituted`` 0)."""
+    """Per task and arm other than ``baseline``: the paired comparison arm - baseline,
+    Holm-adjusted over every comparison of the study with a pair (:data:`HOLM_FAMILY`), its
+    power figures, and its intention-to-treat sensitivity (``itt_*``; ``itt_substituted`` 0
+    where no report run failed)."""
     compared, sensitivity = {}, {}
     for task, arms in _by_task(outcomes).items():
         reference = arm_scores(arms, baseline)
@@ -200,11 +197,9 @@ def metrics_by_task(outcomes: Sequence[ArmOutcome]) -> dict[str, str]:
 def across_tasks(
     outcomes: Sequence[ArmOutcome], baseline: str, maximize: bool = True
 ) -> pd.DataFrame:
-    """Per arm: its mean paired difference on each task (a column per task), their mean, and its
-    average rank (the baseline arm has a rank and no difference). Descriptions, not tests: a
-    test over every (task, seed) pair would count a task's pairs as independent though they
-    share its tuned settings and its scale, and would be a comparison outside the Holm family of
-    the per-task tests (:data:`HOLM_FAMILY`), the tests the report makes."""
+    """Per arm: its mean paired difference on each task, their mean, and its average rank.
+    Descriptions, not tests: a test over every (task, seed) pair would count a task's pairs as
+    independent though they share its tuned settings and scale, outside the Holm family."""
     per_task = task_comparisons(outcomes, baseline)
     tasks = list(_by_task(outcomes))
     ranks = average_ranks(outcomes, maximize)
@@ -233,10 +228,9 @@ POOLED, WITHIN_ARMS = "pooled", "within arms"  # the two scopes of a geometry co
 
 def geometry_correlations(outcomes: Sequence[ArmOutcome]) -> pd.DataFrame:
     """Spearman's rho of each geometry measure against the score over the held-out runs, per task
-    and, with several tasks, over all (each value centred on its task's median), pooled over the
-    arms and within arms (:func:`stratified_spearman`): the pooled rho mixes what sets arms apart
-    with run-to-run variation; the within-arm one asks whether, under one arm's settings, a more
-    isotropic run scored better."""
+    (and over all, centred per task), pooled over the arms, which mixes what sets arms apart with
+    run-to-run variation, and within arms: under one arm's settings, did a more isotropic run
+    score better?"""
     rows = []
     every: dict[str, list[tuple[float, float, tuple[str, str]]]] = {m: [] for m in GEOMETRY}
     for task, arms in _by_task(outcomes).items():
@@ -278,12 +272,10 @@ def _correlation_row(task: str, measure: str, scope: str, correlation: Correlati
 
 @dataclass(frozen=True)
 class StatedAnswer:
-    """The stated test on the study's runs: its comparison on the stated seeds (None until every
-    stated seed has a pair, and always for a sequential test, which its frozen ``looks`` answer),
-    the stated seeds still without one, those whose run started before the statement (with the
-    earliest such start), and the stated runs counted at their trivial score (``at_trivial``: (arm,
-    seed, folder relative to the study)). ``held_back``: a sequential test's stated seeds that every
-    exploratory output leaves out (:func:`isotune.study.stated_looks.seeds_held_back`)."""
+    """The stated test on the study's runs: ``comparison`` is None until every stated seed has a
+    pair, and always for a sequential test, which its frozen ``looks`` answer; ``at_trivial``:
+    (arm, seed, folder relative to the study) of the runs counted at their trivial score;
+    ``held_back``: :func:`isotune.study.stated_looks.seeds_held_back`."""
 
     test: StatedTest
     comparison: PairedComparison | None
@@ -319,11 +311,10 @@ class StatedAnswer:
 def stated_answer(
     test: StatedTest, outcomes: Sequence[ArmOutcome], looks: Looks | None = None
 ) -> StatedAnswer:
-    """The stated ``test`` on the held-out runs of ``outcomes``: its arm against its baseline on its
-    seeds alone, at its alpha, given only when every stated seed has a pair (a test on part of them
-    would be a look the statement did not plan); a sequential test is answered by its frozen
-    ``looks`` instead, and by nothing between them. A stated run that failed twice counts at its
-    trivial score (:func:`isotune.study.stated_looks.stated_scores`), and the answer names it."""
+    """The stated ``test`` on its seeds alone, at its alpha, once every stated seed has a pair (a
+    test on part of them would be a look the statement did not plan); a sequential test is
+    answered by its frozen ``looks`` alone. A stated run that failed twice counts at its trivial
+    score (:func:`isotune.study.stated_looks.stated_scores`), and the answer names it."""
     stated = stated_scores(test, outcomes)
     early: dict[int, str] = {}
     for run in stated.runs.values():

@@ -1,9 +1,7 @@
-"""The study report's figures: each task's tuning (every arm's expected best over its trials,
-Dodge et al. 2019, on one axis: which arm wins can depend on the budget; below
-:data:`~isotune.search.expected_best.MIN_TRIALS` trials, each trial's value at its trial number
-instead, under its own title), the held-out score on each report seed (a seed's runs joined
-across arms: the pairs the tests compare), and the geometry against the score within arms.
-Drawn from the outcomes the report's tables use, so a held-back run is in neither."""
+"""The study report's figures (docs/study.md#the-study-report): each task's expected best over
+its trials (Dodge et al. 2019: which arm wins can depend on the budget), the held-out score on
+each report seed, and the geometry against the score within arms; drawn from the outcomes the
+report's tables use, so a held-back run is in neither."""
 
 from __future__ import annotations
 
@@ -45,9 +43,8 @@ class TuningSeries:
 
 
 def tuning_figure(task: str, outcomes: Sequence[ArmOutcome], maximize: bool) -> dict[str, Any]:
-    """What the task's tuning figure shows: each arm's expected best over trials spent (Dodge
-    et al. 2019) from :data:`MIN_TRIALS` trials, else its trials' values at their trial numbers;
-    the title and axes name what is drawn, so that values are never read as an expected best."""
+    """The task's tuning figure: each arm's expected best from :data:`MIN_TRIALS` trials, else its
+    trials' values, titled so that values are never read as an expected best."""
     series = []
     for outcome in (o for o in outcomes if o.task == task):
         curve = [best.mean for best in expected_best(outcome, maximize)]
@@ -127,9 +124,8 @@ def write_figures(folder: Path, outcomes: Sequence[ArmOutcome], maximize: bool) 
 
 
 def within_arms_figure(outcomes: Sequence[ArmOutcome], colours: dict[str, Any]) -> Any:
-    """A panel per (task, measure): each held-out run's measure and score centred on its arm's
-    medians, coloured by arm, with the within-arm rho and permutation p in the title: the
-    points the within-arm test ranks."""
+    """A panel per (task, measure) of the points the within-arm test ranks: each held-out run's
+    measure and score centred on its arm's medians, with rho and p in the title."""
     import matplotlib.pyplot as plt
 
     tasks = list(dict.fromkeys(o.task for o in outcomes))

@@ -1,12 +1,7 @@
-"""Each look of a sequential stated test frozen when it is taken (docs/study.md, "A plan no one
-can bend").
-
-A look recomputed at every read moves: a run replaced after its look would change a decision
-already taken, silently. So the study command (never a report) takes a look once its pairs are
-in and appends its record to :data:`LOOKS_FILE`, whole or not at all: its pairs (with the sha256
-of each ``results.json``), interval, decision, alpha spent, exact p, the plan's digest, the
-commit and when. Nothing rewrites it: a report gives the frozen looks and names any run changed
-since (the decision stands), and a look is never taken twice, also after a kill.
+"""Each look of a sequential stated test frozen when it is taken: a look recomputed at every read
+would move when a run is replaced after it, changing a decision already taken, silently. Only the
+study command appends a look, whole or not at all, and never twice
+(docs/study.md#a-plan-no-one-can-bend).
 """
 
 from __future__ import annotations
@@ -44,9 +39,8 @@ class PairedRun:
 
 @dataclass(frozen=True)
 class FrozenLook:
-    """A look as taken: its ``decision``, its pairs (``{seed: (baseline, arm)}``, in stated
-    order), the plan's digest and the code (``commit``) that took it, when, and how it came to
-    be recorded (``recorded``: "when taken", or at a migration)."""
+    """A look as taken: its pairs ``{seed: (baseline, arm)}`` in stated order; ``recorded``:
+    "when taken", or at a migration."""
 
     decision: LookDecision
     pairs: Mapping[int, tuple[PairedRun, PairedRun]]
@@ -131,11 +125,9 @@ def next_looks(
     metric_scores: Sequence[float],
     recorded: str = "when taken",
 ) -> list[FrozenLook]:
-    """The looks due after those of ``journal``, in order: each whose pairs are all in and which no
-    earlier look's stop forbids. ``runs``: each stated seed's baseline and arm run as they are now
-    (None: no score yet; the pairs of looks taken are the frozen ones); ``metric_scores``: every
-    score of the study's runs on the task, which set the metric's resolution; ``recorded``: how the
-    looks came to be recorded, where not when taken (a migration)."""
+    """The looks due after those of ``journal``: each whose pairs are all in and which no earlier
+    stop forbids. ``runs``: each stated seed's runs now (None: no score yet; taken looks keep
+    their frozen pairs); ``metric_scores`` set the metric's resolution."""
     plan, seeds = registration.plan, registration.seeds
     looks = list(journal)
     while len(looks) < len(plan.looks) and not (looks and looks[-1].decision.stops):
@@ -168,8 +160,7 @@ def take_due_looks(
     metric_scores: Sequence[float],
     recorded: str = "when taken",
 ) -> None:
-    """The study command's step: append each look due now (:func:`next_looks`) to the journal
-    of the study in ``folder``, one whole record at a time."""
+    """The study command's step: append each look due now to the journal in ``folder``."""
     journal = read_journal(folder, registration)
     for look in next_looks(registration, journal, runs, metric_scores, recorded):
         append_look(folder, look)

@@ -1,12 +1,8 @@
 """A study's searches run to their end, its sequential stated test one look at a time, then its
-report (docs/study.md): what the study sweeper does once Hydra has composed and checked it
-(:mod:`hydra_plugins.isotune_launcher._study_search` adapts Hydra to this loop).
-
-With a sequential stated test, the stated task's searches leave out the stated seeds beyond the
-look due; the study command then takes each look whose pairs are in
-(:func:`isotune.study.stated_looks.take_looks`) and runs the next look's seeds only while the
-test goes on. The report is made from the folder and its record, as ``python -m
-isotune.aggregate`` makes it, so the report of a carried folder is this one.
+report: what the study sweeper does once Hydra has composed and checked it
+(:mod:`hydra_plugins.isotune_launcher._study_search` adapts Hydra to this loop;
+docs/study.md#looks-gate-the-runs-and-every-output-waits). The report is made from the folder
+and its record, as ``python -m isotune.aggregate`` makes it.
 """
 
 from __future__ import annotations
@@ -87,10 +83,8 @@ def _stated_looks(
     registration: Preregistration | None,
     say: bool = True,
 ) -> Looks | None:
-    """The looks of the ``stated`` test's locked plan (``registration``) on the runs in
-    ``folder``, read from its two searches as the report reads them, each look whose pairs are
-    now in taken and frozen first (None for a study without a sequential stated test). Each
-    look is said, and what the next one waits for."""
+    """The looks of the ``stated`` test's locked plan on the runs in ``folder``, each look whose
+    pairs are now in taken and frozen first, and said (None: no sequential stated test)."""
     if stated is None or registration is None:
         return None
     outcomes = [
@@ -125,9 +119,8 @@ def _stated_looks(
 def _stated_seeds_due(
     searches: Sequence[Search], plan: StudyPlan, stated: StatedTest | None, looks: Looks | None
 ) -> list[Search]:
-    """The searches as they run now: those on a sequential stated test's task with its stated
-    seeds beyond the pairs it needs left out of their report seeds (:mod:`isotune.study.
-    stated_looks`); the others as they are."""
+    """The searches as they run now: on a sequential stated test's task, without the stated seeds
+    beyond the pairs it needs."""
     if stated is None or looks is None:
         return list(searches)
     due = report_seeds_due(plan.report_seeds, stated, looks)

@@ -1,10 +1,7 @@
 """Lock a sequential plan stored before plans were locked (format 1), once:
-``python -m isotune.study.migration <study folder>`` (docs/study.md, "A plan no one can bend").
-
-A format-1 plan's six keys, tied to nothing, are kept byte for byte; every other field is taken
-from the study's own record (``multirun.yaml``, the stated runs' ``results.json``), none
-computed, and the six keys must agree with it. The looks the runs have reached are then
-recorded in the journal, saying they were recorded at the migration.
+``python -m isotune.study.migration <study folder>`` (docs/study.md#a-plan-no-one-can-bend): its
+six keys kept byte for byte, every other field taken from the study's own record (none computed),
+the looks its runs reached recorded as at the migration.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from isotune.study.stated_looks import take_looks
 
 
 def migrate(folder: Path) -> Preregistration:
-    """Lock the format-1 plan of the study in ``folder`` (module docstring); the locked plan."""
+    """Lock the format-1 plan of the study in ``folder``; the locked plan."""
     path = folder / PLAN_FILE
     data = load_plan_file(path)
     if "format" in data:

@@ -1,11 +1,7 @@
-"""A study's plan: which arms run on which tasks with which budget, checked before any job.
-
-An arm is a name, the overrides it fixes (``intervention=isobn``) and the keys it searches
-(:mod:`isotune.search.space`). Every arm searches the learning rate beside its own knob, so the
-baseline arm is tuned as much as the interventions (Melis et al. 2018; Bouthillier et al. 2021: a
-tuned method against an untuned baseline flatters the method); the budget is the same for every
-arm, and the report seeds are shared by a task's arms so that each comparison is paired. The
-settings are a study preset's resolved ``hydra.sweeper`` node; what this module cannot know
+"""A study's plan: which arms run on which tasks with which budget, checked before any job
+(docs/study.md#arms-tasks-budgets). Every arm searches the learning rate beside its own knob, so
+the baseline is tuned as much as the interventions (Melis et al. 2018; Bouthillier et al. 2021).
+The settings are a study preset's resolved ``hydra.sweeper`` node; what this module cannot know
 alone (whether a key is in a composed (task, arm) config) its caller gives it.
 """
 

@@ -1,13 +1,8 @@
 """A sequential stated test's pre-registration: the plan locked from its statement to its last
-look (docs/study.md, "A plan no one can bend").
-
-A plan that can be edited after its runs is one the data could have chosen. So before its first
-stated run a sequential study writes :data:`PLAN_FILE`, with everything that decides (the
-equivalence margin in the statistic's units: 0.01 is one point of accuracy) and a sha256 digest
-of it. Every reader checks the digest and each field against what was typed, refusing a
-difference by name; nothing writes over a stored plan; a folder with stated runs and no plan is
-refused, and a format-1 plan (no digest) is refused with the command that migrates it
-(:mod:`isotune.study.migration`).
+look, since a plan that can be edited after its runs is one the data could have chosen. The
+margin is in the statistic's units (0.01 is one point of accuracy); every reader checks the
+digest and each field against what was typed; a format-1 plan is refused with the command that
+migrates it (:mod:`isotune.study.migration`). Docs: docs/study.md#a-plan-no-one-can-bend.
 """
 
 from __future__ import annotations
@@ -121,9 +116,8 @@ class Preregistration:
 
 
 def typed_fields(test: StatedTest, metric: str | None, split: str = "dev") -> dict[str, Any]:
-    """What a command typed of a sequential stated ``test`` (its setting, or the study's record
-    of it), as :meth:`Preregistration.fields` names the fields; ``metric`` None where the path
-    that reads it does not know the task's metric."""
+    """What a command typed of a sequential stated ``test``, named as in
+    :meth:`Preregistration.fields`; ``metric`` None where the caller does not know it."""
     return {
         "task": test.task,
         "arm": test.arm,

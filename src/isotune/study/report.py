@@ -97,9 +97,8 @@ def write_study_report(
 
 
 def write_study_reports(sweeps: Sequence[Sweep], out: Path | None) -> list[Path]:
-    """Each study's report (docs/study.md) made again from its folder and record alone, into the
-    study folder, or into ``out`` (``out/<study folder>`` for several studies): a study carried
-    anywhere, read by any later code, gives its tables without running anything. Their paths."""
+    """Each study's report made again from its folder and record alone (a carried study gives its
+    tables without running anything), into it or ``out`` (``out/<folder>`` for several)."""
     paths = []
     studies = [sweep for sweep in sweeps if sweep.is_study]
     for sweep in studies:
@@ -116,10 +115,8 @@ def write_study_reports(sweeps: Sequence[Sweep], out: Path | None) -> list[Path]
 
 
 def stated_runs_held_back(sweeps: Sequence[Sweep]) -> list[HeldBack]:
-    """The report runs each study among ``sweeps`` holds back from every table: those on the
-    stated seeds its sequential test holds back (:class:`StatedAnswer`), read from its folder
-    and record as :func:`write_study_reports` reads them, with the sentence saying so
-    (``python -m isotune.aggregate`` leaves them out of the sweep tables)."""
+    """The report runs on the stated seeds each study among ``sweeps`` holds back, with the
+    sentence saying so: ``python -m isotune.aggregate`` leaves them out of the sweep tables."""
     held = []
     for sweep in sweeps:
         study = read_study(sweep.dir) if sweep.is_study else None

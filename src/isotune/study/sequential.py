@@ -1,52 +1,10 @@
 """A comparison that stops when its question is answered: report seeds in planned looks, the
-error rate held over all of them (docs/study.md, "Seeds in planned looks").
-
-A fixed design picks n report seeds up front; when the spread turns out larger the answer is
-"not established", and more seeds mean a new, unplanned test (looking after every batch and
-stopping at the first |t| >= 1.96 is a 12.6% test over four looks, not a 5% one). A group
-sequential design plans the looks instead: pairs n_1 < ... < n_K, and at each look a boundary
-b_k that spends part of the two-sided level alpha, so that over all the looks together a study
-with no true difference says "different" with probability alpha.
-
-- **Spending** (Lan & DeMets 1983), two-sided, with t_k = n_k / n_K: O'Brien-Fleming type
-  ``"obf"``, alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)), which spends little early; Pocock
-  type ``"pocock"``, alpha(t) = alpha ln(1 + (e - 1) t), which spends evenly. (gsDesign, rpact
-  and ldbounds spend the one-sided function at alpha/2 per side instead, which gives other
-  boundaries: 4.33, 2.96, 2.36, 2.01 for four equal looks against this convention's 3.92, 2.77,
-  2.30, 2.04.)
-- **Boundaries on the t scale** (:func:`boundaries`): the spread is estimated from the pairs,
-  and at 10-40 pairs the normal-scale boundaries mapped through t quantiles give about 5.4%,
-  not 5%. The first is exact: at look 1, T_1 = mean / (sd / sqrt(n_1)) is Student's t with
-  n_1 - 1 degrees of freedom, so b_1 is its quantile at 1 - alpha(t_1) / 2. The later ones
-  need the joint law of the T_k: many studies of normal differences with no true difference
-  are simulated from a fixed numpy seed, and b_k is the quantile of |T_k| among those not
-  stopped before, so that the share crossing by look k is alpha(t_k). T is pivotal under
-  normality, so boundaries made at no difference and unit spread hold at every true difference
-  and spread (:mod:`isotune.study.calibration` makes them, states the simulation's Monte Carlo
-  error and the numpy version that drew it, and stores no digit that error reaches).
-- **The plan** (:class:`SequentialPlan`) is plain data that holds its boundaries: a plan read
-  back (:meth:`SequentialPlan.from_dict`; :mod:`isotune.study.preregistration` stores it,
-  locked) never computes them again, so no new numpy moves a stated plan.
-- **The decision at a look** (:meth:`SequentialPlan.decide`): the repeated confidence interval
-  (Jennison & Turnbull 1989) mean(d) ± b_k sd(d) / sqrt(n_k), which holds its coverage at every
-  look together whatever the stopping rule. "different" when it excludes 0 ("different, smaller
-  than the margin" when it also lies inside (-margin, +margin)); "equivalent" when it lies
-  inside (-margin, +margin) and contains 0; otherwise "go on", and at the last look "bounded",
-  the interval reported as the bound. Equivalence stops are non-binding: the boundaries are
-  calibrated as if the study never stopped for equivalence, so stopping for it only lowers the
-  rate of "different"; with 1 - alpha intervals it errs at most alpha/2 per side.
-- **Ties decide nothing the data cannot** (rule :data:`EXACT`): differences of accuracies on a
-  few hundred examples tie often, and a t interval means nothing without spread (ten identical
-  +1-example differences give the point interval [d, d]). Under the exact rule a look says
-  "different" only where the exact signed-rank test with ties
-  (:func:`isotune.sweeps.statistics.signed_rank_p`) also rejects at the look's nominal level
-  (the two-sided t tail of b_k at n_k - 1 degrees of freedom), and "equivalent" only where the
-  two exact one-sided tests of d - margin and d + margin reject at half that level each. Both
-  can only make a stop harder, so the calibrated error rates stay upper bounds. The exact
-  two-sided p is reported beside every interval, whichever rules the plan states.
-- **Simulation** (``benchmarks/sequential_simulation.py``): the rate of each decision and the
-  pairs a plan uses, deciding as :meth:`SequentialPlan.decide` does.
-
+two-sided error rate held over all of them (a group sequential design). The spending convention
+(Lan & DeMets 1983, two-sided; gsDesign's one-sided one gives other boundaries), the t-scale
+boundaries (:mod:`isotune.study.calibration`), the repeated confidence interval that decides
+(Jennison & Turnbull 1989), the exact rule that makes a stop harder where ties leave no spread,
+and what a simulation shows they hold: docs/study.md#seeds-in-planned-looks-the-sequential-design.
+A stored plan holds its boundaries and never computes them again, so no new numpy moves it.
 NumPy and SciPy only: a plan is made, stored, read and decided without the training stack.
 """
 
@@ -64,7 +22,7 @@ from scipy import stats
 from isotune.errors import IsotuneError
 from isotune.sweeps.statistics import signed_rank_p
 
-SPENDING = ("obf", "pocock")  # O'Brien-Fleming type, Pocock type (module docstring)
+SPENDING = ("obf", "pocock")  # O'Brien-Fleming type, Pocock type
 ALPHA = 0.05
 
 DIFFERENT = "different"
@@ -75,13 +33,13 @@ BOUNDED = "bounded"
 DECISIONS = (DIFFERENT, DIFFERENT_SMALL, EQUIVALENT, GO_ON, BOUNDED)  # codes 0-4 below
 PLAN_KEYS = ("looks", "alpha", "spending", "margin", "boundaries", "boundaries_from", "rules")
 INTERVAL = "repeated_interval"  # the repeated interval decides (every plan)
-EXACT = "exact_signed_rank"  # ... and an exact test agrees (module docstring)
+EXACT = "exact_signed_rank"  # ... and an exact test agrees
 RULES = (INTERVAL, EXACT)
 
 
 def spent_alpha(fractions: Sequence[float], alpha: float = ALPHA, spending: str = "obf"):
-    """The two-sided alpha spent by each information fraction t in ``fractions`` (module
-    docstring): 0 at t = 0, ``alpha`` at t = 1."""
+    """The two-sided alpha spent by each information fraction t in ``fractions``: 0 at t = 0,
+    ``alpha`` at t = 1."""
     t = np.asarray(fractions, dtype=float)
     if spending == "obf":
         with np.errstate(divide="ignore"):  # t = 0: z / 0 = inf, nothing spent
@@ -98,12 +56,9 @@ def nominal_levels(looks: Sequence[int], found: Sequence[float]) -> tuple[float,
 
 @dataclass(frozen=True)
 class LookDecision:
-    """The decision at one look: the look (1 for the first), its pairs n and boundary, the
-    differences' mean and sample standard deviation, the repeated confidence interval
-    mean ± boundary sd / sqrt(n), the decision (one of ``DECISIONS``), the two-sided alpha spent
-    by this look, the exact signed-rank p of the differences (None where every one is 0) and
-    the boundary's ``nominal`` level it is set beside, and a ``note`` saying which rule
-    decided where the interval alone would have said otherwise, or where it is a point."""
+    """The decision at one look (``look`` 1 for the first); ``exact_p`` is None where every
+    difference is 0, and ``note`` says which rule decided where the interval alone would have
+    said otherwise, or where the interval is a point."""
 
     look: int
     n: int
@@ -119,19 +74,14 @@ class LookDecision:
 
     @property
     def stops(self) -> bool:
-        """Whether the study ends at this look: every decision but "go on"."""
         return self.decision != GO_ON
 
 
 @dataclass(frozen=True)
 class SequentialPlan:
-    """A sequential comparison's plan, stated before its runs (module docstring): the pairs at
-    each look, the two-sided ``alpha``, the ``spending`` function (``SPENDING``), the
-    equivalence ``margin`` in the metric's units (None: no equivalence stop), the t-scale
-    ``boundaries`` of its looks, how they were made (``boundaries_from``), and the ``rules``
-    that decide (``RULES``: the repeated interval, and for plans that state it the exact
-    test). Plain data: :meth:`to_dict` and :meth:`from_dict` give and take it, boundaries and
-    all; :mod:`isotune.study.preregistration` stores it, locked, with the rest of its test."""
+    """A sequential comparison's plan, stated before its runs: plain data, boundaries and all,
+    that :mod:`isotune.study.preregistration` stores locked; ``margin`` in the metric's units
+    (None: no equivalence stop); docs/study.md#seeds-in-planned-looks-the-sequential-design."""
 
     looks: tuple[int, ...]
     alpha: float
@@ -154,17 +104,14 @@ class SequentialPlan:
 
     @property
     def spent(self) -> tuple[float, ...]:
-        """The two-sided alpha spent by each look, alpha(n_k / n_K)."""
         fractions = np.asarray(self.looks, dtype=float) / self.looks[-1]
         return tuple(float(a) for a in spent_alpha(fractions, self.alpha, self.spending))
 
     @property
     def nominal(self) -> tuple[float, ...]:
-        """Each look's nominal level (:func:`nominal_levels`)."""
         return nominal_levels(self.looks, self.boundaries)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as plain YAML/JSON values, every key of ``PLAN_KEYS``."""
         return {
             "looks": list(self.looks),
             "alpha": self.alpha,
@@ -204,17 +151,11 @@ class SequentialPlan:
         )
 
     def decide(self, differences: Sequence[float]) -> LookDecision:
-        """The decision at the look with ``len(differences)`` pairs (module docstring), from the
-        paired differences in the metric's units, at the metric's resolution (as
-        :func:`isotune.sweeps.statistics.paired_comparison` gives them: float32 noise would
-        make a spread of no spread). A count that is no planned look is refused: the plan
-        decides nothing between its looks.
-
-        With no spread (every difference the same d) the interval is the point [d, d] and the
-        t statistic is undefined; under the exact rule the exact tests decide (ten identical
-        one-example differences: p = 2/1024, no stop at look 1), else the point interval does.
-        The note says which.
-        """
+        """The decision at the look with ``len(differences)`` pairs, from paired differences at the
+        metric's resolution (as ``paired_comparison`` gives them: float32 noise would make a
+        spread of no spread); refused between looks. With no spread the interval is the point
+        [d, d], and under the exact rule the exact tests decide (ten identical one-example
+        differences: p = 2/1024, no stop at look 1)."""
         d = np.asarray(differences, dtype=float)
         if d.size not in self.looks:
             raise IsotuneError(
@@ -272,11 +213,9 @@ class SequentialPlan:
 def exact_decision(
     d: np.ndarray, by_interval: str, nominal: float, margin: float | None, last: bool
 ) -> str:
-    """The decision the exact rule (module docstring) leaves of ``by_interval``'s on the
-    differences ``d``: "different" (smaller than the margin or not) stands only where the exact
-    two-sided signed-rank p is at most ``nominal``, "equivalent" only where both one-sided
-    exact tests of d - margin (below) and d + margin (above) reject at ``nominal`` / 2; what
-    does not stand goes on (at the ``last`` look: is bounded)."""
+    """What the exact rule leaves of ``by_interval``'s decision: "different" needs the exact
+    two-sided signed-rank p <= ``nominal``, "equivalent" both one-sided tests at ``nominal`` / 2;
+    what does not stand goes on (at the ``last`` look: is bounded)."""
     undecided = BOUNDED if last else GO_ON
     if by_interval in (DIFFERENT, DIFFERENT_SMALL):
         p = _nonzero_signed_rank_p(d)
@@ -316,8 +255,8 @@ def _one_sided_p(d: np.ndarray, below: bool) -> float:
 def decision_codes(
     mean: np.ndarray, half: np.ndarray, margin: float | None, last: bool
 ) -> np.ndarray:
-    """The index in ``DECISIONS`` of the decision on each interval mean ± half (module
-    docstring); "go on" only where ``last`` is False."""
+    """The index in ``DECISIONS`` of the decision on each interval mean ± half; "go on" only
+    where ``last`` is False."""
     low, high = mean - half, mean + half
     different = (low > 0) | (high < 0)
     inside = (low > -margin) & (high < margin) if margin is not None else np.zeros_like(different)

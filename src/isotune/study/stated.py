@@ -1,14 +1,9 @@
-"""A study's stated test: the one comparison written down before its runs, answered on its own.
-
-Of the many comparisons a study report makes, one the data chose is no answer; a study may state
-in advance (``hydra.sweeper.stated``) the task, arm, report seeds and two-sided alpha it is run
-for, and the report answers that first, on those seeds alone, naming any stated seed whose run
-started before the statement (a result seen before could have shaped it). With planned
-``looks`` it is sequential (:mod:`isotune.study.sequential`, :mod:`isotune.study.stated_looks`,
-locked by :mod:`isotune.study.preregistration`). A record written before ``alpha`` was named says
+"""A study's stated test: the one comparison written down before its runs, answered on its own
+first, since of the many comparisons a report makes one the data chose is no answer. This module
+is the statement, checked before any job; its answer is
+:func:`isotune.study.comparison.stated_answer`. A record written before ``alpha`` was named says
 ``level``, with its margin in points: :func:`stated_test` reads it as it was meant.
-This module is the statement, checked before any job; its answer is
-:func:`isotune.study.comparison.stated_answer`. Docs: docs/study.md#a-stated-test.
+Docs: docs/study.md#a-stated-test.
 """
 
 from __future__ import annotations
@@ -40,12 +35,10 @@ EXAMPLE = (
 
 @dataclass(frozen=True)
 class StatedTest:
-    """The comparison a study states before its runs: ``arm`` minus ``baseline`` on ``task``, on the
-    report ``seeds``, two-sided at ``alpha``, written at ``stated_at`` (a date, or a time with its
-    UTC offset). With ``looks`` (pair counts of the sorted ``seeds``) it is sequential, with its
-    plan's ``spending`` and equivalence ``margin`` (the metric's units; None: no equivalence stop),
-    each stated run scored at the epoch ``select_epoch`` takes (``last`` unless typed: no epoch
-    chosen on the scored examples)."""
+    """The comparison a study states before its runs (fields: docs/study.md#a-stated-test); with
+    ``looks`` it is sequential, ``margin`` in the metric's units (None: no equivalence stop),
+    each stated run scored at ``select_epoch`` (``last`` unless typed: no epoch chosen on the
+    scored examples)."""
 
     task: str
     arm: str
@@ -102,10 +95,9 @@ def stated_test(
     report_seeds: Sequence[int],
     record: bool = False,
 ) -> StatedTest | None:
-    """The study's stated test from ``hydra.sweeper.stated`` (None: none stated), checked
-    against the study's ``tasks``, ``arms`` and ``report_seeds``: refused, naming the value and
-    the fix, before any job runs. A study's ``record`` (its multirun.yaml) written before alpha
-    had one name says ``level``, and its margin in points: read as meant."""
+    """The study's stated test from ``hydra.sweeper.stated`` (None: none stated), checked against
+    the study before any job runs. A ``record`` (multirun.yaml) written before alpha had one name
+    says ``level``, and its margin in points: read as meant."""
     if settings is None:
         return None
     if not isinstance(settings, Mapping):

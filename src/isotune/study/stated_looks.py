@@ -1,12 +1,7 @@
 """A sequential stated test in its study: the plan locked before its runs, the looks taken on
-its runs and frozen, and the stated seeds that may run now (docs/study.md, "A stated test").
-
-Look k is on the first n_k stated seeds, taken by the study command alone once each has its
-pair, then frozen (:mod:`isotune.study.looks_journal`); between looks nothing is computed, since
-a look the plan did not make spends alpha it did not plan. Seeds beyond the awaited look do not
-run, nor any after a decision. While the test is undecided every stated seed is held back from
-the exploratory tables (:func:`seeds_held_back`), so that no table shows a stated score before
-its look.
+its runs and frozen, and the stated seeds that may run now; between looks nothing is computed,
+since a look the plan did not make spends alpha it did not plan
+(docs/study.md#looks-gate-the-runs-and-every-output-waits).
 """
 
 from __future__ import annotations
@@ -44,10 +39,9 @@ STATED_FAILURES = 2  # a stated run failed this often counts at its trivial scor
 
 @dataclass(frozen=True)
 class Looks:
-    """A sequential stated test on its runs: its locked ``registration``, the looks ``frozen``
-    in order (the last one the decision when it stops the study), how many of the stated seeds,
-    from the first, have their pair now (``pairs``), the runs the next look waits for and why
-    (``waiting``), and the runs of frozen looks changed since (``changed``)."""
+    """A sequential stated test on its runs: ``pairs`` counts the stated seeds, from the first,
+    with their pair now; ``waiting``, the runs the next look waits for and why; ``changed``, the
+    runs of frozen looks changed since."""
 
     registration: Preregistration
     frozen: tuple[FrozenLook, ...]
@@ -126,11 +120,9 @@ def stated_runs(test: StatedTest, folder: Path) -> list[str]:
 
 
 def locked_plan(test: StatedTest, folder: Path, metric: str) -> Preregistration:
-    """The study command's plan for its sequential stated ``test`` on ``metric``: the one
-    locked in ``folder``, verified against its digest and against every field typed; else,
-    while no stated run exists, a new one, designed and written there before any job. A plan
-    typed otherwise than the stored one is refused, whether or not stated runs exist, and so
-    is a folder with stated runs and no plan."""
+    """The study command's plan for its sequential stated ``test``: the one locked in
+    ``folder``, verified; else, while no stated run exists, a new one written there before any
+    job. A folder with stated runs and no plan is refused."""
     path = folder / PLAN_FILE
     if path.is_file():
         return verified_plan(test, folder, metric)
@@ -275,10 +267,8 @@ def report_seeds_due(
 
 
 def seeds_held_back(test: StatedTest, looks: Looks) -> tuple[int, ...]:
-    """The stated seeds every exploratory output leaves out: all of them while the test is
-    undecided (a table over them would show a stated score before its look, or an ordinary
-    interval of the stated comparison to be read as its answer); once decided, those beyond
-    the deciding look."""
+    """The stated seeds every exploratory output leaves out: all while the test is undecided (a
+    table would show a stated score before its look), then those beyond the deciding look."""
     decided = looks.decided
     return test.seeds[decided.n :] if decided is not None else test.seeds
 

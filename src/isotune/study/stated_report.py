@@ -1,11 +1,6 @@
 """The stated test's part of a study report: the statement, its answer first, then the line that
-makes the rest exploratory (docs/study.md, "A stated test").
-
-A fixed-size test gives its paired t-test and exact Wilcoxon test on the stated seeds alone. A
-sequential one gives its locked plan (the statistic named, the rules that decide, the digest),
-each frozen look (pairs, boundary, repeated interval, the exact signed-rank p beside it at the
-look's nominal level, decision, alpha spent), the decision or the next look and the runs it
-waits for, any run changed since its look, and at an early stop the bias of its mean.
+makes the rest exploratory (docs/study.md#a-stated-test, and for a sequential one
+docs/study.md#looks-gate-the-runs-and-every-output-waits).
 """
 
 from __future__ import annotations
@@ -118,9 +113,8 @@ def _exploratory_lines(answer: StatedAnswer) -> list[str]:
 
 
 def _sequential_lines(test: StatedTest, looks: Looks) -> list[str]:
-    """A sequential stated test: its locked plan, each frozen look, the decision or the next
-    look and what it waits for, runs changed since their look, the seeds used and, at an early
-    stop, the bias of its mean. Between looks nothing is computed."""
+    """A sequential stated test's lines, from its frozen looks alone: between looks nothing is
+    computed."""
     registration, plan = looks.registration, looks.plan
     margin = (
         "no equivalence margin"

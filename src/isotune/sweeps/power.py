@@ -1,8 +1,5 @@
-"""Planning figures of a paired t-test: its exact power, the smallest difference it detects and
-the pairs it needs (power.md, "Exact"). What a sweep's few seeds could have shown, set beside
-what they did show (:mod:`isotune.sweeps.statistics`); each rests on a spread itself estimated
-from few pairs, and none is defined without one.
-"""
+"""Planning figures of a paired t-test (exact power, smallest difference detected, pairs needed):
+what a sweep's few seeds could have shown; each rests on a spread estimated from few pairs."""
 
 from __future__ import annotations
 
@@ -18,10 +15,9 @@ POWER = 0.8  # of the minimum detectable difference and the pairs needed (Cohen'
 def paired_t_power(
     difference: float, spread: float, pairs: int, alpha: float = 1 - CONFIDENCE
 ) -> float:
-    """The power of a two-sided paired t-test at ``alpha`` over ``pairs`` pairs to detect a true
-    mean ``difference`` when the differences have standard deviation ``spread`` > 0: exactly
-    P(|T'| > t_{1-alpha/2, n-1}), T' noncentral t with n - 1 degrees of freedom and
-    noncentrality difference sqrt(n) / spread (power.md, "Exact").
+    """Exact power of a two-sided paired t-test at ``alpha`` over ``pairs`` pairs of differences of
+    standard deviation ``spread`` > 0: P(|T'| > t_{1-alpha/2, n-1}), T' noncentral t (n - 1 df,
+    noncentrality difference sqrt(n) / spread).
 
     Each tail is scipy's ``nct.sf``, the lower one as the upper tail of the mirrored
     noncentrality: SciPy 1.17's ``nct.cdf`` far in the lower tail is NaN (from noncentrality

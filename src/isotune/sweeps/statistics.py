@@ -1,15 +1,7 @@
 """Paired statistics across seeds: is a configuration's difference from its baseline more than
-seed noise?
-
-Runs of a configuration and of its baseline that share a seed share the data order (``seed_data``)
-or the initialisation of the new layers (``seed_init``), whichever varies, so they are compared as
-pairs (:mod:`isotune.sweeps.seeds`): every statistic below is of the
-differences ``other - baseline`` over the seeds both have, taken at the scores' resolution
-(:mod:`isotune.sweeps.score_resolution`). With the handful of seeds a sweep
-affords the tests are weak (see ``smallest_wilcoxon_p``), which the report must say next to them;
-:mod:`isotune.sweeps.power` says what more seeds would show.
-Undefined values (no spread, too few pairs, constant input) are ``None`` with a ``note`` saying
-why, never NaN. NumPy and SciPy only, so that it serves the aggregate and a notebook alike.
+seed noise? Runs are paired by the seed that varies (docs/sweeps.md#pairing), differences taken
+at the scores' resolution; with a sweep's few seeds the tests are weak (``smallest_wilcoxon_p``).
+Undefined values are ``None`` with a ``note`` saying why, never NaN.
 """
 
 from __future__ import annotations
@@ -34,13 +26,8 @@ K = TypeVar("K", bound=Hashable)
 
 @dataclass(frozen=True)
 class PairedComparison:
-    """A configuration against its baseline over the seeds both have (see ``paired_comparison``).
-
-    ``differences[i]`` is other - baseline on ``seeds[i]``; ``wilcoxon_n`` counts the non-zero
-    differences the signed-rank test used; ``excludes_zero`` says whether the Student t interval
-    lies on one side of 0 (None without an interval). ``note`` explains every None and every
-    departure from the plain computation ("" when there is none).
-    """
+    """A configuration against its baseline over the seeds both have (see ``paired_comparison``);
+    ``note`` explains every None and every departure from the plain computation ("" if none)."""
 
     seeds: tuple[int, ...]
     differences: tuple[float, ...]
@@ -57,7 +44,6 @@ class PairedComparison:
 
     @property
     def n(self) -> int:
-        """The number of pairs: seeds with a score for both configurations."""
         return len(self.seeds)
 
     @property
@@ -83,12 +69,11 @@ def paired_comparison(
     With the differences d_i = other_i - baseline_i taken at the scores' resolution (see
     ``at_resolution``: float32 noise neither breaks a tie nor hides a zero), n pairs, mean m and
     sample standard deviation s:
-    - Student t interval (Student 1908): m ± t_{(1 + confidence) / 2, n-1} s / sqrt(n) (95% by
-      default; a stated test's at its own level), from n >= 2. When every
-      d_i is the same d there is no spread: the interval is the point [d, d] and the t-test is
-      undefined (None), both stated in ``note``; when that d is 0 the arm equals its baseline on
-      every seed, and both tests give p = 1 (no sign of a difference), so that it counts in
-      Holm's family as the comparison it is.
+    - Student t interval (Student 1908): m ± t_{(1 + confidence) / 2, n-1} s / sqrt(n), from
+      n >= 2. When every d_i is the same d there is no spread: the interval is the point [d, d]
+      and the t-test is undefined (None), both stated in ``note``; when that d is 0 the arm
+      equals its baseline on every seed, and both tests give p = 1 (no sign of a difference), so
+      that it counts in Holm's family as the comparison it is.
     - Paired t-test p: ``scipy.stats.ttest_1samp(d, 0)``, which is ``ttest_rel(other, baseline)``
       on the rounded differences, so that it agrees with the interval (p < 0.05 iff it excludes 0).
     - Bootstrap interval of the mean, from n >= ``BOOTSTRAP_MIN_PAIRS``: ``scipy.stats.bootstrap``,
@@ -162,7 +147,6 @@ def paired_comparison(
 
 
 def _bootstrap_interval(d: np.ndarray, seed: int) -> tuple[float, float]:
-    """The BCa bootstrap interval of the mean of ``d`` (see ``paired_comparison``)."""
     ci = stats.bootstrap(
         (d,),
         np.mean,
