@@ -1,7 +1,7 @@
-"""How finely scores can be told apart, read from the scores themselves (power.md, "Ties"): the
-paired statistics and the within-strata correlation compare differences at this resolution, so
-that float32 storage (a share k / N is off by at most 2^-24 of it) neither breaks a tie nor hides
-a zero.
+"""How finely scores can be told apart, read from the scores themselves: the paired statistics
+(docs/sweeps.md#tables-statistics-report) and the within-strata correlation compare differences
+at this resolution, so that float32 storage (a share k / N is off by at most 2^-24 of it) neither
+breaks a tie nor hides a zero.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def score_resolution(scores: Sequence[float]) -> float | None:
 
 
 def at_resolution(differences: np.ndarray, scores: Sequence[float]) -> np.ndarray:
-    """``differences`` of ``scores`` as the metric can tell them apart (power.md, "Ties").
+    """``differences`` of ``scores`` as the metric can tell them apart.
 
     On the scores' grid (``score_resolution``: accuracy on N examples), each difference is the
     nearest multiple of the step, so that two one-example differences are equal bit for bit.
