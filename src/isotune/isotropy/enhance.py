@@ -14,15 +14,6 @@ from torch import Tensor
 
 from isotune.isotropy import kmeans
 
-__all__ = [
-    "all_but_the_top",
-    "cluster_based",
-    "cluster_labels",
-    "cluster_zero_mean",
-    "standardize",
-    "zero_mean",
-]
-
 
 def zero_mean(X: Tensor) -> Tensor:
     """The points minus their mean."""

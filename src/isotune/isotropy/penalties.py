@@ -17,15 +17,6 @@ from torch import Tensor
 
 from isotune.isotropy import isoscore_star
 
-__all__ = [
-    "REGULARIZERS",
-    "Regularizer",
-    "ShrinkageCovariance",
-    "correg_penalty",
-    "cosreg_penalty",
-    "istar_penalty",
-]
-
 
 def _in_float32(penalty: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """Run ``penalty`` on a checked (points >= 2, dims) matrix, autocast off, in float32 or

@@ -24,16 +24,6 @@ from isotune.model.families import lora_target_modules
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = [
-    "ADAPTATIONS",
-    "adapt_encoder",
-    "drop_fixed_weights",
-    "eval_mode",
-    "lora_targets",
-    "parameter_counts",
-    "restore_fixed_weights",
-]
-
 
 def full(encoder: PreTrainedModel) -> None:
     """Every weight trains (an unused pooler aside: :func:`adapt_encoder`): the encoder stays as

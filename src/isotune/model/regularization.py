@@ -23,14 +23,6 @@ from isotune.model.families import hidden_state_indices
 from isotune.norms.whitening import Float32Statistics
 from isotune.tracking.run_names import reg_label
 
-__all__ = [
-    "MEASURES",
-    "SHRINKAGE_SAMPLES",
-    "VIEWS",
-    "Regularization",
-    "ShrinkageTarget",
-]
-
 VIEWS = ("tokens", "sentence")
 SHRINKAGE_SAMPLES = ("epoch", "fixed")  # Sigma_S's examples: drawn anew each epoch, or once
 # What each penalty's value is, logged as train/reg_<name>: I-STAR's penalty is 1 - IsoScore*.
