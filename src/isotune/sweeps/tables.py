@@ -75,16 +75,8 @@ def scores_frame(
                 f"{run.path}: primary metric {metric!r} is not among its best-epoch metrics "
                 f"{sorted(best)}; rerun that job."
             )
-        rows.append(
-            [
-                *_identity(run, configurations),
-                run.field("task"),
-                seeds.key(run),
-                metric,
-                100.0 * best[metric],
-                learned_of(run),
-            ]
-        )
+        identity = [*_identity(run, configurations), run.field("task"), seeds.key(run)]
+        rows.append([*identity, metric, 100.0 * best[metric], learned_of(run)])
     columns = [*configuration_columns(), "task", "seed", "metric", "score", "learned"]
     frame = pd.DataFrame(rows, columns=columns).astype({"learned": object})
     return _sorted(frame, configurations, extra=["seed"])
@@ -119,14 +111,11 @@ def summarize_scores(scores: pd.DataFrame, configurations: Configurations) -> pd
     if scores.empty:
         return pd.DataFrame(columns=[*configuration_columns(), *SUMMARY_COLUMNS, *LEARNED_COLUMNS])
     summary = _medians(scores, configurations)
-    learned = _medians(not_failed(scores), configurations).rename(
-        columns={
-            "median": "median_learned",
-            "std": "std_learned",
-            "n": "n_learned",
-            "delta_vs_baseline": "delta_learned",
-        }
+    renamed = dict(
+        zip(["median", "std", "n", "delta_vs_baseline"], LEARNED_COLUMNS[:-1], strict=True)
     )
+    learned = _medians(not_failed(scores), configurations).rename(columns=renamed)
+
     keys = ["configuration", "task"]
     summary = summary.merge(learned[[*keys, *LEARNED_COLUMNS[:-1]]], on=keys, how="left")
     summary = summary.merge(failure_counts(scores)[[*keys, "failed"]], on=keys, how="left")
