@@ -296,7 +296,6 @@ def job_overrides(jobs: Sequence[Job], sweep_dir: Path) -> list[list[str]]:
 def run_search(sweeper: KeepsItsLauncher, arguments: list[str]) -> None:
     """The plain search ``hydra/sweeper=optuna`` runs, its sweep ``arguments`` searched: every
     check before any job, then its trials and its held-out report."""
-
     assert sweeper.config is not None and sweeper.hydra_context is not None
     config, loader = sweeper.config, sweeper.hydra_context.config_loader
     folder = Path(str(config.hydra.sweep.dir)).resolve()

@@ -137,7 +137,6 @@ def _torch_threads(threads: int | None) -> Iterator[None]:
 def _quiet() -> Iterator[None]:
     """Lightning's, Fabric's and the isotropy callback's info lines kept out of the preview while
     it times: they speak of a run that is not one."""
-
     silence_lightning_tips()
     quieted = ("lightning.pytorch", "lightning.fabric", "isotune.callbacks.isotropy")
     loggers = [logging.getLogger(name) for name in quieted]

@@ -353,7 +353,6 @@ def _tasks_and_fixed(arguments: list[str], tasks: list[str]) -> tuple[list[str],
 
 def _in_config(job: DictConfig, key: str) -> bool:
     """Whether ``key`` is a config group or a key of ``job``."""
-
     if key in job.hydra.runtime.choices:
         return True
     missing = object()

@@ -2,8 +2,6 @@
 why groups smaller than the batch: docs/interventions.md#whitening-normwhitening.
 """
 
-
-
 from __future__ import annotations
 
 from types import MappingProxyType

@@ -1,12 +1,7 @@
-"""Continuing a run where it stopped: which checkpoint, and whether it belongs to this run.
-
-One run is one folder. Started again in its own folder (the command printed after an
-interruption, a SLURM requeue, ``python -m isotune.rerun``, or the same ``hydra.run.dir=`` typed
-again), a run with ``resume=auto`` continues from the folder's ``checkpoints/last.ckpt``; an
-explicit ``ckpt_path=`` wins over it, and ``resume=never`` starts afresh. Either way the checkpoint
-must be readable (:mod:`isotune.record.checkpoint_reading`) and must come from the same
-computation: a difference in any key of its saved config that changes what is computed stops the
-run with those keys named, before anything is written (:mod:`isotune.record.same_run`).
+"""Continuing a run where it stopped: which checkpoint, and whether it belongs to this run
+(docs/training.md#one-run-one-folder). The checkpoint must be readable
+(:mod:`isotune.record.checkpoint_reading`) and from the same computation
+(:mod:`isotune.record.same_run`), checked before anything is written.
 """
 
 from __future__ import annotations
@@ -63,13 +58,10 @@ def completed_record(cfg: DictConfig) -> dict[str, Any] | None:
 
 
 def interrupted_runs_like(folder: Path, settings: Mapping[str, Any]) -> list[Path]:
-    """The folders beside ``folder`` (a new run's, whose command chose no folder: each start of
-    it makes another there) holding an interrupted run of the same command that can continue
-    (its ``last.ckpt``): the same overrides, and the same ``settings`` that its results.json
-    records (task, model, norm, seeds, ...); oldest first. One interrupted before its first
-    checkpoint has nothing to continue from. Only results.json files beside a last.ckpt are
-    read, and parsed only where ``interrupted`` is in them: a start among thousands of runs
-    stays quick."""
+    """The folders beside ``folder`` (a new run's) holding an interrupted run of the same
+    overrides and ``settings`` that can continue (its ``last.ckpt``), oldest first. Only
+    results.json files beside a last.ckpt are parsed, and only where ``interrupted`` is in them:
+    a start among thousands of runs stays quick."""
     runs = []
     for record_file in sorted(folder.parent.glob(f"*/{RESULTS_FILE}")):
         if record_file.parent == folder or not (record_file.parent / LAST_CHECKPOINT).is_file():

@@ -115,7 +115,6 @@ def summarize_scores(scores: pd.DataFrame, configurations: Configurations) -> pd
         zip(["median", "std", "n", "delta_vs_baseline"], LEARNED_COLUMNS[:-1], strict=True)
     )
     learned = _medians(not_failed(scores), configurations).rename(columns=renamed)
-
     keys = ["configuration", "task"]
     summary = summary.merge(learned[[*keys, *LEARNED_COLUMNS[:-1]]], on=keys, how="left")
     summary = summary.merge(failure_counts(scores)[[*keys, "failed"]], on=keys, how="left")
