@@ -1,11 +1,7 @@
-"""Weights & Biases as the dashboard: one run per job, grouped over seeds, offline when W&B cannot
-be reached.
-
-The group is every override but the seed, so W&B aggregates seeds into one line per
-configuration. Whether a job uploads is decided once, before W&B starts, never waiting on the
-network: without credentials, with a malformed key or an unanswering server, the run is written
-offline (``wandb sync`` later) and one log line says why. A job always finishes its run, so jobs
-sharing a process (sweep workers) never log into one run.
+"""Weights & Biases as the dashboard: one run per job, grouped over seeds (every override but the
+seed), offline when W&B cannot be reached (decided once, before W&B starts:
+:mod:`isotune.tracking.wandb_status`). A job always finishes its run, so jobs sharing a process
+(sweep workers) never log into one run.
 """
 
 from __future__ import annotations
