@@ -1,8 +1,5 @@
 """Whether a checkpoint or a recorded run comes from the same computation as this start: the
-saved config against the current one, key by key. Keys that only say where results go or how they
-are shown (:data:`BOOKKEEPING_KEYS`) may differ; keys the config gained since a checkpoint was
-written (:data:`KEYS_ADDED_SINCE`) compare as the value that reproduces it; classes named before
-the modules moved into wings (:data:`MOVED_MODULES`) are read where they are now.
+saved config against the current one, key by key, by the tables below.
 """
 
 from __future__ import annotations
