@@ -42,9 +42,8 @@ def checkpoint_to_resume(cfg: DictConfig, settings: Mapping[str, Any]) -> Path |
 def completed_record(cfg: DictConfig) -> dict[str, Any] | None:
     """The record of the completed run in ``cfg``'s folder that ``cfg`` starts again
     (``resume=auto``, no ``ckpt_path``), when it kept no last.ckpt (``checkpoint.keep``); else
-    None. Such a run has nothing left to train: started again (a sweep typed again in its folder,
-    a SLURM requeue that came as it finished) it stands as it is, as a completed run that kept its
-    last.ckpt does. One that trained no step has nothing to lose, and starts afresh."""
+    None. Such a run has nothing left to train: started again (a sweep typed again, a late SLURM
+    requeue) it stands as it is. One that trained no step has nothing to lose, and starts afresh."""
     if cfg.ckpt_path is not None or cfg.get("resume", "auto") != "auto":
         return None
     folder = Path(cfg.paths.output_dir)
@@ -108,11 +107,9 @@ def predictions_left_unwritten(cfg: DictConfig, record: Mapping[str, Any]) -> st
 def check_same_completed_run(
     folder: Path, record: Mapping[str, Any], current: Mapping, settings: Mapping[str, Any]
 ) -> None:
-    """The completed run in ``folder`` was configured as ``current``, by its best.ckpt's saved
-    config (:func:`check_same_run` names the keys that differ); one that kept no model
-    (``checkpoint.keep=none``) by what its results.json records (``settings``: task, model, norm,
-    seeds, ..., and the overrides that change a result). With other settings it is refused:
-    starting afresh would train it again over its results."""
+    """Refuse to start again the completed run in ``folder`` with settings other than it had (by
+    its best.ckpt's config, else by the ``settings`` its results.json records): starting afresh
+    would train it again over its results."""
     best_file = kept_model_file(folder, record)
     if best_file is not None and best_file.is_file():
         check_same_run(read_checkpoint(best_file, required=MODEL_KEYS), best_file, current)

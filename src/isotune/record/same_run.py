@@ -119,10 +119,8 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
 
 
 def check_same_run(checkpoint: Mapping[str, Any], path: Path, current: Mapping[str, Any]) -> None:
-    """Refuse to continue from ``checkpoint`` a run configured otherwise (never a silent mix).
-
-    Checkpoints older than :data:`CONFIG_KEY` are compared on the model's hyperparameters; the
-    classes a checkpoint saved before the modules' move names are read where they are now."""
+    """Refuse to continue from ``checkpoint`` a run configured otherwise (never a silent mix);
+    checkpoints older than :data:`CONFIG_KEY` are compared on the model's hyperparameters."""
     saved = current_targets(checkpoint.get(CONFIG_KEY))
     if saved is None:
         hyperparameters = checkpoint.get("hyper_parameters") or {}

@@ -208,11 +208,9 @@ class Search:
         return True
 
     def _run(self, trial: Any, attrs: dict[str, Any], rounds_reported: int = 0) -> None:
-        """Put ``trial`` (its user attributes ``attrs``) in flight here, owned by this search, its
-        jobs in its home folder (:meth:`_home`). A trial a stopped search left goes on from the
-        round after the ``rounds_reported`` it reported, with the outcomes its ``jobs`` recorded
-        for them, so that a continued search asks the pruner and keeps its rounds in step with
-        the other trials as an uninterrupted one would, and ends as it would have."""
+        """Put ``trial`` (its user attributes ``attrs``) in flight here, owned by this search. A
+        trial a stopped search left goes on after the ``rounds_reported`` it reported, with their
+        recorded outcomes, so a continued search prunes and ends as an uninterrupted one would."""
         trial.set_user_attr(OWNER_ATTR, owner(self.folder))
         live = _Trial(trial, self._home(attrs))
         reported = {seed for seeds in self._rounds()[:rounds_reported] for seed in seeds}
@@ -263,11 +261,9 @@ class Search:
             del self.live[live.trial.number]
 
     def _life(self, live: _Trial, first_round: int) -> Iterator[list[Job]]:
-        """A trial from its round ``first_round`` to its end, top to bottom: each round's jobs
-        are yielded to be run, and their outcomes are in ``live.outcomes`` (by seed) when it
-        goes on. A failed job makes the trial FAIL; each score is reported with its seed's place
-        in the seed list as the step, and while seeds remain the pruner may stop it (PRUNED);
-        after the last seed its value is the median of its scores (COMPLETE)."""
+        """A trial from its round ``first_round`` to its end: each round's jobs are yielded to be
+        run, their outcomes in ``live.outcomes`` (by seed) when it goes on; then FAIL, PRUNED or
+        COMPLETE at the median of its scores."""
         trial, number = live.trial, live.trial.number
         seeds = list(self.settings.seeds)
         rounds = self._rounds()
