@@ -135,8 +135,7 @@ def _check_in_config(config: DictConfig, key: str, what: str) -> None:
 
 
 def _baseline(config: DictConfig, space: SearchSpace, baseline: dict[str, Any] | None) -> list[str]:
-    """The fixed overrides, then ``baseline`` (default: each searched key at its config
-    value), whose keys replace the fixed ones."""
+    """The fixed overrides, then ``baseline`` (default: each searched key at its config value)."""
     if baseline is None:
         baseline = {}
         choices = config.hydra.runtime.choices

@@ -252,8 +252,7 @@ def _plan_lines(plan: StudyPlan, folder: Path) -> tuple[int, list[str]]:
 
 
 def _report_overrides(keep: str, settings: dict[str, Any]) -> tuple[str, ...]:
-    """What the report runs add: ``checkpoint.keep=slim`` when ``keep_report_models`` asks for
-    their models and the study's runs keep none (``slim`` or ``full`` keep one already)."""
+    """What the report runs add: ``checkpoint.keep=slim`` where ``keep_report_models`` asks."""
     wanted = settings["keep_report_models"] and keep == "none"
     return (REPORT_MODELS_KEPT,) if wanted else ()
 

@@ -143,10 +143,8 @@ def baseline_values(choices: Sequence[str] = ()) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Configurations:
-    """The configurations of a set of runs in display order, their names, and their baselines. A
-    name is the configuration's parts (:attr:`Configuration.parts`) that not every configuration
-    shares, the shared ones listed once (:attr:`shared`); one whose parts are all shared is named by
-    its axes."""
+    """The configurations of a set of runs in display order, their names (the parts not every
+    configuration shares; all shared: its axes), and their baselines."""
 
     ordered: tuple[Configuration, ...]
     shared: tuple[str, ...]

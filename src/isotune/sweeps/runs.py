@@ -222,9 +222,8 @@ def job_id(run: Run, sweeps: Sequence[Sweep]) -> tuple[Path, int] | tuple[Path]:
 
 
 def search_parts(runs: Sequence[Run], sweeps: Sequence[Sweep]) -> list[Run]:
-    """``runs`` with the part of a search each belongs to (:attr:`Run.search_part`), when the
-    innermost sweep around it is a search: a trial's winner ran on the tuning seeds and again on
-    the report seeds, and pooling the two is the optimism the search's report measures."""
+    """``runs`` with the part of a search each belongs to (:attr:`Run.search_part`): pooling a
+    winner's tuning and report seeds is the optimism the search's report measures."""
     parted = []
     for run in runs:
         sweep = innermost_sweep(run, sweeps)

@@ -85,10 +85,8 @@ def scores_frame(
 def without_score_frame(
     runs: Sequence[Run], configurations: Configurations, seeds: SeedAxis
 ) -> pd.DataFrame:
-    """One row per run that ended without a score
-    (:func:`isotune.sweeps.intention_to_treat.ended_without_score`): its configuration, task,
-    pairing seed, status, and its dev set's trivial score in percent, as the scores are: what
-    the intention-to-treat line counts it at."""
+    """One row per run that ended without a score, with its dev set's trivial score in percent:
+    what the intention-to-treat line counts it at."""
     rows = [
         [
             configurations.name(Configuration.of(run)),
@@ -104,10 +102,9 @@ def without_score_frame(
 
 
 def summarize_scores(scores: pd.DataFrame, configurations: Configurations) -> pd.DataFrame:
-    """Median, sample std and count over seeds per configuration x task; the ``avg`` task (mean
-    of a row's per-task medians, for rows that have every task, when there are several); and the
-    difference of each median to its baseline's median. The same over the runs that learned
-    (:data:`LEARNED_COLUMNS`: NaN and n 0 where every run failed), and the failed runs' count."""
+    """Median, sample std and count over seeds per configuration x task, the ``avg`` task (mean of
+    the per-task medians, for rows with every task), and each median's difference to its
+    baseline's; the same over the runs that learned (NaN and n 0 where every run failed)."""
     if scores.empty:
         return pd.DataFrame(columns=[*configuration_columns(), *SUMMARY_COLUMNS, *LEARNED_COLUMNS])
     summary = _medians(scores, configurations)
