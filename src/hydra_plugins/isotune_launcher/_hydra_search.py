@@ -1,11 +1,7 @@
-"""A search as Hydra gives it: ``hydra.sweeper``'s settings and the composed config read into
-:class:`~isotune.search.settings.SearchSettings`, the checks before any job, the jobs handed to
-Hydra's launcher, and the plain search ``hydra/sweeper=optuna`` run (:func:`run_search`). The
-search itself is :mod:`isotune.search`, without Hydra.
-
-Its name's underscore keeps it out of Hydra's plugin scan, which imports every other module here
-on every run of train.py: the sweepers import it, and the search and Optuna with it, only when a
-search or a study runs.
+"""A search as Hydra gives it: its settings, the checks before any job, the jobs handed to
+Hydra's launcher, and ``hydra/sweeper=optuna``'s run (:func:`run_search`); the search itself is
+:mod:`isotune.search`. The underscore keeps it (and Optuna) out of Hydra's plugin scan, which
+imports every other module here on every run of train.py.
 """
 
 import copy
@@ -47,10 +43,8 @@ AGAIN = "Type the same command again to continue the search (docs/search.md)."
 def search_settings(
     config: DictConfig, sweeper: dict[str, Any], arguments: list[str], folder: Path
 ) -> SearchSettings:
-    """The settings of the search ``config`` (the sweep's composed config) asks for, from the
-    ``hydra.sweeper`` keys ``sweeper`` and the command line's sweep ``arguments``; refused in one
-    message where a searched or baseline key is not in the config (the rest is checked by
-    :meth:`~isotune.search.settings.SearchSettings.check`, as a search starts)."""
+    """The settings of the search the sweep's composed ``config`` asks for, from ``hydra.sweeper``
+    and the sweep ``arguments``; a searched or baseline key not in the config is refused."""
     s = plain_values(sweeper)
     space = parse_space(s["params"] or {}, arguments)
     for searched in space.searched:
@@ -76,10 +70,8 @@ def settings_of(
     baseline: tuple[str, ...] | None,
     study_name: str,
 ) -> SearchSettings:
-    """The settings of one search of ``space`` from the plain ``hydra.sweeper`` values ``s``
-    (:func:`plain_values`), the one builder of a plain search and of each search of a study, so
-    that both refuse what a search cannot run under: seeds fixed for every run (on the command
-    line, in a preset or in ``space``'s fixed overrides) and a sampler given as a value."""
+    """The settings of one search from the plain ``hydra.sweeper`` values ``s``: the one builder
+    of a plain search and a study's, so both refuse fixed seeds and a sampler given as a value."""
     refuse_fixed_seeds(
         [*fixed_seeds(space), *seeds_fixed_in(config, fixed_seeds(space))],
         SEARCH_PLACES if baseline is not None else STUDY_PLACES,  # None: a study's search
@@ -143,8 +135,7 @@ def _check_in_config(config: DictConfig, key: str, what: str) -> None:
 
 
 def _baseline(config: DictConfig, space: SearchSpace, baseline: dict[str, Any] | None) -> list[str]:
-    """The fixed overrides, then ``baseline`` (default: each searched key at its config
-    value), whose keys replace the fixed ones."""
+    """The fixed overrides, then ``baseline`` (default: each searched key at its config value)."""
     if baseline is None:
         baseline = {}
         choices = config.hydra.runtime.choices
@@ -177,10 +168,8 @@ def compose_checked(config: DictConfig, loader: Any, overrides: list[str]) -> Di
 def dry_run_search(
     config: DictConfig, settings: SearchSettings, compose: Callable[[list[str]], Any]
 ) -> Any:
-    """Compose the search's baseline, and each option of a searched config group, before any
-    job runs (:func:`isotune.search.checks.dry_run`): a group option that does not exist or a
-    value out of range stops the search there, not after every trial. The baseline's config
-    (on the first report seed), composed once for :func:`check_search_fits` too."""
+    """Compose the baseline and each searched group option before any job runs
+    (:func:`isotune.search.checks.dry_run`); the baseline's config, on the first report seed."""
     groups = config.hydra.runtime.choices
     jobs = dry_run_jobs(settings.space, settings.baseline, settings.report_seeds[0], groups)
     composed = dry_run(compose, jobs)
@@ -196,10 +185,8 @@ def dry_run_search(
 
 
 def check_models_available(jobs: Iterable[DictConfig]) -> None:
-    """Refuse, before any job, a model no job could load here: a package not installed (the
-    ``smollm2`` extra), a Hub model not available offline, a folder without its files. Every
-    job would fail at its start, each failed trial counting against ``max_failure_rate``, and
-    the command typed again after the fix would be refused for those failures."""
+    """Refuse, before any job, a model no job could load here: else every job fails, and each
+    failed trial counts against ``max_failure_rate`` even after the fix."""
     from isotune.model.encoders import parameter_count  # imports torch
 
     for name_or_path in sorted({str(job.model.name_or_path) for job in jobs}):
@@ -213,11 +200,8 @@ def check_search_fits(
     folder: Path,
     baseline_job: DictConfig,
 ) -> None:
-    """Refuse a search that cannot fit on its disk, as a plain sweep is refused
-    (:func:`isotune.training.sweep_space.check_sweep_fits`): its whole budget (every trial on
-    every tuning seed, then the report's runs), each job sized as the baseline's run
-    (``baseline_job``, as :func:`dry_run_search` composed it), since the searched values are not
-    known before they are asked; a search continued, by the runs it has left."""
+    """Refuse a search that cannot fit on its disk (docs/search.md#how-it-works): the runs its
+    budget has left, each sized as ``baseline_job`` since the searched values are not known yet."""
     from isotune.training.sweep_space import check_sweep_fits  # imports torch
 
     count, done, at_once = search_runs(config, settings, trials_at_once, folder)
@@ -227,9 +211,8 @@ def check_search_fits(
 def search_runs(
     config: DictConfig, settings: SearchSettings, trials_at_once: int, folder: Path
 ) -> tuple[int, int, int]:
-    """A search's budget (its runs when none is pruned or fails: every trial on every tuning
-    seed, then the winner and the baseline on every report seed), how many of them completed in
-    ``folder`` (a search continued), and how many run at once on its launcher."""
+    """A search's budget of runs (none pruned or failed), those completed in ``folder``, and how
+    many run at once on its launcher."""
     from isotune.training.sweep_space import completed_runs, jobs_at_once  # imports torch
 
     count = settings.n_trials * len(settings.seeds) + 2 * len(settings.report_seeds)
@@ -240,9 +223,8 @@ def search_runs(
 def preview_search(
     config: DictConfig, settings: SearchSettings, trials_at_once: int, folder: Path, job: Any
 ) -> None:
-    """Say what the search would run (its preview, :mod:`.preview`): its budget, its searched
-    keys and baseline, the runs completed in ``folder``, and the time of those left, each as
-    long as the baseline's ``job``. Its trials are sampled as it goes, so no trial is named."""
+    """Say what the search would run (:mod:`.preview`), each run timed as the baseline's ``job``:
+    its trials are sampled as it goes, so no trial is named."""
     count, done, at_once = search_runs(config, settings, trials_at_once, folder)
     seeds, report_seeds = settings.seeds, settings.report_seeds
     searched = searched_as_typed(settings.space.distributions())
@@ -264,14 +246,8 @@ def preview_search(
 def check_tuning_split(
     job: DictConfig, tuning_overrides: Sequence[str], glue_dir: str | None, folder: Path
 ) -> None:
-    """Refuse, before any job, a tuning split no tuning job could carve from ``job``'s task (a
-    search's or a study's composed job, its GLUE files under the sweep's ``glue_dir``;
-    ``tuning_overrides``: what its tuning jobs add): too
-    large, a class missing on one side, a ``task=files`` task without a train file; and one
-    other than the split the runs in ``folder`` (the search's, or a study's for the task)
-    evaluated on (:func:`~isotune.data.tuning_split.check_continued_on_this_split`). And
-    ``data.tuning_split`` set for every run: the report runs would report on the split, not
-    on dev."""
+    """Refuse, before any job, a tuning split no tuning job could carve from ``job``'s task, one
+    other than the runs in ``folder`` evaluated on, and ``data.tuning_split`` set for every run."""
     if job.data.get("tuning_split"):
         raise IsotuneError(
             "data.tuning_split=true is set for every run of the search, so its report runs too "
@@ -317,10 +293,8 @@ def job_overrides(jobs: Sequence[Job], sweep_dir: Path) -> list[list[str]]:
 
 
 def run_search(sweeper: KeepsItsLauncher, arguments: list[str]) -> None:
-    """The plain search ``hydra/sweeper=optuna`` runs (:class:`~.optuna_sweeper.OptunaSweeper`,
-    set up by Hydra), its command line's sweep ``arguments`` searched: its settings and every
-    check before any job, then its trials and its held-out report. It stops as every sweep stops
-    (:mod:`.stopping`), and checks its disk and its jobs' folders as every sweep does."""
+    """The plain search ``hydra/sweeper=optuna`` runs, its sweep ``arguments`` searched: every
+    check before any job, then its trials and its held-out report."""
     assert sweeper.config is not None and sweeper.hydra_context is not None
     config, loader = sweeper.config, sweeper.hydra_context.config_loader
     folder = Path(str(config.hydra.sweep.dir)).resolve()

@@ -1,12 +1,6 @@
 """A job's time from its parts timed on this machine: the preview's estimate where no run of the
-sweep has completed yet (docs/sweeps.md#preview).
-
-The job is built as its run builds it (:func:`isotune.training.fit.model_and_data`), without
-logger or checkpoints and in a temporary folder; it trains :data:`TIMED_STEPS` batches and
-validates as many a split, and each part counts as often as the job does it
-(:class:`~isotune.sweeps.time_estimate.JobParts`), with a ``gpus`` job's share of the CPU threads
-(:func:`job_threads`). A job bound elsewhere (SLURM, a GPU this machine lacks) cannot be timed
-here (:func:`bound_elsewhere`); its preview says so.
+sweep has completed yet (docs/sweeps.md#preview). The job is built as its run builds it, without
+logger or checkpoints, in a temporary folder, and trains :data:`TIMED_STEPS` batches.
 """
 
 from __future__ import annotations
@@ -106,9 +100,7 @@ def _probe_shared(job: DictConfig) -> bool:
 
 def job_threads(launcher: DictConfig, at_once: int) -> int | None:
     """The torch threads of each job ``launcher`` runs ``at_once``: the ``gpus`` launcher's share
-    (``threads_per_job``, else the cores split over the jobs at once, as it splits them), which
-    a step takes longer with than with every core; None for the others (a job has the process's
-    threads)."""
+    (``threads_per_job``, else the cores split as it splits them); None for the others."""
     if not str(launcher.get("_target_", "")).endswith("GpusLauncher"):
         return None
     return launcher.get("threads_per_job") or cpu_share(at_once)
@@ -143,9 +135,8 @@ def _torch_threads(threads: int | None) -> Iterator[None]:
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """Lightning's and Fabric's info lines (the seed set, the devices found) and the isotropy
-    callback's (its measures) kept out of the preview while it times: they speak of a run that
-    is not one."""
+    """Lightning's, Fabric's and the isotropy callback's info lines kept out of the preview while
+    it times: they speak of a run that is not one."""
     silence_lightning_tips()
     quieted = ("lightning.pytorch", "lightning.fabric", "isotune.callbacks.isotropy")
     loggers = [logging.getLogger(name) for name in quieted]
@@ -178,17 +169,9 @@ class JobTimer(L.Callback):
     def parts(self, timed_on: str, probe_shared: bool) -> JobParts:
         timed = self.train[1:] or self.train  # a job of one batch: its only one
         return JobParts(
-            self.load,
-            self.probe,
-            tuple(timed),
-            self.train_count,
-            tuple(self.val),
-            self.val_count,
-            self.val_end,
-            self.validations,
-            timed_on,
-            probe_shared,
-        )
+            self.load, self.probe, tuple(timed), self.train_count, tuple(self.val), self.val_count,
+            self.val_end, self.validations, timed_on, probe_shared
+        )  # fmt: skip
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         self._mark = time.perf_counter()

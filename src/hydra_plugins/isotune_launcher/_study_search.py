@@ -1,11 +1,6 @@
-"""The study ``hydra/sweeper=study`` runs (:mod:`.study_sweeper` holds its settings), adapted
-from Hydra: its tasks and arms composed, every check before any job, its preview, its stated
-test's plan locked; then :func:`isotune.study.loop.run_study_searches` runs its searches on the
-launcher's slots, its looks and its report.
-
-Its name's underscore keeps it out of Hydra's plugin scan, which imports every other module here
-on every run of train.py: :class:`~.study_sweeper.StudySweeper` imports it, and the search,
-Optuna and the study's statistics with it, only when a study runs.
+"""The study ``hydra/sweeper=study`` runs: its arms composed, every check before any job, its
+preview, its stated plan locked; then :func:`isotune.study.loop.run_study_searches`. The
+underscore keeps it (and Optuna) out of Hydra's plugin scan, as ``_hydra_search``'s does.
 """
 
 import logging
@@ -66,9 +61,7 @@ REPORT_MODELS_KEPT = "checkpoint.keep=slim"  # hydra.sweeper.keep_report_models:
 
 
 def run_study(sweeper: KeepsItsLauncher, arguments: list[str]) -> None:
-    """The study ``hydra/sweeper=study`` runs (:class:`~.study_sweeper.StudySweeper`, set up by
-    Hydra), the command line's ``arguments`` its tasks and plain overrides: its plan and every
-    check before any job, then its searches, then the study report."""
+    """The study ``hydra/sweeper=study`` runs, ``arguments`` its tasks and plain overrides."""
     assert sweeper.config is not None and sweeper.hydra_context is not None
     config = sweeper.config
     folder = Path(str(config.hydra.sweep.dir)).resolve()
@@ -156,8 +149,7 @@ def _search_settings(
     fixed: list[str],
     folder: Path,
 ) -> SearchSettings:
-    """The search of ``arm`` on ``task``, built as a plain search's settings are
-    (:func:`~._hydra_search.settings_of`), with no baseline of its own (it is an arm), its W&B runs
+    """The search of ``arm`` on ``task``: no baseline of its own (it is an arm), its W&B runs
     grouped by study, task and arm."""
     assert sweeper.config is not None
     space = parse_space(
@@ -184,10 +176,8 @@ def _search_settings(
 def _compose_arms(
     sweeper: KeepsItsLauncher, plan: StudyPlan, fixed: list[str]
 ) -> dict[tuple[str, str], DictConfig]:
-    """Each (task, arm)'s job, composed once and its values checked as train.py checks them,
-    as a plain search's dry run composes its jobs: an arm's option that does not exist or a
-    value out of range stops the study here, not after every retry of its trials. A task
-    without a config leaves its jobs out (the caller refuses it by name)."""
+    """Each (task, arm)'s job, composed once and checked as train.py checks it, so a bad arm
+    stops the study here; a task without a config leaves its jobs out (the caller refuses it)."""
     assert sweeper.config is not None and sweeper.hydra_context is not None
     loader = sweeper.hydra_context.config_loader
     jobs = {}
@@ -211,11 +201,9 @@ def _check_fits(
     jobs: dict[tuple[str, str], DictConfig],
     folder: Path,
 ) -> int:
-    """Refuse a study that cannot fit on its disk, before any job: every run of every
-    search, each sized as the baseline arm's run on its task (a report run with the model
-    it keeps, ``keep_report_models``); a study continued is sized by the runs each task has
-    left, the tuning runs counted done first (a report run keeps as much or more). How many
-    of its runs go at once."""
+    """Refuse a study that cannot fit on its disk, each run sized as the baseline arm's on its
+    task (the tuning runs counted done first: a report run keeps as much or more); how many of
+    its runs go at once."""
     from isotune.training.sweep_space import (  # imports torch
         check_sweep_fits,
         completed_runs,
@@ -241,8 +229,7 @@ def _check_fits(
 
 
 def _plan_lines(plan: StudyPlan, folder: Path) -> tuple[int, list[str]]:
-    """The runs the study has left and what its preview says of them: its budget, then each
-    (task, arm)'s search and the runs completed in its folder."""
+    """The runs the study has left and what its preview says of them."""
     from isotune.training.sweep_space import completed_runs  # imports torch
 
     per_search = plan.jobs // len(plan.searches)
@@ -265,8 +252,7 @@ def _plan_lines(plan: StudyPlan, folder: Path) -> tuple[int, list[str]]:
 
 
 def _report_overrides(keep: str, settings: dict[str, Any]) -> tuple[str, ...]:
-    """What the report runs add: ``checkpoint.keep=slim`` when ``keep_report_models`` asks for
-    their models and the study's runs keep none (``slim`` or ``full`` keep one already)."""
+    """What the report runs add: ``checkpoint.keep=slim`` where ``keep_report_models`` asks."""
     wanted = settings["keep_report_models"] and keep == "none"
     return (REPORT_MODELS_KEPT,) if wanted else ()
 
@@ -289,9 +275,7 @@ def _what_is_kept(keep: str, keep_report_models: bool) -> str:
 
 
 def _say_searches_left_out(plan: StudyPlan, folder: Path) -> None:
-    """Say so when the command continues some of the searches in the study folder (``task=rte
-    hydra.sweeper.arms=[none,cosreg]`` on a study of more): the others' folders stay as they
-    are, and the study's record and report are now those of the searches typed."""
+    """Say so when the command continues only some of the study folder's searches."""
     typed = {f"{task}/{arm.name}" for task, arm in plan.searches}
     others = [search for search in searches_in(folder) if search not in typed]
     if others:
@@ -304,9 +288,7 @@ def _say_searches_left_out(plan: StudyPlan, folder: Path) -> None:
 
 
 def _refuse_unknown_keys(settings: dict[str, Any], search_preset: str | None) -> None:
-    """Refuse a ``hydra.sweeper`` key the study has not (``++hydra.sweeper.params.optim.lr=...``
-    adds one that nothing would read, as does an ``hparams_search=`` preset beside the study):
-    the study would run without it."""
+    """Refuse a ``hydra.sweeper`` key the study has not: the study would run without it."""
     plain_search = {key for key in PLAIN_SEARCH_KEYS if settings.get(key) is not None}
     known = {f.name for f in fields(StudySweeperConf) if not f.name.startswith("_")}
     known -= set(PLAIN_SEARCH_KEYS)
@@ -343,9 +325,8 @@ def _refuse_unknown_keys(settings: dict[str, Any], search_preset: str | None) ->
 
 
 def _tasks_and_fixed(arguments: list[str], tasks: list[str]) -> tuple[list[str], list[str]]:
-    """The command line's ``task`` (a sweep: the study's tasks; else the preset's ``tasks``) and
-    its plain overrides, for every job; another sweep is refused, and so is a fixed learning
-    rate (an arm without another knob would search nothing)."""
+    """The command line's tasks (else the preset's) and its plain overrides; another sweep, or a
+    fixed learning rate, is refused."""
     fixed = []
     for override in OverridesParser.create().parse_overrides(arguments):
         key = override.get_key_element()
@@ -370,8 +351,7 @@ def _tasks_and_fixed(arguments: list[str], tasks: list[str]) -> tuple[list[str],
 
 
 def _in_config(job: DictConfig, key: str) -> bool:
-    """Whether ``key`` is a config group of ``job`` (an arm's composed job) or a key of it
-    (``reg.weight`` where the arm's regularizer has a weight; ``reg.wieght`` nowhere)."""
+    """Whether ``key`` is a config group or a key of ``job``."""
     if key in job.hydra.runtime.choices:
         return True
     missing = object()

@@ -1,11 +1,6 @@
 """``hydra.sweeper.preview=true``: what a plain multirun, a search or a study would run, then exit
-0 having launched and written nothing (docs/sweeps.md#preview).
-
-One setting of the three sweepers (:class:`PreviewConf`). Each runs every check it runs before
-its first job (a refused setting is the same message as without the preview), composes its jobs
-and checks its disk; then :func:`say_preview` says what would run and how long it would take
-(:mod:`isotune.sweeps.time_estimate`), and removes the sweep folder the folder lock made for it
-where it holds only that lock (so :func:`folder_line` does not name it as made).
+0 having launched and written nothing (docs/sweeps.md#preview); each sweeper runs every check it
+runs before its first job, then :func:`say_preview`.
 """
 
 import logging
@@ -47,10 +42,9 @@ def say_preview(
     what: str,
     launcher: DictConfig,
 ) -> None:
-    """Say the ``plan`` (its lines: the jobs, the budget, the jobs completed in ``folder``) and
-    the time of the ``jobs_left``, ``at_once`` at a time on ``launcher``, each as long as
-    ``job`` (a composed job of the sweep, named ``what``) or as the runs completed in
-    ``folder``; then leave no folder made for the preview behind."""
+    """Say the ``plan``'s lines and the time of the ``jobs_left``, ``at_once`` at a time, each as
+    long as ``job`` (named ``what``) or as the runs completed in ``folder``; then remove the
+    folder the preview's lock made, where it holds only that lock."""
     from hydra_plugins.isotune_launcher._step_timing import (  # torch
         bound_elsewhere,
         job_threads,

@@ -150,9 +150,8 @@ def _hub_offline() -> str | None:
 
 
 def _from_pretrained(load: Callable[..., T], name_or_path: str, what: str) -> T:
-    """Call a ``from_pretrained`` loader; turn 'not found / no network' into one clear message.
-
-    A Hub name is looked up in the local cache only when the Hub is off or out of reach, so a
+    """Call a ``from_pretrained`` loader; turn 'not found / no network' into one clear message. A
+    Hub name is looked up in the local cache only when the Hub is off or out of reach, so a
     cached model loads offline and a missing one fails at once instead of after the retries."""
     resolved = resolve_model_path(name_or_path)
     folder = Path(resolved)

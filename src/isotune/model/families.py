@@ -1,12 +1,8 @@
 """What differs between model families, in one table keyed by ``config.model_type``.
 
-Hugging Face encoders and decoders share an interface but not their config names, inputs or
-heads; the classifier, LoRA's targets, I-STAR's layers, the isotropy callback and the analysis
-ask this module instead of reading a BERT name from the config. Each fact follows the family's
-own Hugging Face classifier, so that the ``null`` settings and the ``conf/model`` presets
-fine-tune as it does (docs/training.md, "Model families"). A family missing from
-:data:`FAMILIES` trains when the settings standing in for its facts are given; otherwise one
-:class:`IsotuneError` names them.
+Each fact follows the family's own Hugging Face classifier, so that the ``null`` settings and the
+``conf/model`` presets fine-tune as it does (docs/training.md#model-families). A family missing
+from :data:`FAMILIES` trains when the settings standing in for its facts are given.
 """
 
 from __future__ import annotations
@@ -76,12 +72,7 @@ FAMILIES: dict[str, Family] = {
     ),
     # Its layers share their weights: each target is one module per layer group.
     "albert": Family(
-        "ALBERT",
-        ("classifier_dropout_prob",),
-        True,
-        True,
-        "pooler",
-        ("query", "value"),
+        "ALBERT", ("classifier_dropout_prob",), True, True, "pooler", ("query", "value")
     ),
     "electra": Family("ELECTRA", BERT_DROPOUT, True, False, "cls"),
     # DeBERTa-v3 checkpoints are model_type deberta-v2 with type_vocab_size 0.
@@ -90,25 +81,14 @@ FAMILIES: dict[str, Family] = {
     ),
     # Its head pools as config.classifier_pooling says; Wqkv projects query, key and value at once.
     "modernbert": Family(
-        "ModernBERT",
-        ("classifier_dropout",),
-        False,
-        False,
-        "classifier_pooling",
-        ("Wqkv",),
+        "ModernBERT", ("classifier_dropout",), False, False, "classifier_pooling", ("Wqkv",)
     ),
     "mpnet": Family("MPNet", ("hidden_dropout_prob",), False, False, "cls", ("q", "v")),
     # Decoder language models: no token types, no pooler, the last real token, no dropout before
     # the head; LoRA's targets from peft's table (GPT-2's c_attn is a Conv1D, query, key and value
     # in one matrix; GPT-NeoX's query_key_value likewise).
     "gpt2": Family("GPT-2", NO_DROPOUT, False, False, "last"),
-    "gpt_neox": Family(
-        "GPT-NeoX (Pythia)",
-        NO_DROPOUT,
-        False,
-        False,
-        "last",
-    ),
+    "gpt_neox": Family("GPT-NeoX (Pythia)", NO_DROPOUT, False, False, "last"),
     # Its classifier reads the last hidden state after project_out, word_embed_proj_dim wide
     # (OPT-350m: 512; the other sizes: the hidden size); the embeddings (after project_in) and
     # the other layers are hidden_size wide (OPT-350m: 1024).

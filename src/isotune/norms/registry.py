@@ -156,9 +156,8 @@ class IsoBN(Float32Statistics):
 @dataclass(frozen=True)
 class Norm:
     """One ``norm`` option: its module, built as ``module(num_features, **options)``, the range of
-    each option (the config check reads the selected norm's), and the training batches its running
-    statistics can learn from, so that a config that would leave them empty (``data.batch_size=1``:
-    the norm recorded, the identity applied) is refused before the model loads."""
+    each option, and the training batches its statistics learn from, so that a config that would
+    leave them empty (the norm recorded, the identity applied) is refused before the model loads."""
 
     module: type[nn.Module]
     options: Mapping[str, Range] = field(default_factory=dict)
@@ -166,10 +165,8 @@ class Norm:
     smaller_batch_raises: bool = False  # a smaller training batch raises (True) or is skipped
 
 
-# The registry of norms, the one list of them: a key is the ``name:`` of ``conf/norm/<key>.yaml``.
-# The baseline ``none`` comes first, which the benchmarks' order follows; the aggregate's tables
-# read no registry and list ``none`` first, then A-Z (``isotune.sweeps.comparisons.AXES``). A new
-# norm is its module, an entry here and a YAML file (docs/extending.md says what else is optional).
+# The one list of norms, each key the ``name:`` of ``conf/norm/<key>.yaml``; the baseline ``none``
+# first, as the benchmarks list them. A new norm: docs/extending.md.
 NORMS: dict[str, Norm] = {
     "none": Norm(nn.Identity),  # takes and ignores any arguments
     "batchnorm": Norm(nn.BatchNorm1d, dict(momentum=MOMENTUM, eps=POSITIVE), 2, True),  # raises

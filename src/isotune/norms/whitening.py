@@ -1,11 +1,5 @@
-"""Group whitening of the sentence vector by Newton iterations (IterNorm).
-
-IsoBN rescales dimensions (a diagonal map); whitening also removes the correlations between them.
-A batch of 16 sentence vectors in 384 or 768 dimensions has a covariance of rank at most 15, so a
-ZCA through an eigendecomposition meets repeated eigenvalues, where its gradient is not finite.
-IterNorm replaces the eigendecomposition by Newton's iteration for the inverse square root, which
-needs matrix products only, and whitens groups of dimensions smaller than the batch, as
-Decorrelated BN does.
+"""Group whitening of the sentence vector by Newton iterations (IterNorm); why not a ZCA, and
+why groups smaller than the batch: docs/interventions.md#whitening-normwhitening.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Reading a checkpoint written by train.py, as data only: what a checkpoint holds, and one clear
-error (with the fix that works for the command reading it) for one that is missing, truncated,
-not train.py's, or holds more than data. A checkpoint is a pickle, and unpickling can run any
-code the file names: every read of one goes through :func:`read_checkpoint`.
+"""Reading a checkpoint written by train.py, as data only (a pickle can run any code it names):
+what a checkpoint holds, and every read of one, :func:`read_checkpoint`.
 """
 
 from __future__ import annotations

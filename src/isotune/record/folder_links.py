@@ -60,10 +60,8 @@ def check_no_link_leaves(
 
 
 def record_refusal(folder: str | Path, overrides: list[str], error: IsotuneError) -> None:
-    """A sweep's refusal of a job (:func:`check_links_stay_inside`) as the job's latest attempt
-    in its results.json, so that the sweep's summary reports it rather than how the job ended
-    before; holding the folder's lock (a job of an earlier sweep may still run there: then its
-    record is left to it)."""
+    """A sweep's refusal of a job as the job's latest attempt in its results.json, for the sweep's
+    summary; under the folder's lock (a job of an earlier sweep may still run there)."""
     try:
         locked = folder_lock.hold(folder)
         try:

@@ -1,12 +1,7 @@
-"""Continuing a run where it stopped: which checkpoint, and whether it belongs to this run.
-
-One run is one folder. Started again in its own folder (the command printed after an
-interruption, a SLURM requeue, ``python -m isotune.rerun``, or the same ``hydra.run.dir=`` typed
-again), a run with ``resume=auto`` continues from the folder's ``checkpoints/last.ckpt``; an
-explicit ``ckpt_path=`` wins over it, and ``resume=never`` starts afresh. Either way the checkpoint
-must be readable (:mod:`isotune.record.checkpoint_reading`) and must come from the same
-computation: a difference in any key of its saved config that changes what is computed stops the
-run with those keys named, before anything is written (:mod:`isotune.record.same_run`).
+"""Continuing a run where it stopped: which checkpoint, and whether it belongs to this run
+(docs/training.md#one-run-one-folder). The checkpoint must be readable
+(:mod:`isotune.record.checkpoint_reading`) and from the same computation
+(:mod:`isotune.record.same_run`), checked before anything is written.
 """
 
 from __future__ import annotations
@@ -47,9 +42,8 @@ def checkpoint_to_resume(cfg: DictConfig, settings: Mapping[str, Any]) -> Path |
 def completed_record(cfg: DictConfig) -> dict[str, Any] | None:
     """The record of the completed run in ``cfg``'s folder that ``cfg`` starts again
     (``resume=auto``, no ``ckpt_path``), when it kept no last.ckpt (``checkpoint.keep``); else
-    None. Such a run has nothing left to train: started again (a sweep typed again in its folder,
-    a SLURM requeue that came as it finished) it stands as it is, as a completed run that kept its
-    last.ckpt does. One that trained no step has nothing to lose, and starts afresh."""
+    None. Such a run has nothing left to train: started again (a sweep typed again, a late SLURM
+    requeue) it stands as it is. One that trained no step has nothing to lose, and starts afresh."""
     if cfg.ckpt_path is not None or cfg.get("resume", "auto") != "auto":
         return None
     folder = Path(cfg.paths.output_dir)
@@ -63,13 +57,10 @@ def completed_record(cfg: DictConfig) -> dict[str, Any] | None:
 
 
 def interrupted_runs_like(folder: Path, settings: Mapping[str, Any]) -> list[Path]:
-    """The folders beside ``folder`` (a new run's, whose command chose no folder: each start of
-    it makes another there) holding an interrupted run of the same command that can continue
-    (its ``last.ckpt``): the same overrides, and the same ``settings`` that its results.json
-    records (task, model, norm, seeds, ...); oldest first. One interrupted before its first
-    checkpoint has nothing to continue from. Only results.json files beside a last.ckpt are
-    read, and parsed only where ``interrupted`` is in them: a start among thousands of runs
-    stays quick."""
+    """The folders beside ``folder`` (a new run's) holding an interrupted run of the same
+    overrides and ``settings`` that can continue (its ``last.ckpt``), oldest first. Only
+    results.json files beside a last.ckpt are parsed, and only where ``interrupted`` is in them:
+    a start among thousands of runs stays quick."""
     runs = []
     for record_file in sorted(folder.parent.glob(f"*/{RESULTS_FILE}")):
         if record_file.parent == folder or not (record_file.parent / LAST_CHECKPOINT).is_file():
@@ -116,11 +107,9 @@ def predictions_left_unwritten(cfg: DictConfig, record: Mapping[str, Any]) -> st
 def check_same_completed_run(
     folder: Path, record: Mapping[str, Any], current: Mapping, settings: Mapping[str, Any]
 ) -> None:
-    """The completed run in ``folder`` was configured as ``current``, by its best.ckpt's saved
-    config (:func:`check_same_run` names the keys that differ); one that kept no model
-    (``checkpoint.keep=none``) by what its results.json records (``settings``: task, model, norm,
-    seeds, ..., and the overrides that change a result). With other settings it is refused:
-    starting afresh would train it again over its results."""
+    """Refuse to start again the completed run in ``folder`` with settings other than it had (by
+    its best.ckpt's config, else by the ``settings`` its results.json records): starting afresh
+    would train it again over its results."""
     best_file = kept_model_file(folder, record)
     if best_file is not None and best_file.is_file():
         check_same_run(read_checkpoint(best_file, required=MODEL_KEYS), best_file, current)

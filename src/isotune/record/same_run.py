@@ -1,8 +1,5 @@
 """Whether a checkpoint or a recorded run comes from the same computation as this start: the
-saved config against the current one, key by key. Keys that only say where results go or how they
-are shown (:data:`BOOKKEEPING_KEYS`) may differ; keys the config gained since a checkpoint was
-written (:data:`KEYS_ADDED_SINCE`) compare as the value that reproduces it; classes named before
-the modules moved into wings (:data:`MOVED_MODULES`) are read where they are now.
+saved config against the current one, key by key, by the tables below.
 """
 
 from __future__ import annotations
@@ -122,10 +119,8 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
 
 
 def check_same_run(checkpoint: Mapping[str, Any], path: Path, current: Mapping[str, Any]) -> None:
-    """Refuse to continue from ``checkpoint`` a run configured otherwise (never a silent mix).
-
-    Checkpoints older than :data:`CONFIG_KEY` are compared on the model's hyperparameters; the
-    classes a checkpoint saved before the modules' move names are read where they are now."""
+    """Refuse to continue from ``checkpoint`` a run configured otherwise (never a silent mix);
+    checkpoints older than :data:`CONFIG_KEY` are compared on the model's hyperparameters."""
     saved = current_targets(checkpoint.get(CONFIG_KEY))
     if saved is None:
         hyperparameters = checkpoint.get("hyper_parameters") or {}

@@ -1,7 +1,5 @@
-"""The search report's section on what the trials spent bought: the expected best score by trials
-spent (Dodge et al. 2019, :mod:`isotune.search.expected_best`) over every finished trial, pruned
-ones at the median of the seeds they ran and failed ones as draws that found nothing, with its
-band, or below five trials their values; and its figure, ``expected_best.png``.
+"""The search report's section on what the trials spent bought, and its figure
+(docs/search.md#the-expected-best-curve; Dodge et al. 2019).
 """
 
 from __future__ import annotations
@@ -168,12 +166,8 @@ class ExpectedBest:
         figure, axes = plt.subplots(figsize=(5, 3.5))
         axes.fill_between(n, [p.low for p in points], [p.high for p in points], alpha=0.25)
         axes.plot(n, [p.mean for p in points], marker="o", label=DEFAULT_ESTIMATOR)
-        axes.plot(
-            n,
-            [p.mean for p in self.curves[WITHOUT_REPLACEMENT]],
-            ls="--",
-            label=WITHOUT_REPLACEMENT,
-        )
+        without = [p.mean for p in self.curves[WITHOUT_REPLACEMENT]]
+        axes.plot(n, without, ls="--", label=WITHOUT_REPLACEMENT)
         axes.set_xlabel(
             "trials spent" + (" (pruned at their partial median)" if self.pruned else "")
         )

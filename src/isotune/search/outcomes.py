@@ -1,9 +1,6 @@
 """What one job of a search gave, read from its ``results.json`` whichever launcher ran it, and a
-trial's value over its seeds.
-
-A run that completed counts at its score even when it failed to learn, since dropping it would
-flatter a setting that breaks training. A job with no score fails its trial, the reason naming
-the job, never a made-up value; a job that has not ended is no result at all: its trial waits.
+trial's value over its seeds (the rules: docs/search.md#how-it-works, "Failed runs count"). A job
+that has not ended is no result at all: its trial waits.
 """
 
 from __future__ import annotations

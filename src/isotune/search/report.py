@@ -1,21 +1,7 @@
 """The end of a search: the winner against the baseline on report seeds that played no part in
 choosing it, the winner's tuning-seed value beside it (how much the choice flattered it), the
-expected best score per budget, and every trial with its runs.
-
-Files written into the search folder (each atomically):
-- ``search_report.md``: the held-out table, the paired statistics, the expected-best curve over
-  the trials spent (pruned ones at the median of the seeds they ran, failed ones as draws that
-  found nothing), with its band, or below five trials their values;
-- ``optimization_results.yaml``: ``best_params`` and ``best_value`` as the official Optuna sweeper
-  writes them, and the held-out numbers beside them;
-- ``trials.csv``: one row per job of every trial (state, its values, seed, score, folder);
-- ``optimization_history.png``, ``param_importances.png`` (Optuna's matplotlib figures) and
-  ``expected_best.png``.
-The paired statistics are :func:`isotune.sweeps.statistics.paired_comparison` (best - baseline
-over the report seeds), the same as every sweep's; where a report run failed or has no score,
-a line beside them gives the same test with it at its trivial score (intention to treat:
-:mod:`isotune.sweeps.intention_to_treat`). :func:`search_outputs` reads the report and the
-figures back for the sweep's W&B report (``python -m isotune.dashboard report``).
+expected best score per budget, and every trial with its runs. The files it writes into the search
+folder, each atomically, are docs/search.md#what-it-writes.
 """
 
 from __future__ import annotations
@@ -99,7 +85,7 @@ def write_report(
     maximize: bool,
     study: Any = None,
 ) -> str:
-    """Write the files of the module docstring into ``folder``; the report's text."""
+    """Write docs/search.md#what-it-writes's files into ``folder``; the report's text."""
     curve = ExpectedBest.of(trials, maximize, study)
     text = report_text(trials, held_out, curve)
     write_text(folder / REPORT_FILE, text)

@@ -1,18 +1,7 @@
-"""One search, told apart from the launching: it proposes its next jobs and takes their outcomes.
-
-A trial is a configuration over the tuning seeds, each seed one job; its value is the median
-score of its jobs (:mod:`isotune.search.outcomes`). With a pruner the seeds run in rounds (seed i
-of every trial in flight, each score reported with its seed index as the step), so a trial
-clearly worse stops before its later seeds; without one, every seed of a trial runs in one round.
-Once every trial has ended, the best trial and the baseline run on the report seeds, and
-:mod:`isotune.search.report` compares them there.
-
-:meth:`Search.start_trial` asks a new trial, :meth:`Search.next_jobs` gives the jobs of a round,
-and :meth:`Search.tell` takes their outcomes. How many trials are in flight, who launches the jobs
-and beside which other searches' jobs is the caller's (:func:`isotune.search.loop.run_searches`),
-so that several searches can share a launcher's slots. A trial whose job has not ended (running,
-interrupted, never started) stays unfinished in the study: it is never given a value or a FAIL,
-and the same command continues it.
+"""One search, told apart from the launching: it proposes its next jobs and takes their outcomes
+(trials, rounds and the report: docs/search.md#how-it-works). Who launches the jobs, and beside
+which other searches' jobs, is the caller's (:func:`isotune.search.loop.run_searches`). A trial
+whose job has not ended stays unfinished in the study, never given a value or a FAIL.
 """
 
 from __future__ import annotations
@@ -82,8 +71,7 @@ class Job:
 
 @dataclass
 class _Trial:
-    """A trial in flight: the Optuna trial, where its jobs run, its jobs' outcomes by seed, the
-    jobs of the round it waits on, and the rest of its life (:meth:`Search._life`)."""
+    """A trial in flight; the rest of its life is :meth:`Search._life`."""
 
     trial: Any
     home: Path  # the search folder its jobs run in
@@ -94,8 +82,8 @@ class _Trial:
 
 class Search:
     """One search in ``folder``: :meth:`open`, then rounds of :meth:`start_trial` (one per free
-    slot), :meth:`next_jobs` and :meth:`tell`, until :attr:`finished`. ``sweep_record`` is
-    written as the folder's multirun.yaml (the sweep tools read the search's command from it)."""
+    slot), :meth:`next_jobs` and :meth:`tell`, until :attr:`finished`; ``sweep_record`` is its
+    multirun.yaml."""
 
     def __init__(self, settings: SearchSettings, folder: Path, sweep_record: str) -> None:
         settings.check()
@@ -220,11 +208,9 @@ class Search:
         return True
 
     def _run(self, trial: Any, attrs: dict[str, Any], rounds_reported: int = 0) -> None:
-        """Put ``trial`` (its user attributes ``attrs``) in flight here, owned by this search, its
-        jobs in its home folder (:meth:`_home`). A trial a stopped search left goes on from the
-        round after the ``rounds_reported`` it reported, with the outcomes its ``jobs`` recorded
-        for them, so that a continued search asks the pruner and keeps its rounds in step with
-        the other trials as an uninterrupted one would, and ends as it would have."""
+        """Put ``trial`` (its user attributes ``attrs``) in flight here, owned by this search. A
+        trial a stopped search left goes on after the ``rounds_reported`` it reported, with their
+        recorded outcomes, so a continued search prunes and ends as an uninterrupted one would."""
         trial.set_user_attr(OWNER_ATTR, owner(self.folder))
         live = _Trial(trial, self._home(attrs))
         reported = {seed for seeds in self._rounds()[:rounds_reported] for seed in seeds}
@@ -263,8 +249,7 @@ class Search:
 
     # ---- the trials ----
     def _rounds(self) -> list[list[int]]:
-        """The tuning seeds in the rounds a trial runs them: with a pruner one seed a round, so
-        that a trial clearly worse stops before its later seeds; without one, all in one."""
+        """The tuning seeds by round: with a pruner one seed a round; without one, all in one."""
         seeds = list(self.settings.seeds)
         return [[seed] for seed in seeds] if self.pruning else [seeds]
 
@@ -276,11 +261,9 @@ class Search:
             del self.live[live.trial.number]
 
     def _life(self, live: _Trial, first_round: int) -> Iterator[list[Job]]:
-        """A trial from its round ``first_round`` to its end, top to bottom: each round's jobs
-        are yielded to be run, and their outcomes are in ``live.outcomes`` (by seed) when it
-        goes on. A failed job makes the trial FAIL; each score is reported with its seed's place
-        in the seed list as the step, and while seeds remain the pruner may stop it (PRUNED);
-        after the last seed its value is the median of its scores (COMPLETE)."""
+        """A trial from its round ``first_round`` to its end: each round's jobs are yielded to be
+        run, their outcomes in ``live.outcomes`` (by seed) when it goes on; then FAIL, PRUNED or
+        COMPLETE at the median of its scores."""
         trial, number = live.trial, live.trial.number
         seeds = list(self.settings.seeds)
         rounds = self._rounds()
@@ -311,10 +294,7 @@ class Search:
         log.info(f"Trial {number}: {self.space.values(trial.params)} -> {value:.4f}")
 
     def check_failures(self) -> None:
-        """The one failure rule: the search stops once more trials FAILED than
-        ``max_failure_rate`` of ``n_trials`` allows, a count known before it starts, so that one
-        early failure does not stop it. The failed trials stay FAIL and count, so the same
-        command stops again before any job, until the rate allows them."""
+        """The one failure rule (docs/search.md#how-it-works, "Failed runs count")."""
         failed = self._counted(TrialState.FAIL)
         rate, budget = self.settings.max_failure_rate, self.settings.n_trials
         allowed = math.floor(rate * budget + 1e-9)
@@ -337,10 +317,8 @@ class Search:
         )
 
     def _retry_failed(self) -> None:
-        """Enqueue each FAILED trial's configuration as a new trial (Optuna's ``enqueue_trial``:
-        the next trial asked takes its values), and record the failed one as retried: it then
-        counts in neither the budget, nor the failure rule, nor the tables, so a trial that failed
-        for a cause since fixed does not stand in the search as a failure of its values."""
+        """Enqueue each FAILED trial's values as a new trial, and record the failed one as
+        retried, counted nowhere: a cause since fixed is no failure of its values."""
         again = self._counted(TrialState.FAIL)
         if not again:
             return
@@ -405,9 +383,8 @@ class Search:
         return [self._row(t) for t in self._finished_trials()]
 
     def _row(self, trial: Any) -> TrialRow:
-        """The trial as its tables show it, each job's folder relative to this search's folder:
-        the journal records where a job ran then, and a folder carried to another path or
-        machine would otherwise name the old one in every table it writes again."""
+        """The trial as its tables show it, each job's folder relative to this search's folder
+        (the journal records where it ran then, maybe before the folder was carried)."""
         jobs = [
             dataclasses.replace(job, job_dir=self._job_dir_here(job.job_dir, trial.user_attrs))
             for job in map(JobOutcome.from_record, trial.user_attrs.get("jobs", []))
@@ -429,9 +406,7 @@ class Search:
 
     def _home(self, attrs: dict[str, Any]) -> Path:
         """Where the jobs of a trial (its user attributes ``attrs``) run: this folder, wherever
-        it lies now, when the study's file is in it (a folder carried to another path or machine
-        goes on there, not at the path its journal recorded); with a storage several searches
-        share, the folder of the search that started the trial."""
+        it lies now, when the study's file is in it; else the folder that started the trial."""
         return self.folder if self.owns_its_storage else Path(attrs.get(HOME_ATTR, self.folder))
 
     def _job(

@@ -33,9 +33,7 @@ class SearchSettings:
 
     ``sampler`` is the sampler's config as given, which the study records; ``make_sampler(seed)``
     makes it. ``baseline`` None: no baseline runs (a study's search, whose baseline is an arm).
-    ``retry_failed``: run each FAILED trial's configuration again as a new trial, the failed one
-    left out of the budget, the failure rule and the tables. ``report_overrides``: what only the
-    held-out report's runs add besides :data:`REPORTED_ON`'s (a study's ``keep_report_models``)."""
+    ``report_overrides``: what only the report's runs add besides :data:`REPORTED_ON`'s."""
 
     space: SearchSpace
     seeds: tuple[int, ...]
@@ -66,10 +64,8 @@ class SearchSettings:
         return (*REPORTED_ON[self.tune_on], *self.report_overrides)
 
     def wandb_overrides(self, where: str, report: bool) -> list[str]:
-        """With ``logger=wandb``, each run is tagged with the search and ``where`` it runs (its
-        trial, or the report's side); W&B already groups a trial's runs, whose overrides differ
-        only by seed. A study's search groups its arm's runs instead (``wandb_group``), the job
-        type telling the tuning runs from the held-out (``report``) ones."""
+        """With ``logger=wandb``, each run tagged with the search and ``where`` it runs
+        (docs/search.md#what-it-writes); a study's search groups by arm (``wandb_group``)."""
         if not self.tag_runs:
             return []
         tags = [f"search-{self.study_name}", where.replace("/", "-")]

@@ -1,12 +1,10 @@
 """Configurations of a sweep, their baselines, and the paired statistics between them.
 
 A configuration is what sets a run apart other than its task and seed: its axes (:data:`AXES`)
-and other overrides, minus bookkeeping that changes no result (paths, launcher, logger,
-``hydra.*``). Its baseline is the same configuration with the axes' baseline values (``norm=none``
-by default, ``--baseline`` to choose another); runs of the two on one task that share the seed
-that varies (:mod:`isotune.sweeps.seeds`) are paired for :mod:`isotune.sweeps.statistics`. In a
-search folder, tuning and report runs are different configurations (``search=tuning``,
-``search=report``), never pooled, and only the report's have a baseline.
+and other overrides, minus bookkeeping that changes no result. Its baseline is the same
+configuration with the axes' baseline values (``--baseline``); runs of the two on one task that
+share the seed that varies are paired. In a search folder, tuning and report runs are different
+configurations, never pooled, and only the report's have a baseline.
 """
 
 from __future__ import annotations
@@ -145,10 +143,8 @@ def baseline_values(choices: Sequence[str] = ()) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Configurations:
-    """The configurations of a set of runs in display order, their names, and their baselines. A
-    name is the configuration's parts (:attr:`Configuration.parts`) that not every configuration
-    shares, the shared ones listed once (:attr:`shared`); one whose parts are all shared is named by
-    its axes."""
+    """The configurations of a set of runs in display order, their names (the parts not every
+    configuration shares; all shared: its axes), and their baselines."""
 
     ordered: tuple[Configuration, ...]
     shared: tuple[str, ...]
@@ -188,12 +184,9 @@ def paired_statistics(
     without_score: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per compared configuration and task: the paired comparison with its baseline over seeds
-    (``scores``: one row per run, as :func:`isotune.sweeps.tables.scores_frame` makes it, whose row
-    order this keeps), and Holm-adjusted p over every comparison with a pair (:data:`HOLM_FAMILY`,
-    named in the ``holm_family`` column: in a study folder, the family of study_report.md). With
-    ``without_score`` (:func:`isotune.sweeps.tables.without_score_frame`), also the
-    intention-to-treat sensitivity (:data:`ITT_COLUMNS`; ``itt_substituted`` 0 where no run was
-    paired), and a row for a configuration and task whose runs all ended without a score."""
+    (``scores``: :func:`isotune.sweeps.tables.scores_frame`'s, its row order kept), and Holm p
+    over every comparison with a pair (:data:`HOLM_FAMILY`). With ``without_score``, also the
+    intention-to-treat sensitivity, and a row for a cell whose runs all ended without a score."""
     by_cell = {
         key: dict(zip(group["seed"], group["score"], strict=True))
         for key, group in scores.groupby(["configuration", "task"], sort=False)
@@ -230,30 +223,15 @@ def paired_statistics(
     for i, ((name, baseline, task, absent), c) in enumerate(zip(cells, comparisons, strict=True)):
         t_low, t_high = c.t_interval or (None, None)
         bootstrap_low, bootstrap_high = c.bootstrap_interval or (None, None)
-        rows.append(
-            {
-                "configuration": name,
-                "baseline": baseline,
-                "task": task,
-                "n": c.n,
-                "median_difference": c.median_difference,
-                "mean_difference": c.mean_difference,
-                "t_low": t_low,
-                "t_high": t_high,
-                "bootstrap_low": bootstrap_low,
-                "bootstrap_high": bootstrap_high,
-                "excludes_zero": c.excludes_zero,
-                "wilcoxon_p": c.wilcoxon_p,
-                "wilcoxon_n": c.wilcoxon_n,
-                "wilcoxon_p_holm": wilcoxon_holm.get(i),
-                "ttest_p": c.ttest_p,
-                "ttest_p_holm": ttest_holm.get(i),
-                "holm_family": f"{HOLM_FAMILY} ({m})",
-                "unpaired_seeds": " ".join(map(str, c.unpaired_seeds)),
-                "note": (absent + c.note).strip(),
-                **_intention_to_treat_row(sensitivities[i]),
-            }
-        )
+        # in PAIRED_COLUMNS' order
+        values = (
+            name, baseline, task, c.n, c.median_difference, c.mean_difference,
+            t_low, t_high, bootstrap_low, bootstrap_high, c.excludes_zero,
+            c.wilcoxon_p, c.wilcoxon_n, wilcoxon_holm.get(i), c.ttest_p, ttest_holm.get(i),
+            f"{HOLM_FAMILY} ({m})", " ".join(map(str, c.unpaired_seeds)), (absent + c.note).strip(),
+        )  # fmt: skip
+        row = dict(zip(PAIRED_COLUMNS, values, strict=True))
+        rows.append({**row, **_intention_to_treat_row(sensitivities[i])})
     columns = PAIRED_COLUMNS if without_score is None else [*PAIRED_COLUMNS, *ITT_COLUMNS]
     return pd.DataFrame(rows, columns=columns, dtype=object)  # None stays None
 
@@ -318,19 +296,10 @@ def across_tasks(paired: pd.DataFrame, summary: pd.DataFrame, average: str) -> p
     for (name, baseline), group in paired.groupby(["configuration", "baseline"], sort=False):
         compared = group.loc[group["n"] > 0, "median_difference"].astype(float)
         mean, reference = means.get(name), means.get(baseline)
-        rows.append(
-            {
-                "configuration": name,
-                "baseline": baseline,
-                "mean_of_medians": mean,
-                "baseline_mean_of_medians": reference,
-                "difference": None if mean is None or reference is None else mean - reference,
-                "tasks_better": int((compared > 0).sum()),
-                "tasks_worse": int((compared < 0).sum()),
-                "tasks_equal": int((compared == 0).sum()),
-                "tasks_compared": len(compared),
-            }
-        )
+        difference = None if mean is None or reference is None else mean - reference
+        counts = (int((compared > 0).sum()), int((compared < 0).sum()), int((compared == 0).sum()))
+        values = (name, baseline, mean, reference, difference, *counts, len(compared))
+        rows.append(dict(zip(ACROSS_COLUMNS, values, strict=True)))
     return pd.DataFrame(rows, columns=ACROSS_COLUMNS, dtype=object)
 
 

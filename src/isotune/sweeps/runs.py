@@ -1,9 +1,6 @@
-"""The bookkeeping of a directory of runs: which completed, which failed, which jobs are missing.
-
-Runs that did not complete (failed, interrupted, ``running``: alive, or killed if its last update
-is old) and a sweep's jobs that left no ``results.json`` are listed here, never a crash. A job is
-its sweep and job number (outside a sweep: its folder), so a completed run stands in only for a
-failed run of the same job.
+"""The bookkeeping of a directory of runs: which completed, which failed, which jobs are missing
+(listed, never a crash). A job is its sweep and job number (outside a sweep: its folder), so a
+completed run stands in only for a failed run of the same job.
 """
 
 from __future__ import annotations
@@ -137,9 +134,8 @@ class Sweep:
 
     @property
     def is_search(self) -> bool:
-        """A search (``hydra/sweeper=optuna``, docs/search.md, or one of a study's) chooses each
-        trial from the scores of the earlier ones: typing its command again continues it;
-        rerunning jobs would not."""
+        """A search (or one of a study's): typing its command again continues it, rerunning its
+        jobs would not."""
         return self.sweeper == SEARCH_SWEEPER or (
             self.sweeper == STUDY_SWEEPER and not self.is_study
         )
@@ -182,12 +178,9 @@ class Sweep:
 
 
 def basic_sweep_jobs(arguments: Sequence[str]) -> list[tuple[str, ...]]:
-    """The overrides of every job of ``python app.py -m <arguments>``, in job-number order. Hydra
-    has no public API for this, so this calls the basic sweeper's private
-    ``BasicSweeper.split_arguments`` (the same in hydra-core 1.3.2 and 1.3.8; pyproject pins
-    ``<1.4``), keeping the job numbers Hydra's own; ``tests/test_aggregate.py`` checks it against a
-    real multirun, so an upgrade that breaks it fails loudly. Raises ``HydraException`` for
-    arguments the basic sweeper rejects."""
+    """The overrides of every job of ``python app.py -m <arguments>``, in job-number order,
+    through Hydra's private ``BasicSweeper.split_arguments`` (no public API; pyproject pins
+    ``<1.4``, and ``tests/test_aggregate.py`` checks it against a real multirun)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -229,9 +222,8 @@ def job_id(run: Run, sweeps: Sequence[Sweep]) -> tuple[Path, int] | tuple[Path]:
 
 
 def search_parts(runs: Sequence[Run], sweeps: Sequence[Sweep]) -> list[Run]:
-    """``runs`` with the part of a search each belongs to (:attr:`Run.search_part`), when the
-    innermost sweep around it is a search: a trial's winner ran on the tuning seeds and again on
-    the report seeds, and pooling the two is the optimism the search's report measures."""
+    """``runs`` with the part of a search each belongs to (:attr:`Run.search_part`): pooling a
+    winner's tuning and report seeds is the optimism the search's report measures."""
     parted = []
     for run in runs:
         sweep = innermost_sweep(run, sweeps)

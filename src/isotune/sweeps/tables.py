@@ -75,16 +75,8 @@ def scores_frame(
                 f"{run.path}: primary metric {metric!r} is not among its best-epoch metrics "
                 f"{sorted(best)}; rerun that job."
             )
-        rows.append(
-            [
-                *_identity(run, configurations),
-                run.field("task"),
-                seeds.key(run),
-                metric,
-                100.0 * best[metric],
-                learned_of(run),
-            ]
-        )
+        identity = [*_identity(run, configurations), run.field("task"), seeds.key(run)]
+        rows.append([*identity, metric, 100.0 * best[metric], learned_of(run)])
     columns = [*configuration_columns(), "task", "seed", "metric", "score", "learned"]
     frame = pd.DataFrame(rows, columns=columns).astype({"learned": object})
     return _sorted(frame, configurations, extra=["seed"])
@@ -93,10 +85,8 @@ def scores_frame(
 def without_score_frame(
     runs: Sequence[Run], configurations: Configurations, seeds: SeedAxis
 ) -> pd.DataFrame:
-    """One row per run that ended without a score
-    (:func:`isotune.sweeps.intention_to_treat.ended_without_score`): its configuration, task,
-    pairing seed, status, and its dev set's trivial score in percent, as the scores are: what
-    the intention-to-treat line counts it at."""
+    """One row per run that ended without a score, with its dev set's trivial score in percent:
+    what the intention-to-treat line counts it at."""
     rows = [
         [
             configurations.name(Configuration.of(run)),
@@ -112,21 +102,16 @@ def without_score_frame(
 
 
 def summarize_scores(scores: pd.DataFrame, configurations: Configurations) -> pd.DataFrame:
-    """Median, sample std and count over seeds per configuration x task; the ``avg`` task (mean
-    of a row's per-task medians, for rows that have every task, when there are several); and the
-    difference of each median to its baseline's median. The same over the runs that learned
-    (:data:`LEARNED_COLUMNS`: NaN and n 0 where every run failed), and the failed runs' count."""
+    """Median, sample std and count over seeds per configuration x task, the ``avg`` task (mean of
+    the per-task medians, for rows with every task), and each median's difference to its
+    baseline's; the same over the runs that learned (NaN and n 0 where every run failed)."""
     if scores.empty:
         return pd.DataFrame(columns=[*configuration_columns(), *SUMMARY_COLUMNS, *LEARNED_COLUMNS])
     summary = _medians(scores, configurations)
-    learned = _medians(not_failed(scores), configurations).rename(
-        columns={
-            "median": "median_learned",
-            "std": "std_learned",
-            "n": "n_learned",
-            "delta_vs_baseline": "delta_learned",
-        }
+    renamed = dict(
+        zip(["median", "std", "n", "delta_vs_baseline"], LEARNED_COLUMNS[:-1], strict=True)
     )
+    learned = _medians(not_failed(scores), configurations).rename(columns=renamed)
     keys = ["configuration", "task"]
     summary = summary.merge(learned[[*keys, *LEARNED_COLUMNS[:-1]]], on=keys, how="left")
     summary = summary.merge(failure_counts(scores)[[*keys, "failed"]], on=keys, how="left")

@@ -81,10 +81,8 @@ def profile_key(level: str, layer: int, measure: str) -> str:
 
 
 def profile_table_key(level: str) -> str:
-    """The table of a level's layer profiles (W&B only): ``iso/profile/<level>/table``, one row
-    per epoch and layer, columns :data:`PROFILE_EPOCH`, :data:`PROFILE_LAYER` and the level's
-    measures. The callback logs it whole after every measurement, so the run summary's copy, the
-    one a W&B custom chart reads, holds every epoch measured so far."""
+    """The table of a level's layer profiles (W&B only), one row per epoch and layer, logged whole
+    after every measurement so the run summary's copy (a custom chart's) holds every epoch."""
     return f"iso/profile/{level}/table"
 
 

@@ -1,8 +1,5 @@
-"""Whether a server can be reached, answered within a few seconds.
-
-Clients that log to or download from a server (wandb, huggingface_hub) retry an unreachable one
-for minutes before they give up, and print every retry. Asking once, with a deadline, lets a run
-choose the offline path at once instead.
+"""Whether a server can be reached, answered within a few seconds: wandb and huggingface_hub retry
+an unreachable one for minutes, printing every retry, where a run could go offline at once.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Weights & Biases as the dashboard: one run per job, grouped over seeds, offline when W&B cannot
-be reached.
-
-The group is every override but the seed, so W&B aggregates seeds into one line per
-configuration. Whether a job uploads is decided once, before W&B starts, never waiting on the
-network: without credentials, with a malformed key or an unanswering server, the run is written
-offline (``wandb sync`` later) and one log line says why. A job always finishes its run, so jobs
-sharing a process (sweep workers) never log into one run.
+"""Weights & Biases as the dashboard: one run per job, grouped over seeds (every override but the
+seed), offline when W&B cannot be reached (decided once, before W&B starts:
+:mod:`isotune.tracking.wandb_status`). A job always finishes its run, so jobs sharing a process
+(sweep workers) never log into one run.
 """
 
 from __future__ import annotations
@@ -39,10 +35,9 @@ def wandb_logger(
     log_model: bool = False,
     group: str | None = None,
 ) -> WandbLogger:
-    """A WandbLogger named and grouped for seed aggregation; offline, quiet and with one log line
-    saying why and how to upload later, when :func:`offline_reason` gives a reason. ``group``
-    replaces the configuration's group (:func:`run_group`) where runs of several configurations
-    belong together: a study's arm on a task, whose trials differ by their searched values."""
+    """A WandbLogger named and grouped for seed aggregation; offline, with one log line saying why,
+    when :func:`offline_reason` gives a reason. ``group`` replaces the configuration's group
+    where runs of several configurations belong together (a study's arm on a task)."""
     offline = offline_reason()
     regularizer = reg_label(reg, reg_weight)
     configuration = run_group(model, task, norm, overrides, regularizer)
@@ -77,10 +72,9 @@ def wandb_logger(
 
 
 def define_axes(run, val_prefixes: Sequence[str], primary_metric: str) -> None:
-    """Draw ``iso/*`` against ``iso/epoch`` and each dev split's scores (``val/*``,
-    ``val_<split>/*``) against ``epoch`` (:func:`isotune.tracking.metric_keys.axis_of`), instead of
-    the global step Lightning gives every key; each split's primary metric and loss summarised by
-    their best value (max; min for the loss), as the run's ``best/*`` are."""
+    """Draw each key against its axis (:func:`isotune.tracking.metric_keys.axis_of`), not the
+    global step Lightning gives every key; each split's primary metric and loss summarised by
+    their best value, as the run's ``best/*`` are."""
     for prefix in ("iso", *val_prefixes):
         axis = axis_of(f"{prefix}/")
         run.define_metric(axis)

@@ -1,13 +1,8 @@
-"""Validate a composed training config before anything heavy happens.
-
-Hydra passes on whatever the command line says (``data.batch_size=abc`` arrives as the string
-``'abc'``, ``optim.lr=-1`` as an integer). Unchecked, such a value fails deep inside Lightning or
-PyTorch after the model has loaded, or not at all, with an error naming neither key nor value.
-The keys users set are checked here against their valid ranges, against each other where one
-limits another (a norm and the batches it learns from), and against the machine (a GPU
-accelerator); every problem is reported. A key added with ``+key=`` under a section code reads
-(:data:`READ_SECTIONS`) must be one that code reads: Hydra answers a misspelt ``optim.lrr=1e-3``
-with "use +optim.lrr", and the key so added would be ignored.
+"""Validate a composed training config before anything heavy happens: Hydra passes on whatever
+the command line says (``data.batch_size=abc`` as a string), which unchecked fails deep inside
+Lightning after the model has loaded, or not at all, naming neither key nor value. Every problem
+is reported at once; a key added with ``+`` that no code reads (Hydra's own advice for a misspelt
+``optim.lrr=1e-3``) is one too.
 """
 
 from __future__ import annotations
