@@ -97,6 +97,9 @@ def test_a_jobs_time_counts_each_of_its_parts_as_often_as_the_job_does_it():
     assert replace(parts, val_count=8).seconds(2.0, 1.0) - base == 3 * 4 * 1.0
     assert replace(parts, val_end=1.25).seconds(2.0, 1.0) - base == 3 * 1.0
     assert replace(parts, validations=6).seconds(2.0, 1.0) - base == 3 * 4.25
+    saving = replace(parts, save=0.5, saves=4)  # last.ckpt each of 3 epochs, best.ckpt once
+    assert saving.seconds(2.0, 1.0) - base == 4 * 0.5
+    assert "a checkpoint written in 0.5 s x 4" in saving.job_time("job #0").measured_from
     for said in (
         "job #0 timed here on CPU with 2 torch threads: model and data loaded in 2 s",
         "the epoch-0 isotropy probe 5 s",
@@ -154,7 +157,8 @@ def test_each_part_of_a_job_is_timed_here_and_counted_writing_nothing(
     # debug=limit: 4 training batches an epoch, 3 epochs; 2 validation batches a pass, each epoch
     assert (parts.train_count, parts.val_count, parts.validations) == (12, 2, 3)
     assert (len(parts.train), len(parts.val)) == (2, 2)  # the first training batch not counted
-    assert min(parts.load, parts.probe, parts.val_end, *parts.train, *parts.val) > 0
+    assert min(parts.load, parts.probe, parts.val_end, parts.save, *parts.train, *parts.val) > 0
+    assert parts.saves == 3 + 1  # last.ckpt each epoch, best.ckpt once
     assert parts.timed_on == "CPU with 1 torch thread" and torch.get_num_threads() == threads
     assert list(tmp_path.iterdir()) == []
     job.callbacks.isotropy = None  # no isotropy callback: no probe to time

@@ -86,8 +86,11 @@ def time_job(job: DictConfig, threads: int | None = None, steps: int = TIMED_STE
         )
         trainer.fit(model, datamodule=datamodule)
         used = torch.get_num_threads()
+        saving = time.perf_counter()  # one checkpoint with the optimizer's state, as last.ckpt
+        trainer.save_checkpoint(f"{scratch}/timed.ckpt", weights_only=False)
+        save = time.perf_counter() - saving
     device = trainer.strategy.root_device.type.upper()
-    return timer.parts(f"{device} with {counted(used, 'torch thread')}", _probe_shared(job))
+    return timer.parts(f"{device} with {counted(used, 'torch thread')}", _probe_shared(job), save)
 
 
 def _probe_shared(job: DictConfig) -> bool:
@@ -163,14 +166,14 @@ class JobTimer(L.Callback):
         self.train: list[float] = []
         self.val: list[float] = []
         self.load = self.probe = self.val_end = 0.0
-        self.train_count = self.validations = 0
+        self.train_count = self.validations = self.epochs = 0
         self._started = self._mark = started
 
-    def parts(self, timed_on: str, probe_shared: bool) -> JobParts:
+    def parts(self, timed_on: str, probe_shared: bool, save: float) -> JobParts:
         timed = self.train[1:] or self.train  # a job of one batch: its only one
         return JobParts(
             self.load, self.probe, tuple(timed), self.train_count, tuple(self.val), self.val_count,
-            self.val_end, self.validations, timed_on, probe_shared
+            self.val_end, self.validations, timed_on, probe_shared, save, self.epochs + 1
         )  # fmt: skip
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
@@ -178,12 +181,12 @@ class JobTimer(L.Callback):
         self.load = self._mark - self._started
         self.train_count = int(trainer.estimated_stepping_batches) * trainer.accumulate_grad_batches
         per_epoch, every = trainer.num_training_batches, trainer.val_check_batch
+        self.epochs = math.ceil(self.train_count / per_epoch)
         if trainer.check_val_every_n_epoch is None:  # every val_check_batch batches
             self.validations = self.train_count // every
         else:
-            epochs = math.ceil(self.train_count / per_epoch)
             passes = max(1, per_epoch // every) if every <= per_epoch else 1
-            self.validations = epochs // trainer.check_val_every_n_epoch * passes
+            self.validations = self.epochs // trainer.check_val_every_n_epoch * passes
 
     def on_train_epoch_start(self, *args: Any) -> None:
         if not self.train:  # the callbacks' train start, after this one's: the probe
