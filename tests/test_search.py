@@ -41,6 +41,7 @@ from optuna.storages.journal import JournalFileBackend
 from scipy import stats
 
 from hydra_plugins.isotune_launcher import _hydra_search
+from hydra_plugins.isotune_launcher import _sweep_space as sweep_space
 from hydra_plugins.isotune_launcher._hydra_search import AGAIN, check_search_fits, job_overrides
 from hydra_plugins.isotune_launcher.optuna_sweeper import OptunaSweeper
 from hydra_plugins.isotune_launcher.stopping import stops_with_a_summary
@@ -60,7 +61,6 @@ from isotune.sweeps.footprint import RunFootprint, sweep_footprint
 from isotune.sweeps.rerun import plan_reruns
 from isotune.sweeps.slurm_jobs import SlurmJob
 from isotune.sweeps.summary import summarize_sweep
-from isotune.training import sweep_space
 from tests.conftest import CONF_DIR, ROOT, compose_train_config
 from tests.helpers.cli import run_script, tiny_cli_overrides
 from tests.helpers.fake_runs import completed, write_run

@@ -7,13 +7,17 @@ import shutil
 
 import pytest
 
+from hydra_plugins.isotune_launcher._sweep_space import (
+    check_sweep_fits,
+    completed_runs,
+    jobs_at_once,
+)
 from isotune.errors import IsotuneError
 from isotune.model.encoders import parameter_count
 from isotune.record.results import RESULTS_FILE
 from isotune.sweeps.footprint import RECORDS, RunFootprint, disk_used, readable, sweep_footprint
 from isotune.sweeps.runs import Run
 from isotune.sweeps.summary import summarize_sweep
-from isotune.training.sweep_space import check_sweep_fits, completed_runs, jobs_at_once
 from tests.conftest import compose_train_config
 from tests.helpers.cli import run_cli, tiny_cli_overrides
 from tests.helpers.disks import small_disk

@@ -202,7 +202,7 @@ def check_search_fits(
 ) -> None:
     """Refuse a search that cannot fit on its disk (docs/search.md#how-it-works): the runs its
     budget has left, each sized as ``baseline_job`` since the searched values are not known yet."""
-    from isotune.training.sweep_space import check_sweep_fits  # imports torch
+    from hydra_plugins.isotune_launcher._sweep_space import check_sweep_fits  # imports torch
 
     count, done, at_once = search_runs(config, settings, trials_at_once, folder)
     check_sweep_fits(folder, [baseline_job] * (count - done), at_once, done)
@@ -213,7 +213,10 @@ def search_runs(
 ) -> tuple[int, int, int]:
     """A search's budget of runs (none pruned or failed), those completed in ``folder``, and how
     many run at once on its launcher."""
-    from isotune.training.sweep_space import completed_runs, jobs_at_once  # imports torch
+    from hydra_plugins.isotune_launcher._sweep_space import (  # imports torch
+        completed_runs,
+        jobs_at_once,
+    )
 
     count = settings.n_trials * len(settings.seeds) + 2 * len(settings.report_seeds)
     at_once = jobs_at_once(config.hydra.launcher, trials_at_once * len(settings.seeds))

@@ -204,7 +204,7 @@ def _check_fits(
     """Refuse a study that cannot fit on its disk, each run sized as the baseline arm's on its
     task (the tuning runs counted done first: a report run keeps as much or more); how many of
     its runs go at once."""
-    from isotune.training.sweep_space import (  # imports torch
+    from hydra_plugins.isotune_launcher._sweep_space import (  # imports torch
         check_sweep_fits,
         completed_runs,
         jobs_at_once,
@@ -230,7 +230,7 @@ def _check_fits(
 
 def _plan_lines(plan: StudyPlan, folder: Path) -> tuple[int, list[str]]:
     """The runs the study has left and what its preview says of them."""
-    from isotune.training.sweep_space import completed_runs  # imports torch
+    from hydra_plugins.isotune_launcher._sweep_space import completed_runs  # imports torch
 
     per_search = plan.jobs // len(plan.searches)
     done = {

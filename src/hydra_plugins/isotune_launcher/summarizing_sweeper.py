@@ -177,7 +177,10 @@ class SummarizingSweeper(BasicSweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and isinstance(self.launcher, _KeepingLauncher)
-        from isotune.training.sweep_space import check_sweep_fits, jobs_at_once  # imports torch
+        from hydra_plugins.isotune_launcher._sweep_space import (  # imports torch
+            check_sweep_fits,
+            jobs_at_once,
+        )
 
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).resolve()
         log.info(folder_line("Sweep", sweep_dir, self.preview))
